@@ -1,0 +1,308 @@
+//! Error classification (SPEC §4): one ordered data table, first match wins.
+//!
+//! A rule matches when the HTTP status is in its status list (if it has one) **and** the error
+//! text contains one of its words (if it has any). Rules that carry wording come before the
+//! status-only rules, so "prompt is too long" on a 400 is a context overflow and not a format
+//! error, and `insufficient_quota` on a 429 is billing and not a rate limit. Operators may put
+//! their own rules in front of the table (`[[classification.rules]]` in the config).
+
+use super::hints::{Hint, parse_hint};
+use super::{Millis, Reason};
+use serde::Deserialize;
+use serde_json::Value;
+
+/// One row of the classification table.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Rule {
+    pub reason: Reason,
+    /// Status codes or ranges: `"429"`, `"5xx"`, `"400-499"`. Empty: any status (or none).
+    #[serde(default)]
+    pub status: Vec<StatusSpec>,
+    /// Lower-case words, any of which must appear in the error text. Empty: no wording needed.
+    #[serde(default)]
+    pub any: Vec<String>,
+}
+
+/// An inclusive range of HTTP status codes, written `"429"`, `"5xx"` or `"400-499"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "String")]
+pub struct StatusSpec {
+    pub lo: u16,
+    pub hi: u16,
+}
+
+impl TryFrom<String> for StatusSpec {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        let bad = || format!("invalid status `{s}`: expected a code (429), a class (5xx) or a range (400-499)");
+        let t = s.trim();
+        if let Some(class) = t.strip_suffix("xx") {
+            let d: u16 = class.parse().map_err(|_| bad())?;
+            if !(1..=5).contains(&d) {
+                return Err(bad());
+            }
+            return Ok(StatusSpec { lo: d * 100, hi: d * 100 + 99 });
+        }
+        if let Some((a, b)) = t.split_once('-') {
+            let lo = a.trim().parse().map_err(|_| bad())?;
+            let hi = b.trim().parse().map_err(|_| bad())?;
+            return if lo <= hi { Ok(StatusSpec { lo, hi }) } else { Err(bad()) };
+        }
+        let code = t.parse().map_err(|_| bad())?;
+        Ok(StatusSpec { lo: code, hi: code })
+    }
+}
+
+impl Rule {
+    fn matches(&self, status: Option<u16>, text: &str) -> bool {
+        let status_ok = self.status.is_empty()
+            || status.is_some_and(|s| self.status.iter().any(|r| (r.lo..=r.hi).contains(&s)));
+        let words_ok = self.any.is_empty() || self.any.iter().any(|w| text.contains(w.as_str()));
+        status_ok && words_ok
+    }
+}
+
+fn rule(reason: Reason, status: &[(u16, u16)], any: &[&str]) -> Rule {
+    Rule {
+        reason,
+        status: status.iter().map(|&(lo, hi)| StatusSpec { lo, hi }).collect(),
+        any: any.iter().map(|w| w.to_string()).collect(),
+    }
+}
+
+/// The built-in table. Order matters: first match wins.
+pub fn default_rules() -> Vec<Rule> {
+    use Reason::*;
+    const ANY: &[(u16, u16)] = &[];
+    const WORDLESS: &[&str] = &[];
+    const AUTH: &[(u16, u16)] = &[(401, 401), (403, 403)];
+    vec![
+        // The prompt does not fit: another profile of the same model would fail the same way.
+        rule(ContextOverflow, ANY, &[
+            "context_length_exceeded", "prompt is too long", "maximum context length",
+            "request_too_large", "input is too long", "context window", "too many input tokens",
+            "exceeds the context", "input token count",
+        ]),
+        rule(ContextOverflow, &[(413, 413)], WORDLESS),
+        // A relay (OpenRouter, a proxy) reports its own upstream's failure as a 4xx.
+        rule(ServerError, &[(400, 499)], &["upstream request failed", "upstream error"]),
+        rule(AuthPermanent, AUTH, &[
+            "revoked", "deactivated", "disabled", "deleted", "terms of service",
+            "only authorized for use with", "suspended", "banned",
+        ]),
+        // A refresh token that the identity provider no longer accepts.
+        rule(AuthPermanent, &[(400, 401)], &["invalid_grant"]),
+        rule(Billing, ANY, &[
+            "billing", "payment required", "insufficient credits", "credit balance",
+            "insufficient_quota", "exceeded your current quota", "out of credits", "requires more credits",
+        ]),
+        rule(Auth, ANY, &[
+            "authentication", "unauthorized", "invalid api key", "invalid_api_key", "incorrect api key",
+            "invalid x-api-key", "api key not valid", "expired token", "token has expired",
+            "token expired", "permission_error", "permission denied",
+        ]),
+        rule(RateLimit, ANY, &[
+            "rate limit", "rate_limit", "ratelimit", "too many requests", "resource_exhausted",
+            "usage limit", "requests per minute", "tokens per minute",
+        ]),
+        rule(Overloaded, ANY, &["overloaded", "capacity", "unavailable"]),
+        rule(Timeout, ANY, &["timeout", "timed out", "deadline exceeded", "deadline_exceeded", "etimedout"]),
+        rule(Network, ANY, &[
+            "connection refused", "econnrefused", "connection reset", "econnreset", "broken pipe",
+            "dns error", "failed to lookup address", "name or service not known", "tls", "certificate",
+            "connection closed before",
+        ]),
+        rule(ModelNotFound, &[(404, 404)], &["model"]),
+        rule(ModelNotFound, ANY, &[
+            "model not found", "model_not_found", "does not exist", "unsupported model",
+            "no such model", "is not a valid model", "unknown model", "not_found_error",
+        ]),
+        rule(Format, &[(400, 400), (422, 422)], WORDLESS),
+        rule(Format, ANY, &["invalid_request_error", "malformed", "tool_use_id", "tool_call_id"]),
+        rule(Billing, &[(402, 402)], WORDLESS),
+        rule(Auth, AUTH, WORDLESS),
+        rule(RateLimit, &[(429, 429)], WORDLESS),
+        rule(Overloaded, &[(503, 503), (529, 529)], WORDLESS),
+        rule(Timeout, &[(408, 408), (504, 504)], WORDLESS),
+        rule(ServerError, &[(500, 599)], WORDLESS),
+        // A 2xx that reached the classifier is an empty or unusable successful reply.
+        rule(ServerError, &[(200, 299)], WORDLESS),
+    ]
+}
+
+/// Words that mark a throttle as account-wide (it then covers every model of the profile).
+const ACCOUNT_WORDS: [&str; 4] = ["quota", "billing", "credits", "usage limit"];
+
+/// What the classifier was given: an HTTP answer, or a transport error (`status: None`).
+#[derive(Clone, Debug, Default)]
+pub struct Observed<'a> {
+    pub status: Option<u16>,
+    pub headers: &'a [(String, String)],
+    pub body: &'a str,
+    /// Transport error text (connection refused, timed out…), when there was no answer.
+    pub transport: Option<&'a str>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Classified {
+    pub reason: Reason,
+    pub hint: Option<Hint>,
+    /// The provider signalled a limit for the whole account (wording or header).
+    pub account_wide: bool,
+    /// The provider's own error message, for logs and the client (may hold user text: redact
+    /// secrets before storing it).
+    pub message: String,
+}
+
+/// The classification table in force: the operator's rules first, then the built-in ones.
+#[derive(Clone, Debug)]
+pub struct Classifier {
+    rules: Vec<Rule>,
+}
+
+impl Default for Classifier {
+    fn default() -> Self {
+        Classifier { rules: default_rules() }
+    }
+}
+
+impl Classifier {
+    pub fn with_overrides(overrides: Vec<Rule>) -> Self {
+        let rules = overrides
+            .into_iter()
+            .map(|mut r| {
+                r.any.iter_mut().for_each(|w| *w = w.to_lowercase());
+                r
+            })
+            .chain(default_rules())
+            .collect();
+        Classifier { rules }
+    }
+
+    pub fn classify(&self, seen: &Observed<'_>, now: Millis) -> Classified {
+        let json: Option<Value> = serde_json::from_str(seen.body).ok();
+        let message = error_message(json.as_ref(), seen);
+        let text = error_text(json.as_ref(), seen).to_lowercase();
+        let reason = self
+            .rules
+            .iter()
+            .find(|r| r.matches(seen.status, &text))
+            .map_or(Reason::Unknown, |r| r.reason);
+        let hint = parse_hint(seen.headers, json.as_ref(), &message, now);
+        let account_wide =
+            hint.is_some_and(|h| h.account_wide) || ACCOUNT_WORDS.iter().any(|w| text.contains(w));
+        Classified { reason, hint, account_wide, message }
+    }
+}
+
+/// The fields providers put their error identity in: OpenAI `error.{type,code,message}`,
+/// Anthropic `error.{type,message}`, Google `error.{status,message,details[].reason}`,
+/// Ollama `{"error": "…"}`, FastAPI-style `detail`. A body that is not JSON counts whole.
+fn error_text(json: Option<&Value>, seen: &Observed<'_>) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    if let Some(t) = seen.transport {
+        parts.push(t.to_string());
+    }
+    match json {
+        Some(v) => {
+            let err = v.get("error");
+            let scopes = [err, Some(v)];
+            for scope in scopes.into_iter().flatten() {
+                for key in ["type", "code", "status", "message", "detail", "reason"] {
+                    if let Some(f) = scope.get(key) {
+                        parts.push(scalar(f));
+                    }
+                }
+                if let Some(details) = scope.get("details").and_then(Value::as_array) {
+                    parts.extend(details.iter().filter_map(|d| d.get("reason")).map(scalar));
+                }
+            }
+            if let Some(Value::String(s)) = err {
+                parts.push(s.clone());
+            }
+        }
+        None => parts.push(seen.body.chars().take(4096).collect()),
+    }
+    parts.join(" \u{1f} ")
+}
+
+fn scalar(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+fn error_message(json: Option<&Value>, seen: &Observed<'_>) -> String {
+    let from_json = json.and_then(|v| {
+        let err = v.get("error");
+        err.and_then(|e| e.get("message"))
+            .or_else(|| err.filter(|e| e.is_string()))
+            .or_else(|| v.get("message"))
+            .or_else(|| v.get("detail"))
+            .map(scalar)
+    });
+    let text = from_json
+        .or_else(|| seen.transport.map(str::to_string))
+        .unwrap_or_else(|| seen.body.trim().to_string());
+    if text.is_empty() {
+        return match seen.status {
+            Some(s) => format!("HTTP {s} with an empty body"),
+            None => "no answer".to_string(),
+        };
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_specs_parse_codes_classes_and_ranges() {
+        let p = |s: &str| StatusSpec::try_from(s.to_string());
+        assert_eq!(p("429"), Ok(StatusSpec { lo: 429, hi: 429 }));
+        assert_eq!(p("5xx"), Ok(StatusSpec { lo: 500, hi: 599 }));
+        assert_eq!(p("400-499"), Ok(StatusSpec { lo: 400, hi: 499 }));
+        assert!(p("9xx").is_err());
+        assert!(p("500-400").is_err());
+        assert!(p("teapot").is_err());
+    }
+
+    #[test]
+    fn operator_rules_come_before_the_built_in_table() {
+        let custom: Rule = toml::from_str(
+            "reason = \"rate_limit\"\nstatus = [\"400\"]\nany = [\"Slow Down Please\"]",
+        )
+        .unwrap();
+        let c = Classifier::with_overrides(vec![custom]);
+        let body = r#"{"error":{"message":"slow down please"}}"#;
+        let seen = Observed { status: Some(400), body, ..Default::default() };
+        assert_eq!(c.classify(&seen, 0).reason, Reason::RateLimit);
+        assert_eq!(Classifier::default().classify(&seen, 0).reason, Reason::Format);
+    }
+
+    #[test]
+    fn unknown_fields_in_an_operator_rule_are_refused() {
+        assert!(toml::from_str::<Rule>("reason = \"format\"\nwords = [\"x\"]").is_err());
+    }
+
+    #[test]
+    fn transport_errors_classify_from_their_text() {
+        let c = Classifier::default();
+        let seen = |t| Observed { transport: Some(t), ..Default::default() };
+        assert_eq!(c.classify(&seen("connection refused"), 0).reason, Reason::Network);
+        assert_eq!(c.classify(&seen("operation timed out"), 0).reason, Reason::Timeout);
+        assert_eq!(c.classify(&seen("client went away"), 0).reason, Reason::Unknown);
+    }
+
+    #[test]
+    fn empty_body_gets_a_readable_message() {
+        let c = Classifier::default();
+        let out = c.classify(&Observed { status: Some(502), ..Default::default() }, 0);
+        assert_eq!(out.reason, Reason::ServerError);
+        assert_eq!(out.message, "HTTP 502 with an empty body");
+    }
+}

@@ -1,0 +1,430 @@
+//! Stage 1: the order in which a provider's profiles are tried (SPEC §2).
+
+use super::{Millis, ProfileId, ProfileView, Reason, Unusable, Until};
+use serde::Deserialize;
+use std::collections::HashMap;
+
+/// Round-robin keys: `lru` = last used first, then type; `type_first` swaps them so that
+/// subscription accounts are used before pay-per-use keys.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Rotation {
+    #[default]
+    Lru,
+    TypeFirst,
+}
+
+/// Everything the order depends on, besides the profiles themselves.
+#[derive(Clone, Debug)]
+pub struct OrderRequest<'a> {
+    pub provider: &'a str,
+    pub model: &'a str,
+    pub now: Millis,
+    /// `auth.order[provider]` set through the API or web page (stored in the database).
+    pub stored_order: Option<&'a [ProfileId]>,
+    /// `auth.order[provider]` from the config file.
+    pub config_order: Option<&'a [ProfileId]>,
+    /// Profiles declared for this provider in the config file.
+    pub configured: &'a [ProfileId],
+    /// Profiles stored in the database for this provider.
+    pub stored: &'a [ProfileId],
+    pub rotation: Rotation,
+    /// The profile that served this request's session last.
+    pub sticky: Option<&'a ProfileId>,
+    /// `x-rota-profile`: used even when cooled, never rotated. Ignored for another provider.
+    pub pin: Option<&'a ProfileId>,
+}
+
+/// One profile in the order, with the window that blocks it for this model, if any.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Slot {
+    pub id: ProfileId,
+    pub blocked: Option<(Until, Reason)>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Ordered {
+    pub slots: Vec<Slot>,
+    /// The request pinned a profile: it is the only slot and it never rotates.
+    pub pinned: bool,
+}
+
+impl Ordered {
+    pub fn ids(&self) -> Vec<&str> {
+        self.slots.iter().map(|s| s.id.as_str()).collect()
+    }
+
+    /// When every slot is blocked: the soonest end and the dominant reason (the most common
+    /// one, ties to the soonest window). `None` when a slot is usable or there is none.
+    pub fn all_blocked(&self) -> Option<(Until, Reason)> {
+        if self.slots.is_empty() || self.slots.iter().any(|s| s.blocked.is_none()) {
+            return None;
+        }
+        let soonest = self.slots.iter().filter_map(|s| s.blocked).map(|b| b.0).min()?;
+        let mut counts: Vec<(Reason, usize, Until)> = Vec::new();
+        for (until, reason) in self.slots.iter().filter_map(|s| s.blocked) {
+            match counts.iter_mut().find(|c| c.0 == reason) {
+                Some(c) => {
+                    c.1 += 1;
+                    c.2 = c.2.min(until);
+                }
+                None => counts.push((reason, 1, until)),
+            }
+        }
+        let dominant = counts.iter().max_by(|a, b| a.1.cmp(&b.1).then(b.2.cmp(&a.2)))?.0;
+        Some((soonest, dominant))
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PinError {
+    #[error("pinned profile `{0}` does not exist")]
+    Unknown(ProfileId),
+    #[error("pinned profile `{0}` cannot be used: {1}")]
+    Unusable(ProfileId, Unusable),
+}
+
+/// The explicit order in force: the stored one beats the config file's; an empty list is none.
+fn explicit<'a>(req: &OrderRequest<'a>) -> Option<&'a [ProfileId]> {
+    req.stored_order.filter(|o| !o.is_empty()).or(req.config_order.filter(|o| !o.is_empty()))
+}
+
+/// Resolves the order of `req.provider`'s profiles for `req.model`.
+pub fn order(req: &OrderRequest<'_>, profiles: &HashMap<ProfileId, ProfileView>) -> Result<Ordered, PinError> {
+    if let Some(pin) = req.pin.filter(|p| p.provider() == req.provider) {
+        let view = profiles.get(pin).ok_or_else(|| PinError::Unknown(pin.clone()))?;
+        if let Some(why) = view.unusable(req.now) {
+            return Err(PinError::Unusable(pin.clone(), why));
+        }
+        let slot = Slot { id: pin.clone(), blocked: blocked(view, req) };
+        return Ok(Ordered { slots: vec![slot], pinned: true });
+    }
+
+    let explicit = explicit(req);
+    let base = explicit.or((!req.configured.is_empty()).then_some(req.configured)).unwrap_or(req.stored);
+
+    let mut seen = std::collections::HashSet::with_capacity(base.len());
+    let mut usable: Vec<&ProfileView> = Vec::with_capacity(base.len());
+    let mut cooled: Vec<(&ProfileView, (Until, Reason))> = Vec::new();
+    for id in base {
+        let Some(view) = profiles.get(id) else { continue };
+        if id.provider() != req.provider || view.unusable(req.now).is_some() || !seen.insert(id) {
+            continue;
+        }
+        match blocked(view, req) {
+            Some(b) => cooled.push((view, b)),
+            None => usable.push(view),
+        }
+    }
+
+    if explicit.is_none() {
+        let lru = |v: &ProfileView| v.stats.last_used.unwrap_or(0);
+        match req.rotation {
+            Rotation::Lru => usable.sort_by_key(|v| (lru(v), v.kind)),
+            Rotation::TypeFirst => usable.sort_by_key(|v| (v.kind, lru(v))),
+        }
+    }
+    if let Some(pos) = req.sticky.and_then(|s| usable.iter().position(|v| &v.id == s)) {
+        let v = usable.remove(pos);
+        usable.insert(0, v);
+    }
+    cooled.sort_by_key(|(_, (until, _))| *until);
+
+    let slots = usable
+        .into_iter()
+        .map(|v| Slot { id: v.id.clone(), blocked: None })
+        .chain(cooled.into_iter().map(|(v, b)| Slot { id: v.id.clone(), blocked: Some(b) }))
+        .collect();
+    Ok(Ordered { slots, pinned: false })
+}
+
+fn blocked(view: &ProfileView, req: &OrderRequest<'_>) -> Option<(Until, Reason)> {
+    let until = view.stats.blocked_until(req.model, req.now)?;
+    Some((until, view.stats.blocked_reason(req.model, req.now).unwrap_or(Reason::Unknown)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{Cooldown, Disabled, ProfileType, UsageStats};
+
+    const NOW: Millis = 10_000_000;
+
+    fn id(s: &str) -> ProfileId {
+        s.parse().unwrap()
+    }
+
+    fn view(name: &str, kind: ProfileType, last_used: Option<Millis>) -> ProfileView {
+        ProfileView {
+            id: id(name),
+            kind,
+            enabled: true,
+            has_secret: true,
+            expires_at: None,
+            stats: UsageStats { last_used, ..Default::default() },
+        }
+    }
+
+    fn book(views: Vec<ProfileView>) -> HashMap<ProfileId, ProfileView> {
+        views.into_iter().map(|v| (v.id.clone(), v)).collect()
+    }
+
+    fn cool(v: &mut ProfileView, until: Millis, model: Option<&str>) {
+        v.stats.cooldown = Some(Cooldown { until, reason: Reason::RateLimit, model: model.map(str::to_string) });
+    }
+
+    fn req<'a>(stored: &'a [ProfileId]) -> OrderRequest<'a> {
+        OrderRequest {
+            provider: "openai",
+            model: "gpt-4.1",
+            now: NOW,
+            stored_order: None,
+            config_order: None,
+            configured: &[],
+            stored,
+            rotation: Rotation::Lru,
+            sticky: None,
+            pin: None,
+        }
+    }
+
+    fn ids(names: &[&str]) -> Vec<ProfileId> {
+        names.iter().map(|n| id(n)).collect()
+    }
+
+    #[test]
+    fn round_robin_puts_least_recently_used_first_never_used_as_zero() {
+        let all = ids(&["openai:a", "openai:b", "openai:c"]);
+        let b = book(vec![
+            view("openai:a", ProfileType::ApiKey, Some(300)),
+            view("openai:b", ProfileType::ApiKey, None),
+            view("openai:c", ProfileType::ApiKey, Some(100)),
+        ]);
+        assert_eq!(order(&req(&all), &b).unwrap().ids(), ["openai:b", "openai:c", "openai:a"]);
+    }
+
+    #[test]
+    fn type_breaks_last_used_ties_oauth_token_api_key() {
+        let all = ids(&["openai:key", "openai:tok", "openai:acct"]);
+        let b = book(vec![
+            view("openai:key", ProfileType::ApiKey, Some(5)),
+            view("openai:tok", ProfileType::Token, Some(5)),
+            view("openai:acct", ProfileType::OAuth, Some(5)),
+        ]);
+        assert_eq!(order(&req(&all), &b).unwrap().ids(), ["openai:acct", "openai:tok", "openai:key"]);
+    }
+
+    #[test]
+    fn type_first_rotation_puts_subscriptions_before_keys() {
+        let all = ids(&["openai:key", "openai:acct"]);
+        let b = book(vec![
+            view("openai:key", ProfileType::ApiKey, Some(1)),
+            view("openai:acct", ProfileType::OAuth, Some(9)),
+        ]);
+        let mut r = req(&all);
+        assert_eq!(order(&r, &b).unwrap().ids(), ["openai:key", "openai:acct"]);
+        r.rotation = Rotation::TypeFirst;
+        assert_eq!(order(&r, &b).unwrap().ids(), ["openai:acct", "openai:key"]);
+    }
+
+    #[test]
+    fn equal_keys_keep_the_base_order() {
+        let all = ids(&["openai:z", "openai:y", "openai:x"]);
+        let b = book(all.iter().map(|i| view(i.as_str(), ProfileType::ApiKey, Some(7))).collect());
+        assert_eq!(order(&req(&all), &b).unwrap().ids(), ["openai:z", "openai:y", "openai:x"]);
+    }
+
+    #[test]
+    fn cooled_profiles_go_last_by_soonest_expiry() {
+        let all = ids(&["openai:a", "openai:b", "openai:c", "openai:d"]);
+        let mut a = view("openai:a", ProfileType::ApiKey, Some(1));
+        let mut b = view("openai:b", ProfileType::ApiKey, Some(2));
+        let c = view("openai:c", ProfileType::ApiKey, Some(3));
+        let mut d = view("openai:d", ProfileType::ApiKey, Some(4));
+        cool(&mut a, NOW + 50_000, None);
+        cool(&mut b, NOW + 10_000, None);
+        d.stats.disabled = Some(Disabled { until: Some(NOW + 20_000), reason: Reason::Billing });
+        let out = order(&req(&all), &book(vec![a, b, c, d])).unwrap();
+        assert_eq!(out.ids(), ["openai:c", "openai:b", "openai:d", "openai:a"]);
+        assert_eq!(out.slots[1].blocked, Some((Until::At(NOW + 10_000), Reason::RateLimit)));
+        assert_eq!(out.slots[2].blocked, Some((Until::At(NOW + 20_000), Reason::Billing)));
+    }
+
+    #[test]
+    fn disabled_until_cleared_sorts_after_every_timed_window() {
+        let all = ids(&["openai:a", "openai:b"]);
+        let mut a = view("openai:a", ProfileType::ApiKey, None);
+        let mut b = view("openai:b", ProfileType::ApiKey, None);
+        a.stats.disabled = Some(Disabled { until: None, reason: Reason::AuthPermanent });
+        cool(&mut b, NOW + 3_600_000, None);
+        assert_eq!(order(&req(&all), &book(vec![a, b])).unwrap().ids(), ["openai:b", "openai:a"]);
+    }
+
+    #[test]
+    fn model_scoped_cooldown_only_blocks_that_model() {
+        let all = ids(&["openai:a", "openai:b"]);
+        let mut a = view("openai:a", ProfileType::ApiKey, Some(1));
+        let b = view("openai:b", ProfileType::ApiKey, Some(2));
+        cool(&mut a, NOW + 10_000, Some("gpt-4.1"));
+        let bk = book(vec![a, b]);
+        assert_eq!(order(&req(&all), &bk).unwrap().ids(), ["openai:b", "openai:a"]);
+        let mut r = req(&all);
+        r.model = "gpt-4.1-mini";
+        assert_eq!(order(&r, &bk).unwrap().ids(), ["openai:a", "openai:b"]);
+    }
+
+    #[test]
+    fn expired_cooldown_is_usable_again() {
+        let all = ids(&["openai:a", "openai:b"]);
+        let mut a = view("openai:a", ProfileType::ApiKey, Some(1));
+        cool(&mut a, NOW, None);
+        let b = view("openai:b", ProfileType::ApiKey, Some(2));
+        assert_eq!(order(&req(&all), &book(vec![a, b])).unwrap().ids(), ["openai:a", "openai:b"]);
+    }
+
+    #[test]
+    fn filter_drops_missing_foreign_admin_disabled_secretless_and_expired_tokens() {
+        let all = ids(&["openai:ok", "openai:ghost", "anthropic:x", "openai:off", "openai:nokey", "openai:old", "openai:fresh"]);
+        let mut off = view("openai:off", ProfileType::ApiKey, None);
+        off.enabled = false;
+        let mut nokey = view("openai:nokey", ProfileType::ApiKey, None);
+        nokey.has_secret = false;
+        let mut old = view("openai:old", ProfileType::Token, None);
+        old.expires_at = Some(NOW);
+        let mut fresh = view("openai:fresh", ProfileType::Token, Some(9));
+        fresh.expires_at = Some(NOW + 1);
+        let b = book(vec![view("openai:ok", ProfileType::ApiKey, Some(1)), view("anthropic:x", ProfileType::ApiKey, None), off, nokey, old, fresh]);
+        assert_eq!(order(&req(&all), &b).unwrap().ids(), ["openai:ok", "openai:fresh"]);
+    }
+
+    #[test]
+    fn oauth_profile_with_only_a_refresh_token_is_kept() {
+        // has_secret is true for an OAuth profile holding a refresh token and no access token.
+        let all = ids(&["openai:acct"]);
+        let b = book(vec![view("openai:acct", ProfileType::OAuth, None)]);
+        assert_eq!(order(&req(&all), &b).unwrap().ids(), ["openai:acct"]);
+    }
+
+    #[test]
+    fn explicit_order_is_kept_for_available_profiles_and_cooled_are_appended() {
+        let all = ids(&["openai:a", "openai:b", "openai:c"]);
+        let explicit = ids(&["openai:c", "openai:a", "openai:b"]);
+        let mut c = view("openai:c", ProfileType::ApiKey, Some(1));
+        cool(&mut c, NOW + 5_000, None);
+        let b = book(vec![view("openai:a", ProfileType::ApiKey, Some(9)), view("openai:b", ProfileType::ApiKey, Some(1)), c]);
+        let mut r = req(&all);
+        r.config_order = Some(&explicit);
+        assert_eq!(order(&r, &b).unwrap().ids(), ["openai:a", "openai:b", "openai:c"]);
+    }
+
+    #[test]
+    fn explicit_order_leaves_out_profiles_it_does_not_name() {
+        let all = ids(&["openai:a", "openai:b"]);
+        let explicit = ids(&["openai:b", "openai:unknown"]);
+        let b = book(vec![view("openai:a", ProfileType::ApiKey, None), view("openai:b", ProfileType::ApiKey, None)]);
+        let mut r = req(&all);
+        r.config_order = Some(&explicit);
+        assert_eq!(order(&r, &b).unwrap().ids(), ["openai:b"]);
+    }
+
+    #[test]
+    fn stored_order_beats_config_order() {
+        let all = ids(&["openai:a", "openai:b"]);
+        let from_config = ids(&["openai:a", "openai:b"]);
+        let from_store = ids(&["openai:b", "openai:a"]);
+        let b = book(vec![view("openai:a", ProfileType::ApiKey, None), view("openai:b", ProfileType::ApiKey, None)]);
+        let mut r = req(&all);
+        r.config_order = Some(&from_config);
+        r.stored_order = Some(&from_store);
+        assert_eq!(order(&r, &b).unwrap().ids(), ["openai:b", "openai:a"]);
+        let empty: Vec<ProfileId> = vec![];
+        r.stored_order = Some(&empty);
+        assert_eq!(order(&r, &b).unwrap().ids(), ["openai:a", "openai:b"], "an empty stored order is none");
+    }
+
+    #[test]
+    fn configured_profiles_beat_stored_ones() {
+        let stored = ids(&["openai:a", "openai:b", "openai:cli"]);
+        let configured = ids(&["openai:b", "openai:a"]);
+        let b = book(vec![
+            view("openai:a", ProfileType::ApiKey, Some(1)),
+            view("openai:b", ProfileType::ApiKey, Some(2)),
+            view("openai:cli", ProfileType::ApiKey, None),
+        ]);
+        let mut r = req(&stored);
+        r.configured = &configured;
+        assert_eq!(order(&r, &b).unwrap().ids(), ["openai:a", "openai:b"]);
+        r.configured = &[];
+        assert_eq!(order(&r, &b).unwrap().ids(), ["openai:cli", "openai:a", "openai:b"]);
+    }
+
+    #[test]
+    fn session_sticks_to_its_profile_while_usable() {
+        let all = ids(&["openai:a", "openai:b", "openai:c"]);
+        let mut b = book(vec![
+            view("openai:a", ProfileType::ApiKey, Some(1)),
+            view("openai:b", ProfileType::ApiKey, Some(2)),
+            view("openai:c", ProfileType::ApiKey, Some(3)),
+        ]);
+        let sticky = id("openai:c");
+        let mut r = req(&all);
+        r.sticky = Some(&sticky);
+        assert_eq!(order(&r, &b).unwrap().ids(), ["openai:c", "openai:a", "openai:b"]);
+        cool(b.get_mut(&sticky).unwrap(), NOW + 1000, None);
+        assert_eq!(order(&r, &b).unwrap().ids(), ["openai:a", "openai:b", "openai:c"], "a cooled sticky profile moves on");
+    }
+
+    #[test]
+    fn pinned_profile_is_used_even_when_cooled_and_alone() {
+        let all = ids(&["openai:a", "openai:b"]);
+        let mut a = view("openai:a", ProfileType::ApiKey, Some(1));
+        cool(&mut a, NOW + 1000, None);
+        let b = book(vec![a, view("openai:b", ProfileType::ApiKey, None)]);
+        let pin = id("openai:a");
+        let mut r = req(&all);
+        r.pin = Some(&pin);
+        let out = order(&r, &b).unwrap();
+        assert_eq!((out.ids(), out.pinned), (vec!["openai:a"], true));
+        assert_eq!(out.slots[0].blocked, Some((Until::At(NOW + 1000), Reason::RateLimit)));
+    }
+
+    #[test]
+    fn pins_never_cross_providers() {
+        let all = ids(&["openai:a", "openai:b"]);
+        let b = book(vec![view("openai:a", ProfileType::ApiKey, Some(2)), view("openai:b", ProfileType::ApiKey, Some(1))]);
+        let pin = id("anthropic:main");
+        let mut r = req(&all);
+        r.pin = Some(&pin);
+        let out = order(&r, &b).unwrap();
+        assert_eq!((out.ids(), out.pinned), (vec!["openai:b", "openai:a"], false));
+    }
+
+    #[test]
+    fn pin_to_unknown_or_unusable_profile_is_an_error() {
+        let all = ids(&["openai:a"]);
+        let mut a = view("openai:a", ProfileType::ApiKey, None);
+        a.enabled = false;
+        let b = book(vec![a]);
+        let ghost = id("openai:ghost");
+        let off = id("openai:a");
+        let mut r = req(&all);
+        r.pin = Some(&ghost);
+        assert_eq!(order(&r, &b), Err(PinError::Unknown(ghost.clone())));
+        r.pin = Some(&off);
+        assert_eq!(order(&r, &b), Err(PinError::Unusable(off.clone(), Unusable::DisabledByAdmin)));
+    }
+
+    #[test]
+    fn all_blocked_reports_soonest_end_and_dominant_reason() {
+        let slot = |until, reason| Slot { id: id("openai:x"), blocked: Some((Until::At(until), reason)) };
+        let o = Ordered {
+            slots: vec![slot(50, Reason::Overloaded), slot(70, Reason::RateLimit), slot(90, Reason::RateLimit)],
+            pinned: false,
+        };
+        assert_eq!(o.all_blocked(), Some((Until::At(50), Reason::RateLimit)));
+        let mut with_free = o.clone();
+        with_free.slots.push(Slot { id: id("openai:y"), blocked: None });
+        assert_eq!(with_free.all_blocked(), None);
+        assert_eq!(Ordered::default().all_blocked(), None);
+    }
+}
