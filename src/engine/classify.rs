@@ -82,7 +82,7 @@ pub fn default_rules() -> Vec<Rule> {
         rule(ContextOverflow, ANY, &[
             "context_length_exceeded", "prompt is too long", "maximum context length",
             "request_too_large", "input is too long", "context window", "too many input tokens",
-            "exceeds the context", "input token count",
+            "exceeds the context", "exceed context limit", "input token count",
         ]),
         rule(ContextOverflow, &[(413, 413)], WORDLESS),
         // A relay (OpenRouter, a proxy) reports its own upstream's failure as a 4xx.
@@ -93,6 +93,9 @@ pub fn default_rules() -> Vec<Rule> {
         ]),
         // A refresh token that the identity provider no longer accepts.
         rule(AuthPermanent, &[(400, 401)], &["invalid_grant"]),
+        // Google says "exceeded your current quota" on per-minute throttles too; its status
+        // word tells them apart from OpenAI's `insufficient_quota`.
+        rule(RateLimit, ANY, &["resource_exhausted"]),
         rule(Billing, ANY, &[
             "billing", "payment required", "insufficient credits", "credit balance",
             "insufficient_quota", "exceeded your current quota", "out of credits", "requires more credits",
@@ -118,13 +121,15 @@ pub fn default_rules() -> Vec<Rule> {
             "model not found", "model_not_found", "does not exist", "unsupported model",
             "no such model", "is not a valid model", "unknown model", "not_found_error",
         ]),
-        rule(Format, &[(400, 400), (422, 422)], WORDLESS),
-        rule(Format, ANY, &["invalid_request_error", "malformed", "tool_use_id", "tool_call_id"]),
+        // Statuses that say more than the error type some providers attach to everything
+        // (OpenAI and DeepSeek send `invalid_request_error` with 401 and 402).
         rule(Billing, &[(402, 402)], WORDLESS),
         rule(Auth, AUTH, WORDLESS),
         rule(RateLimit, &[(429, 429)], WORDLESS),
         rule(Overloaded, &[(503, 503), (529, 529)], WORDLESS),
         rule(Timeout, &[(408, 408), (504, 504)], WORDLESS),
+        rule(Format, &[(400, 400), (422, 422)], WORDLESS),
+        rule(Format, ANY, &["invalid_request_error", "malformed", "tool_use_id", "tool_call_id"]),
         rule(ServerError, &[(500, 599)], WORDLESS),
         // A 2xx that reached the classifier is an empty or unusable successful reply.
         rule(ServerError, &[(200, 299)], WORDLESS),
@@ -191,9 +196,19 @@ impl Classifier {
             .map_or(Reason::Unknown, |r| r.reason);
         let hint = parse_hint(seen.headers, json.as_ref(), &message, now);
         let account_wide =
-            hint.is_some_and(|h| h.account_wide) || ACCOUNT_WORDS.iter().any(|w| text.contains(w));
+            hint.is_some_and(|h| h.account_wide) || ACCOUNT_WORDS.iter().any(|w| contains_word(&text, w));
         Classified { reason, hint, account_wide, message }
     }
+}
+
+/// `word` appears in `text` with no letter or digit right before or after it (so the
+/// `quotaincrease` of a link is not the word "quota").
+fn contains_word(text: &str, word: &str) -> bool {
+    text.match_indices(word).any(|(i, _)| {
+        let before = text[..i].chars().next_back();
+        let after = text[i + word.len()..].chars().next();
+        !before.is_some_and(char::is_alphanumeric) && !after.is_some_and(char::is_alphanumeric)
+    })
 }
 
 /// The fields providers put their error identity in: OpenAI `error.{type,code,message}`,
@@ -296,6 +311,13 @@ mod tests {
         assert_eq!(c.classify(&seen("connection refused"), 0).reason, Reason::Network);
         assert_eq!(c.classify(&seen("operation timed out"), 0).reason, Reason::Timeout);
         assert_eq!(c.classify(&seen("client went away"), 0).reason, Reason::Unknown);
+    }
+
+    #[test]
+    fn account_words_match_whole_words_only() {
+        assert!(contains_word("daily quota reached", "quota"));
+        assert!(contains_word("quota.", "quota"));
+        assert!(!contains_word("see aka.ms/oai/quotaincrease", "quota"));
     }
 
     #[test]
