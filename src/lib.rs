@@ -1,4 +1,12 @@
 #![forbid(unsafe_code)]
 //! rota: an auth-profile rotation gateway for LLM providers.
 
+pub mod book;
+pub mod cli;
+pub mod config;
+pub mod doctor;
 pub mod engine;
+pub mod secrets;
+pub mod server;
+pub mod status;
+pub mod store;

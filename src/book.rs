@@ -1,0 +1,351 @@
+//! The profile book: every profile's state in memory, for the request hot path, with each
+//! change written through to the store by one background writer.
+//!
+//! Changes are made under one short lock and queued in the same critical section, so the
+//! writer sees them in the order they happened; it coalesces a burst into one transaction
+//! per batch, keeping only the latest stats of each profile. Nothing is lost: `flush` waits
+//! until everything queued so far is on disk.
+
+use crate::config::Config;
+use crate::engine::gate::ProbeThrottle;
+use crate::engine::order::{self, OrderRequest, Ordered, PinError};
+use crate::engine::recent::Recent;
+use crate::engine::{CooldownPolicy, Failure, Millis, ModelCooldown, ProfileId, ProfileType, ProfileView, Until, UsageStats};
+use crate::secrets::{MasterKey, OpenError, SecretField};
+use crate::store::{Origin, Snapshot, Store, StoreError, StoredProfile};
+use secrecy::SecretString;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::sync::{mpsc, oneshot};
+
+/// How long a session stays stuck to its profile without traffic, and how many are kept.
+const SESSION_TTL: Millis = 6 * 3_600_000;
+const SESSION_KEYS: usize = 10_000;
+
+/// The secret of one profile, decrypted. `SecretString` never prints its content.
+#[derive(Clone, Debug)]
+pub enum Credential {
+    ApiKey(SecretString),
+    Token(SecretString),
+    OAuth { access: Option<SecretString>, refresh: Option<SecretString> },
+}
+
+/// Builds the profile views ordering works on, from what is stored plus the config file.
+/// A stored profile has a usable secret when the right sealed field exists (decryption is
+/// checked at load); a declared one when its environment variable is set.
+pub fn views(snapshot: &Snapshot, config: &Config) -> HashMap<ProfileId, ProfileView> {
+    let mut out = HashMap::new();
+    for p in &snapshot.profiles {
+        let declared = config.auth.profiles.get(&p.id);
+        if p.origin == Origin::Config && declared.is_none() {
+            continue; // removed from the config file: its row stays for the audit trail only
+        }
+        let has_secret = match declared {
+            Some(d) => d.secret().is_some(),
+            None => stored_secret_usable(p.kind, snapshot.secrets.get(&p.id).map(Vec::as_slice).unwrap_or(&[])),
+        };
+        let view = ProfileView {
+            id: p.id.clone(),
+            kind: declared.map_or(p.kind, |d| d.kind),
+            enabled: p.enabled,
+            has_secret,
+            expires_at: declared.map_or(p.expires_at, |d| d.expires.map(|e| e.timestamp_millis())),
+            stats: snapshot.stats.get(&p.id).cloned().unwrap_or_default(),
+        };
+        out.insert(p.id.clone(), view);
+    }
+    for (id, d) in &config.auth.profiles {
+        out.entry(id.clone()).or_insert_with(|| ProfileView {
+            id: id.clone(),
+            kind: d.kind,
+            enabled: true,
+            has_secret: d.secret().is_some(),
+            expires_at: d.expires.map(|e| e.timestamp_millis()),
+            stats: UsageStats::default(),
+        });
+    }
+    out
+}
+
+fn stored_secret_usable(kind: ProfileType, sealed: &[crate::secrets::Sealed]) -> bool {
+    let has = |f| sealed.iter().any(|s| s.field == f);
+    match kind {
+        ProfileType::ApiKey => has(SecretField::ApiKey),
+        ProfileType::Token => has(SecretField::Token),
+        // An OAuth profile with only a refresh token is kept: it will be refreshed.
+        ProfileType::OAuth => has(SecretField::AccessToken) || has(SecretField::RefreshToken),
+    }
+}
+
+/// The profiles the config file declares, as rows for the store.
+pub fn config_rows(config: &Config, now: Millis) -> Vec<StoredProfile> {
+    config
+        .auth
+        .profiles
+        .iter()
+        .map(|(id, p)| StoredProfile {
+            id: id.clone(),
+            kind: p.kind,
+            origin: Origin::Config,
+            enabled: true,
+            email: None,
+            expires_at: p.expires.map(|e| e.timestamp_millis()),
+            created_at: now,
+        })
+        .collect()
+}
+
+enum Write {
+    Stats(ProfileId, UsageStats),
+    Model((String, String), ModelCooldown),
+    Flush(oneshot::Sender<()>),
+}
+
+/// What ordering reads: the profile views, the stored profiles per provider and the stored
+/// explicit orders. Shared by the book and by read-only reports (`doctor`, `profiles list`).
+#[derive(Clone, Debug, Default)]
+pub struct Roster {
+    pub views: HashMap<ProfileId, ProfileView>,
+    pub stored_ids: BTreeMap<String, Vec<ProfileId>>,
+    pub orders: BTreeMap<String, Vec<ProfileId>>,
+}
+
+impl Roster {
+    pub fn new(snapshot: &Snapshot, config: &Config) -> Roster {
+        let mut stored_ids: BTreeMap<String, Vec<ProfileId>> = BTreeMap::new();
+        for p in snapshot.profiles.iter().filter(|p| p.origin == Origin::Stored) {
+            stored_ids.entry(p.id.provider().to_string()).or_default().push(p.id.clone());
+        }
+        Roster { views: views(snapshot, config), stored_ids, orders: snapshot.orders.clone() }
+    }
+
+    pub fn order(
+        &self,
+        config: &Config,
+        provider: &str,
+        model: &str,
+        sticky: Option<&ProfileId>,
+        pin: Option<&ProfileId>,
+        now: Millis,
+    ) -> Result<Ordered, PinError> {
+        let configured = config.configured_profiles(provider);
+        let req = OrderRequest {
+            provider,
+            model,
+            now,
+            stored_order: self.orders.get(provider).map(Vec::as_slice),
+            config_order: config.auth.order.get(provider).map(Vec::as_slice),
+            configured: &configured,
+            stored: self.stored_ids.get(provider).map(Vec::as_slice).unwrap_or(&[]),
+            rotation: config.rotation.order,
+            sticky,
+            pin,
+        };
+        order::order(&req, &self.views)
+    }
+}
+
+struct Inner {
+    roster: Roster,
+    credentials: HashMap<ProfileId, Credential>,
+    model_cooldowns: HashMap<(String, String), ModelCooldown>,
+    probes: ProbeThrottle,
+    sessions: Recent<(String, String), ProfileId>,
+}
+
+pub struct Book {
+    inner: Mutex<Inner>,
+    queue: mpsc::UnboundedSender<Write>,
+    policy: CooldownPolicy,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Open(#[from] OpenError),
+}
+
+impl Book {
+    /// Loads every profile, decrypting stored secrets, and starts the writer.
+    pub async fn load(store: Arc<dyn Store>, config: &Config, key: &MasterKey, now: Millis) -> Result<Book, LoadError> {
+        store.sync_config_profiles(&config_rows(config, now)).await?;
+        let snapshot = store.snapshot().await?;
+        let roster = Roster::new(&snapshot, config);
+        let mut credentials = HashMap::new();
+        for (id, p) in config.auth.profiles.iter() {
+            if let Some(secret) = p.secret() {
+                let c = if p.kind == ProfileType::Token { Credential::Token(secret) } else { Credential::ApiKey(secret) };
+                credentials.insert(id.clone(), c);
+            }
+        }
+        for (id, sealed) in &snapshot.secrets {
+            if config.auth.profiles.contains_key(id) {
+                continue;
+            }
+            let mut fields = HashMap::new();
+            for s in sealed {
+                fields.insert(s.field, key.open(id, s)?);
+            }
+            let c = match roster.views.get(id).map(|v| v.kind) {
+                Some(ProfileType::ApiKey) => fields.remove(&SecretField::ApiKey).map(Credential::ApiKey),
+                Some(ProfileType::Token) => fields.remove(&SecretField::Token).map(Credential::Token),
+                Some(ProfileType::OAuth) => Some(Credential::OAuth {
+                    access: fields.remove(&SecretField::AccessToken),
+                    refresh: fields.remove(&SecretField::RefreshToken),
+                }),
+                None => None,
+            };
+            if let Some(c) = c {
+                credentials.insert(id.clone(), c);
+            }
+        }
+        let inner = Inner {
+            roster,
+            credentials,
+            model_cooldowns: snapshot.model_cooldowns,
+            probes: ProbeThrottle::default(),
+            sessions: Recent::new(SESSION_TTL, SESSION_KEYS),
+        };
+        let (queue, rx) = mpsc::unbounded_channel();
+        tokio::spawn(write_loop(store, rx));
+        Ok(Book { inner: Mutex::new(inner), queue, policy: config.cooldown_policy() })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock cannot leave a half-applied change: every change is
+        // computed on a copy and stored in one assignment, so the state stays usable.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The order of `provider`'s profiles for `model`, with session stickiness and pins.
+    pub fn order(
+        &self,
+        config: &Config,
+        provider: &str,
+        model: &str,
+        session: Option<&str>,
+        pin: Option<&ProfileId>,
+        now: Millis,
+    ) -> Result<Ordered, PinError> {
+        let inner = self.lock();
+        let sticky = session.and_then(|s| inner.sessions.get(&(provider.to_string(), s.to_string()), now)).map(|(id, _)| id);
+        inner.roster.order(config, provider, model, sticky, pin, now)
+    }
+
+    pub fn credential(&self, id: &ProfileId) -> Option<Credential> {
+        self.lock().credentials.get(id).cloned()
+    }
+
+    pub fn stats(&self, id: &ProfileId) -> Option<UsageStats> {
+        self.lock().roster.views.get(id).map(|v| v.stats.clone())
+    }
+
+    /// The model's own cooldown on a provider (model_not_found), if active.
+    pub fn model_cooled_until(&self, provider: &str, model: &str, now: Millis) -> Option<Millis> {
+        let inner = self.lock();
+        inner.model_cooldowns.get(&(provider.to_string(), model.to_string())).map(|m| m.until).filter(|u| now < *u)
+    }
+
+    /// Applies `change` to a profile's stats and queues the result for the store.
+    fn update<R>(&self, id: &ProfileId, change: impl FnOnce(&mut UsageStats) -> R) -> Option<R> {
+        let mut inner = self.lock();
+        let view = inner.roster.views.get_mut(id)?;
+        let mut next = view.stats.clone();
+        let out = change(&mut next);
+        view.stats = next.clone();
+        let _ = self.queue.send(Write::Stats(id.clone(), next));
+        Some(out)
+    }
+
+    /// The profile was chosen for an attempt; `session` sticks to it.
+    pub fn mark_used(&self, id: &ProfileId, session: Option<&str>, now: Millis) {
+        self.update(id, |s| s.mark_used(now));
+        if let Some(s) = session {
+            self.lock().sessions.insert((id.provider().to_string(), s.to_string()), id.clone(), now);
+        }
+    }
+
+    pub fn record_success(&self, id: &ProfileId, now: Millis) {
+        self.update(id, |s| s.record_success(now));
+    }
+
+    /// Records a failure; returns the end of the window the profile is now in.
+    pub fn record_failure(&self, id: &ProfileId, failure: &Failure, now: Millis) -> Option<Until> {
+        self.update(id, |s| s.record_failure(failure, now, &self.policy)).flatten()
+    }
+
+    /// model_not_found: cools the model on the provider for every profile; returns its end.
+    pub fn record_model_not_found(&self, provider: &str, model: &str, now: Millis) -> Millis {
+        let mut inner = self.lock();
+        let key = (provider.to_string(), model.to_string());
+        let next = ModelCooldown::after_failure(inner.model_cooldowns.get(&key), now, &self.policy);
+        let until = next.until;
+        inner.model_cooldowns.insert(key.clone(), next.clone());
+        let _ = self.queue.send(Write::Model(key, next));
+        until
+    }
+
+    /// An admin cleared the profile's cooldown and disabled state.
+    pub fn clear(&self, id: &ProfileId) -> bool {
+        self.update(id, UsageStats::clear_errors).is_some()
+    }
+
+    /// Waits until every change made so far is written.
+    pub async fn flush(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.queue.send(Write::Flush(tx)).is_ok() {
+            let _ = rx.await;
+        }
+    }
+
+    pub fn claim_probe(&self, agent: &str, provider: &str, now: Millis) -> bool {
+        self.lock().probes.try_claim(agent, provider, now)
+    }
+}
+
+/// The writer: drains whatever is queued, keeps the latest state per key, writes it in one
+/// transaction, then answers the flushes that were waiting on that batch.
+async fn write_loop(store: Arc<dyn Store>, mut rx: mpsc::UnboundedReceiver<Write>) {
+    const BATCH: usize = 512;
+    let mut buf = Vec::with_capacity(BATCH);
+    while rx.recv_many(&mut buf, BATCH).await > 0 {
+        let mut stats: Vec<(ProfileId, UsageStats)> = Vec::new();
+        let mut models: Vec<((String, String), ModelCooldown)> = Vec::new();
+        let mut waiting = Vec::new();
+        for w in buf.drain(..) {
+            match w {
+                Write::Stats(id, s) => match stats.iter_mut().find(|(i, _)| *i == id) {
+                    Some(slot) => slot.1 = s,
+                    None => stats.push((id, s)),
+                },
+                Write::Model(k, m) => match models.iter_mut().find(|(key, _)| *key == k) {
+                    Some(slot) => slot.1 = m,
+                    None => models.push((k, m)),
+                },
+                Write::Flush(tx) => waiting.push(tx),
+            }
+        }
+        // A failed write is retried with backoff: the in-memory state stays authoritative and
+        // the next successful write carries the latest values.
+        let mut delay = std::time::Duration::from_millis(50);
+        loop {
+            let res = match store.save_stats(&stats).await {
+                Ok(()) => store.save_model_cooldowns(&models).await,
+                Err(e) => Err(e),
+            };
+            match res {
+                Ok(()) => break,
+                Err(e) => {
+                    tracing::error!(error = %e, retry_in_ms = delay.as_millis() as u64, "writing usage stats failed");
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(std::time::Duration::from_secs(5));
+                }
+            }
+        }
+        for tx in waiting {
+            let _ = tx.send(());
+        }
+    }
+}

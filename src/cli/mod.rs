@@ -1,0 +1,101 @@
+//! The command line (SPEC §8, CLI). Every command takes `--config`.
+
+mod profiles;
+
+use crate::config::Config;
+use crate::store::SqliteStore;
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(Parser, Debug)]
+#[command(name = "rota", version, about = "Auth-profile rotation gateway for LLM providers")]
+pub struct Cli {
+    /// Config file (default: $ROTA_CONFIG, else ./rota.toml when present).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the gateway.
+    Serve {
+        /// Address to listen on (overrides server.listen).
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<String>,
+    },
+    /// Apply pending database migrations and exit.
+    Migrate,
+    /// Check the configuration and show every agent's chain with each profile's state.
+    Doctor {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Manage auth profiles.
+    #[command(subcommand)]
+    Profiles(profiles::ProfilesCommand),
+}
+
+/// Parses the command line, runs the command and returns the process exit code.
+pub fn main() -> ExitCode {
+    let _ = dotenvy::dotenv();
+    let cli = Cli::parse();
+    init_logging();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("ROTA_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
+async fn run(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Command::Doctor { json } => crate::doctor::run(cli.config.as_deref(), json).await,
+        Command::Serve { listen } => {
+            let config = load_sound(cli.config.as_deref())?;
+            crate::server::run(config, listen).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Migrate => {
+            let config = load(cli.config.as_deref())?;
+            let path = config.database_path()?;
+            let store = SqliteStore::open(&path).await.with_context(|| format!("opening {}", path.display()))?;
+            let n = store.applied_migrations().await?;
+            println!("{}: {n} migration(s) applied, schema up to date", path.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Profiles(cmd) => {
+            let config = load(cli.config.as_deref())?;
+            profiles::run(&config, cmd).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// Parses the configuration; parse errors name the file and key.
+pub fn load(path: Option<&Path>) -> Result<Config> {
+    let (config, _) = Config::load(path).map_err(|e| anyhow::anyhow!("invalid configuration:\n{e}"))?;
+    Ok(config)
+}
+
+/// Parses the configuration and refuses one with problems (the gateway starts only when sound).
+fn load_sound(path: Option<&Path>) -> Result<Config> {
+    let config = load(path)?;
+    let problems = config.problems();
+    if !problems.is_empty() {
+        bail!("invalid configuration (run `rota doctor` for details):\n  {}", problems.join("\n  "));
+    }
+    Ok(config)
+}

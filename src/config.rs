@@ -1,0 +1,600 @@
+//! The configuration file (`rota.toml`), `ROTA_*` environment overrides and `.env` (SPEC §8).
+//!
+//! Loading only parses; [`Config::problems`] then checks what parsing cannot (unknown
+//! providers, cycles, unset `api_key_env` variables). Every message names the key at fault.
+
+use crate::engine::chain::{self, ChainRequest, Routing, VirtualModel};
+use crate::engine::classify::Rule;
+use crate::engine::order::Rotation;
+use crate::engine::profile::valid_provider_name;
+use crate::engine::{CooldownPolicy, ProfileId, ProfileType};
+use figment::Figment;
+use figment::providers::{Env, Format, Toml};
+use secrecy::SecretString;
+use serde::{Deserialize, Deserializer};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub const DEFAULT_FILE: &str = "rota.toml";
+
+/// Environment variables with the `ROTA_` prefix that are not configuration keys.
+const NOT_CONFIG: [&str; 3] = ["config", "master_key", "log"];
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub server: Server,
+    #[serde(default)]
+    pub database: Database,
+    #[serde(default)]
+    pub providers: BTreeMap<String, Provider>,
+    #[serde(default)]
+    pub auth: Auth,
+    #[serde(default)]
+    pub models: Models,
+    #[serde(default)]
+    pub aliases: HashMap<String, String>,
+    #[serde(default)]
+    pub virtual_models: HashMap<String, VirtualModel>,
+    #[serde(default)]
+    pub agents: BTreeMap<String, Agent>,
+    #[serde(default)]
+    pub cooldown: Cooldown,
+    #[serde(default)]
+    pub billing: Billing,
+    #[serde(default)]
+    pub rotation: RotationConfig,
+    #[serde(default)]
+    pub failover: Failover,
+    #[serde(default)]
+    pub classification: Classification,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Server {
+    #[serde(default = "default_listen")]
+    pub listen: String,
+}
+
+impl Default for Server {
+    fn default() -> Self {
+        Server { listen: default_listen() }
+    }
+}
+
+fn default_listen() -> String {
+    "127.0.0.1:8080".into()
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Database {
+    #[serde(default = "default_db")]
+    pub url: String,
+}
+
+impl Default for Database {
+    fn default() -> Self {
+        Database { url: default_db() }
+    }
+}
+
+fn default_db() -> String {
+    "sqlite://rota.db".into()
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Api {
+    Openai,
+    Anthropic,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Provider {
+    pub api: Api,
+    pub base_url: String,
+    pub oauth: Option<OAuth>,
+}
+
+/// OAuth 2.0 / OIDC settings of a provider (used by the login flows).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OAuth {
+    pub authorize_url: String,
+    pub token_url: String,
+    pub device_url: Option<String>,
+    pub userinfo_url: Option<String>,
+    pub client_id: String,
+    pub client_secret_env: Option<String>,
+    #[serde(default)]
+    pub scopes: Vec<String>,
+    #[serde(default)]
+    pub extra_params: BTreeMap<String, String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Auth {
+    #[serde(default)]
+    pub profiles: BTreeMap<ProfileId, ProfileConfig>,
+    #[serde(default)]
+    pub order: BTreeMap<String, Vec<ProfileId>>,
+}
+
+/// A profile declared in the config file; its secret comes from an environment variable.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileConfig {
+    pub provider: String,
+    #[serde(rename = "type", default = "api_key")]
+    pub kind: ProfileType,
+    /// The variable holding the API key (`type = "api_key"`).
+    pub api_key_env: Option<String>,
+    /// The variable holding the bearer token (`type = "token"`).
+    pub token_env: Option<String>,
+    /// When a static token stops working (RFC 3339).
+    pub expires: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+fn api_key() -> ProfileType {
+    ProfileType::ApiKey
+}
+
+impl ProfileConfig {
+    pub fn secret_env(&self) -> Option<&str> {
+        self.api_key_env.as_deref().or(self.token_env.as_deref())
+    }
+
+    /// The secret, read from its environment variable now. Empty counts as unset.
+    pub fn secret(&self) -> Option<SecretString> {
+        let value = std::env::var(self.secret_env()?).ok()?;
+        let value = value.trim();
+        (!value.is_empty()).then(|| SecretString::from(value.to_string()))
+    }
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Models {
+    pub primary: Option<String>,
+    #[serde(default)]
+    pub fallbacks: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Agent {
+    /// Replaces `models.fallbacks` for this agent; `[]` means no fallback.
+    pub fallbacks: Option<Vec<String>>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Cooldown {
+    #[serde(default = "d60s", deserialize_with = "duration")]
+    pub base: Duration,
+    #[serde(default = "five")]
+    pub factor: u32,
+    #[serde(default = "d1h", deserialize_with = "duration")]
+    pub max: Duration,
+    #[serde(default = "d10m", deserialize_with = "duration")]
+    pub failure_window: Duration,
+    #[serde(default = "d6h", deserialize_with = "duration")]
+    pub hint_max: Duration,
+}
+
+impl Default for Cooldown {
+    fn default() -> Self {
+        Cooldown { base: d60s(), factor: five(), max: d1h(), failure_window: d10m(), hint_max: d6h() }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Billing {
+    #[serde(default = "d1h", deserialize_with = "duration")]
+    pub base: Duration,
+    #[serde(default = "d24h", deserialize_with = "duration")]
+    pub max: Duration,
+}
+
+impl Default for Billing {
+    fn default() -> Self {
+        Billing { base: d1h(), max: d24h() }
+    }
+}
+
+fn d60s() -> Duration {
+    Duration::from_secs(60)
+}
+fn d1h() -> Duration {
+    Duration::from_secs(3600)
+}
+fn d10m() -> Duration {
+    Duration::from_secs(600)
+}
+fn d6h() -> Duration {
+    Duration::from_secs(6 * 3600)
+}
+fn d24h() -> Duration {
+    Duration::from_secs(24 * 3600)
+}
+fn five() -> u32 {
+    5
+}
+
+/// `"60s"`, `"5m"`, `"1h30m"`, or a number of seconds.
+fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Secs(u64),
+        Text(String),
+    }
+    match Raw::deserialize(d)? {
+        Raw::Secs(s) => Ok(Duration::from_secs(s)),
+        Raw::Text(t) => humantime::parse_duration(t.trim()).map_err(|e| {
+            serde::de::Error::custom(format!("invalid duration `{t}` ({e}); write e.g. \"90s\", \"5m\" or \"1h\""))
+        }),
+    }
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RotationConfig {
+    #[serde(default)]
+    pub order: Rotation,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Failover {
+    #[serde(default = "yes")]
+    pub enabled: bool,
+}
+
+impl Default for Failover {
+    fn default() -> Self {
+        Failover { enabled: true }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Classification {
+    /// Checked before the built-in table.
+    #[serde(default)]
+    pub rules: Vec<Rule>,
+}
+
+/// A configuration that failed to load, with every error found.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", .0.join("\n"))]
+pub struct ConfigError(pub Vec<String>);
+
+/// Where the configuration came from.
+#[derive(Clone, Debug)]
+pub struct Source {
+    /// The file, when one was read.
+    pub file: Option<PathBuf>,
+}
+
+impl Config {
+    /// Reads `path` (or `ROTA_CONFIG`, or `./rota.toml` when it exists), then the `ROTA_*`
+    /// environment (`__` nests: `ROTA_SERVER__LISTEN`), then `DATABASE_URL`.
+    pub fn load(path: Option<&Path>) -> Result<(Config, Source), ConfigError> {
+        let explicit = path.map(Path::to_path_buf).or_else(|| std::env::var_os("ROTA_CONFIG").map(PathBuf::from));
+        let file = match explicit {
+            Some(p) if !p.is_file() => {
+                return Err(ConfigError(vec![format!("config file {} not found", p.display())]));
+            }
+            Some(p) => Some(p),
+            None => Some(PathBuf::from(DEFAULT_FILE)).filter(|p| p.is_file()),
+        };
+        let mut fig = Figment::new();
+        if let Some(f) = &file {
+            fig = fig.merge(Toml::file_exact(f));
+        }
+        fig = fig
+            .merge(
+                Env::prefixed("ROTA_")
+                    .ignore(&NOT_CONFIG)
+                    .map(|k| if k == "failover_enabled" { "failover.enabled".into() } else { k.into() })
+                    .split("__"),
+            )
+            .merge(Env::raw().only(&["database_url"]).map(|_| "database.url".into()));
+        let config: Config = fig.extract().map_err(|e| ConfigError(describe(e)))?;
+        Ok((config, Source { file }))
+    }
+
+    pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
+        Figment::new().merge(Toml::string(text)).extract().map_err(|e| ConfigError(describe(e)))
+    }
+
+    pub fn cooldown_policy(&self) -> CooldownPolicy {
+        CooldownPolicy {
+            base: self.cooldown.base,
+            factor: self.cooldown.factor,
+            max: self.cooldown.max,
+            failure_window: self.cooldown.failure_window,
+            hint_max: self.cooldown.hint_max,
+            billing_base: self.billing.base,
+            billing_max: self.billing.max,
+        }
+    }
+
+    /// Profiles declared in the file for `provider`, in file order.
+    pub fn configured_profiles(&self, provider: &str) -> Vec<ProfileId> {
+        self.auth.profiles.keys().filter(|id| id.provider() == provider).cloned().collect()
+    }
+
+    pub fn has_provider(&self, name: &str) -> bool {
+        self.providers.contains_key(name)
+    }
+
+    /// Resolves a chain with this configuration's routing.
+    pub fn chain(&self, req: &ChainRequest<'_>) -> Result<Vec<chain::Candidate>, chain::ChainError> {
+        let known = |p: &str| self.has_provider(p);
+        let routing = Routing {
+            providers: &known,
+            aliases: &self.aliases,
+            virtual_models: &self.virtual_models,
+            primary: self.models.primary.as_deref(),
+            fallbacks: &self.models.fallbacks,
+        };
+        chain::resolve(&routing, req)
+    }
+
+    /// Everything wrong with a parsed configuration, each naming its key. Empty when sound.
+    pub fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (name, p) in &self.providers {
+            if !valid_provider_name(name) {
+                out.push(format!("providers.{name}: provider names may only hold a-z, 0-9, `-` and `_`"));
+            }
+            if !(p.base_url.starts_with("http://") || p.base_url.starts_with("https://")) {
+                out.push(format!("providers.{name}.base_url: `{}` is not an http(s) URL", p.base_url));
+            }
+        }
+        for (id, p) in &self.auth.profiles {
+            let key = format!("auth.profiles.\"{id}\"");
+            if p.provider != id.provider() {
+                out.push(format!("{key}.provider: `{}` does not match the id's provider `{}`", p.provider, id.provider()));
+            }
+            if !self.has_provider(&p.provider) {
+                out.push(format!("{key}.provider: unknown provider `{}` (configure [providers.{}])", p.provider, p.provider));
+            }
+            let (field, var) = match p.kind {
+                ProfileType::ApiKey => ("api_key_env", &p.api_key_env),
+                ProfileType::Token => ("token_env", &p.token_env),
+                ProfileType::OAuth => {
+                    out.push(format!("{key}.type: oauth profiles are created by logging in (`rota login {}`), not declared", p.provider));
+                    continue;
+                }
+            };
+            match var {
+                None => out.push(format!("{key}.{field}: missing; name the environment variable that holds the secret")),
+                Some(v) if p.secret().is_none() => {
+                    out.push(format!("{key}.{field}: environment variable `{v}` is unset or empty"));
+                }
+                Some(_) => {}
+            }
+        }
+        for (provider, ids) in &self.auth.order {
+            if !self.has_provider(provider) {
+                out.push(format!("auth.order.{provider}: unknown provider `{provider}`"));
+            }
+            for id in ids.iter().filter(|id| id.provider() != provider) {
+                out.push(format!("auth.order.{provider}: `{id}` belongs to another provider"));
+            }
+        }
+        let c = &self.cooldown;
+        if c.factor == 0 {
+            out.push("cooldown.factor: must be at least 1".into());
+        }
+        if c.base.is_zero() || c.max < c.base {
+            out.push("cooldown: `base` must be positive and no longer than `max`".into());
+        }
+        if self.billing.base.is_zero() || self.billing.max < self.billing.base {
+            out.push("billing: `base` must be positive and no longer than `max`".into());
+        }
+        self.routing_problems(&mut out);
+        out
+    }
+
+    fn routing_problems(&self, out: &mut Vec<String>) {
+        let resolve = |model: &str, fallbacks: Option<&[String]>| {
+            let req = ChainRequest { model: Some(model), agent_fallbacks: fallbacks, failover: true, ..Default::default() };
+            self.chain(&req)
+        };
+        let none: &[String] = &[];
+        if let Some(primary) = &self.models.primary {
+            if let Err(e) = resolve(primary, Some(none)) {
+                out.push(format!("models.primary: {e}"));
+            }
+        }
+        for (i, f) in self.models.fallbacks.iter().enumerate() {
+            if let Err(e) = resolve(f, Some(none)) {
+                out.push(format!("models.fallbacks[{i}]: {e}"));
+            }
+        }
+        for (name, target) in &self.aliases {
+            if let Err(e) = resolve(target, Some(none)) {
+                out.push(format!("aliases.{name}: {e}"));
+            }
+        }
+        let mut vms: Vec<&String> = self.virtual_models.keys().collect();
+        vms.sort();
+        for name in vms {
+            if let Err(e) = resolve(name, Some(none)) {
+                out.push(format!("virtual_models.\"{name}\": {e}"));
+            }
+        }
+        for (agent, a) in &self.agents {
+            for (i, f) in a.fallbacks.iter().flatten().enumerate() {
+                if let Err(e) = resolve(f, Some(none)) {
+                    out.push(format!("agents.{agent}.fallbacks[{i}]: {e}"));
+                }
+            }
+        }
+    }
+
+    /// The SQLite file named by `database.url` (`sqlite://rota.db`, `sqlite:rota.db`, a path).
+    pub fn database_path(&self) -> Result<PathBuf, ConfigError> {
+        let url = self.database.url.trim();
+        let rest = url
+            .strip_prefix("sqlite://")
+            .or_else(|| url.strip_prefix("sqlite:"))
+            .unwrap_or(url);
+        let rest = rest.split('?').next().unwrap_or("");
+        if url.contains("://") && !url.starts_with("sqlite://") {
+            return Err(ConfigError(vec![format!(
+                "database.url: `{url}` is not supported yet; use sqlite://PATH (PostgreSQL support is planned)"
+            )]));
+        }
+        if rest.is_empty() || rest.contains(":memory:") {
+            return Err(ConfigError(vec![format!("database.url: `{url}` does not name a database file")]));
+        }
+        Ok(PathBuf::from(rest))
+    }
+}
+
+/// One line per figment error: the file (or variable) and the key at fault, then the problem.
+fn describe(err: figment::Error) -> Vec<String> {
+    err.into_iter()
+        .map(|e| {
+            let key = e.path.join(".");
+            let origin = e.metadata.as_ref().map(|m| match &m.source {
+                Some(figment::Source::File(p)) => p.display().to_string(),
+                _ => m.name.to_string(),
+            });
+            let what = e.kind.to_string();
+            match (origin, key.is_empty()) {
+                (Some(o), false) => format!("{o}: key `{key}`: {what}"),
+                (Some(o), true) => format!("{o}: {what}"),
+                (None, false) => format!("key `{key}`: {what}"),
+                (None, true) => what,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Config {
+        Config::from_toml(text).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    const BASE: &str = r#"
+[providers.openai]
+api = "openai"
+base_url = "https://api.openai.com/v1"
+[providers.anthropic]
+api = "anthropic"
+base_url = "https://api.anthropic.com"
+"#;
+
+    #[test]
+    fn empty_config_has_spec_defaults() {
+        let c = parse("");
+        assert_eq!(c.server.listen, "127.0.0.1:8080");
+        assert_eq!(c.database.url, "sqlite://rota.db");
+        assert_eq!(c.cooldown_policy(), CooldownPolicy::default());
+        assert!(c.failover.enabled);
+        assert_eq!(c.rotation.order, Rotation::Lru);
+        assert!(c.problems().is_empty());
+    }
+
+    #[test]
+    fn durations_accept_text_and_seconds() {
+        let c = parse("[cooldown]\nbase = \"30s\"\nmax = 7200\nfailure_window = \"1h30m\"");
+        assert_eq!(c.cooldown.base, Duration::from_secs(30));
+        assert_eq!(c.cooldown.max, Duration::from_secs(7200));
+        assert_eq!(c.cooldown.failure_window, Duration::from_secs(5400));
+    }
+
+    #[test]
+    fn invalid_duration_names_the_key() {
+        let err = Config::from_toml("[cooldown]\nbase = \"soon\"").unwrap_err().to_string();
+        assert!(err.contains("cooldown.base") && err.contains("invalid duration `soon`"), "{err}");
+    }
+
+    #[test]
+    fn unknown_key_is_refused_naming_it() {
+        let err = Config::from_toml("[server]\nlisten = \"x\"\nport = 1").unwrap_err().to_string();
+        assert!(err.contains("port"), "{err}");
+    }
+
+    #[test]
+    fn malformed_profile_id_in_order_is_refused() {
+        let err = Config::from_toml("[auth.order]\nopenai = [\"work\"]").unwrap_err().to_string();
+        assert!(err.contains("malformed profile id `work`"), "{err}");
+    }
+
+    #[test]
+    fn unset_api_key_env_is_a_problem_naming_the_variable() {
+        let c = parse(&format!("{BASE}\n[auth.profiles.\"openai:work\"]\nprovider = \"openai\"\ntype = \"api_key\"\napi_key_env = \"ROTA_TEST_SURELY_UNSET_VAR\""));
+        assert_eq!(
+            c.problems(),
+            ["auth.profiles.\"openai:work\".api_key_env: environment variable `ROTA_TEST_SURELY_UNSET_VAR` is unset or empty"]
+        );
+    }
+
+    #[test]
+    fn profile_provider_must_match_its_id_and_exist() {
+        let c = parse(&format!("{BASE}\n[auth.profiles.\"openai:x\"]\nprovider = \"azure\"\napi_key_env = \"PATH\""));
+        let p = c.problems();
+        assert!(p.iter().any(|m| m.contains("does not match")), "{p:?}");
+        assert!(p.iter().any(|m| m.contains("unknown provider `azure`")), "{p:?}");
+    }
+
+    #[test]
+    fn fallback_naming_unknown_provider_is_a_problem() {
+        let c = parse(&format!("{BASE}\n[models]\nprimary = \"openai/gpt-4.1\"\nfallbacks = [\"mystery/m\"]"));
+        assert_eq!(c.problems(), ["models.fallbacks[0]: `mystery/m` names unknown provider `mystery` (configure [providers.mystery])"]);
+    }
+
+    #[test]
+    fn virtual_model_cycle_is_a_problem() {
+        let c = parse(&format!("{BASE}\n[virtual_models.a]\ntargets = [\"b\"]\n[virtual_models.b]\ntargets = [\"a\"]"));
+        let p = c.problems();
+        assert_eq!(p.len(), 2, "{p:?}");
+        assert!(p[0].starts_with("virtual_models.\"a\": virtual model or alias cycle: a → b → a"), "{p:?}");
+    }
+
+    #[test]
+    fn agent_fallbacks_are_checked() {
+        let c = parse(&format!("{BASE}\n[agents.planner]\nfallbacks = [\"nope/x\"]"));
+        assert_eq!(c.problems().len(), 1);
+        assert!(c.problems()[0].starts_with("agents.planner.fallbacks[0]"));
+    }
+
+    #[test]
+    fn database_url_forms() {
+        let with = |u: &str| Config { database: Database { url: u.into() }, ..Default::default() }.database_path();
+        assert_eq!(with("sqlite://rota.db").unwrap(), PathBuf::from("rota.db"));
+        assert_eq!(with("sqlite:///var/lib/rota.db?mode=rwc").unwrap(), PathBuf::from("/var/lib/rota.db"));
+        assert_eq!(with("data/x.db").unwrap(), PathBuf::from("data/x.db"));
+        assert!(with("postgres://h/db").is_err());
+        assert!(with("sqlite::memory:").is_err());
+    }
+
+    #[test]
+    fn spec_example_config_parses() {
+        let c = parse(include_str!("../rota.example.toml"));
+        assert!(c.has_provider("corp"));
+        assert_eq!(c.virtual_models["smart"].targets.len(), 2);
+        assert_eq!(c.agents["planner"].fallbacks, Some(vec![]));
+    }
+}

@@ -1,0 +1,202 @@
+//! `rota doctor`: is the configuration sound, can the key open the secrets, and what would
+//! each agent's chain do right now, profile by profile. Creates no database and no key.
+
+use crate::book::Roster;
+use crate::config::Config;
+use crate::engine::chain::{ChainRequest, FallbackOverride};
+use crate::secrets::{check_key, find_key, key_file_for};
+use crate::status::Status;
+use crate::store::{SqliteStore, Snapshot, Store};
+use anyhow::Result;
+use serde::Serialize;
+use std::path::Path;
+use std::process::ExitCode;
+
+#[derive(Serialize, Default)]
+struct Report {
+    config_file: Option<String>,
+    database: Option<String>,
+    key: Option<String>,
+    agents: Vec<AgentChain>,
+    problems: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct AgentChain {
+    agent: String,
+    chain: Vec<ChainStep>,
+    error: Option<String>,
+}
+
+#[derive(Serialize)]
+struct ChainStep {
+    model: String,
+    profiles: Vec<ProfileLine>,
+}
+
+#[derive(Serialize)]
+struct ProfileLine {
+    id: String,
+    #[serde(rename = "type")]
+    kind: String,
+    status: Status,
+    display: String,
+}
+
+pub async fn run(config_path: Option<&Path>, as_json: bool) -> Result<ExitCode> {
+    let report = match Config::load(config_path) {
+        Ok((config, source)) => build(&config, source.file.map(|f| f.display().to_string())).await,
+        Err(e) => Report { problems: e.0, ..Default::default() },
+    };
+    if as_json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_text(&report);
+    }
+    Ok(if report.problems.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+async fn build(config: &Config, file: Option<String>) -> Report {
+    let mut report = Report {
+        config_file: Some(file.unwrap_or_else(|| "none (defaults and environment)".into())),
+        problems: config.problems(),
+        ..Default::default()
+    };
+    let snapshot = match config.database_path() {
+        Err(e) => {
+            report.problems.extend(e.0);
+            Snapshot::default()
+        }
+        Ok(path) if !path.exists() => {
+            report.database = Some(format!("{} (not created yet; `rota serve` or `rota migrate` creates it)", path.display()));
+            Snapshot::default()
+        }
+        Ok(path) => match inspect_database(&path, &mut report).await {
+            Ok(s) => s,
+            Err(e) => {
+                report.problems.push(format!("database {}: {e:#}", path.display()));
+                Snapshot::default()
+            }
+        },
+    };
+    let roster = Roster::new(&snapshot, config);
+    let now = chrono::Utc::now().timestamp_millis();
+    let mut agents: Vec<String> = config.agents.keys().cloned().collect();
+    agents.insert(0, "(default)".into());
+    for agent in agents {
+        let fallbacks = config.agents.get(&agent).and_then(|a| a.fallbacks.as_deref());
+        let req = ChainRequest {
+            model: None,
+            agent_fallbacks: fallbacks,
+            fallback_override: FallbackOverride::Inherit,
+            roll: 0,
+            failover: config.failover.enabled,
+        };
+        let entry = match config.chain(&req) {
+            Ok(chain) => {
+                let steps = chain
+                    .iter()
+                    .map(|c| {
+                        let slots = roster.order(config, &c.provider, &c.model, None, None, now).map(|o| o.slots).unwrap_or_default();
+                        let line = |id: &crate::engine::ProfileId, note: &str| {
+                            let v = &roster.views[id];
+                            let status = Status::for_model(v, &c.model, now);
+                            ProfileLine { id: id.to_string(), kind: v.kind.to_string(), display: format!("{}{note}", status.display(now)), status }
+                        };
+                        let mut profiles: Vec<ProfileLine> = slots.iter().map(|s| line(&s.id, "")).collect();
+                        // Profiles of the provider that the order leaves out, so nobody wonders why.
+                        let mut left_out: Vec<_> = roster
+                            .views
+                            .keys()
+                            .filter(|id| id.provider() == c.provider && !slots.iter().any(|s| &s.id == *id))
+                            .collect();
+                        left_out.sort();
+                        let explicit = roster.orders.get(&c.provider).or(config.auth.order.get(&c.provider)).is_some_and(|o| !o.is_empty());
+                        let configured = config.configured_profiles(&c.provider);
+                        profiles.extend(left_out.into_iter().map(|id| {
+                            let why = if roster.views[id].unusable(now).is_some() {
+                                ""
+                            } else if explicit {
+                                " — not in rotation: auth.order does not name it"
+                            } else if !configured.is_empty() && !configured.contains(id) {
+                                " — not in rotation: the config file declares this provider's profiles"
+                            } else {
+                                " — not in rotation"
+                            };
+                            line(id, why)
+                        }));
+                        ChainStep { model: c.label(), profiles }
+                    })
+                    .collect();
+                AgentChain { agent, chain: steps, error: None }
+            }
+            Err(e) => AgentChain { agent, chain: vec![], error: Some(e.to_string()) },
+        };
+        report.agents.push(entry);
+    }
+    report
+}
+
+/// Opens the database without creating anything, and checks the key against its secrets.
+async fn inspect_database(path: &Path, report: &mut Report) -> Result<Snapshot> {
+    let store = SqliteStore::open(path).await?;
+    let applied = store.applied_migrations().await?;
+    report.database = Some(format!("{} ({applied} migration(s) applied)", path.display()));
+    let ids = store.secret_key_ids().await?;
+    report.key = Some(match find_key(path) {
+        Err(e) => {
+            report.problems.push(e.to_string());
+            "invalid".into()
+        }
+        Ok(None) if ids.is_empty() => format!("none yet (created at {} on the first stored secret)", key_file_for(path).display()),
+        Ok(None) => {
+            report.problems.push(crate::secrets::KeyError::Missing { ids: ids.join(", "), file: key_file_for(path) }.to_string());
+            "missing".into()
+        }
+        Ok(Some((key, origin))) => match check_key(&key, &origin, &ids) {
+            Ok(()) => format!("{origin}, id {}", key.id()),
+            Err(e) => {
+                report.problems.push(e.to_string());
+                format!("{origin}, id {} (does not match the database)", key.id())
+            }
+        },
+    });
+    let snapshot = store.snapshot().await?;
+    store.close().await;
+    Ok(snapshot)
+}
+
+fn print_text(r: &Report) {
+    if let Some(f) = &r.config_file {
+        println!("config:   {f}");
+    }
+    if let Some(d) = &r.database {
+        println!("database: {d}");
+    }
+    if let Some(k) = &r.key {
+        println!("key:      {k}");
+    }
+    for a in &r.agents {
+        println!("\nagent {}:", a.agent);
+        if let Some(e) = &a.error {
+            println!("  chain cannot be resolved: {e}");
+        }
+        for (i, step) in a.chain.iter().enumerate() {
+            println!("  {}. {}", i + 1, step.model);
+            if step.profiles.is_empty() {
+                println!("       (no usable profile: add one with `rota profiles add {}`)", step.model.split('/').next().unwrap_or(""));
+            }
+            for p in &step.profiles {
+                println!("       {:<32} {:<8} {}", p.id, p.kind, p.display);
+            }
+        }
+    }
+    if r.problems.is_empty() {
+        println!("\nno problems found");
+    } else {
+        println!("\n{} problem(s):", r.problems.len());
+        for p in &r.problems {
+            println!("  - {p}");
+        }
+    }
+}

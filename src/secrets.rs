@@ -1,0 +1,272 @@
+//! Secrets at rest: the key-encryption key and the sealing of each secret (SPEC §8, Secrets).
+//!
+//! Each secret is sealed with XChaCha20-Poly1305 under the master key; the associated data is
+//! `rota/v1|<profile id>|<field>|<key id>`, so a ciphertext moved to another profile or field,
+//! or opened with another key, fails to decrypt instead of yielding the wrong secret.
+
+use crate::engine::ProfileId;
+use base64::Engine as _;
+use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use chacha20poly1305::aead::{Aead, AeadCore, KeyInit, OsRng, Payload};
+use chacha20poly1305::{XChaCha20Poly1305, XNonce};
+use secrecy::{ExposeSecret, SecretString};
+use sha2::{Digest, Sha256};
+use std::fmt;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+pub const MASTER_KEY_ENV: &str = "ROTA_MASTER_KEY";
+
+/// Which secret of a profile a ciphertext holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SecretField {
+    ApiKey,
+    Token,
+    AccessToken,
+    RefreshToken,
+}
+
+impl SecretField {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SecretField::ApiKey => "api_key",
+            SecretField::Token => "token",
+            SecretField::AccessToken => "access_token",
+            SecretField::RefreshToken => "refresh_token",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<SecretField> {
+        [SecretField::ApiKey, SecretField::Token, SecretField::AccessToken, SecretField::RefreshToken]
+            .into_iter()
+            .find(|f| f.as_str() == s)
+    }
+}
+
+/// A secret as stored: only ciphertext.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Sealed {
+    pub field: SecretField,
+    pub key_id: String,
+    pub nonce: Vec<u8>,
+    pub ciphertext: Vec<u8>,
+}
+
+impl fmt::Debug for Sealed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Sealed({}, key {})", self.field.as_str(), self.key_id)
+    }
+}
+
+/// The key-encryption key. Its `Debug` shows only the key id.
+pub struct MasterKey {
+    id: String,
+    cipher: XChaCha20Poly1305,
+}
+
+impl fmt::Debug for MasterKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "MasterKey({})", self.id)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error("{MASTER_KEY_ENV} is not a valid key: expected 32 bytes in base64 (make one with `head -c 32 /dev/urandom | base64`)")]
+    BadEnv,
+    #[error("key file {0} is not a valid key: expected 32 bytes in base64")]
+    BadFile(PathBuf),
+    #[error("cannot {action} key file {path}: {source}")]
+    Io { action: &'static str, path: PathBuf, source: std::io::Error },
+    #[error(
+        "the database holds encrypted secrets (key id {ids}) but no key is available: set {MASTER_KEY_ENV} to the key that sealed them, or put its key file back at {file}. rota will not create a new key, because the stored secrets could then never be read."
+    )]
+    Missing { ids: String, file: PathBuf },
+    #[error(
+        "the database's secrets were sealed with key id {stored}, but the key from {origin} has id {found}: set {MASTER_KEY_ENV} to the key that sealed them (or restore that key file)"
+    )]
+    Mismatch { stored: String, found: String, origin: String },
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("cannot decrypt the {field} of profile {profile}: the ciphertext does not match this profile, field and key")]
+pub struct OpenError {
+    pub profile: String,
+    pub field: &'static str,
+}
+
+/// Where the master key came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeyOrigin {
+    Env,
+    File(PathBuf),
+    /// A key file created at this start.
+    NewFile(PathBuf),
+}
+
+impl fmt::Display for KeyOrigin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeyOrigin::Env => write!(f, "{MASTER_KEY_ENV}"),
+            KeyOrigin::File(p) => write!(f, "key file {}", p.display()),
+            KeyOrigin::NewFile(p) => write!(f, "new key file {}", p.display()),
+        }
+    }
+}
+
+impl MasterKey {
+    pub fn from_bytes(bytes: &[u8; 32]) -> MasterKey {
+        let digest = Sha256::new().chain_update(b"rota key id\0").chain_update(bytes).finalize();
+        let id = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+        MasterKey { id, cipher: XChaCha20Poly1305::new(bytes.into()) }
+    }
+
+    fn decode(text: &str) -> Option<MasterKey> {
+        let t = text.trim();
+        let bytes = STANDARD.decode(t).or_else(|_| URL_SAFE_NO_PAD.decode(t.trim_end_matches('='))).ok()?;
+        let arr: [u8; 32] = bytes.try_into().ok()?;
+        Some(MasterKey::from_bytes(&arr))
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn aad(&self, profile: &ProfileId, field: SecretField) -> Vec<u8> {
+        format!("rota/v1|{profile}|{}|{}", field.as_str(), self.id).into_bytes()
+    }
+
+    pub fn seal(&self, profile: &ProfileId, field: SecretField, secret: &SecretString) -> Sealed {
+        let nonce = XChaCha20Poly1305::generate_nonce(&mut OsRng);
+        let aad = self.aad(profile, field);
+        let ciphertext = self
+            .cipher
+            .encrypt(&nonce, Payload { msg: secret.expose_secret().as_bytes(), aad: &aad })
+            .expect("XChaCha20-Poly1305 encryption cannot fail for in-memory buffers");
+        Sealed { field, key_id: self.id.clone(), nonce: nonce.to_vec(), ciphertext }
+    }
+
+    pub fn open(&self, profile: &ProfileId, sealed: &Sealed) -> Result<SecretString, OpenError> {
+        let err = || OpenError { profile: profile.to_string(), field: sealed.field.as_str() };
+        if sealed.key_id != self.id || sealed.nonce.len() != 24 {
+            return Err(err());
+        }
+        let aad = self.aad(profile, sealed.field);
+        let plain = self
+            .cipher
+            .decrypt(XNonce::from_slice(&sealed.nonce), Payload { msg: &sealed.ciphertext, aad: &aad })
+            .map_err(|_| err())?;
+        String::from_utf8(plain).map(SecretString::from).map_err(|_| err())
+    }
+}
+
+/// The key file that belongs to a database file: `rota.db` → `rota.key`, same folder.
+pub fn key_file_for(db_path: &Path) -> PathBuf {
+    db_path.with_extension("key")
+}
+
+/// The master key from `ROTA_MASTER_KEY` or the key file beside the database, if either is
+/// there. Creates nothing.
+pub fn find_key(db_path: &Path) -> Result<Option<(MasterKey, KeyOrigin)>, KeyError> {
+    if let Ok(v) = std::env::var(MASTER_KEY_ENV).map(|v| v.trim().to_string()) {
+        if !v.is_empty() {
+            return Ok(Some((MasterKey::decode(&v).ok_or(KeyError::BadEnv)?, KeyOrigin::Env)));
+        }
+    }
+    let file = key_file_for(db_path);
+    if !file.exists() {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(&file).map_err(|source| KeyError::Io { action: "read", path: file.clone(), source })?;
+    let key = MasterKey::decode(&text).ok_or_else(|| KeyError::BadFile(file.clone()))?;
+    Ok(Some((key, KeyOrigin::File(file))))
+}
+
+/// Checks that `key` sealed every stored secret.
+pub fn check_key(key: &MasterKey, origin: &KeyOrigin, stored_key_ids: &[String]) -> Result<(), KeyError> {
+    match stored_key_ids.iter().find(|id| *id != key.id()) {
+        Some(other) => Err(KeyError::Mismatch { stored: other.clone(), found: key.id().to_string(), origin: origin.to_string() }),
+        None => Ok(()),
+    }
+}
+
+/// Finds the master key: `ROTA_MASTER_KEY`, else the key file beside the database, else a new
+/// `0600` key file — but never a new key while the database holds secrets sealed by another.
+pub fn resolve_key(db_path: &Path, stored_key_ids: &[String]) -> Result<(MasterKey, KeyOrigin), KeyError> {
+    let (key, origin) = match find_key(db_path)? {
+        Some(found) => found,
+        None if !stored_key_ids.is_empty() => {
+            return Err(KeyError::Missing { ids: stored_key_ids.join(", "), file: key_file_for(db_path) });
+        }
+        None => {
+            let file = key_file_for(db_path);
+            (create_key_file(&file)?, KeyOrigin::NewFile(file))
+        }
+    };
+    check_key(&key, &origin, stored_key_ids)?;
+    Ok((key, origin))
+}
+
+fn create_key_file(path: &Path) -> Result<MasterKey, KeyError> {
+    let bytes: [u8; 32] = XChaCha20Poly1305::generate_key(&mut OsRng).into();
+    let io = |action, source| KeyError::Io { action, path: path.to_path_buf(), source };
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
+    let mut f = opts.open(path).map_err(|e| io("create", e))?;
+    f.write_all(format!("{}\n", STANDARD.encode(bytes)).as_bytes()).map_err(|e| io("write", e))?;
+    f.sync_all().map_err(|e| io("write", e))?;
+    Ok(MasterKey::from_bytes(&bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(b: u8) -> MasterKey {
+        MasterKey::from_bytes(&[b; 32])
+    }
+
+    fn id(s: &str) -> ProfileId {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn sealed_secret_opens_with_the_same_profile_field_and_key() {
+        let k = key(1);
+        let s = k.seal(&id("openai:work"), SecretField::ApiKey, &SecretString::from("sk-live-123"));
+        assert!(!s.ciphertext.windows(11).any(|w| w == b"sk-live-123"));
+        assert_eq!(k.open(&id("openai:work"), &s).unwrap().expose_secret(), "sk-live-123");
+    }
+
+    #[test]
+    fn ciphertext_is_bound_to_profile_field_and_key() {
+        let k = key(1);
+        let s = k.seal(&id("openai:work"), SecretField::ApiKey, &SecretString::from("sk-live-123"));
+        assert!(k.open(&id("openai:other"), &s).is_err(), "another profile");
+        assert!(k.open(&id("openai:work"), &Sealed { field: SecretField::Token, ..s.clone() }).is_err(), "another field");
+        assert!(key(2).open(&id("openai:work"), &Sealed { key_id: key(2).id().into(), ..s.clone() }).is_err(), "another key");
+    }
+
+    #[test]
+    fn debug_output_never_shows_key_material() {
+        let k = key(7);
+        assert_eq!(format!("{k:?}"), format!("MasterKey({})", k.id()));
+        let s = k.seal(&id("a:b"), SecretField::ApiKey, &SecretString::from("hunter2"));
+        assert!(!format!("{s:?}").contains("hunter2"));
+        assert!(!format!("{:?}", SecretString::from("hunter2")).contains("hunter2"));
+    }
+
+    #[test]
+    fn key_id_is_stable_and_distinct() {
+        assert_eq!(key(1).id(), key(1).id());
+        assert_ne!(key(1).id(), key(2).id());
+        assert_eq!(key(1).id().len(), 16);
+    }
+
+    #[test]
+    fn key_file_sits_beside_the_database() {
+        assert_eq!(key_file_for(Path::new("/var/lib/rota/rota.db")), PathBuf::from("/var/lib/rota/rota.key"));
+    }
+}

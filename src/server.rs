@@ -1,0 +1,71 @@
+//! `rota serve`: opens the store, unlocks the secrets, loads the profile book and serves HTTP
+//! until SIGTERM or Ctrl-C, then flushes every pending write.
+
+use crate::book::Book;
+use crate::config::Config;
+use crate::engine::{Clock, SystemClock};
+use crate::secrets::resolve_key;
+use crate::store::{SqliteStore, Store};
+use anyhow::{Context, Result};
+use axum::extract::State;
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+/// What every handler shares; cheap to clone.
+#[derive(Clone)]
+pub struct AppState {
+    pub config: Arc<Config>,
+    pub book: Arc<Book>,
+    pub clock: Arc<dyn Clock>,
+}
+
+pub fn router(state: AppState) -> Router {
+    Router::new().route("/healthz", get(healthz)).with_state(state)
+}
+
+async fn healthz(State(_): State<AppState>) -> Json<Value> {
+    Json(json!({ "status": "ok", "version": env!("CARGO_PKG_VERSION") }))
+}
+
+pub async fn run(config: Config, listen: Option<String>) -> Result<()> {
+    let db_path = config.database_path()?;
+    let store = SqliteStore::open(&db_path).await.with_context(|| format!("opening database {}", db_path.display()))?;
+    let (key, origin) = resolve_key(&db_path, &store.secret_key_ids().await?)?;
+    tracing::info!(key_id = key.id(), from = %origin, "master key ready");
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let store: Arc<dyn Store> = Arc::new(store);
+    let book = Arc::new(Book::load(store, &config, &key, clock.now()).await?);
+    let addr = listen.unwrap_or_else(|| config.server.listen.clone());
+    let listener = tokio::net::TcpListener::bind(&addr).await.with_context(|| format!("cannot listen on {addr}"))?;
+    let local = listener.local_addr()?;
+    let state = AppState { config: Arc::new(config), book: book.clone(), clock };
+    println!("rota listening on http://{local}");
+    tracing::info!(%local, database = %db_path.display(), "serving");
+    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown_signal()).await?;
+    book.flush().await;
+    tracing::info!("stopped; every pending write is flushed");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}

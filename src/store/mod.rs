@@ -1,0 +1,81 @@
+//! Persistence behind one seam, so that a PostgreSQL implementation can follow the SQLite one.
+
+mod sqlite;
+
+pub use sqlite::SqliteStore;
+
+use crate::engine::{Millis, ModelCooldown, ProfileId, ProfileType, UsageStats};
+use crate::secrets::Sealed;
+use async_trait::async_trait;
+use std::collections::{BTreeMap, HashMap};
+
+/// Where a profile was defined.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// Added through the CLI, API, web page or a login; its secret is sealed in the database.
+    Stored,
+    /// Declared in the config file; its secret comes from the environment.
+    Config,
+}
+
+impl Origin {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Origin::Stored => "stored",
+            Origin::Config => "config",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredProfile {
+    pub id: ProfileId,
+    pub kind: ProfileType,
+    pub origin: Origin,
+    pub enabled: bool,
+    pub email: Option<String>,
+    pub expires_at: Option<Millis>,
+    pub created_at: Millis,
+}
+
+/// Everything the gateway keeps in memory, as stored.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    pub profiles: Vec<StoredProfile>,
+    pub secrets: HashMap<ProfileId, Vec<Sealed>>,
+    pub stats: HashMap<ProfileId, UsageStats>,
+    pub orders: BTreeMap<String, Vec<ProfileId>>,
+    pub model_cooldowns: HashMap<(String, String), ModelCooldown>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("profile {0} already exists")]
+    Duplicate(ProfileId),
+    #[error("profile {0} does not exist")]
+    NotFound(ProfileId),
+    #[error("database error: {0}")]
+    Db(#[from] sqlx::Error),
+    #[error("database migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("corrupt row in {table}: {detail}")]
+    Corrupt { table: &'static str, detail: String },
+}
+
+#[async_trait]
+pub trait Store: Send + Sync {
+    async fn snapshot(&self) -> Result<Snapshot, StoreError>;
+    /// The ids of the keys that sealed the stored secrets.
+    async fn secret_key_ids(&self) -> Result<Vec<String>, StoreError>;
+    /// Adds a profile with its sealed secrets and empty stats, atomically.
+    async fn add_profile(&self, profile: &StoredProfile, secrets: &[Sealed]) -> Result<(), StoreError>;
+    /// Records the profiles declared in the config file (their rows carry stats and audit joins).
+    async fn sync_config_profiles(&self, profiles: &[StoredProfile]) -> Result<(), StoreError>;
+    async fn remove_profile(&self, id: &ProfileId) -> Result<(), StoreError>;
+    async fn set_enabled(&self, id: &ProfileId, enabled: bool) -> Result<(), StoreError>;
+    /// Writes stats rows, in one transaction, in the given order.
+    async fn save_stats(&self, batch: &[(ProfileId, UsageStats)]) -> Result<(), StoreError>;
+    async fn save_model_cooldowns(&self, batch: &[((String, String), ModelCooldown)]) -> Result<(), StoreError>;
+    /// Sets (or with `None` removes) the stored explicit order of a provider.
+    async fn set_order(&self, provider: &str, ids: Option<&[ProfileId]>) -> Result<(), StoreError>;
+}

@@ -1,0 +1,312 @@
+//! The embedded SQLite store (WAL, busy timeout, migrations applied at open).
+
+use super::{Origin, Snapshot, Store, StoreError, StoredProfile};
+use crate::engine::{Cooldown, Disabled, Millis, ModelCooldown, ProfileId, Reason, UsageStats};
+use crate::secrets::{Sealed, SecretField};
+use async_trait::async_trait;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous};
+use sqlx::{Row, SqlitePool};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
+#[derive(Clone, Debug)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+}
+
+fn now() -> Millis {
+    chrono::Utc::now().timestamp_millis()
+}
+
+fn corrupt(table: &'static str, detail: impl ToString) -> StoreError {
+    StoreError::Corrupt { table, detail: detail.to_string() }
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database file and applies pending migrations.
+    pub async fn open(path: &Path) -> Result<SqliteStore, StoreError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| StoreError::Db(sqlx::Error::Io(e)))?;
+        }
+        let opts = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(Duration::from_secs(10))
+            .foreign_keys(true);
+        let pool = SqlitePoolOptions::new().max_connections(4).connect_with(opts).await?;
+        MIGRATOR.run(&pool).await?;
+        Ok(SqliteStore { pool })
+    }
+
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    /// The number of migrations applied to this database.
+    pub async fn applied_migrations(&self) -> Result<i64, StoreError> {
+        Ok(sqlx::query_scalar("SELECT COUNT(*) FROM _sqlx_migrations WHERE success = 1").fetch_one(&self.pool).await?)
+    }
+
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+fn reason(row: &SqliteRow, col: &str) -> Result<Option<Reason>, StoreError> {
+    let raw: Option<String> = row.try_get(col)?;
+    raw.map(|r| r.parse().map_err(|e| corrupt("usage_stats", e))).transpose()
+}
+
+fn stats_from_row(row: &SqliteRow) -> Result<UsageStats, StoreError> {
+    let cooldown = match (row.try_get::<Option<Millis>, _>("cooldown_until")?, reason(row, "cooldown_reason")?) {
+        (Some(until), Some(reason)) => Some(Cooldown { until, reason, model: row.try_get("cooldown_model")? }),
+        _ => None,
+    };
+    let disabled = reason(row, "disabled_reason")?.map(|reason| Disabled { until: row.try_get("disabled_until").ok().flatten(), reason });
+    let counts: String = row.try_get("failure_counts")?;
+    let failure_counts: BTreeMap<Reason, u32> = serde_json::from_str(&counts).map_err(|e| corrupt("usage_stats", e))?;
+    Ok(UsageStats {
+        last_used: row.try_get("last_used")?,
+        last_success_at: row.try_get("last_success_at")?,
+        cooldown,
+        disabled,
+        error_count: row.try_get::<i64, _>("error_count")? as u32,
+        failure_counts,
+        last_failure_at: row.try_get("last_failure_at")?,
+        window_opened_at: row.try_get("window_opened_at")?,
+        success_count: row.try_get::<i64, _>("success_count")? as u64,
+        failure_total: row.try_get::<i64, _>("failure_total")? as u64,
+    })
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn snapshot(&self) -> Result<Snapshot, StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        let mut snap = Snapshot::default();
+        for row in sqlx::query("SELECT id, type, source, enabled, email, expires_at, created_at FROM profiles ORDER BY created_at, id")
+            .fetch_all(&mut *conn)
+            .await?
+        {
+            let id: String = row.try_get("id")?;
+            let kind: String = row.try_get("type")?;
+            let source: String = row.try_get("source")?;
+            snap.profiles.push(StoredProfile {
+                id: id.parse().map_err(|e| corrupt("profiles", e))?,
+                kind: kind.parse().map_err(|e| corrupt("profiles", e))?,
+                origin: if source == "config" { Origin::Config } else { Origin::Stored },
+                enabled: row.try_get("enabled")?,
+                email: row.try_get("email")?,
+                expires_at: row.try_get("expires_at")?,
+                created_at: row.try_get("created_at")?,
+            });
+        }
+        for row in sqlx::query("SELECT profile_id, field, key_id, nonce, ciphertext FROM secrets").fetch_all(&mut *conn).await? {
+            let id: String = row.try_get("profile_id")?;
+            let field: String = row.try_get("field")?;
+            let sealed = Sealed {
+                field: SecretField::parse(&field).ok_or_else(|| corrupt("secrets", format!("unknown field {field}")))?,
+                key_id: row.try_get("key_id")?,
+                nonce: row.try_get("nonce")?,
+                ciphertext: row.try_get("ciphertext")?,
+            };
+            snap.secrets.entry(id.parse().map_err(|e| corrupt("secrets", e))?).or_default().push(sealed);
+        }
+        for row in sqlx::query("SELECT * FROM usage_stats").fetch_all(&mut *conn).await? {
+            let id: String = row.try_get("profile_id")?;
+            snap.stats.insert(id.parse().map_err(|e| corrupt("usage_stats", e))?, stats_from_row(&row)?);
+        }
+        for row in sqlx::query("SELECT provider, profile_ids FROM profile_order").fetch_all(&mut *conn).await? {
+            let ids: String = row.try_get("profile_ids")?;
+            let ids: Vec<ProfileId> = serde_json::from_str(&ids).map_err(|e| corrupt("profile_order", e))?;
+            snap.orders.insert(row.try_get("provider")?, ids);
+        }
+        for row in sqlx::query("SELECT provider, model, cooldown_until, error_count, last_failure_at FROM model_cooldowns")
+            .fetch_all(&mut *conn)
+            .await?
+        {
+            let mc = ModelCooldown {
+                until: row.try_get("cooldown_until")?,
+                error_count: row.try_get::<i64, _>("error_count")? as u32,
+                last_failure_at: row.try_get("last_failure_at")?,
+            };
+            snap.model_cooldowns.insert((row.try_get("provider")?, row.try_get("model")?), mc);
+        }
+        Ok(snap)
+    }
+
+    async fn secret_key_ids(&self) -> Result<Vec<String>, StoreError> {
+        Ok(sqlx::query_scalar("SELECT DISTINCT key_id FROM secrets ORDER BY key_id").fetch_all(&self.pool).await?)
+    }
+
+    async fn add_profile(&self, p: &StoredProfile, secrets: &[Sealed]) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let inserted = sqlx::query(
+            "INSERT INTO profiles (id, provider, name, type, source, enabled, email, expires_at, created_at, updated_at)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(p.id.as_str())
+        .bind(p.id.provider())
+        .bind(p.id.name())
+        .bind(p.kind.as_str())
+        .bind(p.origin.as_str())
+        .bind(p.enabled)
+        .bind(&p.email)
+        .bind(p.expires_at)
+        .bind(p.created_at)
+        .bind(p.created_at)
+        .execute(&mut *tx)
+        .await?;
+        if inserted.rows_affected() == 0 {
+            return Err(StoreError::Duplicate(p.id.clone()));
+        }
+        for s in secrets {
+            sqlx::query("INSERT INTO secrets (profile_id, field, key_id, nonce, ciphertext, updated_at) VALUES (?, ?, ?, ?, ?, ?)")
+                .bind(p.id.as_str())
+                .bind(s.field.as_str())
+                .bind(&s.key_id)
+                .bind(&s.nonce)
+                .bind(&s.ciphertext)
+                .bind(p.created_at)
+                .execute(&mut *tx)
+                .await?;
+        }
+        sqlx::query("INSERT INTO usage_stats (profile_id) VALUES (?)").bind(p.id.as_str()).execute(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn sync_config_profiles(&self, profiles: &[StoredProfile]) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        for p in profiles {
+            sqlx::query(
+                "INSERT INTO profiles (id, provider, name, type, source, enabled, expires_at, created_at, updated_at)
+                 VALUES (?, ?, ?, ?, 'config', 1, ?, ?, ?)
+                 ON CONFLICT (id) DO UPDATE SET type = excluded.type, expires_at = excluded.expires_at,
+                     updated_at = excluded.updated_at
+                 WHERE profiles.source = 'config' AND (profiles.type, profiles.expires_at) IS NOT (excluded.type, excluded.expires_at)",
+            )
+            .bind(p.id.as_str())
+            .bind(p.id.provider())
+            .bind(p.id.name())
+            .bind(p.kind.as_str())
+            .bind(p.expires_at)
+            .bind(p.created_at)
+            .bind(p.created_at)
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query("INSERT INTO usage_stats (profile_id) VALUES (?) ON CONFLICT DO NOTHING")
+                .bind(p.id.as_str())
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn remove_profile(&self, id: &ProfileId) -> Result<(), StoreError> {
+        let done = sqlx::query("DELETE FROM profiles WHERE id = ?").bind(id.as_str()).execute(&self.pool).await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::NotFound(id.clone()));
+        }
+        Ok(())
+    }
+
+    async fn set_enabled(&self, id: &ProfileId, enabled: bool) -> Result<(), StoreError> {
+        let done = sqlx::query("UPDATE profiles SET enabled = ?, updated_at = ? WHERE id = ?")
+            .bind(enabled)
+            .bind(now())
+            .bind(id.as_str())
+            .execute(&self.pool)
+            .await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::NotFound(id.clone()));
+        }
+        Ok(())
+    }
+
+    async fn save_stats(&self, batch: &[(ProfileId, UsageStats)]) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        for (id, s) in batch {
+            let counts = serde_json::to_string(&s.failure_counts).expect("reason counts serialize");
+            sqlx::query(
+                "INSERT INTO usage_stats (profile_id, last_used, last_success_at, cooldown_until, cooldown_reason,
+                     cooldown_model, disabled_until, disabled_reason, error_count, failure_counts, last_failure_at,
+                     window_opened_at, success_count, failure_total)
+                 SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM profiles WHERE id = ?1)
+                 ON CONFLICT (profile_id) DO UPDATE SET last_used = excluded.last_used,
+                     last_success_at = excluded.last_success_at, cooldown_until = excluded.cooldown_until,
+                     cooldown_reason = excluded.cooldown_reason, cooldown_model = excluded.cooldown_model,
+                     disabled_until = excluded.disabled_until, disabled_reason = excluded.disabled_reason,
+                     error_count = excluded.error_count, failure_counts = excluded.failure_counts,
+                     last_failure_at = excluded.last_failure_at, window_opened_at = excluded.window_opened_at,
+                     success_count = excluded.success_count, failure_total = excluded.failure_total",
+            )
+            .bind(id.as_str())
+            .bind(s.last_used)
+            .bind(s.last_success_at)
+            .bind(s.cooldown.as_ref().map(|c| c.until))
+            .bind(s.cooldown.as_ref().map(|c| c.reason.as_str()))
+            .bind(s.cooldown.as_ref().and_then(|c| c.model.clone()))
+            .bind(s.disabled.as_ref().and_then(|d| d.until))
+            .bind(s.disabled.as_ref().map(|d| d.reason.as_str()))
+            .bind(s.error_count as i64)
+            .bind(counts)
+            .bind(s.last_failure_at)
+            .bind(s.window_opened_at)
+            .bind(s.success_count as i64)
+            .bind(s.failure_total as i64)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn save_model_cooldowns(&self, batch: &[((String, String), ModelCooldown)]) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        for ((provider, model), mc) in batch {
+            sqlx::query(
+                "INSERT INTO model_cooldowns (provider, model, cooldown_until, error_count, last_failure_at)
+                 VALUES (?, ?, ?, ?, ?)
+                 ON CONFLICT (provider, model) DO UPDATE SET cooldown_until = excluded.cooldown_until,
+                     error_count = excluded.error_count, last_failure_at = excluded.last_failure_at",
+            )
+            .bind(provider)
+            .bind(model)
+            .bind(mc.until)
+            .bind(mc.error_count as i64)
+            .bind(mc.last_failure_at)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn set_order(&self, provider: &str, ids: Option<&[ProfileId]>) -> Result<(), StoreError> {
+        match ids {
+            Some(ids) => {
+                let json = serde_json::to_string(ids).expect("profile ids serialize");
+                sqlx::query(
+                    "INSERT INTO profile_order (provider, profile_ids, updated_at) VALUES (?, ?, ?)
+                     ON CONFLICT (provider) DO UPDATE SET profile_ids = excluded.profile_ids, updated_at = excluded.updated_at",
+                )
+                .bind(provider)
+                .bind(json)
+                .bind(now())
+                .execute(&self.pool)
+                .await?;
+            }
+            None => {
+                sqlx::query("DELETE FROM profile_order WHERE provider = ?").bind(provider).execute(&self.pool).await?;
+            }
+        }
+        Ok(())
+    }
+}
