@@ -327,25 +327,38 @@ async fn write_loop(store: Arc<dyn Store>, mut rx: mpsc::UnboundedReceiver<Write
                 Write::Flush(tx) => waiting.push(tx),
             }
         }
-        // A failed write is retried with backoff: the in-memory state stays authoritative and
-        // the next successful write carries the latest values.
-        let mut delay = std::time::Duration::from_millis(50);
-        loop {
-            let res = match store.save_stats(&stats).await {
-                Ok(()) => store.save_model_cooldowns(&models).await,
-                Err(e) => Err(e),
-            };
-            match res {
-                Ok(()) => break,
-                Err(e) => {
-                    tracing::error!(error = %e, retry_in_ms = delay.as_millis() as u64, "writing usage stats failed");
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(std::time::Duration::from_secs(5));
-                }
-            }
-        }
+        write_batch(store.as_ref(), &stats, &models).await;
         for tx in waiting {
             let _ = tx.send(());
+        }
+    }
+}
+
+/// Writes one batch. A failing batch is retried with backoff (the database may be busy or
+/// briefly unavailable); if it keeps failing, rows are written one by one so that one bad row
+/// cannot hold back the others, and each row that still fails is logged with its key.
+async fn write_batch(store: &dyn Store, stats: &[(ProfileId, UsageStats)], models: &[((String, String), ModelCooldown)]) {
+    let mut delay = std::time::Duration::from_millis(50);
+    for attempt in 1..=5 {
+        let res = match store.save_stats(stats).await {
+            Ok(()) => store.save_model_cooldowns(models).await,
+            Err(e) => Err(e),
+        };
+        match res {
+            Ok(()) => return,
+            Err(e) => tracing::warn!(error = %e, attempt, "writing usage stats failed; retrying"),
+        }
+        tokio::time::sleep(delay).await;
+        delay *= 2;
+    }
+    for row in stats {
+        if let Err(e) = store.save_stats(std::slice::from_ref(row)).await {
+            tracing::error!(profile = %row.0, error = %e, "usage stats of this profile could not be written");
+        }
+    }
+    for row in models {
+        if let Err(e) = store.save_model_cooldowns(std::slice::from_ref(row)).await {
+            tracing::error!(provider = %row.0.0, model = %row.0.1, error = %e, "model cooldown could not be written");
         }
     }
 }

@@ -2,7 +2,7 @@
 
 mod sqlite;
 
-pub use sqlite::SqliteStore;
+pub use sqlite::{MIGRATOR_COUNT, SqliteStore};
 
 use crate::engine::{Millis, ModelCooldown, ProfileId, ProfileType, UsageStats};
 use crate::secrets::Sealed;

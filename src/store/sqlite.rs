@@ -12,6 +12,9 @@ use std::time::Duration;
 
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
+/// How many migrations this build knows.
+pub const MIGRATOR_COUNT: usize = 1;
+
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
     pool: SqlitePool,
@@ -238,7 +241,7 @@ impl Store for SqliteStore {
                 "INSERT INTO usage_stats (profile_id, last_used, last_success_at, cooldown_until, cooldown_reason,
                      cooldown_model, disabled_until, disabled_reason, error_count, failure_counts, last_failure_at,
                      window_opened_at, success_count, failure_total)
-                 SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM profiles WHERE id = ?1)
+                 SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM profiles WHERE id = ?)
                  ON CONFLICT (profile_id) DO UPDATE SET last_used = excluded.last_used,
                      last_success_at = excluded.last_success_at, cooldown_until = excluded.cooldown_until,
                      cooldown_reason = excluded.cooldown_reason, cooldown_model = excluded.cooldown_model,
@@ -261,6 +264,7 @@ impl Store for SqliteStore {
             .bind(s.window_opened_at)
             .bind(s.success_count as i64)
             .bind(s.failure_total as i64)
+            .bind(id.as_str())
             .execute(&mut *tx)
             .await?;
         }

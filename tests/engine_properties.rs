@@ -1,0 +1,533 @@
+//! Property tests of the pure engine (SPEC §2 profile order, §3 cooldowns and usageStats).
+//!
+//! Every property restates a rule of the spec independently of the engine's code and checks it
+//! over random profiles, windows and failure sequences. Failures are not persisted to disk
+//! (`failure_persistence: None`); set `PROPTEST_RNG_SEED` to replay a run.
+
+use proptest::prelude::*;
+use proptest::test_runner::Config as ProptestConfig;
+use rota::engine::order::{Ordered, OrderRequest, Rotation, Slot, order};
+use rota::engine::{
+    Cooldown, CooldownPolicy, Disabled, Failure, Millis, ProfileId, ProfileType, ProfileView, Reason, Until,
+    UsageStats,
+};
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+const PROVIDER: &str = "openai";
+const NOW: Millis = 1_700_000_000_000;
+const MIN: Millis = 60_000;
+const HOUR: Millis = 3_600_000;
+const MODELS: [&str; 3] = ["gpt-4.1", "gpt-4.1-mini", "o3"];
+
+fn config(cases: u32) -> ProptestConfig {
+    ProptestConfig { cases, failure_persistence: None, ..ProptestConfig::default() }
+}
+
+/// A total order on window ends where `Until::Cleared` is later than any time, written out here
+/// rather than borrowed from the engine's derived `Ord`.
+fn end_rank(u: Until) -> (u8, Millis) {
+    match u {
+        Until::At(t) => (0, t),
+        Until::Cleared => (1, 0),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Profiles and order requests
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Clone, Debug)]
+struct ProfileSpec {
+    kind: ProfileType,
+    last_used: Option<Millis>,
+    /// (until - NOW, model index or whole profile, reason)
+    cooldown: Option<(Millis, Option<usize>, Reason)>,
+    /// (until - NOW or until cleared, reason)
+    disabled: Option<(Option<Millis>, Reason)>,
+    enabled: bool,
+    has_secret: bool,
+    /// expires_at - NOW (only meaningful for tokens, set on any type to check it is ignored)
+    expires: Option<Millis>,
+}
+
+fn any_kind() -> impl Strategy<Value = ProfileType> {
+    prop_oneof![Just(ProfileType::OAuth), Just(ProfileType::Token), Just(ProfileType::ApiKey)]
+}
+
+fn any_reason() -> impl Strategy<Value = Reason> {
+    proptest::sample::select(Reason::ALL.to_vec())
+}
+
+/// Coarse offsets from NOW, so that ties (equal ends, ends exactly at NOW) are common.
+fn offset(lo: i64, hi: i64, unit: Millis) -> impl Strategy<Value = Millis> {
+    (lo..=hi).prop_map(move |k| k * unit)
+}
+
+fn profile_spec() -> impl Strategy<Value = ProfileSpec> {
+    (
+        any_kind(),
+        prop_oneof![Just(None), (0i64..4).prop_map(|k| Some(NOW - k * MIN)), (0..NOW).prop_map(Some)],
+        proptest::option::weighted(
+            0.5,
+            (offset(-4, 8, 15 * MIN), proptest::option::of(0usize..MODELS.len()), any_reason()),
+        ),
+        proptest::option::weighted(
+            0.3,
+            (
+                prop_oneof![Just(None), offset(-4, 26, HOUR).prop_map(Some)],
+                proptest::sample::select(vec![Reason::Billing, Reason::AuthPermanent, Reason::RateLimit]),
+            ),
+        ),
+        proptest::bool::weighted(0.85),
+        proptest::bool::weighted(0.85),
+        proptest::option::weighted(0.3, offset(-2, 2, 30 * MIN)),
+    )
+        .prop_map(|(kind, last_used, cooldown, disabled, enabled, has_secret, expires)| ProfileSpec {
+            kind,
+            last_used,
+            cooldown,
+            disabled,
+            enabled,
+            has_secret,
+            expires,
+        })
+}
+
+/// Reference universe for lists: `0..n` own profiles, `n` a missing id of the provider,
+/// `n + 1` an existing, fully usable profile of another provider.
+fn universe(n: usize) -> Vec<ProfileId> {
+    let mut ids: Vec<ProfileId> = (0..n).map(own).collect();
+    ids.push(ProfileId::new(PROVIDER, "ghost").unwrap());
+    ids.push(foreign());
+    ids
+}
+
+fn own(i: usize) -> ProfileId {
+    ProfileId::new(PROVIDER, &format!("p{i}")).unwrap()
+}
+
+fn foreign() -> ProfileId {
+    ProfileId::new("anthropic", "p0").unwrap()
+}
+
+#[derive(Clone, Debug)]
+struct Scenario {
+    specs: Vec<ProfileSpec>,
+    /// the stored profiles of the provider, in database order (a permutation of all own ones)
+    stored: Vec<usize>,
+    configured: Vec<usize>,
+    stored_order: Option<Vec<usize>>,
+    config_order: Option<Vec<usize>>,
+    rotation: Rotation,
+    sticky: Option<usize>,
+    model: usize,
+}
+
+fn scenario() -> impl Strategy<Value = Scenario> {
+    (1usize..=12).prop_flat_map(|n| {
+        let refs = move || proptest::collection::vec(0..n + 2, 0..=n + 2);
+        (
+            proptest::collection::vec(profile_spec(), n),
+            Just((0..n).collect::<Vec<_>>()).prop_shuffle(),
+            prop_oneof![2 => Just(vec![]), 1 => refs()],
+            proptest::option::weighted(0.3, refs()),
+            proptest::option::weighted(0.3, refs()),
+            prop_oneof![Just(Rotation::Lru), Just(Rotation::TypeFirst)],
+            proptest::option::weighted(0.6, 0..n + 2),
+            0usize..MODELS.len(),
+        )
+            .prop_map(|(specs, stored, configured, stored_order, config_order, rotation, sticky, model)| Scenario {
+                specs,
+                stored,
+                configured,
+                stored_order,
+                config_order,
+                rotation,
+                sticky,
+                model,
+            })
+    })
+}
+
+fn view_of(id: ProfileId, s: &ProfileSpec) -> ProfileView {
+    let stats = UsageStats {
+        last_used: s.last_used,
+        cooldown: s.cooldown.map(|(off, model, reason)| Cooldown {
+            until: NOW + off,
+            reason,
+            model: model.map(|m| MODELS[m].to_string()),
+        }),
+        disabled: s.disabled.map(|(off, reason)| Disabled { until: off.map(|o| NOW + o), reason }),
+        ..UsageStats::default()
+    };
+    ProfileView {
+        id,
+        kind: s.kind,
+        enabled: s.enabled,
+        has_secret: s.has_secret,
+        expires_at: s.expires.map(|o| NOW + o),
+        stats,
+    }
+}
+
+struct World {
+    book: HashMap<ProfileId, ProfileView>,
+    stored: Vec<ProfileId>,
+    configured: Vec<ProfileId>,
+    stored_order: Option<Vec<ProfileId>>,
+    config_order: Option<Vec<ProfileId>>,
+    sticky: Option<ProfileId>,
+}
+
+impl World {
+    fn new(sc: &Scenario) -> World {
+        let ids = universe(sc.specs.len());
+        let pick = |v: &Vec<usize>| v.iter().map(|&i| ids[i].clone()).collect::<Vec<_>>();
+        let mut book: HashMap<ProfileId, ProfileView> =
+            sc.specs.iter().enumerate().map(|(i, s)| (own(i), view_of(own(i), s))).collect();
+        let foreign_spec = ProfileSpec {
+            kind: ProfileType::OAuth,
+            last_used: None,
+            cooldown: None,
+            disabled: None,
+            enabled: true,
+            has_secret: true,
+            expires: None,
+        };
+        book.insert(foreign(), view_of(foreign(), &foreign_spec));
+        World {
+            stored: pick(&sc.stored),
+            configured: pick(&sc.configured),
+            stored_order: sc.stored_order.as_ref().map(pick),
+            config_order: sc.config_order.as_ref().map(pick),
+            sticky: sc.sticky.map(|i| ids[i].clone()),
+            book,
+        }
+    }
+
+    fn request(&self, sc: &Scenario) -> OrderRequest<'_> {
+        OrderRequest {
+            provider: PROVIDER,
+            model: MODELS[sc.model],
+            now: NOW,
+            stored_order: self.stored_order.as_deref(),
+            config_order: self.config_order.as_deref(),
+            configured: &self.configured,
+            stored: &self.stored,
+            rotation: sc.rotation,
+            sticky: self.sticky.as_ref(),
+            pin: None,
+        }
+    }
+
+    /// SPEC §2.1: the explicit order (stored beats config; an empty list is none), else the
+    /// configured profiles, else the stored ones. Returns the list and whether it is explicit.
+    fn base(&self) -> (Vec<ProfileId>, bool) {
+        let explicit = self
+            .stored_order
+            .as_ref()
+            .filter(|o| !o.is_empty())
+            .or(self.config_order.as_ref().filter(|o| !o.is_empty()));
+        match explicit {
+            Some(o) => (o.clone(), true),
+            None if !self.configured.is_empty() => (self.configured.clone(), false),
+            None => (self.stored.clone(), false),
+        }
+    }
+
+    /// SPEC §2.2, restated: exists, same provider, enabled by the admin, has a secret, not a
+    /// static token at or past its expiry.
+    fn passes_filter(&self, id: &ProfileId) -> bool {
+        let Some(v) = self.book.get(id) else { return false };
+        id.provider() == PROVIDER
+            && v.enabled
+            && v.has_secret
+            && !(v.kind == ProfileType::Token && v.expires_at.is_some_and(|e| e <= NOW))
+    }
+
+    /// The filtered base list, first occurrence of each id kept.
+    fn filtered_base(&self) -> Vec<ProfileId> {
+        let mut seen = HashSet::new();
+        self.base().0.into_iter().filter(|id| self.passes_filter(id) && seen.insert(id.clone())).collect()
+    }
+
+    fn blocked_for(&self, id: &ProfileId, model: &str) -> Option<Until> {
+        self.book[id].stats.blocked_until(model, NOW)
+    }
+
+    /// Usable for `model` per SPEC §2 last paragraph, checked here from the raw lanes.
+    fn cooled_raw(&self, id: &ProfileId, model: &str) -> bool {
+        let s = &self.book[id].stats;
+        let dis = s.disabled.as_ref().is_some_and(|d| d.until.is_none_or(|u| NOW < u));
+        let cool = s
+            .cooldown
+            .as_ref()
+            .is_some_and(|c| NOW < c.until && c.model.as_deref().is_none_or(|m| m == model));
+        dis || cool
+    }
+}
+
+fn run_order(w: &World, sc: &Scenario) -> Ordered {
+    order(&w.request(sc), &w.book).expect("no pin: order never fails")
+}
+
+fn first_blocked(slots: &[Slot]) -> usize {
+    slots.iter().position(|s| s.blocked.is_some()).unwrap_or(slots.len())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Failure sequences
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Clone, Debug)]
+struct Step {
+    reason: Reason,
+    model: usize,
+    hint_ms: Option<Millis>,
+    account_wide: bool,
+    /// now - started_at
+    started_back: Millis,
+    /// how far the clock moves before this failure
+    advance: Millis,
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    (
+        // auth_permanent locks the profile for good, so it is drawn rarely to keep the rest
+        // of a sequence interesting.
+        prop_oneof![
+            30 => proptest::sample::select(Reason::ALL.iter().copied().filter(|r| *r != Reason::AuthPermanent).collect::<Vec<_>>()),
+            1 => Just(Reason::AuthPermanent),
+        ],
+        0usize..MODELS.len(),
+        proptest::option::of(prop_oneof![0..10 * HOUR, offset(0, 10, HOUR), Just(0)]),
+        any::<bool>(),
+        prop_oneof![Just(0), 0..10 * MIN, 0..2 * HOUR],
+        prop_oneof![Just(0), 0..MIN, 0..2 * HOUR],
+    )
+        .prop_map(|(reason, model, hint_ms, account_wide, started_back, advance)| Step {
+            reason,
+            model,
+            hint_ms,
+            account_wide,
+            started_back,
+            advance,
+        })
+}
+
+fn failure(st: &Step, now: Millis) -> Failure {
+    Failure {
+        reason: st.reason,
+        model: MODELS[st.model].to_string(),
+        hint_ms: st.hint_ms,
+        account_wide: st.account_wide,
+        started_at: now - st.started_back,
+    }
+}
+
+fn policy() -> impl Strategy<Value = CooldownPolicy> {
+    prop_oneof![
+        3 => Just(CooldownPolicy::default()),
+        1 => (1u64..=600, 1u32..=10, 0u64..=7200, 1u64..=1800, 1u64..=24).prop_map(|(base, factor, extra, window, hint_h)| {
+            CooldownPolicy {
+                base: Duration::from_secs(base),
+                factor,
+                max: Duration::from_secs(base + extra),
+                failure_window: Duration::from_secs(window),
+                hint_max: Duration::from_secs(hint_h * 3600),
+                ..CooldownPolicy::default()
+            }
+        }),
+    ]
+}
+
+// ---------------------------------------------------------------------------------------------
+// Properties
+// ---------------------------------------------------------------------------------------------
+
+proptest! {
+    #![proptest_config(config(512))]
+
+    /// SPEC §2.3–2.5: cooled profiles go last (soonest expiry first); the first slot is usable
+    /// whenever the filtered base list holds a usable profile; a usable sticky profile is first.
+    #[test]
+    fn a_cooled_profile_is_never_chosen_while_a_usable_one_exists_for_that_model(sc in scenario()) {
+        let w = World::new(&sc);
+        let model = MODELS[sc.model];
+        let out = run_order(&w, &sc);
+        prop_assert!(!out.pinned);
+
+        // Slot annotations agree with the profile's own stats and with the raw lanes.
+        for s in &out.slots {
+            let b = w.blocked_for(&s.id, model);
+            prop_assert_eq!(s.blocked.map(|x| x.0), b, "slot {} blocked annotation", s.id);
+            prop_assert_eq!(b.is_some(), w.cooled_raw(&s.id, model), "slot {} cooled per SPEC §2", s.id);
+        }
+
+        let listed_usable: Vec<ProfileId> =
+            w.filtered_base().into_iter().filter(|id| !w.cooled_raw(id, model)).collect();
+        if !listed_usable.is_empty() {
+            let first = out.slots.first();
+            prop_assert!(first.is_some(), "a usable profile exists but the order is empty");
+            let first = first.unwrap();
+            prop_assert!(first.blocked.is_none(), "first slot {} is blocked: {:?}", first.id, first.blocked);
+            prop_assert!(w.book[&first.id].stats.blocked_until(model, NOW).is_none());
+            if let Some(sticky) = w.sticky.as_ref().filter(|s| listed_usable.contains(s)) {
+                prop_assert_eq!(&first.id, sticky, "a usable sticky profile stays first");
+            }
+        }
+
+        // Every usable slot precedes every blocked slot.
+        let cut = first_blocked(&out.slots);
+        prop_assert!(out.slots[cut..].iter().all(|s| s.blocked.is_some()), "usable after blocked: {:?}", out.slots);
+        prop_assert_eq!(cut, listed_usable.len(), "every listed usable profile is in front");
+
+        // Blocked slots by end ascending.
+        let ends: Vec<_> = out.slots[cut..].iter().map(|s| end_rank(s.blocked.unwrap().0)).collect();
+        prop_assert!(ends.windows(2).all(|p| p[0] <= p[1]), "blocked ends not ascending: {:?}", ends);
+    }
+
+    /// SPEC §2.1–2.4: the order is the filtered base list, each profile once, nothing of
+    /// another provider, and a stable sort of it.
+    #[test]
+    fn order_is_stable_and_a_permutation_of_the_usable_filtered_base_list(sc in scenario(), kind in any_kind(), lu in prop_oneof![Just(None), (0..NOW).prop_map(Some)]) {
+        let model = MODELS[sc.model];
+        let w = World::new(&sc);
+        let out = run_order(&w, &sc);
+        let ids: Vec<ProfileId> = out.slots.iter().map(|s| s.id.clone()).collect();
+
+        let distinct: HashSet<&ProfileId> = ids.iter().collect();
+        prop_assert_eq!(distinct.len(), ids.len(), "duplicate ids: {:?}", ids);
+        for id in &ids {
+            prop_assert_eq!(id.provider(), PROVIDER, "{} belongs to another provider", id);
+        }
+        let expected = w.filtered_base();
+        let expected_set: HashSet<&ProfileId> = expected.iter().collect();
+        prop_assert_eq!(&distinct, &expected_set, "order {:?} vs filtered base {:?}", ids, expected);
+
+        // Stability: the usable part (sticky aside) is the base order (explicit) or a stable
+        // sort of it by the rotation keys (round robin).
+        let (_, explicit) = w.base();
+        let sticky_first = w.sticky.as_ref().filter(|s| expected.contains(s) && !w.cooled_raw(s, model));
+        let mut usable: Vec<&ProfileView> = expected
+            .iter()
+            .filter(|id| !w.cooled_raw(id, model) && Some(*id) != sticky_first)
+            .map(|id| &w.book[id])
+            .collect();
+        if !explicit {
+            let key = |v: &ProfileView| v.stats.last_used.unwrap_or(0);
+            match sc.rotation {
+                Rotation::Lru => usable.sort_by(|a, b| key(a).cmp(&key(b)).then(a.kind.cmp(&b.kind))),
+                Rotation::TypeFirst => usable.sort_by(|a, b| a.kind.cmp(&b.kind).then(key(a).cmp(&key(b)))),
+            }
+        }
+        let mut want: Vec<ProfileId> = sticky_first.into_iter().cloned().collect();
+        want.extend(usable.iter().map(|v| v.id.clone()));
+        let cut = first_blocked(&out.slots);
+        prop_assert_eq!(&ids[..cut], &want[..], "usable part out of order");
+
+        // Round robin, all keys equal, nothing cooled, no sticky: exactly the base order.
+        let mut flat = sc.clone();
+        flat.stored_order = None;
+        flat.config_order = None;
+        flat.sticky = None;
+        for s in &mut flat.specs {
+            s.kind = kind;
+            s.last_used = lu;
+            s.cooldown = s.cooldown.map(|(off, m, r)| (off.min(0), m, r)); // expired (ends at or before NOW)
+            s.disabled = s.disabled.map(|(off, r)| (Some(off.unwrap_or(0).min(0)), r));
+        }
+        let w = World::new(&flat);
+        for rotation in [Rotation::Lru, Rotation::TypeFirst] {
+            flat.rotation = rotation;
+            let got: Vec<ProfileId> = run_order(&w, &flat).slots.into_iter().map(|s| s.id).collect();
+            prop_assert_eq!(&got, &w.filtered_base(), "{:?}: equal keys must keep the base order", rotation);
+        }
+    }
+
+    /// SPEC §3: "A failure never clears, resets or shortens a cooldown or disabled window."
+    #[test]
+    fn a_failure_never_shortens_an_active_window(
+        steps in proptest::collection::vec(step(), 1..=30),
+        pol in policy(),
+    ) {
+        let mut s = UsageStats::default();
+        let mut now = NOW;
+        for (i, st) in steps.iter().enumerate() {
+            now += st.advance;
+            let before: Vec<Option<Until>> = MODELS.iter().map(|m| s.blocked_until(m, now)).collect();
+            let total_before = s.failure_total;
+            let f = failure(st, now);
+            let snapshot = s.clone();
+            s.record_failure(&f, now, &pol);
+            for (m, b) in MODELS.iter().zip(&before) {
+                let Some(b) = *b else { continue };
+                let after = s.blocked_until(m, now);
+                prop_assert!(
+                    after.is_some_and(|a| end_rank(a) >= end_rank(b)),
+                    "step {}: {:?} at {} shortened the window of {} from {:?} to {:?}\nbefore: {:?}\nafter: {:?}",
+                    i, f, now, m, b, after, snapshot, s
+                );
+            }
+            prop_assert!(s.failure_total >= total_before, "step {}: failure_total went down", i);
+        }
+    }
+
+    /// SPEC §3 counter reset: "on success (all error state cleared at once)".
+    #[test]
+    fn after_a_success_the_error_state_is_clean(
+        steps in proptest::collection::vec(step(), 0..=30),
+        pol in policy(),
+        successes in 0u64..1000,
+        gap in prop_oneof![Just(0), 0..2 * HOUR],
+    ) {
+        let mut s = UsageStats { success_count: successes, ..UsageStats::default() };
+        let mut now = NOW;
+        for st in &steps {
+            now += st.advance;
+            s.record_failure(&failure(st, now), now, &pol);
+        }
+        now += gap;
+        let before = s.clone();
+        s.record_success(now);
+        prop_assert_eq!(&s.cooldown, &None);
+        prop_assert_eq!(&s.disabled, &None);
+        prop_assert_eq!(s.error_count, 0);
+        prop_assert!(s.failure_counts.is_empty(), "failure_counts left: {:?}", s.failure_counts);
+        for m in MODELS.iter().chain(["some-other-model"].iter()) {
+            for t in [now, now + 1, now + 1000 * HOUR] {
+                prop_assert_eq!(s.blocked_until(m, t), None, "{} blocked at {} after success", m, t);
+            }
+        }
+        prop_assert_eq!(s.success_count, before.success_count + 1);
+        prop_assert_eq!(s.failure_total, before.failure_total);
+        prop_assert_eq!(s.last_success_at, Some(now));
+
+        // And the next failure starts the ladder from its first step again.
+        let f = Failure { reason: Reason::RateLimit, model: MODELS[0].into(), hint_ms: None, account_wide: false, started_at: now };
+        let end = s.record_failure(&f, now, &pol);
+        prop_assert_eq!(end, Some(Until::At(now + (pol.base.as_millis() as Millis).min(pol.max.as_millis() as Millis))));
+    }
+
+    /// SPEC §3: `min(max, base * factor^min(error_count - 1, 3))`.
+    #[test]
+    fn ladder_durations_follow_the_formula(
+        n in 1u32..50,
+        base_s in 1u64..=600,
+        factor in 1u32..=10,
+        extra_ms in prop_oneof![Just(0u64), 0u64..=24 * 3_600_000],
+    ) {
+        let base_ms = base_s * 1000;
+        let max_ms = base_ms + extra_ms;
+        let pol = CooldownPolicy {
+            base: Duration::from_secs(base_s),
+            factor,
+            max: Duration::from_millis(max_ms),
+            ..CooldownPolicy::default()
+        };
+        let exp = (n - 1).min(3);
+        let want = (base_ms as u128 * (factor as u128).pow(exp)).min(max_ms as u128) as Millis;
+        prop_assert_eq!(pol.ladder(n), want, "n={} base={}s factor={} max={}ms", n, base_s, factor, max_ms);
+    }
+}

@@ -1,0 +1,207 @@
+//! The store on a real SQLite file: restarts restore state exactly, concurrent updates lose
+//! nothing, migrations are idempotent, and secrets never reach the file in plaintext.
+
+use rota::book::Book;
+use rota::config::Config;
+use rota::engine::{Failure, ProfileId, ProfileType, Reason, Until};
+use rota::secrets::{MasterKey, SecretField};
+use rota::store::{Origin, SqliteStore, Store, StoredProfile};
+use secrecy::{ExposeSecret, SecretString};
+use std::sync::Arc;
+
+const T0: i64 = 1_800_000_000_000;
+const CONFIG: &str = r#"
+[providers.openai]
+api = "openai"
+base_url = "http://127.0.0.1:9/v1"
+"#;
+
+fn id(s: &str) -> ProfileId {
+    s.parse().unwrap()
+}
+
+fn key() -> MasterKey {
+    MasterKey::from_bytes(&[42; 32])
+}
+
+async fn add_key(store: &SqliteStore, key: &MasterKey, profile: &str, secret: &str) {
+    let pid = id(profile);
+    let sealed = key.seal(&pid, SecretField::ApiKey, &SecretString::from(secret.to_string()));
+    let row = StoredProfile {
+        id: pid,
+        kind: ProfileType::ApiKey,
+        origin: Origin::Stored,
+        enabled: true,
+        email: None,
+        expires_at: None,
+        created_at: T0,
+    };
+    store.add_profile(&row, &[sealed]).await.unwrap();
+}
+
+fn failure(reason: Reason, model: &str, at: i64) -> Failure {
+    Failure { reason, model: model.into(), hint_ms: None, account_wide: false, started_at: at }
+}
+
+#[tokio::test]
+async fn usage_stats_survive_a_restart_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rota.db");
+    let config = Config::from_toml(CONFIG).unwrap();
+    let k = key();
+    let before;
+    {
+        let store = SqliteStore::open(&path).await.unwrap();
+        add_key(&store, &k, "openai:a", "sk-a").await;
+        add_key(&store, &k, "openai:b", "sk-b").await;
+        let book = Book::load(Arc::new(store.clone()), &config, &k, T0).await.unwrap();
+        let a = id("openai:a");
+        book.mark_used(&a, None, T0);
+        book.record_failure(&a, &failure(Reason::RateLimit, "gpt-4.1", T0), T0 + 5);
+        book.record_failure(&a, &Failure { hint_ms: Some(90_000), ..failure(Reason::Timeout, "gpt-4.1", T0 + 10) }, T0 + 20);
+        book.record_failure(&a, &failure(Reason::Billing, "gpt-4.1", T0 + 30), T0 + 30);
+        let b = id("openai:b");
+        book.mark_used(&b, None, T0 + 40);
+        book.record_success(&b, T0 + 50);
+        book.record_model_not_found("openai", "gpt-9", T0 + 60);
+        book.flush().await;
+        before = (book.stats(&a).unwrap(), book.stats(&b).unwrap());
+        store.close().await;
+    }
+    assert_eq!(before.0.error_count, 3);
+    assert!(before.0.cooldown.is_some() && before.0.disabled.is_some());
+
+    let store = SqliteStore::open(&path).await.unwrap();
+    let snap = store.snapshot().await.unwrap();
+    assert_eq!(snap.stats[&id("openai:a")], before.0);
+    assert_eq!(snap.stats[&id("openai:b")], before.1);
+    assert_eq!(snap.model_cooldowns[&("openai".to_string(), "gpt-9".to_string())].until, T0 + 60 + 60_000);
+    let book = Book::load(Arc::new(store), &config, &k, T0 + 100).await.unwrap();
+    assert_eq!(book.stats(&id("openai:a")).unwrap(), before.0);
+    assert_eq!(book.model_cooled_until("openai", "gpt-9", T0 + 100), Some(T0 + 60 + 60_000));
+    match book.credential(&id("openai:b")).unwrap() {
+        rota::book::Credential::ApiKey(s) => assert_eq!(s.expose_secret(), "sk-b"),
+        other => panic!("unexpected credential {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_hundred_concurrent_failures_on_one_profile_lose_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rota.db");
+    let config = Config::from_toml(CONFIG).unwrap();
+    let store = SqliteStore::open(&path).await.unwrap();
+    add_key(&store, &key(), "openai:hot", "sk-hot").await;
+    let book = Arc::new(Book::load(Arc::new(store.clone()), &config, &key(), T0).await.unwrap());
+    let hot = id("openai:hot");
+    let tasks: Vec<_> = (0..200)
+        .map(|i| {
+            let (book, hot) = (book.clone(), hot.clone());
+            tokio::spawn(async move {
+                let reason = if i % 2 == 0 { Reason::RateLimit } else { Reason::Overloaded };
+                book.record_failure(&hot, &failure(reason, "gpt-4.1", T0), T0 + 1 + i);
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.unwrap();
+    }
+    book.flush().await;
+    let mem = book.stats(&hot).unwrap();
+    assert_eq!((mem.error_count, mem.failure_total), (200, 200));
+    assert_eq!(mem.failure_counts[&Reason::RateLimit] + mem.failure_counts[&Reason::Overloaded], 200);
+    // Every attempt was in flight before the window opened: one window, not 200 escalations.
+    assert_eq!(mem.cooldown.as_ref().map(|c| c.until - mem.window_opened_at.unwrap()), Some(60_000));
+    store.close().await;
+
+    let reopened = SqliteStore::open(&path).await.unwrap();
+    let on_disk = &reopened.snapshot().await.unwrap().stats[&hot];
+    assert_eq!(on_disk, &mem);
+}
+
+#[tokio::test]
+async fn migrations_are_idempotent() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rota.db");
+    let first = SqliteStore::open(&path).await.unwrap();
+    add_key(&first, &key(), "openai:a", "sk-a").await;
+    let n = first.applied_migrations().await.unwrap();
+    first.close().await;
+    for _ in 0..3 {
+        let again = SqliteStore::open(&path).await.unwrap();
+        assert_eq!(again.applied_migrations().await.unwrap(), n);
+        assert_eq!(again.snapshot().await.unwrap().profiles.len(), 1, "data kept");
+        again.close().await;
+    }
+    assert_eq!(n, rota::store::MIGRATOR_COUNT as i64);
+}
+
+#[tokio::test]
+async fn database_uses_wal_and_a_busy_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(&dir.path().join("rota.db")).await.unwrap();
+    let mode: String = sqlx::query_scalar("PRAGMA journal_mode").fetch_one(store.pool()).await.unwrap();
+    let busy: i64 = sqlx::query_scalar("PRAGMA busy_timeout").fetch_one(store.pool()).await.unwrap();
+    assert_eq!((mode.as_str(), busy), ("wal", 10_000));
+}
+
+#[tokio::test]
+async fn duplicate_profile_is_refused_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(&dir.path().join("rota.db")).await.unwrap();
+    add_key(&store, &key(), "openai:a", "sk-first").await;
+    let pid = id("openai:a");
+    let sealed = key().seal(&pid, SecretField::ApiKey, &SecretString::from("sk-second"));
+    let row = StoredProfile { id: pid.clone(), kind: ProfileType::Token, origin: Origin::Stored, enabled: true, email: None, expires_at: None, created_at: T0 };
+    let err = store.add_profile(&row, &[sealed]).await.unwrap_err();
+    assert_eq!(err.to_string(), "profile openai:a already exists");
+    let snap = store.snapshot().await.unwrap();
+    assert_eq!(snap.profiles[0].kind, ProfileType::ApiKey);
+    assert_eq!(key().open(&pid, &snap.secrets[&pid][0]).unwrap().expose_secret(), "sk-first");
+}
+
+#[tokio::test]
+async fn removing_a_profile_removes_its_secret_and_stats() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(&dir.path().join("rota.db")).await.unwrap();
+    add_key(&store, &key(), "openai:a", "sk-a").await;
+    store.remove_profile(&id("openai:a")).await.unwrap();
+    let snap = store.snapshot().await.unwrap();
+    assert!(snap.profiles.is_empty() && snap.secrets.is_empty() && snap.stats.is_empty());
+    assert!(store.remove_profile(&id("openai:a")).await.is_err());
+}
+
+#[tokio::test]
+async fn stats_written_after_a_removal_do_not_resurrect_the_profile() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(&dir.path().join("rota.db")).await.unwrap();
+    let config = Config::from_toml(CONFIG).unwrap();
+    add_key(&store, &key(), "openai:a", "sk-a").await;
+    let book = Book::load(Arc::new(store.clone()), &config, &key(), T0).await.unwrap();
+    store.remove_profile(&id("openai:a")).await.unwrap();
+    assert_eq!(book.record_failure(&id("openai:a"), &failure(Reason::Auth, "m", T0), T0), Some(Until::At(T0 + 60_000)));
+    book.flush().await;
+    assert!(store.snapshot().await.unwrap().stats.is_empty());
+}
+
+#[tokio::test]
+async fn secrets_are_not_in_the_database_file_in_plaintext() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rota.db");
+    let store = SqliteStore::open(&path).await.unwrap();
+    let secrets = ["sk-proj-PLAINTEXTPROBE0001", "sk-ant-api03-PLAINTEXTPROBE0002"];
+    add_key(&store, &key(), "openai:a", secrets[0]).await;
+    add_key(&store, &key(), "openai:b", secrets[1]).await;
+    sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)").execute(store.pool()).await.unwrap();
+    store.close().await;
+    let mut bytes = std::fs::read(&path).unwrap();
+    for extra in ["rota.db-wal", "rota.db-shm"] {
+        bytes.extend(std::fs::read(dir.path().join(extra)).unwrap_or_default());
+    }
+    assert!(bytes.len() > 4096, "the database was written");
+    for s in secrets {
+        assert!(!bytes.windows(s.len()).any(|w| w == s.as_bytes()), "{s} found in plaintext");
+        let tail = &s[s.len() - 12..];
+        assert!(!bytes.windows(tail.len()).any(|w| w == tail.as_bytes()), "part of {s} found in plaintext");
+    }
+}
