@@ -18,8 +18,12 @@ use std::time::Duration;
 
 pub const DEFAULT_FILE: &str = "rota.toml";
 
-/// Environment variables with the `ROTA_` prefix that are not configuration keys.
-const NOT_CONFIG: [&str; 3] = ["config", "master_key", "log"];
+/// The top-level sections a `ROTA_` variable may override (`ROTA_SECTION__KEY`). Other `ROTA_`
+/// variables (`ROTA_CONFIG`, `ROTA_MASTER_KEY`, `ROTA_LOG`, an operator's own) are not config.
+const SECTIONS: [&str; 13] = [
+    "server", "database", "providers", "auth", "models", "aliases", "virtual_models", "agents", "cooldown",
+    "billing", "rotation", "failover", "classification",
+];
 
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -307,7 +311,7 @@ impl Config {
         fig = fig
             .merge(
                 Env::prefixed("ROTA_")
-                    .ignore(&NOT_CONFIG)
+                    .filter(|k| k == "failover_enabled" || k.as_str().to_ascii_lowercase().split_once("__").is_some_and(|(s, _)| SECTIONS.contains(&s)))
                     .map(|k| if k == "failover_enabled" { "failover.enabled".into() } else { k.into() })
                     .split("__"),
             )

@@ -1,0 +1,344 @@
+//! The `rota` binary as an operator uses it: a real config file, a real SQLite file, stdin for
+//! secrets, exit codes and messages.
+
+use rota::config::Config;
+use rota::engine::{Cooldown, Disabled, Reason, UsageStats};
+use rota::store::{SqliteStore, Store};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BASE: &str = r#"
+[providers.openai]
+api = "openai"
+base_url = "http://127.0.0.1:9/v1"
+
+[providers.anthropic]
+api = "anthropic"
+base_url = "http://127.0.0.1:9"
+
+[models]
+primary = "anthropic/claude-sonnet-4-5"
+fallbacks = ["openai/gpt-4.1-mini"]
+
+[agents.planner]
+fallbacks = []
+"#;
+
+struct Env {
+    dir: tempfile::TempDir,
+}
+
+impl Env {
+    fn new(config: &str) -> Env {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("rota.toml"), config).unwrap();
+        Env { dir }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_rota"));
+        c.args(args).current_dir(self.dir.path()).env_remove("ROTA_MASTER_KEY").env_remove("ROTA_CONFIG").env("ROTA_LOG", "warn");
+        for (k, _) in std::env::vars() {
+            if k.starts_with("ROTA_") && k != "ROTA_LOG" {
+                c.env_remove(k);
+            }
+        }
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.cmd(args).stdin(Stdio::null()).output().unwrap()
+    }
+
+    fn run_stdin(&self, args: &[&str], input: &str) -> Output {
+        self.run_with(self.cmd(args), input)
+    }
+
+    fn run_with(&self, mut cmd: Command, input: &str) -> Output {
+        let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        child.wait_with_output().unwrap()
+    }
+
+    fn db_profiles(&self) -> Vec<String> {
+        let path = self.path("rota.db");
+        if !path.exists() {
+            return vec![];
+        }
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let store = SqliteStore::open(&path).await.unwrap();
+            let mut ids: Vec<String> = store.snapshot().await.unwrap().profiles.iter().map(|p| format!("{}:{}", p.id, p.kind)).collect();
+            ids.sort();
+            store.close().await;
+            ids
+        })
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn assert_ok(out: &Output) {
+    assert!(out.status.success(), "failed: {}\n{}", text(&out.stdout), text(&out.stderr));
+}
+
+fn assert_refused(out: &Output, expected: &str) {
+    assert!(!out.status.success(), "should have failed: {}", text(&out.stdout));
+    let err = text(&out.stderr);
+    assert!(err.contains(expected), "stderr does not say `{expected}`:\n{err}");
+}
+
+#[test]
+fn bad_profile_input_is_refused_with_a_clear_message_and_writes_nothing() {
+    let env = Env::new(BASE);
+    assert_refused(&env.run_stdin(&["profiles", "add", "openai", "--name", "bad name"], "sk-1"), "malformed profile id `openai:bad name`");
+    assert_refused(&env.run_stdin(&["profiles", "add", "azure", "--name", "x"], "sk-1"), "unknown provider `azure`");
+    assert_refused(&env.run_stdin(&["profiles", "add", "openai", "--name", "empty"], "  \n"), "empty API key on stdin");
+    assert_refused(&env.run_stdin(&["profiles", "add", "openai", "--name", "two", "--type", "oauth"], "x"), "rota login openai");
+    assert_refused(&env.run_stdin(&["profiles", "add", "openai", "--name", "t", "--type", "token", "--expires", "tomorrow"], "x"), "RFC 3339");
+    assert_refused(&env.run_stdin(&["profiles", "add", "openai", "--name", "t", "--type", "token", "--expires", "2001-01-01T00:00:00Z"], "x"), "in the past");
+    assert_refused(&env.run_stdin(&["profiles", "add", "openai", "--name", "k"], "sk one\nsk two"), "whitespace");
+    assert!(!env.path("rota.db").exists(), "nothing was written, not even a database");
+    assert!(!env.path("rota.key").exists(), "no key was created");
+
+    assert_ok(&env.run_stdin(&["profiles", "add", "openai", "--name", "work"], "sk-first\n"));
+    let before = env.db_profiles();
+    assert_refused(&env.run_stdin(&["profiles", "add", "openai", "--name", "work", "--type", "token"], "sk-second"), "profile openai:work already exists");
+    assert_eq!(env.db_profiles(), before);
+    assert_eq!(before, ["openai:work:api_key"]);
+
+    for cmd in ["remove", "enable", "disable", "clear"] {
+        assert_refused(&env.run(&["profiles", cmd, "openai"]), "malformed profile id `openai`");
+        assert_refused(&env.run(&["profiles", cmd, "openai:ghost"]), "profile openai:ghost does not exist");
+    }
+    assert_refused(&env.run(&["profiles", "order", "openai", "anthropic:x"]), "belongs to provider anthropic");
+    assert_refused(&env.run(&["profiles", "order", "openai", "openai:ghost"]), "openai:ghost does not exist");
+    assert_refused(&env.run(&["profiles", "order", "openai", "openai:work", "openai:work"]), "listed twice");
+    assert_refused(&env.run(&["profiles", "order", "nope", "nope:x"]), "unknown provider `nope`");
+    assert_eq!(env.db_profiles(), before);
+}
+
+#[test]
+fn api_key_never_reaches_argv_output_or_the_database_file() {
+    let env = Env::new(BASE);
+    let secret = "sk-proj-CLISECRETPROBE-0123456789";
+    let added = env.run_stdin(&["profiles", "add", "openai", "--name", "work"], secret);
+    assert_ok(&added);
+    assert!(text(&added.stdout).starts_with("added openai:work (api_key); secret sealed with key "));
+    let listed = env.run(&["profiles", "list", "--json"]);
+    assert_ok(&listed);
+    let human = env.run(&["profiles", "list"]);
+    let doctor = env.run(&["doctor", "--json"]);
+    for out in [&added, &listed, &human, &doctor] {
+        let all = text(&out.stdout) + &text(&out.stderr);
+        assert!(!all.contains("CLISECRETPROBE"), "secret printed:\n{all}");
+    }
+    let key_file = std::fs::metadata(env.path("rota.key")).unwrap();
+    assert_eq!(std::os::unix::fs::PermissionsExt::mode(&key_file.permissions()) & 0o777, 0o600);
+    let mut bytes = std::fs::read(env.path("rota.db")).unwrap();
+    bytes.extend(std::fs::read(env.path("rota.db-wal")).unwrap_or_default());
+    assert!(!bytes.windows(14).any(|w| w == b"CLISECRETPROBE"), "plaintext secret in the database file");
+    let json: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(json[0]["id"], "openai:work");
+    assert_eq!(json[0]["status"]["state"], "usable");
+}
+
+#[test]
+fn serve_refuses_to_start_when_the_secrets_key_is_missing_or_wrong() {
+    let env = Env::new(BASE);
+    let key = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+    let mut add = env.cmd(&["profiles", "add", "openai", "--name", "work"]);
+    add.env("ROTA_MASTER_KEY", key);
+    assert_ok(&env.run_with(add, "sk-sealed-with-env-key"));
+    assert!(!env.path("rota.key").exists(), "the env key was used, no key file made");
+
+    let out = env.run(&["serve", "--listen", "127.0.0.1:0"]);
+    assert_refused(&out, "the database holds encrypted secrets");
+    assert!(text(&out.stderr).contains("set ROTA_MASTER_KEY to the key that sealed them"), "{}", text(&out.stderr));
+    assert!(!env.path("rota.key").exists(), "no new key replaces the lost one");
+
+    let mut wrong = env.cmd(&["serve", "--listen", "127.0.0.1:0"]);
+    wrong.env("ROTA_MASTER_KEY", "ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj8=");
+    let out = wrong.stdin(Stdio::null()).output().unwrap();
+    assert_refused(&out, "were sealed with key id");
+
+    let mut bad = env.cmd(&["serve"]);
+    bad.env("ROTA_MASTER_KEY", "too-short");
+    assert_refused(&bad.stdin(Stdio::null()).output().unwrap(), "ROTA_MASTER_KEY is not a valid key");
+}
+
+/// Starts `rota serve` on a free port; returns the child and its address.
+fn spawn_serve(env: &Env, extra_env: &[(&str, &str)]) -> (std::process::Child, String) {
+    let mut cmd = env.cmd(&["serve", "--listen", "127.0.0.1:0"]);
+    for (k, v) in extra_env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let addr = line.trim().strip_prefix("rota listening on http://").unwrap_or_else(|| panic!("unexpected: {line}")).to_string();
+    (child, addr)
+}
+
+fn http_get(addr: &str, path: &str) -> String {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+fn stop(mut child: std::process::Child) -> std::process::ExitStatus {
+    Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("rota serve did not stop on SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn serve_migrates_answers_healthz_and_stops_cleanly_on_sigterm() {
+    let env = Env::new(BASE);
+    let (child, addr) = spawn_serve(&env, &[]);
+    let answer = http_get(&addr, "/healthz");
+    assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+    assert!(answer.contains(r#""status":"ok""#), "{answer}");
+    assert!(http_get(&addr, "/nope").starts_with("HTTP/1.1 404"));
+    assert!(stop(child).success());
+    assert!(env.path("rota.db").exists() && env.path("rota.key").exists());
+    let migrate = env.run(&["migrate"]);
+    assert_ok(&migrate);
+    assert!(text(&migrate.stdout).contains("1 migration(s) applied, schema up to date"));
+}
+
+#[test]
+fn serve_refuses_a_config_with_problems() {
+    let env = Env::new(&format!("{BASE}\n[auth.profiles.\"openai:work\"]\nprovider = \"openai\"\napi_key_env = \"ROTA_TEST_UNSET_KEY\"\n"));
+    let out = env.run(&["serve", "--listen", "127.0.0.1:0"]);
+    assert_refused(&out, "environment variable `ROTA_TEST_UNSET_KEY` is unset or empty");
+    assert!(!env.path("rota.db").exists());
+}
+
+fn seed_stats(env: &Env, config_text: &str) {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let config = Config::from_toml(config_text).unwrap();
+        let store = SqliteStore::open(&env.path("rota.db")).await.unwrap();
+        store.sync_config_profiles(&rota::book::config_rows(&config, 0)).await.unwrap();
+        let far = chrono::Utc::now().timestamp_millis() + 3_600_000;
+        let cooling = UsageStats {
+            cooldown: Some(Cooldown { until: far, reason: Reason::RateLimit, model: Some("gpt-4.1-mini".into()) }),
+            error_count: 1,
+            ..Default::default()
+        };
+        let gone = UsageStats { disabled: Some(Disabled { until: None, reason: Reason::AuthPermanent }), ..Default::default() };
+        store.save_stats(&[("openai:b".parse().unwrap(), cooling), ("openai:c".parse().unwrap(), gone)]).await.unwrap();
+        store.close().await;
+    });
+}
+
+#[test]
+fn doctor_prints_every_agents_chain_with_each_profiles_state() {
+    let config = format!(
+        "{BASE}
+[auth.profiles.\"openai:a\"]
+provider = \"openai\"
+api_key_env = \"ROTA_TEST_KEY_A\"
+[auth.profiles.\"openai:b\"]
+provider = \"openai\"
+api_key_env = \"ROTA_TEST_KEY_B\"
+[auth.profiles.\"openai:c\"]
+provider = \"openai\"
+api_key_env = \"ROTA_TEST_KEY_C\"
+"
+    );
+    let env = Env::new(&config);
+    seed_stats(&env, &config);
+    std::fs::write(env.path(".env"), "ROTA_TEST_KEY_A=sk-a\nROTA_TEST_KEY_B=sk-b\nROTA_TEST_KEY_C=sk-c\n").unwrap();
+    let out = env.run(&["doctor"]);
+    assert_ok(&out);
+    let o = text(&out.stdout);
+    assert!(o.contains("agent (default):\n  1. anthropic/claude-sonnet-4-5\n       (no usable profile"), "{o}");
+    assert!(o.contains("  2. openai/gpt-4.1-mini\n       openai:a                         api_key  usable\n       openai:b                         api_key  cooling for gpt-4.1-mini until "), "{o}");
+    assert!(o.contains("openai:c                         api_key  disabled because auth_permanent until cleared"), "{o}");
+    assert!(o.contains("agent planner:\n  1. anthropic/claude-sonnet-4-5\n"), "{o}");
+    assert!(!o.contains("agent planner:\n  1. anthropic/claude-sonnet-4-5\n       (no usable profile: add one with `rota profiles add anthropic`)\n  2."), "{o}");
+    assert!(o.ends_with("no problems found\n"), "{o}");
+
+    let json: serde_json::Value = serde_json::from_slice(&env.run(&["doctor", "--json"]).stdout).unwrap();
+    let step = &json["agents"][0]["chain"][1];
+    assert_eq!(step["model"], "openai/gpt-4.1-mini");
+    assert_eq!(step["profiles"][1]["status"]["state"], "cooling");
+    assert_eq!(step["profiles"][2]["status"]["reason"], "auth_permanent");
+
+    let cleared = env.run(&["profiles", "clear", "openai:c"]);
+    assert_ok(&cleared);
+    let o = text(&env.run(&["doctor"]).stdout);
+    assert!(o.contains("openai:c                         api_key  usable"), "{o}");
+}
+
+#[test]
+fn doctor_exits_non_zero_naming_each_problem() {
+    let cases = [
+        ("[models]\nprimary = \"openai/gpt-4.1\"\nfallbacks = [\"mystery/m\"]", "models.fallbacks[0]: `mystery/m` names unknown provider `mystery`"),
+        ("[virtual_models.a]\ntargets = [\"b\"]\n[virtual_models.b]\ntargets = [\"a\"]", "virtual model or alias cycle: a → b → a"),
+        ("[cooldown]\nbase = \"a while\"", "key `cooldown.base`: invalid duration `a while`"),
+        ("[auth.profiles.\"openai:w\"]\nprovider = \"openai\"\napi_key_env = \"ROTA_TEST_NEVER_SET\"", "environment variable `ROTA_TEST_NEVER_SET` is unset or empty"),
+    ];
+    let providers = "[providers.openai]\napi = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\n";
+    for (snippet, expected) in cases {
+        let env = Env::new(&format!("{providers}{snippet}\n"));
+        let out = env.run(&["doctor"]);
+        assert!(!out.status.success(), "doctor accepted: {snippet}");
+        assert!(text(&out.stdout).contains(expected), "doctor did not say `{expected}`:\n{}", text(&out.stdout));
+    }
+    let env = Env::new("[cooldown]\nbase = \"a while\"\n");
+    let out = env.run(&["doctor"]);
+    assert!(text(&out.stdout).contains("rota.toml: key `cooldown.base`"), "names the file: {}", text(&out.stdout));
+}
+
+#[test]
+fn environment_overrides_config_keys() {
+    let env = Env::new(BASE);
+    let mut c = env.cmd(&["doctor"]);
+    c.env("ROTA_COOLDOWN__BASE", "soon");
+    let out = c.stdin(Stdio::null()).output().unwrap();
+    assert!(!out.status.success());
+    assert!(text(&out.stdout).contains("cooldown.base"), "{}", text(&out.stdout));
+
+    let mut c = env.cmd(&["doctor", "--json"]);
+    c.env("ROTA_FAILOVER_ENABLED", "false");
+    let out = c.stdin(Stdio::null()).output().unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["agents"][0]["chain"].as_array().unwrap().len(), 1, "failover off: first choice only");
+
+    let mut c = env.cmd(&["migrate"]);
+    c.env("DATABASE_URL", "sqlite://elsewhere/audit.db");
+    assert_ok(&c.stdin(Stdio::null()).output().unwrap());
+    assert!(env.path("elsewhere/audit.db").exists());
+}
+
+#[test]
+fn missing_explicit_config_file_is_an_error() {
+    let env = Env::new(BASE);
+    let out = env.run(&["--config", "nope.toml", "doctor"]);
+    assert!(!out.status.success());
+    assert!(text(&out.stdout).contains("config file nope.toml not found"));
+    let _ = Path::new("unused");
+}
