@@ -421,11 +421,10 @@ impl Config {
             self.chain(&req)
         };
         let none: &[String] = &[];
-        if let Some(primary) = &self.models.primary {
-            if let Err(e) = resolve(primary, Some(none)) {
+        if let Some(primary) = &self.models.primary
+            && let Err(e) = resolve(primary, Some(none)) {
                 out.push(format!("models.primary: {e}"));
             }
-        }
         for (i, f) in self.models.fallbacks.iter().enumerate() {
             if let Err(e) = resolve(f, Some(none)) {
                 out.push(format!("models.fallbacks[{i}]: {e}"));

@@ -168,11 +168,10 @@ pub fn key_file_for(db_path: &Path) -> PathBuf {
 /// The master key from `ROTA_MASTER_KEY` or the key file beside the database, if either is
 /// there. Creates nothing.
 pub fn find_key(db_path: &Path) -> Result<Option<(MasterKey, KeyOrigin)>, KeyError> {
-    if let Ok(v) = std::env::var(MASTER_KEY_ENV).map(|v| v.trim().to_string()) {
-        if !v.is_empty() {
+    if let Ok(v) = std::env::var(MASTER_KEY_ENV).map(|v| v.trim().to_string())
+        && !v.is_empty() {
             return Ok(Some((MasterKey::decode(&v).ok_or(KeyError::BadEnv)?, KeyOrigin::Env)));
         }
-    }
     let file = key_file_for(db_path);
     if !file.exists() {
         return Ok(None);

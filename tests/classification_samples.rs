@@ -1265,11 +1265,10 @@ fn mismatches(s: &Sample) -> Vec<String> {
     if wait != s.wait_ms {
         bad.push(format!("hint.wait_ms: expected {:?}, got {:?}", s.wait_ms, wait));
     }
-    if let Some(want) = s.account_wide {
-        if out.account_wide != want {
+    if let Some(want) = s.account_wide
+        && out.account_wide != want {
             bad.push(format!("account_wide: expected {want}, got {}", out.account_wide));
         }
-    }
     if out.message.trim().is_empty() {
         bad.push("message: empty".to_string());
     }

@@ -35,11 +35,10 @@ pub fn parse_hint(headers: &[(String, String)], body: Option<&Value>, message: &
     if let Some(ms) = header("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
         return Some(plain(ms.max(0.0).round() as Millis));
     }
-    if let Some(v) = header("retry-after") {
-        if let Some(ms) = retry_after(v, now) {
+    if let Some(v) = header("retry-after")
+        && let Some(ms) = retry_after(v, now) {
             return Some(plain(ms));
         }
-    }
     if let Some(ms) = body.and_then(google_retry_delay) {
         return Some(plain(ms));
     }
