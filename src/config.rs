@@ -336,7 +336,7 @@ impl Config {
         }
     }
 
-    /// Profiles declared in the file for `provider`, in file order.
+    /// Profiles declared in the file for `provider`, sorted by id.
     pub fn configured_profiles(&self, provider: &str) -> Vec<ProfileId> {
         self.auth.profiles.keys().filter(|id| id.provider() == provider).cloned().collect()
     }

@@ -1,5 +1,6 @@
 //! `rota doctor`: is the configuration sound, can the key open the secrets, and what would
-//! each agent's chain do right now, profile by profile. Creates no database and no key.
+//! each agent's chain do right now, profile by profile. Creates no database and no key
+//! (opening an existing database applies pending migrations).
 
 use crate::book::Roster;
 use crate::config::Config;
