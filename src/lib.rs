@@ -1,6 +1,7 @@
 #![forbid(unsafe_code)]
 //! rota: an auth-profile rotation gateway for LLM providers.
 
+pub mod agents;
 pub mod book;
 pub mod cli;
 pub mod config;

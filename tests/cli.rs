@@ -342,3 +342,36 @@ fn missing_explicit_config_file_is_an_error() {
     assert!(text(&out.stdout).contains("config file nope.toml not found"));
     let _ = Path::new("unused");
 }
+
+#[test]
+fn agents_get_a_key_once_stored_only_as_a_digest_and_can_be_revoked() {
+    let env = Env::new(BASE);
+    let out = env.run(&["agents", "create", "planner"]);
+    assert_ok(&out);
+    let stdout = text(&out.stdout);
+    let key = stdout.lines().last().unwrap().to_string();
+    assert!(key.starts_with("rk_") && key.len() == 46, "last line is the key alone: {stdout}");
+    assert_refused(&env.run(&["agents", "create", "planner"]), "agent planner already exists");
+    assert_refused(&env.run(&["agents", "create", "Bad Name"]), "invalid agent name");
+    assert_ok(&env.run(&["agents", "create", "ops", "--admin"]));
+
+    let listed = env.run(&["agents", "list", "--json"]);
+    assert_ok(&listed);
+    let json: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!((json[0]["name"].as_str(), json[0]["admin"].as_bool()), (Some("ops"), Some(true)));
+    assert_eq!((json[1]["name"].as_str(), json[1]["revoked_at"].is_null()), (Some("planner"), true));
+    assert!(!text(&listed.stdout).contains(&key));
+    let bytes = std::fs::read(env.path("rota.db")).unwrap();
+    let mut all = bytes;
+    all.extend(std::fs::read(env.path("rota.db-wal")).unwrap_or_default());
+    assert!(!all.windows(key.len()).any(|w| w == key.as_bytes()), "agent key stored in plaintext");
+
+    assert_ok(&env.run(&["agents", "revoke", "planner"]));
+    assert_refused(&env.run(&["agents", "revoke", "planner"]), "no active agent named planner");
+    let human = text(&env.run(&["agents", "list"]).stdout);
+    assert!(human.contains("planner") && human.contains("revoked "), "{human}");
+    let again = env.run(&["agents", "create", "planner"]);
+    assert_ok(&again);
+    let new_key = text(&again.stdout).lines().last().unwrap().to_string();
+    assert_ne!(new_key, key, "a revoked agent created again gets a new key");
+}

@@ -205,3 +205,21 @@ async fn secrets_are_not_in_the_database_file_in_plaintext() {
         assert!(!bytes.windows(tail.len()).any(|w| w == tail.as_bytes()), "part of {s} found in plaintext");
     }
 }
+
+#[tokio::test]
+async fn agents_are_found_by_key_digest_only_while_active() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(&dir.path().join("rota.db")).await.unwrap();
+    let key = rota::agents::new_key();
+    let d = rota::agents::digest(&key);
+    let a = store.create_agent("planner", &d, false, T0).await.unwrap();
+    assert_eq!((a.name.as_str(), a.admin, a.revoked_at), ("planner", false, None));
+    assert_eq!(store.agent_by_digest(&d).await.unwrap(), Some(a.clone()));
+    assert_eq!(store.agent_by_digest(&rota::agents::digest(&rota::agents::new_key())).await.unwrap(), None);
+    assert!(store.create_agent("planner", "other", true, T0).await.is_err());
+    store.revoke_agent("planner", T0 + 1).await.unwrap();
+    assert_eq!(store.agent_by_digest(&d).await.unwrap(), None);
+    let again = store.create_agent("planner", "digest-2", true, T0 + 2).await.unwrap();
+    assert_eq!((again.id, again.admin, again.revoked_at), (a.id, true, None), "same identity, new key");
+    assert_eq!(store.agent_by_digest(&d).await.unwrap(), None, "the old key stays dead");
+}

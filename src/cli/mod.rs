@@ -1,5 +1,6 @@
 //! The command line (SPEC §8, CLI). Every command takes `--config`.
 
+mod agents;
 mod profiles;
 
 use crate::config::Config;
@@ -37,6 +38,9 @@ pub enum Command {
     /// Manage auth profiles.
     #[command(subcommand)]
     Profiles(profiles::ProfilesCommand),
+    /// Manage agent keys (the credentials clients present to rota).
+    #[command(subcommand)]
+    Agents(agents::AgentsCommand),
 }
 
 /// Parses the command line, runs the command and returns the process exit code.
@@ -74,6 +78,11 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             let store = SqliteStore::open(&path).await.with_context(|| format!("opening {}", path.display()))?;
             let n = store.applied_migrations().await?;
             println!("{}: {n} migration(s) applied, schema up to date", path.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Agents(cmd) => {
+            let config = load(cli.config.as_deref())?;
+            agents::run(&config, cmd).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Profiles(cmd) => {

@@ -4,6 +4,7 @@ mod sqlite;
 
 pub use sqlite::{MIGRATOR_COUNT, SqliteStore};
 
+use crate::agents::Agent;
 use crate::engine::{Millis, ModelCooldown, ProfileId, ProfileType, UsageStats};
 use crate::secrets::Sealed;
 use async_trait::async_trait;
@@ -54,6 +55,10 @@ pub enum StoreError {
     Duplicate(ProfileId),
     #[error("profile {0} does not exist")]
     NotFound(ProfileId),
+    #[error("agent {0} already exists")]
+    AgentExists(String),
+    #[error("agent {0} does not exist")]
+    NoAgent(String),
     #[error("database error: {0}")]
     Db(#[from] sqlx::Error),
     #[error("database migration failed: {0}")]
@@ -78,4 +83,12 @@ pub trait Store: Send + Sync {
     async fn save_model_cooldowns(&self, batch: &[((String, String), ModelCooldown)]) -> Result<(), StoreError>;
     /// Sets (or with `None` removes) the stored explicit order of a provider.
     async fn set_order(&self, provider: &str, ids: Option<&[ProfileId]>) -> Result<(), StoreError>;
+    /// Creates an agent with the digest of its key. A revoked agent of the same name gets the
+    /// new key and becomes active again (its audit rows keep their name); an active one is a
+    /// conflict.
+    async fn create_agent(&self, name: &str, key_digest: &str, admin: bool, now: Millis) -> Result<Agent, StoreError>;
+    async fn agents(&self) -> Result<Vec<Agent>, StoreError>;
+    /// The active agent holding the key with this digest.
+    async fn agent_by_digest(&self, key_digest: &str) -> Result<Option<Agent>, StoreError>;
+    async fn revoke_agent(&self, name: &str, now: Millis) -> Result<(), StoreError>;
 }

@@ -1,5 +1,6 @@
 //! The embedded SQLite store (WAL, busy timeout, migrations applied at open).
 
+use crate::agents::Agent;
 use super::{Origin, Snapshot, Store, StoreError, StoredProfile};
 use crate::engine::{Cooldown, Disabled, Millis, ModelCooldown, ProfileId, Reason, UsageStats};
 use crate::secrets::{Sealed, SecretField};
@@ -58,6 +59,16 @@ impl SqliteStore {
     pub async fn close(&self) {
         self.pool.close().await;
     }
+}
+
+fn agent_from_row(row: &SqliteRow) -> Result<Agent, StoreError> {
+    Ok(Agent {
+        id: row.try_get("id")?,
+        name: row.try_get("name")?,
+        admin: row.try_get("admin")?,
+        created_at: row.try_get("created_at")?,
+        revoked_at: row.try_get("revoked_at")?,
+    })
 }
 
 fn reason(row: &SqliteRow, col: &str) -> Result<Option<Reason>, StoreError> {
@@ -310,6 +321,52 @@ impl Store for SqliteStore {
             None => {
                 sqlx::query("DELETE FROM profile_order WHERE provider = ?").bind(provider).execute(&self.pool).await?;
             }
+        }
+        Ok(())
+    }
+
+    async fn create_agent(&self, name: &str, key_digest: &str, admin: bool, now: Millis) -> Result<Agent, StoreError> {
+        let row = sqlx::query(
+            "INSERT INTO agents (id, name, key_digest, admin, created_at) VALUES (?, ?, ?, ?, ?)
+             ON CONFLICT (name) DO UPDATE SET key_digest = excluded.key_digest, admin = excluded.admin,
+                 created_at = excluded.created_at, revoked_at = NULL
+             WHERE agents.revoked_at IS NOT NULL
+             RETURNING id, name, admin, created_at, revoked_at",
+        )
+        .bind(uuid::Uuid::new_v4().to_string())
+        .bind(name)
+        .bind(key_digest)
+        .bind(admin)
+        .bind(now)
+        .fetch_optional(&self.pool)
+        .await?;
+        match row {
+            Some(r) => agent_from_row(&r),
+            None => Err(StoreError::AgentExists(name.to_string())),
+        }
+    }
+
+    async fn agents(&self) -> Result<Vec<Agent>, StoreError> {
+        let rows = sqlx::query("SELECT id, name, admin, created_at, revoked_at FROM agents ORDER BY name").fetch_all(&self.pool).await?;
+        rows.iter().map(agent_from_row).collect()
+    }
+
+    async fn agent_by_digest(&self, key_digest: &str) -> Result<Option<Agent>, StoreError> {
+        let row = sqlx::query("SELECT id, name, admin, created_at, revoked_at FROM agents WHERE key_digest = ? AND revoked_at IS NULL")
+            .bind(key_digest)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(agent_from_row).transpose()
+    }
+
+    async fn revoke_agent(&self, name: &str, now: Millis) -> Result<(), StoreError> {
+        let done = sqlx::query("UPDATE agents SET revoked_at = ? WHERE name = ? AND revoked_at IS NULL")
+            .bind(now)
+            .bind(name)
+            .execute(&self.pool)
+            .await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::NoAgent(name.to_string()));
         }
         Ok(())
     }

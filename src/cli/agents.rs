@@ -1,0 +1,69 @@
+//! `rota agents create|list|revoke`.
+
+use crate::agents::{digest, new_key, valid_name};
+use crate::config::Config;
+use crate::status::time;
+use crate::store::{SqliteStore, Store, StoreError};
+use anyhow::{Context, Result, bail};
+use clap::Subcommand;
+use secrecy::ExposeSecret;
+
+#[derive(Subcommand, Debug)]
+pub enum AgentsCommand {
+    /// Create an agent and print its key once, alone on the last line of stdout.
+    Create {
+        name: String,
+        /// The agent may use the admin API.
+        #[arg(long)]
+        admin: bool,
+    },
+    /// List agents (never their keys).
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Revoke an agent's key: its requests are refused from then on.
+    Revoke { name: String },
+}
+
+pub async fn run(config: &Config, cmd: AgentsCommand) -> Result<()> {
+    let path = config.database_path()?;
+    let open = || async { SqliteStore::open(&path).await.with_context(|| format!("opening database {}", path.display())) };
+    let now = chrono::Utc::now().timestamp_millis();
+    match cmd {
+        AgentsCommand::Create { name, admin } => {
+            if !valid_name(&name) {
+                bail!("invalid agent name `{name}`: use a-z, 0-9, `-` and `_` (at most 64)");
+            }
+            let key = new_key();
+            let agent = open().await?.create_agent(&name, &digest(&key), admin, now).await.map_err(|e| match e {
+                StoreError::AgentExists(n) => anyhow::anyhow!("agent {n} already exists; revoke it first to issue a new key"),
+                other => other.into(),
+            })?;
+            println!("created agent {}{}; its key is shown only now:", agent.name, if admin { " (admin)" } else { "" });
+            println!("{}", key.expose_secret());
+        }
+        AgentsCommand::List { json } => {
+            let agents = open().await?.agents().await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&agents)?);
+            } else if agents.is_empty() {
+                println!("no agents (create one with `rota agents create <name>`)");
+            } else {
+                println!("{:<24} {:<6} {:<20} STATE", "NAME", "ADMIN", "CREATED");
+                for a in agents {
+                    let state = a.revoked_at.map_or("active".to_string(), |t| format!("revoked {}", time(t)));
+                    println!("{:<24} {:<6} {:<20} {state}", a.name, if a.admin { "yes" } else { "no" }, time(a.created_at));
+                }
+            }
+        }
+        AgentsCommand::Revoke { name } => {
+            open().await?.revoke_agent(&name, now).await.map_err(|e| match e {
+                StoreError::NoAgent(n) => anyhow::anyhow!("no active agent named {n} (see `rota agents list`)"),
+                other => other.into(),
+            })?;
+            println!("revoked agent {name}");
+        }
+    }
+    Ok(())
+}
