@@ -7,7 +7,7 @@
 //! until everything queued so far is on disk.
 
 use crate::config::Config;
-use crate::engine::gate::ProbeThrottle;
+use crate::engine::gate::{self, Availability, Gate, Position, ProbeThrottle};
 use crate::engine::order::{self, OrderRequest, Ordered, PinError};
 use crate::engine::recent::Recent;
 use crate::engine::{CooldownPolicy, Failure, Millis, ModelCooldown, ProfileId, ProfileType, ProfileView, Until, UsageStats};
@@ -300,8 +300,9 @@ impl Book {
         }
     }
 
-    pub fn claim_probe(&self, agent: &str, provider: &str, now: Millis) -> bool {
-        self.lock().probes.try_claim(agent, provider, now)
+    /// Decides whether a candidate is tried, probed or skipped (claims the probe atomically).
+    pub fn gate(&self, pos: Position<'_>, avail: Availability, now: Millis) -> Gate {
+        gate::gate(pos, avail, &mut self.lock().probes, now)
     }
 }
 

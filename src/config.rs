@@ -20,9 +20,9 @@ pub const DEFAULT_FILE: &str = "rota.toml";
 
 /// The top-level sections a `ROTA_` variable may override (`ROTA_SECTION__KEY`). Other `ROTA_`
 /// variables (`ROTA_CONFIG`, `ROTA_MASTER_KEY`, `ROTA_LOG`, an operator's own) are not config.
-const SECTIONS: [&str; 13] = [
+const SECTIONS: [&str; 15] = [
     "server", "database", "providers", "auth", "models", "aliases", "virtual_models", "agents", "cooldown",
-    "billing", "rotation", "failover", "classification",
+    "billing", "rotation", "failover", "classification", "timeouts", "limits",
 ];
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -54,6 +54,62 @@ pub struct Config {
     pub failover: Failover,
     #[serde(default)]
     pub classification: Classification,
+    #[serde(default)]
+    pub timeouts: Timeouts,
+    #[serde(default)]
+    pub limits: Limits,
+}
+
+/// Upstream timeouts (SPEC §6).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Timeouts {
+    #[serde(default = "d10s", deserialize_with = "duration")]
+    pub connect: Duration,
+    /// Until the upstream's answer (non-streaming) or first content event (streaming).
+    #[serde(default = "d120s", deserialize_with = "duration")]
+    pub first_byte: Duration,
+    /// A stream that sends nothing for this long has stalled (keep-alive comments do not count).
+    #[serde(default = "d60s", deserialize_with = "duration")]
+    pub idle: Duration,
+    /// Ceiling for a whole request, every attempt included.
+    #[serde(default = "d600s", deserialize_with = "duration")]
+    pub total: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts { connect: d10s(), first_byte: d120s(), idle: d60s(), total: d600s() }
+    }
+}
+
+fn d10s() -> Duration {
+    Duration::from_secs(10)
+}
+fn d120s() -> Duration {
+    Duration::from_secs(120)
+}
+fn d600s() -> Duration {
+    Duration::from_secs(600)
+}
+
+/// Request limits.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// Largest request body accepted, in bytes (413 beyond).
+    #[serde(default = "default_body_max")]
+    pub max_body_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_body_bytes: default_body_max() }
+    }
+}
+
+fn default_body_max() -> usize {
+    32 * 1024 * 1024
 }
 
 #[derive(Clone, Debug, Deserialize)]

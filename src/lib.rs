@@ -2,11 +2,14 @@
 //! rota: an auth-profile rotation gateway for LLM providers.
 
 pub mod agents;
+pub mod audit;
 pub mod book;
 pub mod cli;
 pub mod config;
 pub mod doctor;
 pub mod engine;
+pub mod gateway;
+pub mod redact;
 pub mod secrets;
 pub mod server;
 pub mod status;

@@ -1,7 +1,12 @@
 //! `rota serve`: opens the store, unlocks the secrets, loads the profile book and serves HTTP
 //! until SIGTERM or Ctrl-C, then flushes every pending write.
 
+use crate::audit::Audit;
 use crate::book::Book;
+use crate::engine::classify::Classifier;
+use crate::gateway::failover::Engine;
+use crate::gateway::upstream::Upstream;
+use crate::gateway::{self, AgentCache};
 use crate::config::Config;
 use crate::engine::{Clock, SystemClock};
 use crate::secrets::resolve_key;
@@ -16,13 +21,13 @@ use std::sync::Arc;
 /// What every handler shares; cheap to clone.
 #[derive(Clone)]
 pub struct AppState {
-    pub config: Arc<Config>,
-    pub book: Arc<Book>,
+    pub engine: Arc<Engine>,
+    pub agents: Arc<AgentCache>,
     pub clock: Arc<dyn Clock>,
 }
 
 pub fn router(state: AppState) -> Router {
-    Router::new().route("/healthz", get(healthz)).with_state(state)
+    Router::new().route("/healthz", get(healthz)).merge(gateway::router()).with_state(state)
 }
 
 async fn healthz(State(_): State<AppState>) -> Json<Value> {
@@ -36,15 +41,25 @@ pub async fn run(config: Config, listen: Option<String>) -> Result<()> {
     tracing::info!(key_id = key.id(), from = %origin, "master key ready");
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let store: Arc<dyn Store> = Arc::new(store);
-    let book = Arc::new(Book::load(store, &config, &key, clock.now()).await?);
+    let book = Arc::new(Book::load(store.clone(), &config, &key, clock.now()).await?);
     let addr = listen.unwrap_or_else(|| config.server.listen.clone());
     let listener = tokio::net::TcpListener::bind(&addr).await.with_context(|| format!("cannot listen on {addr}"))?;
     let local = listener.local_addr()?;
-    let state = AppState { config: Arc::new(config), book: book.clone(), clock };
+    let audit = Audit::start(store.clone());
+    let engine = Arc::new(Engine {
+        upstream: Upstream::new(&config.timeouts),
+        classifier: Classifier::with_overrides(config.classification.rules.clone()),
+        config: Arc::new(config),
+        book: book.clone(),
+        audit: audit.clone(),
+        clock: clock.clone(),
+    });
+    let state = AppState { engine, agents: Arc::new(AgentCache::new(store)), clock };
     println!("rota listening on http://{local}");
     tracing::info!(%local, database = %db_path.display(), "serving");
     axum::serve(listener, router(state)).with_graceful_shutdown(shutdown_signal()).await?;
     book.flush().await;
+    audit.flush().await;
     tracing::info!("stopped; every pending write is flushed");
     Ok(())
 }

@@ -36,7 +36,7 @@ fn fallback_status(reason: Reason) -> u16 {
         Reason::Overloaded => 503,
         Reason::Timeout => 504,
         Reason::ContextOverflow | Reason::Format => 400,
-        Reason::Auth | Reason::AuthPermanent | Reason::NoProfile => 502,
+        Reason::Auth | Reason::AuthPermanent | Reason::NoProfile | Reason::WireFormat => 502,
         Reason::Billing => 502,
         Reason::ModelNotFound => 404,
         Reason::Cancelled => 499,

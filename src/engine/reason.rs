@@ -25,6 +25,9 @@ pub enum Reason {
     /// Not an upstream answer: the provider had no profile with a usable secret, so the
     /// candidate was skipped without a call.
     NoProfile,
+    /// Not an upstream answer: the provider speaks another wire format than the request's API,
+    /// so the candidate was skipped without a call.
+    WireFormat,
 }
 
 /// What the failover loop does next after a failure of this reason.
@@ -55,7 +58,7 @@ pub enum Mark {
 }
 
 impl Reason {
-    pub const ALL: [Reason; 14] = [
+    pub const ALL: [Reason; 15] = [
         Reason::ContextOverflow,
         Reason::Format,
         Reason::AuthPermanent,
@@ -70,6 +73,7 @@ impl Reason {
         Reason::Cancelled,
         Reason::Unknown,
         Reason::NoProfile,
+        Reason::WireFormat,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -88,6 +92,7 @@ impl Reason {
             Reason::Cancelled => "cancelled",
             Reason::Unknown => "unknown",
             Reason::NoProfile => "no_profile",
+            Reason::WireFormat => "wire_format",
         }
     }
 
@@ -96,7 +101,7 @@ impl Reason {
             Reason::ContextOverflow | Reason::Format | Reason::Cancelled | Reason::Unknown => {
                 Next::Stop
             }
-            Reason::ModelNotFound | Reason::NoProfile => Next::NextModel,
+            Reason::ModelNotFound | Reason::NoProfile | Reason::WireFormat => Next::NextModel,
             Reason::AuthPermanent
             | Reason::Auth
             | Reason::Billing
@@ -120,7 +125,8 @@ impl Reason {
             | Reason::Format
             | Reason::Cancelled
             | Reason::Unknown
-            | Reason::NoProfile => Mark::None,
+            | Reason::NoProfile
+            | Reason::WireFormat => Mark::None,
         }
     }
 
@@ -148,7 +154,7 @@ impl fmt::Display for Reason {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("unknown failure reason `{0}` (expected one of: context_overflow, format, auth_permanent, auth, billing, rate_limit, overloaded, server_error, timeout, network, model_not_found, cancelled, unknown, no_profile)")]
+#[error("unknown failure reason `{0}` (expected one of: context_overflow, format, auth_permanent, auth, billing, rate_limit, overloaded, server_error, timeout, network, model_not_found, cancelled, unknown, no_profile, wire_format)")]
 pub struct UnknownReason(pub String);
 
 impl FromStr for Reason {

@@ -5,6 +5,7 @@ mod sqlite;
 pub use sqlite::{MIGRATOR_COUNT, SqliteStore};
 
 use crate::agents::Agent;
+use crate::audit::{AttemptRow, RequestRow};
 use crate::engine::{Millis, ModelCooldown, ProfileId, ProfileType, UsageStats};
 use crate::secrets::Sealed;
 use async_trait::async_trait;
@@ -91,4 +92,6 @@ pub trait Store: Send + Sync {
     /// The active agent holding the key with this digest.
     async fn agent_by_digest(&self, key_digest: &str) -> Result<Option<Agent>, StoreError>;
     async fn revoke_agent(&self, name: &str, now: Millis) -> Result<(), StoreError>;
+    /// Appends audit rows in one transaction.
+    async fn insert_audit(&self, requests: &[RequestRow], attempts: &[AttemptRow]) -> Result<(), StoreError>;
 }

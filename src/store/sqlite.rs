@@ -1,6 +1,7 @@
 //! The embedded SQLite store (WAL, busy timeout, migrations applied at open).
 
 use crate::agents::Agent;
+use crate::audit::{AttemptRow, RequestRow};
 use super::{Origin, Snapshot, Store, StoreError, StoredProfile};
 use crate::engine::{Cooldown, Disabled, Millis, ModelCooldown, ProfileId, Reason, UsageStats};
 use crate::secrets::{Sealed, SecretField};
@@ -368,6 +369,61 @@ impl Store for SqliteStore {
         if done.rows_affected() == 0 {
             return Err(StoreError::NoAgent(name.to_string()));
         }
+        Ok(())
+    }
+
+    async fn insert_audit(&self, requests: &[RequestRow], attempts: &[AttemptRow]) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        for a in attempts {
+            sqlx::query(
+                "INSERT INTO attempts (request_id, seq, kind, agent, provider, model, profile_id, started_at, duration_ms,
+                     ttfb_ms, http_status, outcome, reason, retry_after_ms, cooldown_until, error, tokens_in, tokens_out)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&a.request_id)
+            .bind(a.seq as i64)
+            .bind(a.kind.as_str())
+            .bind(&a.agent)
+            .bind(&a.provider)
+            .bind(&a.model)
+            .bind(&a.profile_id)
+            .bind(a.started_at)
+            .bind(a.duration_ms)
+            .bind(a.ttfb_ms)
+            .bind(a.http_status.map(i64::from))
+            .bind(a.outcome.as_str())
+            .bind(a.reason.map(|r| r.as_str()))
+            .bind(a.retry_after_ms)
+            .bind(a.cooldown_until)
+            .bind(&a.error)
+            .bind(a.tokens_in)
+            .bind(a.tokens_out)
+            .execute(&mut *tx)
+            .await?;
+        }
+        for r in requests {
+            sqlx::query(
+                "INSERT INTO requests (id, agent, api, requested_model, served_model, served_profile, status, attempts,
+                     started_at, duration_ms, stream, tokens_in, tokens_out)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&r.id)
+            .bind(&r.agent)
+            .bind(r.api)
+            .bind(&r.requested_model)
+            .bind(&r.served_model)
+            .bind(&r.served_profile)
+            .bind(i64::from(r.status))
+            .bind(r.attempts as i64)
+            .bind(r.started_at)
+            .bind(r.duration_ms)
+            .bind(r.stream)
+            .bind(r.tokens_in)
+            .bind(r.tokens_out)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
         Ok(())
     }
 }

@@ -1,0 +1,615 @@
+//! The two-stage failover of one request: for each model of the chain, the provider's profiles
+//! in order (with same-profile retries), then the next model; every call and skip audited.
+
+use super::upstream::Upstream;
+use super::wire::{self, Api, Seen};
+use super::sse::Splitter;
+use crate::agents::Agent;
+use crate::audit::{Audit, AttemptRow, Kind, Outcome, RequestRow};
+use crate::book::{Book, Credential};
+use crate::config::Config;
+use crate::engine::aggregate::{ModelFailure, aggregate};
+use crate::engine::chain::{Candidate, ChainRequest, FallbackOverride};
+use crate::engine::classify::{Classified, Classifier, Observed};
+use crate::engine::gate::{Availability, Gate, Position};
+use crate::engine::{Clock, Failure, Millis, Next, ProfileId, Reason, Until};
+use crate::redact::{redact, truncate};
+use crate::status::until_ms;
+use axum::body::Body;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use futures_util::StreamExt;
+use secrecy::ExposeSecret;
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::{Instant, timeout_at};
+
+/// Everything a request needs, shared by all requests.
+pub struct Engine {
+    pub config: Arc<Config>,
+    pub book: Arc<Book>,
+    pub upstream: Upstream,
+    pub audit: Audit,
+    pub clock: Arc<dyn Clock>,
+    pub classifier: Classifier,
+}
+
+/// One client request, parsed.
+pub struct Incoming {
+    pub api: Api,
+    pub agent: Agent,
+    pub body: serde_json::Map<String, Value>,
+    pub stream: bool,
+    pub session: Option<String>,
+    pub pin: Option<ProfileId>,
+    pub fallbacks: FallbackOverride,
+    pub headers: HeaderMap,
+    pub request_id: String,
+}
+
+/// The request-level audit state, shared with a committed stream's forwarder.
+#[derive(Clone)]
+struct Trail {
+    audit: Audit,
+    request_id: String,
+    agent: String,
+    api: Api,
+    requested_model: Option<String>,
+    stream: bool,
+    started_at: Millis,
+    started: Instant,
+    seq: u32,
+}
+
+impl Trail {
+    fn next_seq(&mut self) -> u32 {
+        self.seq += 1;
+        self.seq
+    }
+
+    fn row(&mut self, kind: Kind, cand: &Candidate, profile: Option<&ProfileId>, started_at: Millis) -> AttemptRow {
+        AttemptRow {
+            request_id: self.request_id.clone(),
+            seq: self.next_seq(),
+            kind,
+            agent: Some(self.agent.clone()),
+            provider: cand.provider.clone(),
+            model: cand.model.clone(),
+            profile_id: profile.map(|p| p.to_string()),
+            started_at,
+            duration_ms: None,
+            ttfb_ms: None,
+            http_status: None,
+            outcome: Outcome::Failure,
+            reason: None,
+            retry_after_ms: None,
+            cooldown_until: None,
+            error: None,
+            tokens_in: None,
+            tokens_out: None,
+        }
+    }
+
+    fn finish(&self, status: u16, served: Option<(&Candidate, &ProfileId)>, tokens: (Option<i64>, Option<i64>)) {
+        self.audit.request(RequestRow {
+            id: self.request_id.clone(),
+            agent: Some(self.agent.clone()),
+            api: self.api.as_str(),
+            requested_model: self.requested_model.clone(),
+            served_model: served.map(|(c, _)| c.label()),
+            served_profile: served.map(|(_, p)| p.to_string()),
+            status,
+            attempts: self.seq,
+            started_at: self.started_at,
+            duration_ms: self.started.elapsed().as_millis() as Millis,
+            stream: self.stream,
+            tokens_in: tokens.0,
+            tokens_out: tokens.1,
+        });
+    }
+}
+
+/// Records the attempt in flight (and the request) as cancelled if the client goes away and
+/// the request future is dropped mid-call.
+struct InFlight {
+    row: Option<AttemptRow>,
+    trail: Trail,
+    started: Instant,
+}
+
+impl InFlight {
+    fn done(mut self) -> AttemptRow {
+        self.row.take().expect("row is present until done or dropped")
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if let Some(mut row) = self.row.take() {
+            row.duration_ms = Some(self.started.elapsed().as_millis() as Millis);
+            row.reason = Some(Reason::Cancelled);
+            row.error = Some("the client went away; the upstream call was aborted".into());
+            self.trail.audit.attempt(row);
+            self.trail.finish(499, None, (None, None));
+        }
+    }
+}
+
+/// What one upstream call came to.
+enum Called {
+    Served(Response, (Option<i64>, Option<i64>)),
+    /// A stream whose first content event arrived: ready to commit.
+    Stream(Box<OpenStream>),
+    Failed(Box<CallFailure>),
+}
+
+/// A stream read up to its first content event.
+struct OpenStream {
+    held: Vec<u8>,
+    rest: futures_util::stream::BoxStream<'static, reqwest::Result<Bytes>>,
+    tokens: (Option<i64>, Option<i64>),
+    ttfb_ms: Millis,
+}
+
+/// What became of one candidate.
+enum Step {
+    /// The request is answered (served, or stopped by a reason that does not fail over).
+    Done(Response),
+    /// Go on to the next candidate; this one's failure, if it had one.
+    Next(Option<ModelFailure>),
+}
+
+struct CallFailure {
+    class: Classified,
+    status: Option<u16>,
+    /// The upstream's answer, redacted: returned as is when the reason stops the request.
+    body: Option<Bytes>,
+}
+
+fn secrets_of<'a>(cred: &'a Credential, agent_key_hint: &'a [&'a str]) -> Vec<&'a str> {
+    let mut v: Vec<&str> = agent_key_hint.to_vec();
+    match cred {
+        Credential::ApiKey(s) | Credential::Token(s) => v.push(s.expose_secret()),
+        Credential::OAuth { access, refresh } => {
+            v.extend(access.iter().map(|s| s.expose_secret()));
+            v.extend(refresh.iter().map(|s| s.expose_secret()));
+        }
+    }
+    v
+}
+
+fn json_response(api: Api, status: u16, message: &str, retry_after: Option<u64>, request_id: &str) -> Response {
+    let code = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+    let mut resp = (code, axum::Json(api.error_body(status, message))).into_response();
+    let h = resp.headers_mut();
+    h.insert("x-request-id", HeaderValue::from_str(request_id).expect("uuid is a valid header"));
+    if let Some(secs) = retry_after {
+        h.insert("retry-after", HeaderValue::from(secs));
+    }
+    resp
+}
+
+/// An error answered before any upstream call (bad input, unknown model, bad pin).
+pub fn refuse(api: Api, status: u16, message: &str, request_id: &str) -> Response {
+    json_response(api, status, message, None, request_id)
+}
+
+impl Engine {
+    fn now(&self) -> Millis {
+        self.clock.now()
+    }
+
+    pub async fn serve(self: Arc<Self>, inc: Incoming) -> Response {
+        let config = self.config.clone();
+        let deadline = Instant::now() + config.timeouts.total;
+        let requested = inc.body.get("model").and_then(Value::as_str).map(str::to_string);
+        let agent_fallbacks = config.agents.get(&inc.agent.name).and_then(|a| a.fallbacks.as_deref());
+        let chain = match config.chain(&ChainRequest {
+            model: requested.as_deref(),
+            agent_fallbacks,
+            fallback_override: inc.fallbacks.clone(),
+            roll: fastrand::u64(..),
+            failover: config.failover.enabled,
+        }) {
+            Ok(c) => c,
+            Err(e) => {
+                let status = if requested.is_some() { 404 } else { 400 };
+                return refuse(inc.api, status, &e.to_string(), &inc.request_id);
+            }
+        };
+        let mut trail = Trail {
+            audit: self.audit.clone(),
+            request_id: inc.request_id.clone(),
+            agent: inc.agent.name.clone(),
+            api: inc.api,
+            requested_model: requested,
+            stream: inc.stream,
+            started_at: self.now(),
+            started: Instant::now(),
+            seq: 0,
+        };
+        let mut failures: Vec<ModelFailure> = Vec::new();
+        for (index, cand) in chain.iter().enumerate() {
+            match self.serve_candidate(&inc, &chain, index, &mut trail, deadline).await {
+                Step::Done(resp) => {
+                    if !failures.is_empty() && resp.status().is_success() {
+                        let why: Vec<String> = failures
+                            .iter()
+                            .map(|f| format!("{}: {} {}", f.label, f.status.map_or("-".into(), |s| s.to_string()), f.reason))
+                            .collect();
+                        tracing::info!(request_id = %inc.request_id, "fallback: served by {} ({})", cand.label(), why.join(", "));
+                    }
+                    return resp;
+                }
+                Step::Next(failure) => failures.extend(failure),
+            }
+        }
+        let out = aggregate(&failures, self.now());
+        tracing::warn!(request_id = %inc.request_id, status = out.status, "{}", out.message);
+        trail.finish(out.status, None, (None, None));
+        json_response(inc.api, out.status, &out.message, out.retry_after_secs, &inc.request_id)
+    }
+
+    /// Tries one candidate: its profiles in order, each with its same-profile retries.
+    async fn serve_candidate(&self, inc: &Incoming, chain: &[Candidate], index: usize, trail: &mut Trail, deadline: Instant) -> Step {
+        let cand = &chain[index];
+        let config = &self.config;
+        let provider = &config.providers[&cand.provider];
+        let now = self.now();
+        let skip = |trail: &mut Trail, reason: Reason, until: Option<Until>, message: String| {
+            let mut row = trail.row(Kind::Skipped, cand, None, now);
+            row.outcome = Outcome::Skipped;
+            row.reason = Some(reason);
+            row.cooldown_until = until.and_then(until_ms);
+            row.duration_ms = Some(0);
+            row.error = Some(message.clone());
+            trail.audit.attempt(row);
+            Step::Next(Some(ModelFailure { label: cand.label(), reason, message, status: None, until, skipped: true }))
+        };
+        if provider.api != inc.api.wire() {
+            let msg = format!(
+                "{} speaks the {:?} wire format; the {} API needs {:?} (translation between formats is not built yet)",
+                cand.provider,
+                provider.api,
+                inc.api.as_str(),
+                inc.api.wire()
+            );
+            return skip(trail, Reason::WireFormat, None, msg);
+        }
+        let pin = inc.pin.as_ref().filter(|p| p.provider() == cand.provider);
+        let ordered = match self.book.order(config, &cand.provider, &cand.model, inc.session.as_deref(), pin, now) {
+            Ok(o) => o,
+            Err(e) => return Step::Done(refuse(inc.api, 400, &e.to_string(), &inc.request_id)),
+        };
+        let avail = if let Some(until) = self.book.model_cooled_until(&cand.provider, &cand.model, now) {
+            Availability::Cooled { until: Until::At(until), reason: Reason::ModelNotFound }
+        } else if ordered.slots.is_empty() {
+            Availability::NoProfile
+        } else if let Some((until, reason)) = ordered.all_blocked() {
+            Availability::Cooled { until, reason }
+        } else {
+            Availability::Usable
+        };
+        let gate = if ordered.pinned && !ordered.slots.is_empty() {
+            Gate::Try
+        } else {
+            let pos = Position { index, len: chain.len(), agent: &inc.agent.name, provider: &cand.provider };
+            self.book.gate(pos, avail, now)
+        };
+        if let Gate::Skip { reason, until } = gate {
+            let msg = match until {
+                Some(u) => format!("every profile is cooling ({reason}) until {}", crate::status::time(u.key())),
+                None if reason == Reason::NoProfile => format!("provider {} has no profile with a usable secret", cand.provider),
+                None => reason.to_string(),
+            };
+            return skip(trail, reason, until, msg);
+        }
+        let usable: Vec<ProfileId> = ordered.slots.iter().filter(|s| s.blocked.is_none()).map(|s| s.id.clone()).collect();
+        let slots = if usable.is_empty() || gate == Gate::Probe {
+            ordered.slots.iter().take(1).map(|s| s.id.clone()).collect()
+        } else {
+            usable
+        };
+
+        let mut last = None;
+        for (j, pid) in slots.iter().enumerate() {
+            let Some(cred) = self.book.credential(pid) else { continue };
+            let mut tries = 0u8;
+            loop {
+                let kind = if gate == Gate::Probe && tries == 0 && j == 0 {
+                    Kind::Probe
+                } else if tries > 0 {
+                    Kind::Retry
+                } else if trail.seq == 0 {
+                    Kind::Primary
+                } else if j > 0 {
+                    Kind::Rotate
+                } else {
+                    Kind::Fallback
+                };
+                let started_at = self.now();
+                self.book.mark_used(pid, inc.session.as_deref(), started_at);
+                let row = trail.row(kind, cand, Some(pid), started_at);
+                let guard = InFlight { row: Some(row), trail: trail.clone(), started: Instant::now() };
+                let called = self.call(inc, cand, &cred, deadline).await;
+                let mut row = guard.done();
+                row.duration_ms = Some(self.now() - started_at);
+                match called {
+                    Called::Stream(open) => {
+                        let resp = self.commit_stream(inc.api, cand, pid, row, trail.clone(), *open);
+                        return Step::Done(with_rota_headers(resp, trail, cand, pid));
+                    }
+                    Called::Served(resp, tokens) => {
+                        self.book.record_success(pid, self.now());
+                        row.outcome = Outcome::Success;
+                        row.http_status = Some(resp.status().as_u16());
+                        (row.tokens_in, row.tokens_out) = tokens;
+                        trail.audit.attempt(row);
+                        trail.finish(resp.status().as_u16(), Some((cand, pid)), tokens);
+                        return Step::Done(with_rota_headers(resp, trail, cand, pid));
+                    }
+                    Called::Failed(f) => {
+                        let reason = f.class.reason;
+                        row.reason = Some(reason);
+                        row.http_status = f.status;
+                        row.retry_after_ms = f.class.hint.map(|h| h.wait_ms);
+                        row.error = Some(truncate(&f.class.message, 500));
+                        if tries < reason.same_profile_retries() && Instant::now() < deadline {
+                            trail.audit.attempt(row);
+                            tries += 1;
+                            let backoff = 100 * u64::from(tries) + fastrand::u64(0..100);
+                            tokio::time::sleep(Duration::from_millis(backoff)).await;
+                            continue;
+                        }
+                        let now = self.now();
+                        let until = match reason.next() {
+                            Next::Stop => {
+                                trail.audit.attempt(row);
+                                let status = f.status.unwrap_or(502);
+                                trail.finish(status, None, (None, None));
+                                let resp = match f.body {
+                                    Some(body) if f.status.is_some() => {
+                                        let code = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+                                        (code, [("content-type", "application/json")], body).into_response()
+                                    }
+                                    _ => json_response(inc.api, status, &f.class.message, None, &inc.request_id),
+                                };
+                                return Step::Done(with_rota_headers(resp, trail, cand, pid));
+                            }
+                            Next::NextModel => Some(Until::At(self.book.record_model_not_found(&cand.provider, &cand.model, now))),
+                            Next::Rotate => {
+                                let failure = Failure {
+                                    reason,
+                                    model: cand.model.clone(),
+                                    hint_ms: f.class.hint.map(|h| h.wait_ms),
+                                    account_wide: f.class.account_wide,
+                                    started_at,
+                                };
+                                self.book.record_failure(pid, &failure, now)
+                            }
+                        };
+                        row.cooldown_until = until.and_then(until_ms);
+                        trail.audit.attempt(row);
+                        last = Some(ModelFailure {
+                            label: cand.label(),
+                            reason,
+                            message: f.class.message.clone(),
+                            status: f.status,
+                            until,
+                            skipped: false,
+                        });
+                        if reason.next() == Next::NextModel || ordered.pinned {
+                            return Step::Next(last);
+                        }
+                        break;
+                    }
+                }
+            }
+        }
+        Step::Next(last)
+    }
+
+    /// One upstream call, up to a committed response or a classified failure.
+    async fn call(&self, inc: &Incoming, cand: &Candidate, cred: &Credential, deadline: Instant) -> Called {
+        let provider = &self.config.providers[&cand.provider];
+        let mut body = inc.body.clone();
+        body.insert("model".into(), Value::String(cand.model.clone()));
+        let bytes = Bytes::from(serde_json::to_vec(&body).expect("a JSON map serializes"));
+        let first_byte = deadline.min(Instant::now() + self.config.timeouts.first_byte);
+        let secrets = secrets_of(cred, &[]);
+        let fail = |class: Classified, status: Option<u16>, body: Option<Bytes>| {
+            let mut class = class;
+            class.message = redact(&class.message, &secrets);
+            Called::Failed(Box::new(CallFailure { class, status, body }))
+        };
+        let now = self.now();
+        let sent = timeout_at(first_byte, self.upstream.send(provider, inc.api, cred, bytes, &inc.headers, inc.stream)).await;
+        let resp = match sent {
+            Err(_) => return fail(self.transport("timed out waiting for the upstream's answer", now), None, None),
+            Ok(Err(text)) => return fail(self.transport(&text, now), None, None),
+            Ok(Ok(r)) => r,
+        };
+        let status = resp.status().as_u16();
+        let headers: Vec<(String, String)> =
+            resp.headers().iter().map(|(k, v)| (k.as_str().to_string(), v.to_str().unwrap_or("").to_string())).collect();
+        let content_type = resp.headers().get("content-type").cloned();
+        if !(200..300).contains(&status) || !inc.stream {
+            let body = match timeout_at(first_byte, resp.bytes()).await {
+                Ok(Ok(b)) => b,
+                Ok(Err(e)) => return fail(self.transport(&super::upstream::error_text(&e), now), None, None),
+                Err(_) => return fail(self.transport("timed out reading the upstream's answer", now), None, None),
+            };
+            let text = String::from_utf8_lossy(&body);
+            let json: Option<Value> = serde_json::from_str(&text).ok();
+            if (200..300).contains(&status) && json.as_ref().is_some_and(Value::is_object) {
+                let tokens = json.as_ref().map(wire::usage).unwrap_or((None, None));
+                let mut resp = Response::new(Body::from(body));
+                *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
+                if let Some(ct) = content_type {
+                    resp.headers_mut().insert("content-type", ct);
+                }
+                return Called::Served(resp, tokens);
+            }
+            let class = self.classifier.classify(&Observed { status: Some(status), headers: &headers, body: &text, transport: None }, now);
+            let redacted = Bytes::from(redact(&text, &secrets));
+            return fail(class, Some(status), Some(redacted));
+        }
+        self.open_stream(cand, resp, status, first_byte, &secrets).await
+    }
+
+    fn transport(&self, text: &str, now: Millis) -> Classified {
+        self.classifier.classify(&Observed { transport: Some(text), ..Default::default() }, now)
+    }
+
+    /// Reads a 2xx stream until its first content event; then commits the response and hands
+    /// the rest to a forwarder task.
+    async fn open_stream(&self, cand: &Candidate, resp: reqwest::Response, status: u16, first_byte: Instant, secrets: &[&str]) -> Called {
+        let wire_format = self.config.providers[&cand.provider].api;
+        let mut upstream = resp.bytes_stream().boxed();
+        let mut split = Splitter::default();
+        let mut held: Vec<u8> = Vec::new();
+        let mut tokens = (None, None);
+        let now = self.now();
+        let fail = |msg: String, body: Option<&str>| {
+            let class = match body {
+                Some(b) => self.classifier.classify(&Observed { status: Some(status), headers: &[], body: b, transport: None }, now),
+                None => self.transport(&msg, now),
+            };
+            let mut class = class;
+            class.message = redact(if body.is_some() { &class.message } else { &msg }, secrets);
+            Called::Failed(Box::new(CallFailure { class, status: None, body: None }))
+        };
+        let ttfb = Instant::now();
+        loop {
+            let chunk = match timeout_at(first_byte, upstream.next()).await {
+                Err(_) => return fail("timed out waiting for the first event of the stream".into(), None),
+                Ok(None) => return fail("the stream ended before any content (empty reply)".into(), Some("")),
+                Ok(Some(Err(e))) => return fail(super::upstream::error_text(&e), None),
+                Ok(Some(Ok(c))) => c,
+            };
+            for ev in split.push(&chunk) {
+                held.extend_from_slice(&ev.raw);
+                if let Some(v) = ev.json() {
+                    merge_usage(&mut tokens, wire::usage(&v));
+                }
+                match wire::classify_event(wire_format, &ev) {
+                    Seen::Other => {}
+                    Seen::Error => return fail(String::new(), Some(&ev.data)),
+                    Seen::End => return fail("the stream ended before any content (empty reply)".into(), Some("")),
+                    Seen::Content => {
+                        let ttfb_ms = ttfb.elapsed().as_millis() as Millis;
+                        held.extend_from_slice(split.rest());
+                        return Called::Stream(Box::new(OpenStream { held, rest: upstream, tokens, ttfb_ms }));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sends the held bytes and forwards the rest of the stream from a task, which records the
+    /// attempt and the request when the stream ends (or fails, or the client leaves).
+    fn commit_stream(&self, api: Api, cand: &Candidate, pid: &ProfileId, mut row: AttemptRow, trail: Trail, open: OpenStream) -> Response {
+        let OpenStream { held, rest: mut upstream, mut tokens, ttfb_ms } = open;
+        let mut split = Splitter::default();
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
+        let book = self.book.clone();
+        let clock = self.clock.clone();
+        let idle = self.config.timeouts.idle;
+        let policy_deadline = Instant::now() + self.config.timeouts.total;
+        let (cand, pid) = (cand.clone(), pid.clone());
+        let started_at = row.started_at;
+        book.record_success(&pid, clock.now());
+        let wire_format = self.config.providers[&cand.provider].api;
+        row.ttfb_ms = Some(ttfb_ms);
+        row.http_status = Some(200);
+        let began = Instant::now();
+        tokio::spawn(async move {
+            let mut outcome: Result<(), (Reason, String)> = Ok(());
+            if tx.send(Ok(Bytes::from(held))).await.is_err() {
+                outcome = Err((Reason::Cancelled, "the client went away".into()));
+            }
+            let mut idle_deadline = Instant::now() + idle;
+            while outcome.is_ok() {
+                let next = timeout_at(idle_deadline.min(policy_deadline), upstream.next()).await;
+                let chunk = match next {
+                    Err(_) => {
+                        outcome = Err((Reason::Timeout, format!("the stream was idle for {}s", idle.as_secs())));
+                        break;
+                    }
+                    Ok(None) => break,
+                    Ok(Some(Err(e))) => {
+                        outcome = Err((Reason::Network, super::upstream::error_text(&e)));
+                        break;
+                    }
+                    Ok(Some(Ok(c))) => c,
+                };
+                for ev in split.push(&chunk) {
+                    if !ev.is_keepalive() {
+                        idle_deadline = Instant::now() + idle;
+                    }
+                    if let Some(v) = ev.json() {
+                        merge_usage(&mut tokens, wire::usage(&v));
+                    }
+                    if wire::classify_event(wire_format, &ev) == Seen::Error {
+                        outcome = Err((Reason::ServerError, truncate(&ev.data, 400)));
+                    }
+                }
+                if tx.send(Ok(chunk)).await.is_err() {
+                    outcome = Err((Reason::Cancelled, "the client went away".into()));
+                }
+            }
+            row.duration_ms = Some(began.elapsed().as_millis() as Millis);
+            (row.tokens_in, row.tokens_out) = tokens;
+            match outcome {
+                Ok(()) => row.outcome = Outcome::Success,
+                Err((reason, msg)) => {
+                    row.reason = Some(reason);
+                    row.error = Some(truncate(&msg, 500));
+                    if reason != Reason::Cancelled {
+                        let _ = tx.send(Ok(Bytes::from(api.error_event(&format!("upstream stream failed: {msg}"))))).await;
+                        let now = clock.now();
+                        let failure = Failure { reason, model: cand.model.clone(), hint_ms: None, account_wide: false, started_at };
+                        row.cooldown_until = book.record_failure(&pid, &failure, now).and_then(until_ms);
+                    }
+                }
+            }
+            trail.audit.attempt(row);
+            trail.finish(200, Some((&cand, &pid)), tokens);
+        });
+        let stream = tokio_stream_from(rx);
+        let mut resp = Response::new(Body::from_stream(stream));
+        let h = resp.headers_mut();
+        h.insert("content-type", HeaderValue::from_static("text/event-stream"));
+        h.insert("cache-control", HeaderValue::from_static("no-cache"));
+        resp
+    }
+}
+
+fn tokio_stream_from(
+    mut rx: tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>,
+) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> {
+    futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+fn merge_usage(acc: &mut (Option<i64>, Option<i64>), new: (Option<i64>, Option<i64>)) {
+    acc.0 = new.0.or(acc.0);
+    acc.1 = new.1.or(acc.1);
+}
+
+fn with_rota_headers(mut resp: Response, trail: &Trail, cand: &Candidate, pid: &ProfileId) -> Response {
+    let h = resp.headers_mut();
+    let set = |h: &mut HeaderMap, k: &'static str, v: &str| {
+        if let Ok(v) = HeaderValue::from_str(v) {
+            h.insert(k, v);
+        }
+    };
+    set(h, "x-request-id", &trail.request_id);
+    set(h, "x-rota-provider", &cand.provider);
+    set(h, "x-rota-model", &cand.model);
+    set(h, "x-rota-profile", pid.as_str());
+    set(h, "x-rota-attempts", &trail.seq.to_string());
+    resp
+}
+

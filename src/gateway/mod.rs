@@ -1,0 +1,149 @@
+//! The LLM gateway: OpenAI- and Anthropic-compatible endpoints for agents (SPEC §8).
+
+pub mod failover;
+pub mod sse;
+pub mod upstream;
+pub mod wire;
+
+use crate::agents::{Agent, digest};
+use crate::engine::chain::FallbackOverride;
+use crate::engine::recent::Recent;
+use crate::engine::{Millis, ProfileId};
+use crate::server::AppState;
+use crate::store::Store;
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use failover::{Incoming, refuse};
+use secrecy::SecretString;
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use wire::Api;
+
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/v1/chat/completions", post(|s, h, b| handle(Api::Chat, s, h, b)))
+        .route("/v1/responses", post(|s, h, b| handle(Api::Responses, s, h, b)))
+        .route("/v1/messages", post(|s, h, b| handle(Api::Messages, s, h, b)))
+        .route("/v1/models", get(models))
+}
+
+/// Agent keys seen recently, by digest: a revoked key stops working within `TTL`, and unknown
+/// keys are remembered too, so a client retrying a bad key does not hit the database each time.
+pub struct AgentCache {
+    store: Arc<dyn Store>,
+    seen: Mutex<Recent<String, Option<Agent>>>,
+}
+
+impl AgentCache {
+    const TTL: Millis = 5_000;
+
+    pub fn new(store: Arc<dyn Store>) -> AgentCache {
+        AgentCache { store, seen: Mutex::new(Recent::new(Self::TTL, 10_000)) }
+    }
+
+    async fn find(&self, key: &str, now: Millis) -> Option<Agent> {
+        let d = digest(&SecretString::from(key.to_string()));
+        if let Some((hit, _)) = self.seen.lock().unwrap_or_else(|e| e.into_inner()).get(&d, now) {
+            return hit.clone();
+        }
+        let found = match self.store.agent_by_digest(&d).await {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::error!(error = %e, "agent lookup failed");
+                return None;
+            }
+        };
+        self.seen.lock().unwrap_or_else(|e| e.into_inner()).insert(d, found.clone(), now);
+        found
+    }
+}
+
+/// The agent key: `Authorization: Bearer rk_…` or `x-api-key: rk_…`.
+fn presented_key(headers: &HeaderMap) -> Option<&str> {
+    let bearer = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")));
+    bearer.or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok())).map(str::trim).filter(|k| !k.is_empty())
+}
+
+async fn authenticate(state: &AppState, api: Api, headers: &HeaderMap, request_id: &str) -> Result<Agent, Response> {
+    let Some(key) = presented_key(headers) else {
+        return Err(refuse(api, 401, "missing agent key: send `Authorization: Bearer rk_…` or `x-api-key: rk_…`", request_id));
+    };
+    match state.agents.find(key, state.clock.now()).await {
+        Some(agent) => Ok(agent),
+        None => Err(refuse(api, 401, "invalid or revoked agent key", request_id)),
+    }
+}
+
+async fn handle(api: Api, State(state): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    let request_id = uuid::Uuid::new_v4().to_string();
+    let agent = match authenticate(&state, api, &headers, &request_id).await {
+        Ok(a) => a,
+        Err(resp) => return resp,
+    };
+    let limit = state.engine.config.limits.max_body_bytes;
+    let bytes = match axum::body::to_bytes(body, limit).await {
+        Ok(b) => b,
+        Err(_) => return refuse(api, 413, &format!("request body larger than {limit} bytes (limits.max_body_bytes)"), &request_id),
+    };
+    let body: serde_json::Map<String, Value> = match serde_json::from_slice::<Value>(&bytes) {
+        Ok(Value::Object(m)) => m,
+        Ok(_) => return refuse(api, 400, "the request body must be a JSON object", &request_id),
+        Err(e) => return refuse(api, 400, &format!("invalid JSON: {e}"), &request_id),
+    };
+    if body.get("model").is_some_and(|m| !m.is_string()) {
+        return refuse(api, 400, "`model` must be a string", &request_id);
+    }
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim).filter(|v| !v.is_empty());
+    let pin = match header("x-rota-profile").map(str::parse::<ProfileId>) {
+        None => None,
+        Some(Ok(p)) => Some(p),
+        Some(Err(e)) => return refuse(api, 400, &format!("x-rota-profile: {e}"), &request_id),
+    };
+    let body_value = Value::Object(body);
+    let session = header("x-rota-session").map(str::to_string).or_else(|| api.body_session(&body_value));
+    let Value::Object(body) = body_value else { unreachable!("built from a map above") };
+    let incoming = Incoming {
+        api,
+        stream: body.get("stream").and_then(Value::as_bool).unwrap_or(false),
+        agent,
+        body,
+        session,
+        pin,
+        fallbacks: header("x-rota-fallbacks").map(FallbackOverride::parse).unwrap_or_default(),
+        headers,
+        request_id,
+    };
+    state.engine.clone().serve(incoming).await
+}
+
+/// The models and virtual models this agent may name, in the OpenAI list format.
+async fn models(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    let request_id = uuid::Uuid::new_v4().to_string();
+    if let Err(resp) = authenticate(&state, Api::Chat, &headers, &request_id).await {
+        return resp;
+    }
+    let c = &state.engine.config;
+    let mut ids: BTreeSet<String> = BTreeSet::new();
+    ids.extend(c.aliases.keys().cloned());
+    ids.extend(c.aliases.values().cloned());
+    ids.extend(c.virtual_models.keys().cloned());
+    ids.extend(c.virtual_models.values().flat_map(|v| v.targets.iter().map(|t| t.model().to_string())));
+    ids.extend(c.models.primary.iter().cloned());
+    ids.extend(c.models.fallbacks.iter().cloned());
+    let data: Vec<Value> = ids
+        .into_iter()
+        .map(|id| {
+            let owner = crate::engine::chain::split_model_ref(&id).map_or("rota", |(p, _)| p).to_string();
+            json!({"id": id, "object": "model", "created": 0, "owned_by": owner})
+        })
+        .collect();
+    axum::Json(json!({"object": "list", "data": data})).into_response()
+}

@@ -1,0 +1,87 @@
+//! The HTTP client that calls providers.
+
+use super::wire::Api;
+use crate::book::Credential;
+use crate::config::{Api as WireFormat, Provider, Timeouts};
+use axum::http::HeaderMap;
+use bytes::Bytes;
+use secrecy::{ExposeSecret, SecretString};
+
+/// Client headers forwarded upstream (everything else is rota's business or the agent's key).
+const FORWARDED: [&str; 3] = ["anthropic-version", "anthropic-beta", "openai-beta"];
+const DEFAULT_ANTHROPIC_VERSION: &str = "2023-06-01";
+
+#[derive(Clone)]
+pub struct Upstream {
+    client: reqwest::Client,
+}
+
+impl Upstream {
+    pub fn new(timeouts: &Timeouts) -> Upstream {
+        // One process-wide TLS provider; installing it twice is harmless.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = reqwest::Client::builder()
+            .connect_timeout(timeouts.connect)
+            .pool_idle_timeout(std::time::Duration::from_secs(90))
+            .user_agent(concat!("rota/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .expect("HTTP client configuration is static and valid");
+        Upstream { client }
+    }
+
+    /// Sends one request; a transport failure comes back as its error text (no secret in it).
+    pub async fn send(
+        &self,
+        provider: &Provider,
+        api: Api,
+        credential: &Credential,
+        body: Bytes,
+        client_headers: &HeaderMap,
+        stream: bool,
+    ) -> Result<reqwest::Response, String> {
+        let url = format!("{}{}", provider.base_url.trim_end_matches('/'), api.upstream_path());
+        let mut req = self.client.post(url).header("content-type", "application/json").body(body);
+        if stream {
+            req = req.header("accept", "text/event-stream");
+        }
+        for name in FORWARDED {
+            if let Some(v) = client_headers.get(name) {
+                req = req.header(name, v);
+            }
+        }
+        let secret = token(credential).ok_or("the OAuth profile has no access token yet (it needs a refresh)")?;
+        req = match (provider.api, credential) {
+            (WireFormat::Anthropic, Credential::ApiKey(_)) => req.header("x-api-key", secret.expose_secret()),
+            _ => req.bearer_auth(secret.expose_secret()),
+        };
+        if provider.api == WireFormat::Anthropic && !client_headers.contains_key("anthropic-version") {
+            req = req.header("anthropic-version", DEFAULT_ANTHROPIC_VERSION);
+        }
+        req.send().await.map_err(|e| error_text(&e))
+    }
+}
+
+fn token(c: &Credential) -> Option<&SecretString> {
+    match c {
+        Credential::ApiKey(s) | Credential::Token(s) => Some(s),
+        Credential::OAuth { access, .. } => access.as_ref(),
+    }
+}
+
+/// The error and its causes, e.g. "error sending request: client error (Connect): tcp connect
+/// error: Connection refused (os error 111)".
+pub fn error_text(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts = vec![e.to_string()];
+    let mut src = e.source();
+    while let Some(s) = src {
+        parts.push(s.to_string());
+        src = s.source();
+    }
+    let mut text = parts.join(": ");
+    if let Some(re) = e.downcast_ref::<reqwest::Error>() {
+        if re.is_timeout() && !text.contains("timed out") {
+            text.push_str(" (timed out)");
+        }
+    }
+    text
+}

@@ -1,0 +1,200 @@
+//! What differs between the client APIs rota serves: paths, error bodies, where the session
+//! key and token usage live, and which event commits a stream.
+
+use super::sse::Event;
+use crate::config::Api as WireFormat;
+use serde_json::{Value, json};
+
+/// The API a client called.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Api {
+    Chat,
+    Responses,
+    Messages,
+}
+
+impl Api {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Api::Chat => "chat",
+            Api::Responses => "responses",
+            Api::Messages => "messages",
+        }
+    }
+
+    /// The wire format an upstream must speak to serve this API without translation.
+    pub fn wire(self) -> WireFormat {
+        match self {
+            Api::Chat | Api::Responses => WireFormat::Openai,
+            Api::Messages => WireFormat::Anthropic,
+        }
+    }
+
+    /// The path appended to the provider's base URL (the one its official SDK uses).
+    pub fn upstream_path(self) -> &'static str {
+        match self {
+            Api::Chat => "/chat/completions",
+            Api::Responses => "/responses",
+            Api::Messages => "/v1/messages",
+        }
+    }
+
+    /// An error body in this API's format.
+    pub fn error_body(self, status: u16, message: &str) -> Value {
+        match self {
+            Api::Messages => json!({"type": "error", "error": {"type": anthropic_type(status), "message": message}}),
+            Api::Chat | Api::Responses => json!({"error": {
+                "message": message, "type": openai_type(status), "param": null, "code": openai_code(status)
+            }}),
+        }
+    }
+
+    /// An in-band stream error event in this API's format (after the response was committed).
+    pub fn error_event(self, message: &str) -> Vec<u8> {
+        match self {
+            Api::Messages => {
+                let body = json!({"type": "error", "error": {"type": "api_error", "message": message}});
+                format!("event: error\ndata: {body}\n\n").into_bytes()
+            }
+            Api::Chat => format!("data: {}\n\n", json!({"error": {"message": message, "type": "server_error", "code": null}})).into_bytes(),
+            Api::Responses => {
+                let body = json!({"type": "error", "code": "server_error", "message": message, "param": null});
+                format!("event: error\ndata: {body}\n\n").into_bytes()
+            }
+        }
+    }
+
+    /// The session key a request carries in its body: OpenAI `user`, Anthropic `metadata.user_id`.
+    pub fn body_session(self, body: &Value) -> Option<String> {
+        let v = match self {
+            Api::Messages => body.get("metadata").and_then(|m| m.get("user_id")),
+            Api::Chat | Api::Responses => body.get("user"),
+        };
+        v.and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_string)
+    }
+}
+
+fn openai_type(status: u16) -> &'static str {
+    match status {
+        401 => "authentication_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        429 => "rate_limit_error",
+        400 | 413 | 422 => "invalid_request_error",
+        _ => "server_error",
+    }
+}
+
+fn openai_code(status: u16) -> Value {
+    match status {
+        401 => json!("invalid_api_key"),
+        404 => json!("model_not_found"),
+        429 => json!("rate_limit_exceeded"),
+        _ => Value::Null,
+    }
+}
+
+fn anthropic_type(status: u16) -> &'static str {
+    match status {
+        400 | 422 => "invalid_request_error",
+        401 => "authentication_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        503 | 529 => "overloaded_error",
+        _ => "api_error",
+    }
+}
+
+/// Token usage in a response body or stream event, as (input, output), either possibly unknown.
+pub fn usage(v: &Value) -> (Option<i64>, Option<i64>) {
+    let u = v
+        .get("usage")
+        .or_else(|| v.get("message").and_then(|m| m.get("usage")))
+        .or_else(|| v.get("response").and_then(|r| r.get("usage")));
+    let Some(u) = u.filter(|u| u.is_object()) else { return (None, None) };
+    let field = |names: &[&str]| names.iter().find_map(|n| u.get(*n).and_then(Value::as_i64));
+    (field(&["prompt_tokens", "input_tokens"]), field(&["completion_tokens", "output_tokens"]))
+}
+
+/// How a streamed event bears on the commit decision.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Seen {
+    /// Content started: the response can be committed to the client.
+    Content,
+    /// The upstream reported an error instead of content.
+    Error,
+    /// The stream ended without content.
+    End,
+    /// Neither (keep-alive, ping, metadata).
+    Other,
+}
+
+pub fn classify_event(wire: WireFormat, ev: &Event) -> Seen {
+    if ev.is_keepalive() {
+        return Seen::Other;
+    }
+    let name = ev.name.as_deref().unwrap_or("");
+    if name == "error" {
+        return Seen::Error;
+    }
+    match wire {
+        WireFormat::Anthropic => match name {
+            "message_start" | "content_block_start" | "content_block_delta" => Seen::Content,
+            "message_stop" => Seen::End,
+            _ => Seen::Other,
+        },
+        WireFormat::Openai => {
+            if ev.data.trim() == "[DONE]" {
+                return Seen::End;
+            }
+            match ev.json() {
+                Some(v) if v.get("error").is_some() || v.get("type").and_then(Value::as_str) == Some("error") => Seen::Error,
+                Some(v) if v.get("type").and_then(Value::as_str) == Some("response.failed") => Seen::Error,
+                Some(v) if v.get("choices").is_some() || v.get("type").and_then(Value::as_str).is_some_and(|t| t.starts_with("response.")) => {
+                    Seen::Content
+                }
+                _ => Seen::Other,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gateway::sse::Splitter;
+
+    fn ev(raw: &str) -> Event {
+        Splitter::default().push(raw.as_bytes()).remove(0)
+    }
+
+    #[test]
+    fn commit_events_per_wire_format() {
+        assert_eq!(classify_event(WireFormat::Anthropic, &ev("event: ping\ndata: {}\n\n")), Seen::Other);
+        assert_eq!(classify_event(WireFormat::Anthropic, &ev("event: message_start\ndata: {}\n\n")), Seen::Content);
+        assert_eq!(classify_event(WireFormat::Anthropic, &ev("event: error\ndata: {\"type\":\"error\"}\n\n")), Seen::Error);
+        assert_eq!(classify_event(WireFormat::Openai, &ev("data: {\"choices\":[]}\n\n")), Seen::Content);
+        assert_eq!(classify_event(WireFormat::Openai, &ev("data: {\"error\":{\"message\":\"x\"}}\n\n")), Seen::Error);
+        assert_eq!(classify_event(WireFormat::Openai, &ev("data: [DONE]\n\n")), Seen::End);
+        assert_eq!(classify_event(WireFormat::Openai, &ev(": keep-alive\n\n")), Seen::Other);
+        assert_eq!(classify_event(WireFormat::Openai, &ev("event: response.created\ndata: {\"type\":\"response.created\"}\n\n")), Seen::Content);
+    }
+
+    #[test]
+    fn usage_is_read_from_each_format() {
+        assert_eq!(usage(&json!({"usage": {"prompt_tokens": 3, "completion_tokens": 5}})), (Some(3), Some(5)));
+        assert_eq!(usage(&json!({"usage": {"input_tokens": 7, "output_tokens": 2}})), (Some(7), Some(2)));
+        assert_eq!(usage(&json!({"type": "message_start", "message": {"usage": {"input_tokens": 9}}})), (Some(9), None));
+        assert_eq!(usage(&json!({"usage": null})), (None, None));
+    }
+
+    #[test]
+    fn error_bodies_follow_the_client_format() {
+        assert_eq!(Api::Messages.error_body(429, "slow")["error"]["type"], "rate_limit_error");
+        assert_eq!(Api::Chat.error_body(401, "no")["error"]["code"], "invalid_api_key");
+        assert_eq!(Api::Messages.body_session(&json!({"metadata": {"user_id": "u1"}})), Some("u1".into()));
+        assert_eq!(Api::Chat.body_session(&json!({"user": "u2"})), Some("u2".into()));
+    }
+}
