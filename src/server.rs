@@ -34,32 +34,53 @@ async fn healthz(State(_): State<AppState>) -> Json<Value> {
     Json(json!({ "status": "ok", "version": env!("CARGO_PKG_VERSION") }))
 }
 
+/// A ready gateway: store opened, secrets unlocked, profiles loaded, writers running.
+pub struct App {
+    pub state: AppState,
+    pub book: Arc<Book>,
+    pub audit: Audit,
+}
+
+impl App {
+    pub async fn build(config: Config) -> Result<App> {
+        let db_path = config.database_path()?;
+        let store = SqliteStore::open(&db_path).await.with_context(|| format!("opening database {}", db_path.display()))?;
+        let (key, origin) = resolve_key(&db_path, &store.secret_key_ids().await?)?;
+        tracing::info!(key_id = key.id(), from = %origin, database = %db_path.display(), "master key ready");
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let store: Arc<dyn Store> = Arc::new(store);
+        let book = Arc::new(Book::load(store.clone(), &config, &key, clock.now()).await?);
+        let audit = Audit::start(store.clone());
+        let engine = Arc::new(Engine {
+            upstream: Upstream::new(&config.timeouts),
+            classifier: Classifier::with_overrides(config.classification.rules.clone()),
+            config: Arc::new(config),
+            book: book.clone(),
+            audit: audit.clone(),
+            clock: clock.clone(),
+        });
+        let state = AppState { engine, agents: Arc::new(AgentCache::new(store)), clock };
+        Ok(App { state, book, audit })
+    }
+
+    /// Serves until `shutdown` completes, lets in-flight requests finish, then flushes every
+    /// pending stats and audit write.
+    pub async fn serve(self, listener: tokio::net::TcpListener, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<()> {
+        axum::serve(listener, router(self.state)).with_graceful_shutdown(shutdown).await?;
+        self.book.flush().await;
+        self.audit.flush().await;
+        Ok(())
+    }
+}
+
 pub async fn run(config: Config, listen: Option<String>) -> Result<()> {
-    let db_path = config.database_path()?;
-    let store = SqliteStore::open(&db_path).await.with_context(|| format!("opening database {}", db_path.display()))?;
-    let (key, origin) = resolve_key(&db_path, &store.secret_key_ids().await?)?;
-    tracing::info!(key_id = key.id(), from = %origin, "master key ready");
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let store: Arc<dyn Store> = Arc::new(store);
-    let book = Arc::new(Book::load(store.clone(), &config, &key, clock.now()).await?);
     let addr = listen.unwrap_or_else(|| config.server.listen.clone());
+    let app = App::build(config).await?;
     let listener = tokio::net::TcpListener::bind(&addr).await.with_context(|| format!("cannot listen on {addr}"))?;
     let local = listener.local_addr()?;
-    let audit = Audit::start(store.clone());
-    let engine = Arc::new(Engine {
-        upstream: Upstream::new(&config.timeouts),
-        classifier: Classifier::with_overrides(config.classification.rules.clone()),
-        config: Arc::new(config),
-        book: book.clone(),
-        audit: audit.clone(),
-        clock: clock.clone(),
-    });
-    let state = AppState { engine, agents: Arc::new(AgentCache::new(store)), clock };
     println!("rota listening on http://{local}");
-    tracing::info!(%local, database = %db_path.display(), "serving");
-    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown_signal()).await?;
-    book.flush().await;
-    audit.flush().await;
+    tracing::info!(%local, "serving");
+    app.serve(listener, shutdown_signal()).await?;
     tracing::info!("stopped; every pending write is flushed");
     Ok(())
 }

@@ -1,0 +1,400 @@
+//! The gateway end to end: a real HTTP client, rota in-process on a real SQLite file, and a
+//! fault-injecting upstream that answers per API key.
+
+mod support;
+
+use serde_json::{Value, json};
+use support::{Mock, Reply, Rota};
+
+fn config(openai: &str, extra: &str) -> String {
+    format!(
+        r#"
+[providers.openai]
+api = "openai"
+base_url = "{openai}/v1"
+[providers.backup]
+api = "openai"
+base_url = "{openai}/v1"
+[providers.anthropic]
+api = "anthropic"
+base_url = "{openai}"
+[models]
+primary = "openai/gpt-4.1"
+fallbacks = ["backup/gpt-4.1-mini"]
+[timeouts]
+first_byte = "2s"
+idle = "1s"
+{extra}
+"#
+    )
+}
+
+const KEYS: [(&str, &str); 4] = [
+    ("openai:k1", "sk-test-key-one-0001"),
+    ("openai:k2", "sk-test-key-two-0002"),
+    ("openai:k3", "sk-test-key-three-0003"),
+    ("backup:b1", "sk-test-backup-0004"),
+];
+
+fn chat() -> Value {
+    json!({"model": "openai/gpt-4.1", "messages": [{"role": "user", "content": "hi"}], "temperature": 0.2, "x_unknown": {"kept": true}})
+}
+
+fn row(kind: &str, model: &str, profile: Option<&str>, outcome: &str, reason: Option<&str>, status: Option<i64>) -> (String, String, Option<String>, String, Option<String>, Option<i64>) {
+    (kind.into(), model.into(), profile.map(str::to_string), outcome.into(), reason.map(str::to_string), status)
+}
+
+#[tokio::test]
+async fn lru_rotation_spreads_six_requests_over_three_keys() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let rota = Rota::start(&config(&base, ""), &KEYS[..3]).await;
+    for _ in 0..6 {
+        let r = rota.chat(chat(), &[]).await;
+        assert_eq!(r.status(), 200);
+    }
+    let k = |i: usize| KEYS[i].1.to_string();
+    assert_eq!(mock.keys(), [k(0), k(1), k(2), k(0), k(1), k(2)]);
+    assert_eq!(rota.scalar("SELECT COUNT(*) FROM requests WHERE status = 200 AND attempts = 1").await, Some(6));
+    assert_eq!(rota.scalar("SELECT SUM(success_count) FROM usage_stats").await, Some(6));
+}
+
+#[tokio::test]
+async fn answer_carries_rota_headers_and_the_body_reaches_upstream_unchanged_but_model() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let rota = Rota::start(&config(&base, "[aliases]\nfast = \"openai/gpt-4.1\""), &KEYS[..1]).await;
+    let mut body = chat();
+    body["model"] = json!("fast");
+    let r = rota.chat(body, &[]).await;
+    assert_eq!(r.status(), 200);
+    let h = r.headers().clone();
+    assert_eq!(h["x-rota-provider"], "openai");
+    assert_eq!(h["x-rota-model"], "gpt-4.1");
+    assert_eq!(h["x-rota-profile"], "openai:k1");
+    assert_eq!(h["x-rota-attempts"], "1");
+    assert_eq!(h["x-request-id"].len(), 36);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["choices"][0]["message"]["content"], "served");
+    assert_eq!(mock.seen()[0].model, "gpt-4.1");
+    assert_eq!(
+        rota.scalar("SELECT tokens_in * 100 + tokens_out FROM requests").await,
+        Some(302),
+        "usage reported by the upstream is recorded"
+    );
+}
+
+#[tokio::test]
+async fn retry_after_7_cools_that_profile_exactly_7_seconds_and_it_is_skipped() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let rota = Rota::start(&config(&base, ""), &KEYS[..2]).await;
+    let body = r#"{"error":{"message":"Rate limit reached","type":"rate_limit_error","code":"rate_limit_exceeded"}}"#;
+    mock.script(KEYS[0].1, vec![Reply::Status(429, vec![("retry-after", "7".into())], body.into())]);
+    assert_eq!(rota.chat(chat(), &[]).await.status(), 200);
+    for _ in 0..3 {
+        assert_eq!(rota.chat(chat(), &[]).await.status(), 200);
+    }
+    let k = |i: usize| KEYS[i].1.to_string();
+    assert_eq!(mock.keys(), [k(0), k(1), k(1), k(1), k(1)]);
+    assert_eq!(rota.scalar("SELECT cooldown_until - last_failure_at FROM usage_stats WHERE profile_id = 'openai:k1'").await, Some(7_000));
+    let attempts = rota.attempts().await;
+    assert_eq!(attempts[0], row("primary", "openai/gpt-4.1", Some("openai:k1"), "failure", Some("rate_limit"), Some(429)));
+    assert_eq!(attempts[1], row("rotate", "openai/gpt-4.1", Some("openai:k2"), "success", None, Some(200)));
+    assert_eq!(rota.scalar("SELECT retry_after_ms FROM attempts WHERE reason = 'rate_limit'").await, Some(7_000));
+    assert_eq!(rota.scalar("SELECT cooldown_model IS NOT NULL FROM usage_stats WHERE profile_id = 'openai:k1'").await, Some(1));
+}
+
+#[tokio::test]
+async fn all_profiles_429_falls_back_to_the_next_model() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let rota = Rota::start(&config(&base, ""), &[KEYS[0], KEYS[1], KEYS[3]]).await;
+    let limited = || Reply::Status(429, vec![], r#"{"error":{"message":"Too many requests"}}"#.into());
+    mock.script(KEYS[0].1, vec![limited()]);
+    mock.script(KEYS[1].1, vec![limited()]);
+    let r = rota.chat(chat(), &[]).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-rota-model"], "gpt-4.1-mini");
+    assert_eq!(r.headers()["x-rota-attempts"], "3");
+    assert_eq!(
+        rota.attempts().await,
+        [
+            row("primary", "openai/gpt-4.1", Some("openai:k1"), "failure", Some("rate_limit"), Some(429)),
+            row("rotate", "openai/gpt-4.1", Some("openai:k2"), "failure", Some("rate_limit"), Some(429)),
+            row("fallback", "backup/gpt-4.1-mini", Some("backup:b1"), "success", None, Some(200)),
+        ]
+    );
+    // Next request: openai is all cooled and within 2 minutes of its end, so the primary is
+    // probed once (it fails again); the request after that is within the 30 s probe throttle
+    // and skips openai without a call.
+    mock.script(KEYS[0].1, vec![limited()]);
+    assert_eq!(rota.chat(chat(), &[]).await.status(), 200);
+    assert_eq!(rota.chat(chat(), &[]).await.status(), 200);
+    let attempts = rota.attempts().await;
+    assert_eq!(attempts[3], row("probe", "openai/gpt-4.1", Some("openai:k1"), "failure", Some("rate_limit"), Some(429)));
+    assert_eq!(attempts[4].0, "fallback");
+    assert_eq!(attempts[5], row("skipped", "openai/gpt-4.1", None, "skipped", Some("rate_limit"), None));
+    assert_eq!(mock.seen().len(), 6);
+    assert_eq!(rota.scalar("SELECT COUNT(*) FROM requests WHERE served_model = 'backup/gpt-4.1-mini'").await, Some(3));
+}
+
+#[tokio::test]
+async fn every_candidate_failing_gives_the_aggregated_error_with_retry_after() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let rota = Rota::start(&config(&base, ""), &[KEYS[0], KEYS[3]]).await;
+    mock.script(KEYS[0].1, vec![Reply::Status(429, vec![("retry-after".into(), "30".into())], r#"{"error":{"message":"slow down"}}"#.into())]);
+    mock.script(KEYS[3].1, vec![Reply::Status(429, vec![("retry-after".into(), "12".into())], r#"{"error":{"message":"busy"}}"#.into())]);
+    let r = rota.chat(chat(), &[]).await;
+    assert_eq!(r.status(), 429);
+    assert_eq!(r.headers()["retry-after"], "12");
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(
+        v["error"]["message"],
+        "All models failed (2): openai/gpt-4.1: slow down (rate_limit) | backup/gpt-4.1-mini: busy (rate_limit)"
+    );
+    assert_eq!(v["error"]["type"], "rate_limit_error");
+    assert_eq!(rota.scalar("SELECT status FROM requests").await, Some(429));
+}
+
+#[tokio::test]
+async fn format_and_context_overflow_stop_after_one_call_without_cooldown() {
+    for (body, reason) in [
+        (r#"{"error":{"message":"Invalid value for 'temperature'","type":"invalid_request_error"}}"#, "format"),
+        (r#"{"error":{"message":"This model's maximum context length is 128000 tokens","code":"context_length_exceeded"}}"#, "context_overflow"),
+    ] {
+        let mock = Mock::default();
+        let base = mock.start().await;
+        let rota = Rota::start(&config(&base, ""), &[KEYS[0], KEYS[1], KEYS[3]]).await;
+        mock.script(KEYS[0].1, vec![Reply::Status(400, vec![], body.into())]);
+        let r = rota.chat(chat(), &[]).await;
+        assert_eq!(r.status(), 400);
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v, serde_json::from_str::<Value>(body).unwrap(), "the upstream error is returned as is");
+        assert_eq!(mock.seen().len(), 1, "{reason}: one upstream call");
+        assert_eq!(rota.attempts().await, [row("primary", "openai/gpt-4.1", Some("openai:k1"), "failure", Some(reason), Some(400))]);
+        assert_eq!(rota.scalar("SELECT error_count + failure_total FROM usage_stats WHERE profile_id = 'openai:k1'").await, Some(0));
+    }
+}
+
+#[tokio::test]
+async fn model_not_found_goes_to_the_next_model_and_cools_the_model_not_the_profile() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let rota = Rota::start(&config(&base, ""), &[KEYS[0], KEYS[1], KEYS[3]]).await;
+    let gone = r#"{"error":{"message":"The model `gpt-4.1` does not exist or you do not have access to it.","code":"model_not_found"}}"#;
+    mock.script(KEYS[0].1, vec![Reply::Status(404, vec![], gone.into())]);
+    let r = rota.chat(chat(), &[]).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(mock.keys(), [KEYS[0].1, KEYS[3].1], "no rotation to k2: the model is gone for every profile");
+    assert_eq!(rota.scalar("SELECT COUNT(*) FROM model_cooldowns WHERE provider = 'openai' AND model = 'gpt-4.1'").await, Some(1));
+    assert_eq!(rota.scalar("SELECT error_count + failure_total FROM usage_stats WHERE profile_id = 'openai:k1'").await, Some(0));
+    // The model cools for 1 minute, so the next request probes it (still gone), and the one
+    // after that, inside the probe throttle, skips it without a call.
+    mock.script(KEYS[1].1, vec![Reply::Status(404, vec![], gone.into())]);
+    assert_eq!(rota.chat(chat(), &[]).await.status(), 200);
+    assert_eq!(rota.chat(chat(), &[]).await.status(), 200);
+    let a = rota.attempts().await;
+    assert_eq!(a[2], row("probe", "openai/gpt-4.1", Some("openai:k2"), "failure", Some("model_not_found"), Some(404)));
+    assert_eq!(a[4], row("skipped", "openai/gpt-4.1", None, "skipped", Some("model_not_found"), None));
+    assert_eq!(mock.seen().len(), 5);
+    assert_eq!(rota.scalar("SELECT error_count FROM model_cooldowns").await, Some(2));
+}
+
+#[tokio::test]
+async fn overloaded_503_is_retried_twice_on_the_same_key_then_rotates() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let rota = Rota::start(&config(&base, ""), &KEYS[..2]).await;
+    let busy = || Reply::Status(503, vec![], r#"{"error":{"message":"The engine is currently overloaded"}}"#.into());
+    mock.script(KEYS[0].1, vec![busy(), busy(), busy()]);
+    assert_eq!(rota.chat(chat(), &[]).await.status(), 200);
+    assert_eq!(mock.keys(), [KEYS[0].1, KEYS[0].1, KEYS[0].1, KEYS[1].1]);
+    let kinds: Vec<String> = rota.attempts().await.into_iter().map(|r| r.0).collect();
+    assert_eq!(kinds, ["primary", "retry", "retry", "rotate"]);
+    assert_eq!(rota.scalar("SELECT error_count FROM usage_stats WHERE profile_id = 'openai:k1'").await, Some(1), "one failure after the retries");
+}
+
+#[tokio::test]
+async fn missing_unknown_or_revoked_agent_keys_get_401_and_no_upstream_call() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let rota = Rota::start(&config(&base, ""), &KEYS[..1]).await;
+    let c = Rota::client();
+    let url = format!("{}/v1/chat/completions", rota.url);
+    assert_eq!(c.post(&url).json(&chat()).send().await.unwrap().status(), 401);
+    let r = c.post(&url).bearer_auth("rk_nope").json(&chat()).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    assert_eq!(r.json::<Value>().await.unwrap()["error"]["code"], "invalid_api_key");
+    let r = c.post(format!("{}/v1/messages", rota.url)).header("x-api-key", "rk_nope").json(&chat()).send().await.unwrap();
+    assert_eq!(r.json::<Value>().await.unwrap()["error"]["type"], "authentication_error");
+    assert!(mock.seen().is_empty());
+}
+
+#[tokio::test]
+async fn bad_requests_are_refused_in_the_clients_format_without_upstream_calls() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let rota = Rota::start(&config(&base, "[limits]\nmax_body_bytes = 2048"), &KEYS[..1]).await;
+    let c = Rota::client();
+    let url = format!("{}/v1/chat/completions", rota.url);
+    let send = |body: Vec<u8>| c.post(&url).bearer_auth(&rota.agent_key).header("content-type", "application/json").body(body).send();
+    let r = send(b"{not json".to_vec()).await.unwrap();
+    assert_eq!(r.status(), 400);
+    assert!(r.json::<Value>().await.unwrap()["error"]["message"].as_str().unwrap().starts_with("invalid JSON"));
+    assert_eq!(send(b"[1,2]".to_vec()).await.unwrap().status(), 400);
+    assert_eq!(send(vec![b' '; 4096]).await.unwrap().status(), 413);
+    let r = rota.chat(json!({"model": "nope/x", "messages": []}), &[]).await;
+    assert_eq!(r.status(), 404);
+    assert!(r.json::<Value>().await.unwrap()["error"]["message"].as_str().unwrap().contains("unknown provider `nope`"));
+    let r = rota.chat(chat(), &[("x-rota-profile", "garbage")]).await;
+    assert_eq!(r.status(), 400);
+    let r = rota.chat(chat(), &[("x-rota-profile", "openai:ghost")]).await;
+    assert_eq!(r.status(), 400);
+    assert!(mock.seen().is_empty());
+    let r = rota.chat(json!({"messages": []}), &[]).await;
+    assert_eq!(r.status(), 200, "a missing model means the configured primary");
+}
+
+#[tokio::test]
+async fn pinned_profile_is_used_and_never_rotates() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let rota = Rota::start(&config(&base, ""), &[KEYS[0], KEYS[1], KEYS[3]]).await;
+    mock.script(KEYS[1].1, vec![Reply::Status(429, vec![], r#"{"error":{"message":"rate limit"}}"#.into())]);
+    let r = rota.chat(chat(), &[("x-rota-profile", "openai:k2")]).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(mock.keys(), [KEYS[1].1, KEYS[3].1], "pinned k2 failed: straight to the fallback model, k1 untouched");
+}
+
+#[tokio::test]
+async fn sessions_stick_to_their_profile() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let rota = Rota::start(&config(&base, ""), &KEYS[..3]).await;
+    for _ in 0..3 {
+        rota.chat(chat(), &[("x-rota-session", "conversation-1")]).await;
+    }
+    let mut body = chat();
+    body["user"] = json!("user-7");
+    for _ in 0..2 {
+        rota.chat(body.clone(), &[]).await;
+    }
+    let k = mock.keys();
+    assert_eq!((k[0] == k[1], k[1] == k[2]), (true, true), "session 1 stays on one key: {k:?}");
+    assert_eq!(k[3], k[4], "the OpenAI `user` field is a session key too");
+    assert_ne!(k[0], k[3]);
+}
+
+#[tokio::test]
+async fn upstream_echoing_the_key_never_reaches_the_client_or_the_audit() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let rota = Rota::start(&config(&base, ""), &[KEYS[0]]).await;
+    let echo = format!(r#"{{"error":{{"message":"Incorrect API key provided: {}. Check it.","type":"invalid_request_error"}}}}"#, KEYS[0].1);
+    mock.script(KEYS[0].1, vec![Reply::Status(400, vec![], echo.clone())]);
+    let r = rota.chat(chat(), &[("x-rota-fallbacks", "none")]).await;
+    let headers = format!("{:?}", r.headers());
+    let text = r.text().await.unwrap();
+    for hay in [&text, &headers] {
+        assert!(!hay.contains("key-one-0001"), "secret leaked: {hay}");
+        assert!(!hay.contains(&rota.agent_key), "agent key leaked: {hay}");
+    }
+    assert!(text.contains("[REDACTED]"), "{text}");
+    rota.flush().await;
+    let errors: Vec<Option<String>> = sqlx::query_scalar("SELECT error FROM attempts").fetch_all(rota.store.pool()).await.unwrap();
+    assert_eq!(errors.len(), 1);
+    assert!(!errors[0].as_deref().unwrap().contains("key-one-0001"), "{errors:?}");
+}
+
+#[tokio::test]
+async fn stream_failing_before_its_first_event_fails_over_invisibly() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let rota = Rota::start(&config(&base, ""), &KEYS[..2]).await;
+    mock.script(KEYS[0].1, vec![Reply::StreamErrorFirst]);
+    let mut body = chat();
+    body["stream"] = json!(true);
+    let r = rota.chat(body, &[]).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "text/event-stream");
+    assert_eq!(r.headers()["x-rota-profile"], "openai:k2");
+    let text = r.text().await.unwrap();
+    assert!(!text.contains("Rate limit"), "the failed stream is not visible: {text}");
+    assert_eq!(text.matches("chat.completion.chunk").count(), 3);
+    assert!(text.ends_with("data: [DONE]\n\n"));
+    let a = rota.attempts().await;
+    assert_eq!(a[0], row("primary", "openai/gpt-4.1", Some("openai:k1"), "failure", Some("rate_limit"), None));
+    assert_eq!(a[1].3, "success");
+    assert_eq!(rota.scalar("SELECT tokens_in * 100 + tokens_out FROM attempts WHERE outcome = 'success'").await, Some(302));
+}
+
+#[tokio::test]
+async fn stream_failing_after_its_first_event_ends_in_band_with_one_call() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let rota = Rota::start(&config(&base, ""), &[KEYS[0], KEYS[1], KEYS[3]]).await;
+    mock.script(KEYS[0].1, vec![Reply::StreamBreakAfterFirst]);
+    let mut body = chat();
+    body["stream"] = json!(true);
+    let text = rota.chat(body, &[]).await.text().await.unwrap();
+    assert!(text.starts_with("data: {\"id\":\"c\""), "{text}");
+    assert!(text.contains("\"error\"") && text.contains("upstream stream failed"), "{text}");
+    assert_eq!(mock.seen().len(), 1, "no failover after commit");
+    let a = rota.attempts().await;
+    assert_eq!((a.len(), a[0].3.as_str(), a[0].4.as_deref()), (1, "failure", Some("network")));
+}
+
+#[tokio::test]
+async fn stalled_stream_ends_at_the_idle_timeout() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let rota = Rota::start(&config(&base, ""), &[KEYS[0]]).await;
+    mock.script(KEYS[0].1, vec![Reply::StreamStallAfterFirst]);
+    let mut body = chat();
+    body["stream"] = json!(true);
+    let started = std::time::Instant::now();
+    let text = rota.chat(body, &[]).await.text().await.unwrap();
+    let took = started.elapsed();
+    assert!(took >= std::time::Duration::from_secs(1) && took < std::time::Duration::from_secs(10), "{took:?}");
+    assert!(text.contains("the stream was idle for 1s"), "{text}");
+    let a = rota.attempts().await;
+    assert_eq!((a[0].3.as_str(), a[0].4.as_deref()), ("failure", Some("timeout")));
+}
+
+#[tokio::test]
+async fn anthropic_messages_are_served_with_x_api_key_upstream() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let cfg = format!("[providers.anthropic]\napi = \"anthropic\"\nbase_url = \"{base}\"\n");
+    let rota = Rota::start(&cfg, &[("anthropic:main", "sk-ant-test-0005")]).await;
+    let r = rota.messages(json!({"model": "anthropic/claude-sonnet-4-5", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]})).await;
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["content"][0]["text"], "served");
+    assert_eq!(mock.seen()[0].path, "/v1/messages");
+    assert_eq!(mock.seen()[0].key, "sk-ant-test-0005");
+    let mut stream = json!({"model": "anthropic/claude-sonnet-4-5", "max_tokens": 10, "stream": true, "messages": []});
+    stream["metadata"] = json!({"user_id": "u1"});
+    let text = rota.messages(stream).await.text().await.unwrap();
+    assert!(text.starts_with(": keep-alive\n\nevent: message_start"), "bytes pass through unchanged: {text}");
+    assert!(text.ends_with("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"), "{text}");
+    assert_eq!(rota.scalar("SELECT tokens_in * 100 + tokens_out FROM requests WHERE stream = 1").await, Some(1104));
+}
+
+#[tokio::test]
+async fn a_chat_request_skips_a_provider_of_another_wire_format() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let rota = Rota::start(&config(&base, ""), &[KEYS[0], ("anthropic:main", "sk-ant-test-0005")]).await;
+    let r = rota.chat(chat(), &[("x-rota-fallbacks", "anthropic/claude")]).await;
+    assert_eq!(r.status(), 200);
+    let mut body = chat();
+    body["model"] = json!("anthropic/claude");
+    let r = rota.chat(body, &[("x-rota-fallbacks", "none")]).await;
+    assert_eq!(r.status(), 502);
+    let v: Value = r.json().await.unwrap();
+    assert!(v["error"]["message"].as_str().unwrap().contains("wire format"), "{v}");
+    assert_eq!(rota.attempts().await[1].4.as_deref(), Some("wire_format"));
+}
