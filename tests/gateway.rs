@@ -144,8 +144,8 @@ async fn every_candidate_failing_gives_the_aggregated_error_with_retry_after() {
     let mock = Mock::default();
     let base = mock.start().await;
     let rota = Rota::start(&config(&base, ""), &[KEYS[0], KEYS[3]]).await;
-    mock.script(KEYS[0].1, vec![Reply::Status(429, vec![("retry-after".into(), "30".into())], r#"{"error":{"message":"slow down"}}"#.into())]);
-    mock.script(KEYS[3].1, vec![Reply::Status(429, vec![("retry-after".into(), "12".into())], r#"{"error":{"message":"busy"}}"#.into())]);
+    mock.script(KEYS[0].1, vec![Reply::Status(429, vec![("retry-after", "30".into())], r#"{"error":{"message":"slow down"}}"#.into())]);
+    mock.script(KEYS[3].1, vec![Reply::Status(429, vec![("retry-after", "12".into())], r#"{"error":{"message":"busy"}}"#.into())]);
     let r = rota.chat(chat(), &[]).await;
     assert_eq!(r.status(), 429);
     assert_eq!(r.headers()["retry-after"], "12");

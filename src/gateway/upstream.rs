@@ -78,10 +78,9 @@ pub fn error_text(e: &(dyn std::error::Error + 'static)) -> String {
         src = s.source();
     }
     let mut text = parts.join(": ");
-    if let Some(re) = e.downcast_ref::<reqwest::Error>() {
-        if re.is_timeout() && !text.contains("timed out") {
+    if let Some(re) = e.downcast_ref::<reqwest::Error>()
+        && re.is_timeout() && !text.contains("timed out") {
             text.push_str(" (timed out)");
         }
-    }
     text
 }
