@@ -6,6 +6,7 @@ pub mod audit;
 pub mod book;
 pub mod cli;
 pub mod config;
+pub mod demo;
 pub mod doctor;
 pub mod engine;
 pub mod gateway;

@@ -85,7 +85,7 @@ pub async fn run(config: Config, listen: Option<String>) -> Result<()> {
     Ok(())
 }
 
-async fn shutdown_signal() {
+pub async fn shutdown_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };

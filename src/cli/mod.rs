@@ -28,6 +28,14 @@ pub enum Command {
         #[arg(long, value_name = "ADDR")]
         listen: Option<String>,
     },
+    /// Run the gateway in front of simulated upstreams (no real keys needed).
+    Demo {
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+        listen: String,
+        /// The demo's database (recreated at each start).
+        #[arg(long, value_name = "PATH", default_value = "rota-demo.db")]
+        database: PathBuf,
+    },
     /// Apply pending database migrations and exit.
     Migrate,
     /// Check the configuration and show every agent's chain with each profile's state.
@@ -70,6 +78,10 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Serve { listen } => {
             let config = load_sound(cli.config.as_deref())?;
             crate::server::run(config, listen).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Demo { listen, database } => {
+            crate::demo::run(&listen, &database).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Migrate => {
