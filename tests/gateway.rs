@@ -398,3 +398,83 @@ async fn a_chat_request_skips_a_provider_of_another_wire_format() {
     assert!(v["error"]["message"].as_str().unwrap().contains("wire format"), "{v}");
     assert_eq!(rota.attempts().await[1].4.as_deref(), Some("wire_format"));
 }
+
+#[tokio::test]
+async fn client_leaving_mid_stream_aborts_the_upstream_stream() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let rota = Rota::start(&config(&base, "").replace("idle = \"1s\"", "idle = \"30s\""), &[KEYS[0]]).await;
+    mock.script(KEYS[0].1, vec![Reply::StreamStallAfterFirst]);
+    let mut body = chat();
+    body["stream"] = json!(true);
+    let mut r = rota.chat(body, &[]).await;
+    let first = r.chunk().await.unwrap().unwrap();
+    assert!(String::from_utf8_lossy(&first).contains("chat.completion.chunk"));
+    drop(r);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while mock.aborted() == 0 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(mock.aborted(), 1, "the upstream stream was closed when the client left");
+    let a = rota.attempts().await;
+    assert_eq!((a.len(), a[0].3.as_str(), a[0].4.as_deref()), (1, "failure", Some("cancelled")));
+    assert_eq!(rota.scalar("SELECT error_count FROM usage_stats WHERE profile_id = 'openai:k1'").await, Some(0), "no cooldown");
+}
+
+#[tokio::test]
+async fn client_leaving_before_the_answer_records_a_cancelled_attempt() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let rota = Rota::start(&config(&base, "").replace("first_byte = \"2s\"", "first_byte = \"30s\""), &[KEYS[0]]).await;
+    mock.script(KEYS[0].1, vec![Reply::Delay(std::time::Duration::from_secs(3))]);
+    let client = reqwest::Client::builder().timeout(std::time::Duration::from_millis(300)).build().unwrap();
+    let url = format!("{}/v1/chat/completions", rota.url);
+    assert!(client.post(url).bearer_auth(&rota.agent_key).json(&chat()).send().await.is_err());
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let a = rota.attempts().await;
+    assert_eq!((a.len(), a[0].3.as_str(), a[0].4.as_deref()), (1, "failure", Some("cancelled")));
+    assert_eq!(rota.scalar("SELECT status FROM requests").await, Some(499));
+    assert_eq!(rota.scalar("SELECT error_count FROM usage_stats WHERE profile_id = 'openai:k1'").await, Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_under_load_loses_no_audit_row() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let mut rota = Rota::start(&config(&base, ""), &KEYS).await;
+    for (_, key) in &KEYS[..3] {
+        let mut script = Vec::new();
+        for i in 0..40 {
+            script.push(match i % 4 {
+                0 => Reply::Status(429, vec![], r#"{"error":{"message":"rate limit"}}"#.into()),
+                1 => Reply::Status(503, vec![], r#"{"error":{"message":"overloaded"}}"#.into()),
+                _ => Reply::Delay(std::time::Duration::from_millis(150)),
+            });
+        }
+        mock.script(key, script);
+    }
+    let (url, key) = (format!("{}/v1/chat/completions", rota.url), rota.agent_key.clone());
+    let tasks: Vec<_> = (0..60)
+        .map(|i| {
+            let (url, key) = (url.clone(), key.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep(std::time::Duration::from_millis(i % 20)).await;
+                Rota::client().post(url).bearer_auth(key).json(&chat()).send().await.map(|r| r.status().as_u16())
+            })
+        })
+        .collect();
+    tokio::time::sleep(std::time::Duration::from_millis(60)).await;
+    rota.shutdown().await;
+    let mut answered = 0;
+    for t in tasks {
+        if let Ok(Ok(_)) = t.await {
+            answered += 1;
+        }
+    }
+    assert!(answered > 0, "some requests were in flight");
+    let calls = mock.seen().len() as i64;
+    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM attempts WHERE outcome != 'skipped'").fetch_one(rota.store.pool()).await.unwrap();
+    assert_eq!(rows, calls, "one attempts row per upstream call");
+    let requests: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM requests").fetch_one(rota.store.pool()).await.unwrap();
+    assert_eq!(requests, answered, "one requests row per answered request");
+}

@@ -532,7 +532,13 @@ impl Engine {
             }
             let mut idle_deadline = Instant::now() + idle;
             while outcome.is_ok() {
-                let next = timeout_at(idle_deadline.min(policy_deadline), upstream.next()).await;
+                let next = tokio::select! {
+                    _ = tx.closed() => {
+                        outcome = Err((Reason::Cancelled, "the client went away; the upstream stream was aborted".into()));
+                        break;
+                    }
+                    next = timeout_at(idle_deadline.min(policy_deadline), upstream.next()) => next,
+                };
                 let chunk = match next {
                     Err(_) => {
                         outcome = Err((Reason::Timeout, format!("the stream was idle for {}s", idle.as_secs())));

@@ -47,6 +47,8 @@ pub struct Seen {
 struct MockState {
     script: HashMap<String, VecDeque<Reply>>,
     seen: Vec<Seen>,
+    /// Streams whose reader (rota) went away before the stream ended.
+    aborted: usize,
 }
 
 #[derive(Clone, Default)]
@@ -60,6 +62,10 @@ impl Mock {
 
     pub fn seen(&self) -> Vec<Seen> {
         self.0.lock().unwrap().seen.clone()
+    }
+
+    pub fn aborted(&self) -> usize {
+        self.0.lock().unwrap().aborted
     }
 
     pub fn keys(&self) -> Vec<String> {
@@ -119,7 +125,7 @@ async fn answer(State(mock): State<Mock>, uri: axum::http::Uri, headers: HeaderM
             tokio::time::sleep(d).await;
             axum::Json(json!({"late": true})).into_response()
         }
-        stream => sse(stream, anthropic),
+        stream => sse(stream, anthropic, mock.clone()),
     }
 }
 
@@ -135,7 +141,7 @@ fn content_event(anthropic: bool, i: usize) -> String {
     }
 }
 
-fn sse(reply: Reply, anthropic: bool) -> Response {
+fn sse(reply: Reply, anthropic: bool, mock: Mock) -> Response {
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(8);
     tokio::spawn(async move {
         let send = |s: String| {
@@ -170,7 +176,10 @@ fn sse(reply: Reply, anthropic: bool) -> Response {
             }
             Reply::StreamStallAfterFirst => {
                 send(content_event(anthropic, 0)).await;
-                tokio::time::sleep(Duration::from_secs(30)).await;
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(30)) => {}
+                    _ = tx.closed() => mock.0.lock().unwrap().aborted += 1,
+                }
             }
             _ => unreachable!(),
         }
