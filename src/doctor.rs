@@ -19,6 +19,8 @@ struct Report {
     database: Option<String>,
     key: Option<String>,
     agents: Vec<AgentChain>,
+    /// Worth knowing, not wrong (the exit code ignores them).
+    notes: Vec<String>,
     problems: Vec<String>,
 }
 
@@ -95,6 +97,14 @@ async fn build(config: &Config, file: Option<String>) -> Report {
         };
         let entry = match config.chain(&req) {
             Ok(chain) => {
+                let formats: std::collections::BTreeSet<String> =
+                    chain.iter().map(|c| format!("{:?}", config.providers[&c.provider].api).to_lowercase()).collect();
+                if formats.len() > 1 {
+                    report.notes.push(format!(
+                        "agent {agent}: the chain mixes wire formats ({}); a request is served only by candidates of its own API's format (chat/responses: openai, messages: anthropic) and skips the others with reason wire_format until translation lands",
+                        formats.into_iter().collect::<Vec<_>>().join(", ")
+                    ));
+                }
                 let steps = chain
                     .iter()
                     .map(|c| {
@@ -191,6 +201,9 @@ fn print_text(r: &Report) {
                 println!("       {:<32} {:<8} {}", p.id, p.kind, p.display);
             }
         }
+    }
+    for n in &r.notes {
+        println!("\nnote: {n}");
     }
     if r.problems.is_empty() {
         println!("\nno problems found");

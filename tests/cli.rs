@@ -418,3 +418,13 @@ fn demo_serves_rotation_and_fallback_over_simulated_upstreams() {
     assert!(stop(child).success());
     assert!(env.path("demo.db").exists());
 }
+
+#[test]
+fn doctor_notes_a_chain_that_mixes_wire_formats() {
+    let env = Env::new(BASE);
+    let out = env.run(&["doctor"]);
+    assert_ok(&out);
+    let o = text(&out.stdout);
+    assert!(o.contains("note: agent (default): the chain mixes wire formats (anthropic, openai)"), "{o}");
+    assert!(!o.contains("note: agent planner"), "planner's chain has one format: {o}");
+}

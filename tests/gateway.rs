@@ -478,3 +478,34 @@ async fn shutdown_under_load_loses_no_audit_row() {
     let requests: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM requests").fetch_one(rota.store.pool()).await.unwrap();
     assert_eq!(requests, answered, "one requests row per answered request");
 }
+
+#[tokio::test]
+async fn responses_api_passes_through_to_openai_format_providers() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let rota = Rota::start(&config(&base, ""), &[KEYS[0]]).await;
+    let r = Rota::client()
+        .post(format!("{}/v1/responses", rota.url))
+        .bearer_auth(&rota.agent_key)
+        .json(&json!({"model": "openai/gpt-4.1", "input": "hi"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(mock.seen()[0].path, "/v1/responses");
+    assert_eq!(rota.scalar("SELECT api = 'responses' FROM requests").await, Some(1));
+}
+
+#[tokio::test]
+async fn models_lists_what_the_agent_may_name() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let rota = Rota::start(&config(&base, "[aliases]\nfast = \"backup/gpt-4.1-mini\""), &[KEYS[0]]).await;
+    let r = Rota::client().get(format!("{}/v1/models", rota.url)).bearer_auth(&rota.agent_key).send().await.unwrap();
+    let v: Value = r.json().await.unwrap();
+    let ids: Vec<&str> = v["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["backup/gpt-4.1-mini", "fast", "openai/gpt-4.1"]);
+    assert_eq!(v["object"], "list");
+    let r = Rota::client().get(format!("{}/v1/models", rota.url)).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+}
