@@ -509,3 +509,90 @@ async fn models_lists_what_the_agent_may_name() {
     let r = Rota::client().get(format!("{}/v1/models", rota.url)).send().await.unwrap();
     assert_eq!(r.status(), 401);
 }
+
+/// The `rota` binary with its logs captured: no upstream key and no agent key may appear in
+/// them, even when the upstream echoes the key back.
+#[tokio::test]
+async fn secrets_never_reach_the_logs_of_the_binary() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::{Command, Stdio};
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("rota.toml"), config(&base, "")).unwrap();
+    let bin = env!("CARGO_BIN_EXE_rota");
+    let run = |args: &[&str], stdin: &str| {
+        let mut c = Command::new(bin)
+            .args(args)
+            .current_dir(dir.path())
+            .env_remove("ROTA_MASTER_KEY")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        c.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+        let out = c.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    run(&["profiles", "add", "openai", "--name", "k1"], KEYS[0].1);
+    run(&["profiles", "add", "backup", "--name", "b1"], KEYS[3].1);
+    let agent_key = run(&["agents", "create", "ops"], "").lines().last().unwrap().to_string();
+    let echo = |key: &str| format!(r#"{{"error":{{"message":"Incorrect API key provided: {key}","type":"invalid_request_error","code":"invalid_api_key"}}}}"#);
+    let format_echo = format!(r#"{{"error":{{"message":"Invalid value for 'key_hint': {} is not allowed","type":"invalid_request_error"}}}}"#, KEYS[0].1);
+    mock.script(KEYS[0].1, vec![Reply::Status(401, vec![], echo(KEYS[0].1)), Reply::Status(400, vec![], format_echo)]);
+    mock.script(KEYS[3].1, vec![Reply::Status(401, vec![], echo(KEYS[3].1))]);
+
+    let mut child = Command::new(bin)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .current_dir(dir.path())
+        .env("ROTA_LOG", "rota=debug,info")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let url = line.trim().replace("rota listening on ", "");
+    let post = |headers: Vec<(&'static str, &'static str)>| {
+        let (url, agent_key) = (url.clone(), agent_key.clone());
+        async move {
+            let mut req = Rota::client().post(format!("{url}/v1/chat/completions")).bearer_auth(agent_key).json(&chat());
+            for (k, v) in headers {
+                req = req.header(k, v);
+            }
+            let r = req.send().await.unwrap();
+            (r.status().as_u16(), format!("{:?}", r.headers()), r.text().await.unwrap())
+        }
+    };
+    // 1: both providers answer 401 (echoing the key): the aggregated error.
+    let all_failed = post(vec![]).await;
+    assert_eq!(all_failed.0, 502, "{all_failed:?}");
+    // 2: the cooling primary is probed and answers a 400 that echoes the key: returned as is.
+    let stopped = post(vec![]).await;
+    assert_eq!(stopped.0, 400, "{stopped:?} {:?}", mock.seen());
+    // 3: the primary is skipped (probe throttled), the cooling last candidate serves: a fallback.
+    let served = post(vec![]).await;
+    assert_eq!(served.0, 200, "{served:?} {:?}", mock.seen());
+    // 4: a pinned profile is used even while it cools.
+    let pinned = post(vec![("x-rota-profile", "openai:k1"), ("x-rota-fallbacks", "none")]).await;
+    assert_eq!(pinned.0, 200, "{pinned:?}");
+    let bad_agent = Rota::client().post(format!("{url}/v1/chat/completions")).bearer_auth("rk_wrongwrongwrongwrong").json(&chat()).send().await.unwrap();
+    assert_eq!(bad_agent.status(), 401);
+
+    std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap()).await.unwrap();
+    let logs = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(logs.contains("All models failed (2)"), "{logs}");
+    assert!(logs.contains("fallback: served by"), "{logs}");
+    let db = std::fs::read(dir.path().join("rota.db")).unwrap();
+    for secret in [KEYS[0].1, KEYS[3].1, &agent_key, "rk_wrongwrongwrongwrong"] {
+        let tail = &secret[secret.len() - 10..];
+        for (what, hay) in [("logs", &logs), ("answers", &format!("{all_failed:?}{stopped:?}{pinned:?}{served:?}"))] {
+            assert!(!hay.contains(tail), "{what} contain a secret ({tail}):\n{hay}");
+        }
+        assert!(!db.windows(tail.len()).any(|w| w == tail.as_bytes()), "the database holds {tail} in plaintext");
+    }
+}
