@@ -596,3 +596,137 @@ async fn secrets_never_reach_the_logs_of_the_binary() {
         assert!(!db.windows(tail.len()).any(|w| w == tail.as_bytes()), "the database holds {tail} in plaintext");
     }
 }
+
+/// One fault on the first key of a provider with two keys: which keys the upstream saw, the
+/// client's answer, the attempts rows and the first key's usage_stats row.
+struct ReasonCase {
+    reply: Reply,
+    reason: &'static str,
+    client_status: u16,
+    keys: &'static [usize],
+    /// (cooldown_reason, disabled_reason, window length in ms or -1 for "until cleared", cooldown_model set)
+    lane: Option<(Option<&'static str>, Option<&'static str>, i64, bool)>,
+}
+
+#[tokio::test]
+async fn each_reason_has_its_effect_on_keys_answer_attempts_and_stats() {
+    let status = |code: u16, body: &str| Reply::Status(code, vec![], body.to_string());
+    let cases = [
+        ReasonCase {
+            reply: status(403, r#"{"error":{"message":"Your account has been deactivated","type":"permission_error"}}"#),
+            reason: "auth_permanent",
+            client_status: 200,
+            keys: &[0, 1],
+            lane: Some((None, Some("auth_permanent"), -1, false)),
+        },
+        ReasonCase {
+            reply: status(401, r#"{"error":{"message":"Incorrect API key provided","code":"invalid_api_key"}}"#),
+            reason: "auth",
+            client_status: 200,
+            keys: &[0, 1],
+            lane: Some((Some("auth"), None, 60_000, false)),
+        },
+        ReasonCase {
+            reply: status(402, r#"{"error":{"message":"Insufficient credits"}}"#),
+            reason: "billing",
+            client_status: 200,
+            keys: &[0, 1],
+            lane: Some((None, Some("billing"), 3_600_000, false)),
+        },
+        ReasonCase {
+            reply: status(429, r#"{"error":{"message":"Rate limit reached for gpt-4.1"}}"#),
+            reason: "rate_limit",
+            client_status: 200,
+            keys: &[0, 1],
+            lane: Some((Some("rate_limit"), None, 60_000, true)),
+        },
+        ReasonCase {
+            reply: status(500, r#"{"error":{"message":"The server had an error"}}"#),
+            reason: "server_error",
+            client_status: 200,
+            keys: &[0, 0, 1],
+            lane: Some((Some("server_error"), None, 60_000, true)),
+        },
+        ReasonCase {
+            reply: Reply::Delay(std::time::Duration::from_secs(4)),
+            reason: "timeout",
+            client_status: 200,
+            keys: &[0, 1],
+            lane: Some((Some("timeout"), None, 60_000, true)),
+        },
+        ReasonCase {
+            reply: status(418, "I'm a teapot"),
+            reason: "unknown",
+            client_status: 418,
+            keys: &[0],
+            lane: None,
+        },
+    ];
+    for case in cases {
+        let mock = Mock::default();
+        let base = mock.start().await;
+        let rota = Rota::start(&config(&base, ""), &KEYS[..2]).await;
+        let retries = if case.reason == "server_error" { 2 } else { 1 };
+        mock.script(KEYS[0].1, vec![case.reply.clone(); retries]);
+        let r = rota.chat(chat(), &[]).await;
+        let name = case.reason;
+        assert_eq!(r.status().as_u16(), case.client_status, "{name}");
+        let want: Vec<String> = case.keys.iter().map(|i| KEYS[*i].1.to_string()).collect();
+        assert_eq!(mock.keys(), want, "{name}: keys seen");
+        let attempts = rota.attempts().await;
+        assert_eq!(attempts.len(), case.keys.len(), "{name}: {attempts:?}");
+        assert!(attempts[..attempts.len() - 1].iter().all(|a| a.3 == "failure" && a.4.as_deref() == Some(case.reason)), "{name}: {attempts:?}");
+        let (lane_cool, lane_off, window, model_scoped): (Option<String>, Option<String>, Option<i64>, i64) = sqlx::query_as(
+            "SELECT cooldown_reason, disabled_reason,
+                    COALESCE(cooldown_until, disabled_until) - last_failure_at, cooldown_model IS NOT NULL
+             FROM usage_stats WHERE profile_id = 'openai:k1'",
+        )
+        .fetch_one(rota.store.pool())
+        .await
+        .unwrap();
+        match case.lane {
+            None => {
+                assert_eq!((lane_cool, lane_off, window), (None, None, None), "{name}: no cooldown");
+                assert_eq!(attempts[0].4.as_deref(), Some(case.reason));
+            }
+            Some((cool, off, len, scoped)) => {
+                assert_eq!((lane_cool.as_deref(), lane_off.as_deref()), (cool, off), "{name}: lanes");
+                assert_eq!(window.unwrap_or(-1), len, "{name}: window length");
+                assert_eq!(model_scoped == 1, scoped, "{name}: model scope");
+                assert_eq!(attempts.last().unwrap().3, "success", "{name}");
+                assert_eq!(rota.scalar("SELECT error_count FROM usage_stats WHERE profile_id = 'openai:k1'").await, Some(1), "{name}");
+            }
+        }
+        assert_eq!(rota.scalar("SELECT COUNT(*) FROM requests").await, Some(1), "{name}");
+    }
+}
+
+#[tokio::test]
+async fn network_failure_is_retried_once_then_falls_back() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let cfg = config(&base, "").replace("fallbacks = [\"backup/gpt-4.1-mini\"]", "fallbacks = [\"backup/gpt-4.1-mini\"]\n[providers.dead]\napi = \"openai\"\nbase_url = \"DEAD/v1\"").replace("DEAD", &dead);
+    let rota = Rota::start(&cfg, &[("dead:d1", "sk-test-dead-0009"), KEYS[3]]).await;
+    let r = rota.chat(json!({"model": "dead/gpt-4.1", "messages": []}), &[]).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(mock.keys(), [KEYS[3].1]);
+    let a = rota.attempts().await;
+    assert_eq!(a[0], row("primary", "dead/gpt-4.1", Some("dead:d1"), "failure", Some("network"), None));
+    assert_eq!(a[1], row("retry", "dead/gpt-4.1", Some("dead:d1"), "failure", Some("network"), None));
+    assert_eq!(a[2].0, "fallback");
+    assert_eq!(rota.scalar("SELECT cooldown_model IS NULL AND cooldown_reason = 'network' FROM usage_stats WHERE profile_id = 'dead:d1'").await, Some(1));
+}
+
+#[tokio::test]
+async fn agent_fallbacks_replace_the_global_list() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let rota = Rota::start(&config(&base, "[agents.tester]\nfallbacks = []"), &[KEYS[0], KEYS[3]]).await;
+    mock.script(KEYS[0].1, vec![Reply::Status(429, vec![], r#"{"error":{"message":"rate limit"}}"#.into())]);
+    let r = rota.chat(chat(), &[]).await;
+    assert_eq!(r.status(), 429, "no fallback for this agent");
+    assert_eq!(mock.keys(), [KEYS[0].1]);
+}
