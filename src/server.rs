@@ -53,7 +53,7 @@ impl App {
         let audit = Audit::start(store.clone());
         let engine = Arc::new(Engine {
             upstream: Upstream::new(&config.timeouts),
-            classifier: Classifier::with_overrides(config.classification.rules.clone()),
+            classifier: Arc::new(Classifier::with_overrides(config.classification.rules.clone())),
             config: Arc::new(config),
             book: book.clone(),
             audit: audit.clone(),

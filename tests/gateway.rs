@@ -730,3 +730,25 @@ async fn agent_fallbacks_replace_the_global_list() {
     assert_eq!(r.status(), 429, "no fallback for this agent");
     assert_eq!(mock.keys(), [KEYS[0].1]);
 }
+
+#[tokio::test]
+async fn upstream_error_event_after_commit_reaches_the_client_once_and_is_classified() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let cfg = format!("[providers.anthropic]\napi = \"anthropic\"\nbase_url = \"{base}\"\n");
+    let rota = Rota::start(&cfg, &[("anthropic:main", "sk-ant-test-0005"), ("anthropic:spare", "sk-ant-test-0006")]).await;
+    mock.script("sk-ant-test-0005", vec![Reply::StreamErrorAfterFirst]);
+    let text = rota
+        .messages(json!({"model": "anthropic/claude-sonnet-4-5", "max_tokens": 10, "stream": true, "messages": []}))
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(text.starts_with("event: message_start"), "{text}");
+    assert_eq!(text.matches("event: error").count(), 1, "{text}");
+    assert!(text.contains("overloaded_error"), "{text}");
+    assert_eq!(mock.seen().len(), 1, "no failover after commit");
+    let a = rota.attempts().await;
+    assert_eq!((a[0].3.as_str(), a[0].4.as_deref()), ("failure", Some("overloaded")));
+    assert_eq!(rota.scalar("SELECT cooldown_reason = 'overloaded' FROM usage_stats WHERE profile_id = 'anthropic:main'").await, Some(1));
+}

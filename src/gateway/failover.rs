@@ -33,7 +33,7 @@ pub struct Engine {
     pub upstream: Upstream,
     pub audit: Audit,
     pub clock: Arc<dyn Clock>,
-    pub classifier: Classifier,
+    pub classifier: Arc<Classifier>,
 }
 
 /// One client request, parsed.
@@ -168,8 +168,9 @@ struct CallFailure {
     body: Option<Bytes>,
 }
 
-fn secrets_of<'a>(cred: &'a Credential, agent_key_hint: &'a [&'a str]) -> Vec<&'a str> {
-    let mut v: Vec<&str> = agent_key_hint.to_vec();
+/// The secrets an upstream could echo back: the ones rota sent it.
+fn secrets_of(cred: &Credential) -> Vec<&str> {
+    let mut v = Vec::new();
     match cred {
         Credential::ApiKey(s) | Credential::Token(s) => v.push(s.expose_secret()),
         Credential::OAuth { access, refresh } => {
@@ -338,7 +339,7 @@ impl Engine {
                 row.duration_ms = Some(self.now() - started_at);
                 match called {
                     Called::Stream(open) => {
-                        let resp = self.commit_stream(inc.api, cand, pid, row, trail.clone(), *open);
+                        let resp = self.commit_stream(inc.api, cand, pid, &cred, row, trail.clone(), *open, deadline);
                         return Step::Done(with_rota_headers(resp, trail, cand, pid));
                     }
                     Called::Served(resp, tokens) => {
@@ -418,7 +419,7 @@ impl Engine {
         body.insert("model".into(), Value::String(cand.model.clone()));
         let bytes = Bytes::from(serde_json::to_vec(&body).expect("a JSON map serializes"));
         let first_byte = deadline.min(Instant::now() + self.config.timeouts.first_byte);
-        let secrets = secrets_of(cred, &[]);
+        let secrets = secrets_of(cred);
         let fail = |class: Classified, status: Option<u16>, body: Option<Bytes>| {
             let mut class = class;
             class.message = redact(&class.message, &secrets);
@@ -510,15 +511,27 @@ impl Engine {
 
     /// Sends the held bytes and forwards the rest of the stream from a task, which records the
     /// attempt and the request when the stream ends (or fails, or the client leaves).
-    fn commit_stream(&self, api: Api, cand: &Candidate, pid: &ProfileId, mut row: AttemptRow, trail: Trail, open: OpenStream) -> Response {
+    #[allow(clippy::too_many_arguments)]
+    fn commit_stream(
+        &self,
+        api: Api,
+        cand: &Candidate,
+        pid: &ProfileId,
+        cred: &Credential,
+        mut row: AttemptRow,
+        trail: Trail,
+        open: OpenStream,
+        deadline: Instant,
+    ) -> Response {
         let OpenStream { held, rest: mut upstream, mut tokens, ttfb_ms } = open;
         let mut split = Splitter::default();
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
         let book = self.book.clone();
         let clock = self.clock.clone();
         let idle = self.config.timeouts.idle;
-        let policy_deadline = Instant::now() + self.config.timeouts.total;
-        let (cand, pid) = (cand.clone(), pid.clone());
+        let total = self.config.timeouts.total;
+        let classifier = self.classifier.clone();
+        let (cand, pid, cred) = (cand.clone(), pid.clone(), cred.clone());
         let started_at = row.started_at;
         book.record_success(&pid, clock.now());
         let wire_format = self.config.providers[&cand.provider].api;
@@ -526,7 +539,11 @@ impl Engine {
         row.http_status = Some(200);
         let began = Instant::now();
         tokio::spawn(async move {
+            let secrets = secrets_of(&cred);
             let mut outcome: Result<(), (Reason, String)> = Ok(());
+            // The upstream's own error event reaches the client as is; rota adds one only when
+            // the stream broke without saying so.
+            let mut upstream_said_error = false;
             if tx.send(Ok(Bytes::from(held))).await.is_err() {
                 outcome = Err((Reason::Cancelled, "the client went away".into()));
             }
@@ -537,16 +554,20 @@ impl Engine {
                         outcome = Err((Reason::Cancelled, "the client went away; the upstream stream was aborted".into()));
                         break;
                     }
-                    next = timeout_at(idle_deadline.min(policy_deadline), upstream.next()) => next,
+                    next = timeout_at(idle_deadline.min(deadline), upstream.next()) => next,
                 };
                 let chunk = match next {
+                    Err(_) if Instant::now() >= deadline => {
+                        outcome = Err((Reason::Timeout, format!("the request passed its {}s limit (timeouts.total)", total.as_secs())));
+                        break;
+                    }
                     Err(_) => {
                         outcome = Err((Reason::Timeout, format!("the stream was idle for {}s", idle.as_secs())));
                         break;
                     }
                     Ok(None) => break,
                     Ok(Some(Err(e))) => {
-                        outcome = Err((Reason::Network, super::upstream::error_text(&e)));
+                        outcome = Err((Reason::Network, redact(&super::upstream::error_text(&e), &secrets)));
                         break;
                     }
                     Ok(Some(Ok(c))) => c,
@@ -559,7 +580,10 @@ impl Engine {
                         merge_usage(&mut tokens, wire::usage(&v));
                     }
                     if wire::classify_event(wire_format, &ev) == Seen::Error {
-                        outcome = Err((Reason::ServerError, truncate(&ev.data, 400)));
+                        let seen = Observed { status: Some(200), headers: &[], body: &ev.data, transport: None };
+                        let class = classifier.classify(&seen, clock.now());
+                        outcome = Err((class.reason, redact(&class.message, &secrets)));
+                        upstream_said_error = true;
                     }
                 }
                 if tx.send(Ok(chunk)).await.is_err() {
@@ -574,7 +598,9 @@ impl Engine {
                     row.reason = Some(reason);
                     row.error = Some(truncate(&msg, 500));
                     if reason != Reason::Cancelled {
-                        let _ = tx.send(Ok(Bytes::from(api.error_event(&format!("upstream stream failed: {msg}"))))).await;
+                        if !upstream_said_error {
+                            let _ = tx.send(Ok(Bytes::from(api.error_event(&format!("upstream stream failed: {msg}"))))).await;
+                        }
                         let now = clock.now();
                         let failure = Failure { reason, model: cand.model.clone(), hint_ms: None, account_wide: false, started_at };
                         row.cooldown_until = book.record_failure(&pid, &failure, now).and_then(until_ms);

@@ -30,6 +30,8 @@ pub enum Reply {
     StreamErrorFirst,
     /// A 200 stream that sends one content event, then drops the connection.
     StreamBreakAfterFirst,
+    /// A 200 stream that sends one content event, then an error event.
+    StreamErrorAfterFirst,
     /// A 200 stream that sends one content event, then nothing.
     StreamStallAfterFirst,
     /// No answer for this long.
@@ -174,6 +176,10 @@ fn sse(reply: Reply, anthropic: bool, mock: Mock) -> Response {
                 send(content_event(anthropic, 0)).await;
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 let _ = tx.send(Err(std::io::Error::other("upstream connection reset"))).await;
+            }
+            Reply::StreamErrorAfterFirst => {
+                send(content_event(anthropic, 0)).await;
+                send("event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n".into()).await;
             }
             Reply::StreamStallAfterFirst => {
                 send(content_event(anthropic, 0)).await;
