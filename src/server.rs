@@ -23,7 +23,6 @@ use std::sync::Arc;
 pub struct AppState {
     pub engine: Arc<Engine>,
     pub agents: Arc<AgentCache>,
-    pub clock: Arc<dyn Clock>,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -59,7 +58,7 @@ impl App {
             audit: audit.clone(),
             clock: clock.clone(),
         });
-        let state = AppState { engine, agents: Arc::new(AgentCache::new(store)), clock };
+        let state = AppState { engine, agents: AgentCache::load(store).await? };
         Ok(App { state, book, audit })
     }
 

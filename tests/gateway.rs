@@ -3,6 +3,7 @@
 
 mod support;
 
+use rota::store::Store;
 use serde_json::{Value, json};
 use support::{Mock, Reply, Rota};
 
@@ -751,4 +752,24 @@ async fn upstream_error_event_after_commit_reaches_the_client_once_and_is_classi
     let a = rota.attempts().await;
     assert_eq!((a[0].3.as_str(), a[0].4.as_deref()), ("failure", Some("overloaded")));
     assert_eq!(rota.scalar("SELECT cooldown_reason = 'overloaded' FROM usage_stats WHERE profile_id = 'anthropic:main'").await, Some(1));
+}
+
+#[tokio::test]
+async fn agents_created_or_revoked_while_serving_take_effect_within_the_refresh() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let rota = Rota::start(&config(&base, ""), &[KEYS[0]]).await;
+    let key = rota::agents::new_key();
+    let plain = secrecy::ExposeSecret::expose_secret(&key).to_string();
+    let call = || {
+        Rota::client().post(format!("{}/v1/chat/completions", rota.url)).bearer_auth(plain.clone()).json(&chat()).send()
+    };
+    assert_eq!(call().await.unwrap().status(), 401);
+    rota.store.create_agent("late", &rota::agents::digest(&key), false, 0).await.unwrap();
+    let wait = rota::gateway::AgentCache::REFRESH + std::time::Duration::from_millis(500);
+    tokio::time::sleep(wait).await;
+    assert_eq!(call().await.unwrap().status(), 200);
+    rota.store.revoke_agent("late", 1).await.unwrap();
+    tokio::time::sleep(wait).await;
+    assert_eq!(call().await.unwrap().status(), 401);
 }

@@ -7,10 +7,9 @@ pub mod wire;
 
 use crate::agents::{Agent, digest};
 use crate::engine::chain::FallbackOverride;
-use crate::engine::recent::Recent;
-use crate::engine::{Millis, ProfileId};
+use crate::engine::ProfileId;
 use crate::server::AppState;
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
@@ -20,8 +19,9 @@ use axum::routing::{get, post};
 use failover::{Incoming, refuse};
 use secrecy::SecretString;
 use serde_json::{Value, json};
-use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
 use wire::Api;
 
 pub fn router() -> Router<AppState> {
@@ -32,35 +32,40 @@ pub fn router() -> Router<AppState> {
         .route("/v1/models", get(models))
 }
 
-/// Agent keys seen recently, by digest: a revoked key stops working within `TTL`, and unknown
-/// keys are remembered too, so a client retrying a bad key does not hit the database each time.
+/// The active agents by key digest, in memory, so authenticating never waits on SQLite. A
+/// background task reloads the table every `REFRESH`, so agents created or revoked with the
+/// CLI take effect on a running server within that time.
 pub struct AgentCache {
-    store: Arc<dyn Store>,
-    seen: Mutex<Recent<String, Option<Agent>>>,
+    by_digest: RwLock<HashMap<String, Agent>>,
 }
 
 impl AgentCache {
-    const TTL: Millis = 5_000;
+    pub const REFRESH: Duration = Duration::from_secs(2);
 
-    pub fn new(store: Arc<dyn Store>) -> AgentCache {
-        AgentCache { store, seen: Mutex::new(Recent::new(Self::TTL, 10_000)) }
-    }
-
-    async fn find(&self, key: &str, now: Millis) -> Option<Agent> {
-        let d = digest(&SecretString::from(key.to_string()));
-        if let Some((hit, _)) = self.seen.lock().unwrap_or_else(|e| e.into_inner()).get(&d, now) {
-            return hit.clone();
-        }
-        let found = match self.store.agent_by_digest(&d).await {
-            Ok(a) => a,
-            Err(e) => {
-                tracing::error!(error = %e, "agent lookup failed");
-                return None;
+    pub async fn load(store: Arc<dyn Store>) -> Result<Arc<AgentCache>, StoreError> {
+        let cache = Arc::new(AgentCache { by_digest: RwLock::new(active(store.as_ref()).await?) });
+        let weak = Arc::downgrade(&cache);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Self::REFRESH).await;
+                let Some(cache) = weak.upgrade() else { return };
+                match active(store.as_ref()).await {
+                    Ok(fresh) => *cache.by_digest.write().unwrap_or_else(|e| e.into_inner()) = fresh,
+                    Err(e) => tracing::warn!(error = %e, "reloading agents failed; keeping the last list"),
+                }
             }
-        };
-        self.seen.lock().unwrap_or_else(|e| e.into_inner()).insert(d, found.clone(), now);
-        found
+        });
+        Ok(cache)
     }
+
+    fn find(&self, key: &str) -> Option<Agent> {
+        let d = digest(&SecretString::from(key.to_string()));
+        self.by_digest.read().unwrap_or_else(|e| e.into_inner()).get(&d).cloned()
+    }
+}
+
+async fn active(store: &dyn Store) -> Result<HashMap<String, Agent>, StoreError> {
+    Ok(store.active_agents().await?.into_iter().collect())
 }
 
 /// The agent key: `Authorization: Bearer rk_…` or `x-api-key: rk_…`.
@@ -76,7 +81,7 @@ async fn authenticate(state: &AppState, api: Api, headers: &HeaderMap, request_i
     let Some(key) = presented_key(headers) else {
         return Err(refuse(api, 401, "missing agent key: send `Authorization: Bearer rk_…` or `x-api-key: rk_…`", request_id));
     };
-    match state.agents.find(key, state.clock.now()).await {
+    match state.agents.find(key) {
         Some(agent) => Ok(agent),
         None => Err(refuse(api, 401, "invalid or revoked agent key", request_id)),
     }

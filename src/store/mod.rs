@@ -89,8 +89,8 @@ pub trait Store: Send + Sync {
     /// conflict.
     async fn create_agent(&self, name: &str, key_digest: &str, admin: bool, now: Millis) -> Result<Agent, StoreError>;
     async fn agents(&self) -> Result<Vec<Agent>, StoreError>;
-    /// The active agent holding the key with this digest.
-    async fn agent_by_digest(&self, key_digest: &str) -> Result<Option<Agent>, StoreError>;
+    /// Every active agent with the digest of its key.
+    async fn active_agents(&self) -> Result<Vec<(String, Agent)>, StoreError>;
     async fn revoke_agent(&self, name: &str, now: Millis) -> Result<(), StoreError>;
     /// Appends audit rows in one transaction.
     async fn insert_audit(&self, requests: &[RequestRow], attempts: &[AttemptRow]) -> Result<(), StoreError>;

@@ -352,12 +352,11 @@ impl Store for SqliteStore {
         rows.iter().map(agent_from_row).collect()
     }
 
-    async fn agent_by_digest(&self, key_digest: &str) -> Result<Option<Agent>, StoreError> {
-        let row = sqlx::query("SELECT id, name, admin, created_at, revoked_at FROM agents WHERE key_digest = ? AND revoked_at IS NULL")
-            .bind(key_digest)
-            .fetch_optional(&self.pool)
+    async fn active_agents(&self) -> Result<Vec<(String, Agent)>, StoreError> {
+        let rows = sqlx::query("SELECT id, name, key_digest, admin, created_at, revoked_at FROM agents WHERE revoked_at IS NULL")
+            .fetch_all(&self.pool)
             .await?;
-        row.as_ref().map(agent_from_row).transpose()
+        rows.iter().map(|r| Ok((r.try_get("key_digest")?, agent_from_row(r)?))).collect()
     }
 
     async fn revoke_agent(&self, name: &str, now: Millis) -> Result<(), StoreError> {
