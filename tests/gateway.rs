@@ -431,8 +431,12 @@ async fn client_leaving_before_the_answer_records_a_cancelled_attempt() {
     let client = reqwest::Client::builder().timeout(std::time::Duration::from_millis(300)).build().unwrap();
     let url = format!("{}/v1/chat/completions", rota.url);
     assert!(client.post(url).bearer_auth(&rota.agent_key).json(&chat()).send().await.is_err());
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    let a = rota.attempts().await;
+    let started = std::time::Instant::now();
+    let mut a = rota.attempts().await;
+    while a.is_empty() && started.elapsed() < std::time::Duration::from_secs(5) {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        a = rota.attempts().await;
+    }
     assert_eq!((a.len(), a[0].3.as_str(), a[0].4.as_deref()), (1, "failure", Some("cancelled")));
     assert_eq!(rota.scalar("SELECT status FROM requests").await, Some(499));
     assert_eq!(rota.scalar("SELECT error_count FROM usage_stats WHERE profile_id = 'openai:k1'").await, Some(0));
@@ -764,12 +768,20 @@ async fn agents_created_or_revoked_while_serving_take_effect_within_the_refresh(
     let call = || {
         Rota::client().post(format!("{}/v1/chat/completions", rota.url)).bearer_auth(plain.clone()).json(&chat()).send()
     };
+    // Polls until the answer is `want`; returns how long that took.
+    let until = |want: u16| async move {
+        let started = std::time::Instant::now();
+        while call().await.unwrap().status() != want {
+            assert!(started.elapsed() < std::time::Duration::from_secs(10), "still not {want}");
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        started.elapsed()
+    };
     assert_eq!(call().await.unwrap().status(), 401);
     rota.store.create_agent("late", &rota::agents::digest(&key), false, 0).await.unwrap();
-    let wait = rota::gateway::AgentCache::REFRESH + std::time::Duration::from_millis(500);
-    tokio::time::sleep(wait).await;
-    assert_eq!(call().await.unwrap().status(), 200);
+    let took = until(200).await;
+    assert!(took <= rota::gateway::AgentCache::REFRESH * 2, "created agent usable after {took:?}");
     rota.store.revoke_agent("late", 1).await.unwrap();
-    tokio::time::sleep(wait).await;
-    assert_eq!(call().await.unwrap().status(), 401);
+    let took = until(401).await;
+    assert!(took <= rota::gateway::AgentCache::REFRESH * 2, "revoked agent refused after {took:?}");
 }
