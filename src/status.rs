@@ -2,7 +2,6 @@
 
 use crate::engine::{Millis, ProfileView, Reason, Unusable, Until};
 use serde::Serialize;
-use std::fmt;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
@@ -77,12 +76,6 @@ pub fn left(ms: Millis) -> String {
         (0, 0, sec) => format!("{sec}s"),
         (0, m, sec) => format!("{m}m {sec}s"),
         (h, m, _) => format!("{h}h {m}m"),
-    }
-}
-
-impl fmt::Display for Status {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.display(chrono::Utc::now().timestamp_millis()))
     }
 }
 

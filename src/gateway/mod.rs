@@ -112,9 +112,7 @@ async fn handle(api: Api, State(state): State<AppState>, headers: HeaderMap, bod
         Some(Ok(p)) => Some(p),
         Some(Err(e)) => return refuse(api, 400, &format!("x-rota-profile: {e}"), &request_id),
     };
-    let body_value = Value::Object(body);
-    let session = header("x-rota-session").map(str::to_string).or_else(|| api.body_session(&body_value));
-    let Value::Object(body) = body_value else { unreachable!("built from a map above") };
+    let session = header("x-rota-session").map(str::to_string).or_else(|| api.body_session(&body));
     let incoming = Incoming {
         api,
         stream: body.get("stream").and_then(Value::as_bool).unwrap_or(false),

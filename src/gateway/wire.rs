@@ -65,7 +65,7 @@ impl Api {
     }
 
     /// The session key a request carries in its body: OpenAI `user`, Anthropic `metadata.user_id`.
-    pub fn body_session(self, body: &Value) -> Option<String> {
+    pub fn body_session(self, body: &serde_json::Map<String, Value>) -> Option<String> {
         let v = match self {
             Api::Messages => body.get("metadata").and_then(|m| m.get("user_id")),
             Api::Chat | Api::Responses => body.get("user"),
@@ -194,7 +194,8 @@ mod tests {
     fn error_bodies_follow_the_client_format() {
         assert_eq!(Api::Messages.error_body(429, "slow")["error"]["type"], "rate_limit_error");
         assert_eq!(Api::Chat.error_body(401, "no")["error"]["code"], "invalid_api_key");
-        assert_eq!(Api::Messages.body_session(&json!({"metadata": {"user_id": "u1"}})), Some("u1".into()));
-        assert_eq!(Api::Chat.body_session(&json!({"user": "u2"})), Some("u2".into()));
+        let body = |v: Value| v.as_object().unwrap().clone();
+        assert_eq!(Api::Messages.body_session(&body(json!({"metadata": {"user_id": "u1"}}))), Some("u1".into()));
+        assert_eq!(Api::Chat.body_session(&body(json!({"user": "u2"}))), Some("u2".into()));
     }
 }
