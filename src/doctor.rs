@@ -101,7 +101,7 @@ async fn build(config: &Config, file: Option<String>) -> Report {
                     chain.iter().map(|c| format!("{:?}", config.providers[&c.provider].api).to_lowercase()).collect();
                 if formats.len() > 1 {
                     report.notes.push(format!(
-                        "agent {agent}: the chain mixes wire formats ({}); a request is served only by candidates of its own API's format (chat/responses: openai, messages: anthropic) and skips the others with reason wire_format until translation lands",
+                        "agent {agent}: the chain mixes wire formats ({}); chat and messages requests are translated between them, /v1/responses requests skip candidates that do not speak the OpenAI format (reason wire_format)",
                         formats.into_iter().collect::<Vec<_>>().join(", ")
                     ));
                 }

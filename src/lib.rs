@@ -15,3 +15,4 @@ pub mod secrets;
 pub mod server;
 pub mod status;
 pub mod store;
+pub mod translate;

@@ -385,19 +385,94 @@ async fn anthropic_messages_are_served_with_x_api_key_upstream() {
 }
 
 #[tokio::test]
-async fn a_chat_request_skips_a_provider_of_another_wire_format() {
+async fn a_responses_request_skips_a_provider_of_another_wire_format() {
     let mock = Mock::default();
     let base = mock.start().await;
     let rota = Rota::start(&config(&base, ""), &[KEYS[0], ("anthropic:main", "sk-ant-test-0005")]).await;
-    let r = rota.chat(chat(), &[("x-rota-fallbacks", "anthropic/claude")]).await;
+    let r = Rota::client()
+        .post(format!("{}/v1/responses", rota.url))
+        .bearer_auth(&rota.agent_key)
+        .header("x-rota-fallbacks", "openai/gpt-4.1")
+        .json(&json!({"model": "anthropic/claude", "input": "hi"}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
-    let mut body = chat();
-    body["model"] = json!("anthropic/claude");
-    let r = rota.chat(body, &[("x-rota-fallbacks", "none")]).await;
-    assert_eq!(r.status(), 502);
+    assert_eq!(r.headers()["x-rota-provider"], "openai");
+    let a = rota.attempts().await;
+    assert_eq!(a[0], row("skipped", "anthropic/claude", None, "skipped", Some("wire_format"), None));
+    let err: Option<String> = sqlx::query_scalar("SELECT error FROM attempts WHERE reason = 'wire_format'").fetch_one(rota.store.pool()).await.unwrap();
+    assert_eq!(err.as_deref(), Some("anthropic: the responses API is served only by OpenAI-format providers"));
+}
+
+#[tokio::test]
+async fn chat_client_is_served_by_an_anthropic_upstream_through_translation() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let rota = Rota::start(&config(&base, ""), &[("anthropic:main", "sk-ant-test-0005")]).await;
+    let r = rota.chat(json!({"model": "anthropic/claude-sonnet-4-5", "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]}), &[]).await;
+    assert_eq!(r.status(), 200);
     let v: Value = r.json().await.unwrap();
-    assert!(v["error"]["message"].as_str().unwrap().contains("wire format"), "{v}");
-    assert_eq!(rota.attempts().await[1].4.as_deref(), Some("wire_format"));
+    assert_eq!(v["object"], "chat.completion");
+    assert_eq!(v["choices"][0]["message"]["content"], "served");
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+    assert_eq!(v["usage"]["prompt_tokens"], 11);
+    assert_eq!(mock.seen()[0].path, "/v1/messages");
+    let mut body = chat();
+    body["model"] = json!("anthropic/claude-sonnet-4-5");
+    body["stream"] = json!(true);
+    let text = rota.chat(body, &[]).await.text().await.unwrap();
+    let events = rota::gateway::sse::Splitter::default().push(text.as_bytes());
+    let data: Vec<&str> = events.iter().map(|e| e.data.as_str()).collect();
+    assert!(data[0].contains("\"role\":\"assistant\""), "{text}");
+    assert!(data.iter().any(|d| d.contains("\"content\":\"t1\"")), "{text}");
+    assert!(data.iter().any(|d| d.contains("\"finish_reason\":\"stop\"")), "{text}");
+    assert_eq!(*data.last().unwrap(), "[DONE]");
+    assert!(!text.contains("event:"), "no Anthropic event names reach an OpenAI client: {text}");
+}
+
+#[tokio::test]
+async fn anthropic_client_is_served_by_an_openai_upstream_through_translation() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let rota = Rota::start(&config(&base, ""), &[KEYS[0]]).await;
+    let r = rota.messages(json!({"model": "openai/gpt-4.1", "max_tokens": 10, "system": "be brief", "messages": [{"role": "user", "content": "hi"}]})).await;
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["type"], "message");
+    assert_eq!(v["content"], json!([{"type": "text", "text": "served"}]));
+    assert_eq!(v["stop_reason"], "end_turn");
+    assert_eq!(v["usage"], json!({"input_tokens": 3, "output_tokens": 2}));
+    let text = rota.messages(json!({"model": "openai/gpt-4.1", "max_tokens": 10, "stream": true, "messages": [{"role": "user", "content": "hi"}]})).await.text().await.unwrap();
+    let names: Vec<String> = rota::gateway::sse::Splitter::default().push(text.as_bytes()).iter().filter_map(|e| e.name.clone()).collect();
+    assert_eq!(names.first().map(String::as_str), Some("message_start"), "{text}");
+    assert_eq!(names.last().map(String::as_str), Some("message_stop"), "{text}");
+    assert!(names.iter().filter(|n| *n == "content_block_delta").count() == 3, "{text}");
+}
+
+#[tokio::test]
+async fn anthropic_529_fails_over_to_an_openai_fallback_for_an_openai_client() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let cfg = config(&base, "").replace("primary = \"openai/gpt-4.1\"", "primary = \"anthropic/claude-sonnet-4-5\"");
+    let rota = Rota::start(&cfg, &[("anthropic:main", "sk-ant-test-0005"), KEYS[3]]).await;
+    let overloaded = r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+    mock.script("sk-ant-test-0005", vec![Reply::Status(529, vec![], overloaded.into()); 3]);
+    let r = rota.chat(json!({"messages": [{"role": "user", "content": "hi"}]}), &[]).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-rota-provider"], "backup");
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["choices"][0]["message"]["content"], "served");
+    let kinds: Vec<(String, String)> = rota.attempts().await.into_iter().map(|a| (a.0, a.1)).collect();
+    assert_eq!(
+        kinds,
+        [
+            ("primary".to_string(), "anthropic/claude-sonnet-4-5".to_string()),
+            ("retry".into(), "anthropic/claude-sonnet-4-5".into()),
+            ("retry".into(), "anthropic/claude-sonnet-4-5".into()),
+            ("fallback".into(), "backup/gpt-4.1-mini".into()),
+        ]
+    );
 }
 
 #[tokio::test]

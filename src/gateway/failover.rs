@@ -3,7 +3,8 @@
 
 use super::upstream::Upstream;
 use super::wire::{self, Api, Seen};
-use super::sse::Splitter;
+use super::sse::{Event, Splitter};
+use crate::translate::{self, StreamTranslator};
 use crate::agents::Agent;
 use crate::audit::{Audit, AttemptRow, Kind, Outcome, RequestRow};
 use crate::book::{Book, Credential};
@@ -147,10 +148,47 @@ enum Called {
 
 /// A stream read up to its first content event.
 struct OpenStream {
-    held: Vec<u8>,
+    /// Everything up to and including the first content event.
+    held: Vec<Event>,
+    /// Holds the start of the next event, if a chunk ended inside it.
+    split: Splitter,
     rest: futures_util::stream::BoxStream<'static, reqwest::Result<Bytes>>,
     tokens: (Option<i64>, Option<i64>),
     ttfb_ms: Millis,
+}
+
+/// How one candidate is called: the API its provider speaks and the body it gets.
+struct Plan {
+    upstream_api: Api,
+    body: serde_json::Map<String, Value>,
+}
+
+impl Plan {
+    /// Whether the upstream's answers must be translated back to the client's format.
+    fn translates(&self, client: Api) -> bool {
+        self.upstream_api != client
+    }
+}
+
+/// The call plan for a candidate, translating the request when the formats differ.
+fn plan(inc: &Incoming, provider_api: crate::config::Api) -> Result<Plan, String> {
+    use crate::config::Api as Wire;
+    let (upstream_api, translated) = match (inc.api, provider_api) {
+        (api, wire) if api.wire() == wire => (api, None),
+        (Api::Chat, Wire::Anthropic) => (Api::Messages, Some(translate::chat_to_messages(&inc.body))),
+        (Api::Messages, Wire::Openai) => (Api::Chat, Some(translate::messages_to_chat(&inc.body))),
+        (api, _) => return Err(format!("the {} API is served only by OpenAI-format providers", api.as_str())),
+    };
+    match translated {
+        None => Ok(Plan { upstream_api, body: inc.body.clone() }),
+        Some(Ok(t)) => {
+            if !t.dropped.is_empty() {
+                tracing::warn!(request_id = %inc.request_id, fields = %t.dropped.join(", "), "dropped fields with no counterpart in the {} format", upstream_api.as_str());
+            }
+            Ok(Plan { upstream_api, body: t.body })
+        }
+        Some(Err(e)) => Err(e.to_string()),
+    }
 }
 
 /// What became of one candidate.
@@ -269,16 +307,10 @@ impl Engine {
             trail.audit.attempt(row);
             Step::Next(Some(ModelFailure { label: cand.label(), reason, message, status: None, until, skipped: true }))
         };
-        if provider.api != inc.api.wire() {
-            let msg = format!(
-                "{} speaks the {:?} wire format; the {} API needs {:?} (translation between formats is not built yet)",
-                cand.provider,
-                provider.api,
-                inc.api.as_str(),
-                inc.api.wire()
-            );
-            return skip(trail, Reason::WireFormat, None, msg);
-        }
+        let plan = match plan(inc, provider.api) {
+            Ok(p) => p,
+            Err(why) => return skip(trail, Reason::WireFormat, None, format!("{}: {why}", cand.provider)),
+        };
         let pin = inc.pin.as_ref().filter(|p| p.provider() == cand.provider);
         let ordered = match self.book.order(config, &cand.provider, &cand.model, inc.session.as_deref(), pin, now) {
             Ok(o) => o,
@@ -334,12 +366,17 @@ impl Engine {
                 self.book.mark_used(pid, inc.session.as_deref(), started_at);
                 let row = trail.row(kind, cand, Some(pid), started_at);
                 let guard = InFlight { row: Some(row), trail: trail.clone(), started: Instant::now() };
-                let called = self.call(inc, cand, &cred, deadline).await;
+                let called = self.call(inc, cand, &cred, &plan, deadline).await;
                 let mut row = guard.done();
                 row.duration_ms = Some(self.now() - started_at);
                 match called {
                     Called::Stream(open) => {
-                        let resp = self.commit_stream(inc.api, cand, pid, &cred, row, trail.clone(), *open, deadline);
+                        let translator = match (inc.api, plan.upstream_api) {
+                            (Api::Chat, Api::Messages) => Some(StreamTranslator::anthropic_to_chat()),
+                            (Api::Messages, Api::Chat) => Some(StreamTranslator::chat_to_anthropic()),
+                            _ => None,
+                        };
+                        let resp = self.commit_stream(inc.api, cand, pid, &cred, row, trail.clone(), *open, translator, deadline);
                         return Step::Done(with_rota_headers(resp, trail, cand, pid));
                     }
                     Called::Served(resp, tokens) => {
@@ -371,7 +408,7 @@ impl Engine {
                                 let status = f.status.unwrap_or(502);
                                 trail.finish(status, None, (None, None));
                                 let resp = match f.body {
-                                    Some(body) if f.status.is_some() => {
+                                    Some(body) if f.status.is_some() && !plan.translates(inc.api) => {
                                         let code = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
                                         (code, [("content-type", "application/json")], body).into_response()
                                     }
@@ -413,9 +450,9 @@ impl Engine {
     }
 
     /// One upstream call, up to a committed response or a classified failure.
-    async fn call(&self, inc: &Incoming, cand: &Candidate, cred: &Credential, deadline: Instant) -> Called {
+    async fn call(&self, inc: &Incoming, cand: &Candidate, cred: &Credential, plan: &Plan, deadline: Instant) -> Called {
         let provider = &self.config.providers[&cand.provider];
-        let mut body = inc.body.clone();
+        let mut body = plan.body.clone();
         body.insert("model".into(), Value::String(cand.model.clone()));
         let bytes = Bytes::from(serde_json::to_vec(&body).expect("a JSON map serializes"));
         let first_byte = deadline.min(Instant::now() + self.config.timeouts.first_byte);
@@ -426,7 +463,7 @@ impl Engine {
             Called::Failed(Box::new(CallFailure { class, status, body }))
         };
         let now = self.now();
-        let sent = timeout_at(first_byte, self.upstream.send(provider, inc.api, cred, bytes, &inc.headers, inc.stream)).await;
+        let sent = timeout_at(first_byte, self.upstream.send(provider, plan.upstream_api, cred, bytes, &inc.headers, inc.stream)).await;
         let resp = match sent {
             Err(_) => return fail(self.transport("timed out waiting for the upstream's answer", now), None, None),
             Ok(Err(text)) => return fail(self.transport(&text, now), None, None),
@@ -444,11 +481,17 @@ impl Engine {
             };
             let text = String::from_utf8_lossy(&body);
             let json: Option<Value> = serde_json::from_str(&text).ok();
-            if (200..300).contains(&status) && json.as_ref().is_some_and(Value::is_object) {
-                let tokens = json.as_ref().map(wire::usage).unwrap_or((None, None));
+            if let Some(json) = json.filter(|j| (200..300).contains(&status) && j.is_object()) {
+                let tokens = wire::usage(&json);
+                let body = match (inc.api, plan.upstream_api) {
+                    (Api::Chat, Api::Messages) => Bytes::from(translate::messages_response_to_chat(&json).to_string()),
+                    (Api::Messages, Api::Chat) => Bytes::from(translate::chat_response_to_messages(&json).to_string()),
+                    _ => body,
+                };
                 let mut resp = Response::new(Body::from(body));
                 *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
-                if let Some(ct) = content_type {
+                let ct = if plan.translates(inc.api) { Some(HeaderValue::from_static("application/json")) } else { content_type };
+                if let Some(ct) = ct {
                     resp.headers_mut().insert("content-type", ct);
                 }
                 return Called::Served(resp, tokens);
@@ -470,7 +513,7 @@ impl Engine {
         let wire_format = self.config.providers[&cand.provider].api;
         let mut upstream = resp.bytes_stream().boxed();
         let mut split = Splitter::default();
-        let mut held: Vec<u8> = Vec::new();
+        let mut held: Vec<Event> = Vec::new();
         let mut tokens = (None, None);
         let now = self.now();
         let fail = |msg: String, body: Option<&str>| {
@@ -491,18 +534,18 @@ impl Engine {
                 Ok(Some(Ok(c))) => c,
             };
             for ev in split.push(&chunk) {
-                held.extend_from_slice(&ev.raw);
                 if let Some(v) = ev.json() {
                     merge_usage(&mut tokens, wire::usage(&v));
                 }
-                match wire::classify_event(wire_format, &ev) {
-                    Seen::Other => {}
+                let seen = wire::classify_event(wire_format, &ev);
+                match seen {
+                    Seen::Other => held.push(ev),
                     Seen::Error => return fail(String::new(), Some(&ev.data)),
                     Seen::End => return fail("the stream ended before any content (empty reply)".into(), Some("")),
                     Seen::Content => {
+                        held.push(ev);
                         let ttfb_ms = ttfb.elapsed().as_millis() as Millis;
-                        held.extend_from_slice(split.rest());
-                        return Called::Stream(Box::new(OpenStream { held, rest: upstream, tokens, ttfb_ms }));
+                        return Called::Stream(Box::new(OpenStream { held, split, rest: upstream, tokens, ttfb_ms }));
                     }
                 }
             }
@@ -521,10 +564,16 @@ impl Engine {
         mut row: AttemptRow,
         trail: Trail,
         open: OpenStream,
+        mut translator: Option<StreamTranslator>,
         deadline: Instant,
     ) -> Response {
-        let OpenStream { held, rest: mut upstream, mut tokens, ttfb_ms } = open;
-        let mut split = Splitter::default();
+        let OpenStream { held, mut split, rest: mut upstream, mut tokens, ttfb_ms } = open;
+        // What the client gets first: the held events as received (or translated), and the
+        // start of the next event when passing bytes through.
+        let first: Vec<u8> = match translator.as_mut() {
+            Some(t) => held.iter().flat_map(|ev| t.push(ev)).collect(),
+            None => held.iter().flat_map(|ev| ev.raw.iter().copied()).chain(split.rest().iter().copied()).collect(),
+        };
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
         let book = self.book.clone();
         let clock = self.clock.clone();
@@ -544,7 +593,7 @@ impl Engine {
             // The upstream's own error event reaches the client as is; rota adds one only when
             // the stream broke without saying so.
             let mut upstream_said_error = false;
-            if tx.send(Ok(Bytes::from(held))).await.is_err() {
+            if tx.send(Ok(Bytes::from(first))).await.is_err() {
                 outcome = Err((Reason::Cancelled, "the client went away".into()));
             }
             let mut idle_deadline = Instant::now() + idle;
@@ -572,7 +621,8 @@ impl Engine {
                     }
                     Ok(Some(Ok(c))) => c,
                 };
-                for ev in split.push(&chunk) {
+                let events = split.push(&chunk);
+                for ev in &events {
                     if !ev.is_keepalive() {
                         idle_deadline = Instant::now() + idle;
                     }
@@ -586,9 +636,16 @@ impl Engine {
                         upstream_said_error = true;
                     }
                 }
-                if tx.send(Ok(chunk)).await.is_err() {
+                let out = match translator.as_mut() {
+                    Some(t) => Bytes::from(events.iter().flat_map(|ev| t.push(ev)).collect::<Vec<u8>>()),
+                    None => chunk,
+                };
+                if !out.is_empty() && tx.send(Ok(out)).await.is_err() {
                     outcome = Err((Reason::Cancelled, "the client went away".into()));
                 }
+            }
+            if let (Ok(()), Some(t)) = (&outcome, translator.as_mut()) {
+                let _ = tx.send(Ok(Bytes::from(t.finish()))).await;
             }
             row.duration_ms = Some(began.elapsed().as_millis() as Millis);
             (row.tokens_in, row.tokens_out) = tokens;
