@@ -25,8 +25,8 @@ pub enum Reason {
     /// Not an upstream answer: the provider had no profile with a usable secret, so the
     /// candidate was skipped without a call.
     NoProfile,
-    /// Not an upstream answer: the provider speaks another wire format than the request's API,
-    /// so the candidate was skipped without a call.
+    /// Not an upstream answer: the request cannot be put in the provider's wire format, so the
+    /// candidate was skipped without a call.
     WireFormat,
 }
 
