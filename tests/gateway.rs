@@ -618,6 +618,7 @@ async fn secrets_never_reach_the_logs_of_the_binary() {
     };
     run(&["profiles", "add", "openai", "--name", "k1"], KEYS[0].1);
     run(&["profiles", "add", "backup", "--name", "b1"], KEYS[3].1);
+    run(&["profiles", "add", "anthropic", "--name", "main"], "sk-ant-test-0005");
     let agent_key = run(&["agents", "create", "ops"], "").lines().last().unwrap().to_string();
     let echo = |key: &str| format!(r#"{{"error":{{"message":"Incorrect API key provided: {key}","type":"invalid_request_error","code":"invalid_api_key"}}}}"#);
     let format_echo = format!(r#"{{"error":{{"message":"Invalid value for 'key_hint': {} is not allowed","type":"invalid_request_error"}}}}"#, KEYS[0].1);
@@ -659,6 +660,15 @@ async fn secrets_never_reach_the_logs_of_the_binary() {
     // 4: a pinned profile is used even while it cools.
     let pinned = post(vec![("x-rota-profile", "openai:k1"), ("x-rota-fallbacks", "none")]).await;
     assert_eq!(pinned.0, 200, "{pinned:?}");
+    // 5: a chat request served by an Anthropic provider: `seed` has no counterpart.
+    let translated = Rota::client()
+        .post(format!("{url}/v1/chat/completions"))
+        .bearer_auth(&agent_key)
+        .json(&json!({"model": "anthropic/claude", "seed": 7, "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(translated.status(), 200);
     let bad_agent = Rota::client().post(format!("{url}/v1/chat/completions")).bearer_auth("rk_wrongwrongwrongwrong").json(&chat()).send().await.unwrap();
     assert_eq!(bad_agent.status(), 401);
 
@@ -667,8 +677,9 @@ async fn secrets_never_reach_the_logs_of_the_binary() {
     let logs = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(logs.contains("All models failed (2)"), "{logs}");
     assert!(logs.contains("fallback: served by"), "{logs}");
+    assert!(logs.contains("WARN") && logs.contains("dropped fields with no counterpart in the messages format") && logs.contains("seed"), "{logs}");
     let db = std::fs::read(dir.path().join("rota.db")).unwrap();
-    for secret in [KEYS[0].1, KEYS[3].1, &agent_key, "rk_wrongwrongwrongwrong"] {
+    for secret in [KEYS[0].1, KEYS[3].1, "sk-ant-test-0005", &agent_key, "rk_wrongwrongwrongwrong"] {
         let tail = &secret[secret.len() - 10..];
         for (what, hay) in [("logs", &logs), ("answers", &format!("{all_failed:?}{stopped:?}{pinned:?}{served:?}"))] {
             assert!(!hay.contains(tail), "{what} contain a secret ({tail}):\n{hay}");
