@@ -150,7 +150,7 @@ pub fn chat_to_messages(req: &Map<String, Value>) -> Result<Translated, Untransl
                     Value::Object(o) => json!({"type": "tool", "name": o.get("function").and_then(|f| f.get("name")).cloned().unwrap_or(json!(""))}),
                     other => return fail(format!("tool_choice {other} has no Anthropic counterpart")),
                 };
-                if req.get("parallel_tool_calls") == Some(&json!(false)) {
+                if req.get("parallel_tool_calls") == Some(&json!(false)) && choice["type"] != "none" {
                     choice["disable_parallel_tool_use"] = json!(true);
                 }
                 out.insert("tool_choice".into(), choice);

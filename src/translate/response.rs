@@ -15,8 +15,18 @@ pub(crate) fn stop_from_finish(finish: Option<&str>) -> &'static str {
     match finish {
         Some("length") => "max_tokens",
         Some("tool_calls") | Some("function_call") => "tool_use",
+        Some("content_filter") => "refusal",
         _ => "end_turn",
     }
+}
+
+/// The whole prompt of an Anthropic `usage`: `input_tokens` leaves out cached tokens, which an
+/// OpenAI client counts in `prompt_tokens`.
+pub(crate) fn prompt_tokens(usage: &Value) -> i64 {
+    ["input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"]
+        .iter()
+        .filter_map(|k| usage.get(*k).and_then(Value::as_i64))
+        .sum()
 }
 
 fn now_secs() -> i64 {
@@ -43,7 +53,7 @@ pub fn messages_response_to_chat(resp: &Value) -> Value {
     if !calls.is_empty() {
         message["tool_calls"] = Value::Array(calls);
     }
-    let input = resp.pointer("/usage/input_tokens").and_then(Value::as_i64).unwrap_or(0);
+    let input = resp.get("usage").map_or(0, prompt_tokens);
     let output = resp.pointer("/usage/output_tokens").and_then(Value::as_i64).unwrap_or(0);
     json!({
         "id": resp.get("id").cloned().unwrap_or(json!("")),

@@ -1,6 +1,6 @@
 //! Streamed responses: Anthropic events ⇄ OpenAI `chat.completion.chunk`s, event by event.
 
-use super::response::{finish_from_stop, stop_from_finish};
+use super::response::{finish_from_stop, prompt_tokens, stop_from_finish};
 use crate::gateway::sse::Event;
 use serde_json::{Value, json};
 
@@ -75,7 +75,7 @@ impl ToChat {
             Some("message_start") => {
                 self.id = v.pointer("/message/id").and_then(Value::as_str).unwrap_or("").to_string();
                 self.model = v.pointer("/message/model").and_then(Value::as_str).unwrap_or("").to_string();
-                self.input_tokens = v.pointer("/message/usage/input_tokens").and_then(Value::as_i64).unwrap_or(0);
+                self.input_tokens = v.pointer("/message/usage").map_or(0, prompt_tokens);
                 self.chunk(json!({"role": "assistant", "content": ""}), None)
             }
             Some("content_block_start") if v.pointer("/content_block/type") == Some(&json!("tool_use")) => {
@@ -145,7 +145,7 @@ impl ToMessages {
         out.extend(sse_event("message_delta", &json!({
             "type": "message_delta",
             "delta": {"stop_reason": self.stop.unwrap_or("end_turn"), "stop_sequence": null},
-            "usage": {"output_tokens": self.usage.1},
+            "usage": {"input_tokens": self.usage.0, "output_tokens": self.usage.1},
         })));
         out.extend(sse_event("message_stop", &json!({"type": "message_stop"})));
         self.done = true;
