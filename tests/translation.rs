@@ -43,11 +43,10 @@ fn names_field(msg: &str, field: &str) -> bool {
 
 /// A chat completion (or chunk) without its volatile `created`, which must be an integer.
 fn without_created(mut v: Value) -> Value {
-    if let Some(o) = v.as_object_mut() {
-        if let Some(c) = o.remove("created") {
+    if let Some(o) = v.as_object_mut()
+        && let Some(c) = o.remove("created") {
             assert!(c.is_i64(), "created must be an integer, got {c}");
         }
-    }
     v
 }
 
@@ -1456,11 +1455,10 @@ fn tool_def() -> impl Strategy<Value = Value> {
         |(name, description, props, require_first)| {
             let properties: Map<String, Value> = props.iter().map(|p| (p.clone(), json!({"type": "string"}))).collect();
             let mut parameters = json!({"type": "object", "properties": properties});
-            if require_first {
-                if let Some(p) = props.first() {
+            if require_first
+                && let Some(p) = props.first() {
                     parameters["required"] = json!([p]);
                 }
-            }
             let mut function = json!({"name": name, "parameters": parameters});
             if let Some(d) = description {
                 function["description"] = json!(d);
@@ -1688,11 +1686,10 @@ fn messages_request() -> impl Strategy<Value = Map<String, Value>> {
                 Choice::NoTools => Some(json!({"type": "none"})),
                 Choice::Named(n) => Some(json!({"type": "tool", "name": n})),
             };
-            if let Some(c) = choice.as_mut().filter(|c| c["type"] != "none") {
-                if serial {
+            if let Some(c) = choice.as_mut().filter(|c| c["type"] != "none")
+                && serial {
                     c["disable_parallel_tool_use"] = json!(true);
                 }
-            }
             if let Some(c) = choice {
                 req.insert("tool_choice".into(), c);
             }

@@ -629,7 +629,7 @@ impl Engine {
                     if let Some(v) = ev.json() {
                         merge_usage(&mut tokens, wire::usage(&v));
                     }
-                    if wire::classify_event(wire_format, &ev) == Seen::Error {
+                    if wire::classify_event(wire_format, ev) == Seen::Error {
                         let seen = Observed { status: Some(200), headers: &[], body: &ev.data, transport: None };
                         let class = classifier.classify(&seen, clock.now());
                         outcome = Err((class.reason, redact(&class.message, &secrets)));

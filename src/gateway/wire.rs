@@ -115,7 +115,9 @@ pub fn usage(v: &Value) -> (Option<i64>, Option<i64>) {
         .or_else(|| v.get("response").and_then(|r| r.get("usage")));
     let Some(u) = u.filter(|u| u.is_object()) else { return (None, None) };
     let field = |names: &[&str]| names.iter().find_map(|n| u.get(*n).and_then(Value::as_i64));
-    (field(&["prompt_tokens", "input_tokens"]), field(&["completion_tokens", "output_tokens"]))
+    // Anthropic leaves cached prompt tokens out of `input_tokens`; they count as input here.
+    let input = field(&["prompt_tokens"]).or_else(|| u.get("input_tokens").map(|_| crate::translate::response::prompt_tokens(u)));
+    (input, field(&["completion_tokens", "output_tokens"]))
 }
 
 /// How a streamed event bears on the commit decision.
@@ -188,6 +190,8 @@ mod tests {
         assert_eq!(usage(&json!({"usage": {"input_tokens": 7, "output_tokens": 2}})), (Some(7), Some(2)));
         assert_eq!(usage(&json!({"type": "message_start", "message": {"usage": {"input_tokens": 9}}})), (Some(9), None));
         assert_eq!(usage(&json!({"usage": null})), (None, None));
+        let cached = json!({"usage": {"input_tokens": 5, "cache_read_input_tokens": 100, "cache_creation_input_tokens": 20, "output_tokens": 1}});
+        assert_eq!(usage(&cached), (Some(125), Some(1)));
     }
 
     #[test]

@@ -21,12 +21,11 @@ fn fail<T>(why: impl Into<String>) -> Result<T, Untranslatable> {
 
 /// An OpenAI image part's URL as an Anthropic image source.
 fn image_source(url: &str) -> Value {
-    if let Some(rest) = url.strip_prefix("data:") {
-        if let Some((meta, data)) = rest.split_once(",") {
+    if let Some(rest) = url.strip_prefix("data:")
+        && let Some((meta, data)) = rest.split_once(",") {
             let media_type = meta.trim_end_matches(";base64");
             return json!({"type": "base64", "media_type": media_type, "data": data});
         }
-    }
     json!({"type": "url", "url": url})
 }
 
@@ -43,12 +42,11 @@ fn chat_part_to_block(part: &Value) -> Result<Value, Untranslatable> {
 
 /// Anthropic wants alternating roles: consecutive messages of one role are merged.
 fn push_message(out: &mut Vec<Value>, role: &str, mut blocks: Vec<Value>) {
-    if let Some(last) = out.last_mut().filter(|m| m["role"] == role) {
-        if let Some(existing) = last.get_mut("content").and_then(Value::as_array_mut) {
+    if let Some(last) = out.last_mut().filter(|m| m["role"] == role)
+        && let Some(existing) = last.get_mut("content").and_then(Value::as_array_mut) {
             existing.append(&mut blocks);
             return;
         }
-    }
     out.push(json!({"role": role, "content": blocks}));
 }
 

@@ -22,7 +22,7 @@ pub(crate) fn stop_from_finish(finish: Option<&str>) -> &'static str {
 
 /// The whole prompt of an Anthropic `usage`: `input_tokens` leaves out cached tokens, which an
 /// OpenAI client counts in `prompt_tokens`.
-pub(crate) fn prompt_tokens(usage: &Value) -> i64 {
+pub fn prompt_tokens(usage: &Value) -> i64 {
     ["input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"]
         .iter()
         .filter_map(|k| usage.get(*k).and_then(Value::as_i64))
