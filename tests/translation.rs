@@ -1430,8 +1430,8 @@ fn exchange() -> impl Strategy<Value = Exchange> {
 #[derive(Clone, Debug)]
 enum Max {
     None,
-    MaxTokens(u32),
-    MaxCompletionTokens(u32),
+    Tokens(u32),
+    CompletionTokens(u32),
 }
 
 #[derive(Clone, Debug)]
@@ -1476,8 +1476,8 @@ fn chat_request() -> impl Strategy<Value = Map<String, Value>> {
         prop::option::of(0.0f64..=1.0),
         prop_oneof![
             Just(Max::None),
-            (1u32..=8192).prop_map(Max::MaxTokens),
-            (1u32..=8192).prop_map(Max::MaxCompletionTokens)
+            (1u32..=8192).prop_map(Max::Tokens),
+            (1u32..=8192).prop_map(Max::CompletionTokens)
         ],
         prop_oneof![
             Just(Stop::None),
@@ -1533,10 +1533,10 @@ fn chat_request() -> impl Strategy<Value = Map<String, Value>> {
             }
             match max {
                 Max::None => {}
-                Max::MaxTokens(n) => {
+                Max::Tokens(n) => {
                     req.insert("max_tokens".into(), json!(n));
                 }
-                Max::MaxCompletionTokens(n) => {
+                Max::CompletionTokens(n) => {
                     req.insert("max_completion_tokens".into(), json!(n));
                 }
             }
