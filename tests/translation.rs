@@ -1095,7 +1095,7 @@ fn anthropic_text_stream_becomes_chat_chunks() {
     ]);
 
     let (id, model) = ("msg_1nZdL29xx5MUA1yADyHTEsnR8uuvGzszyY", "claude-sonnet-4-5-20250929");
-    let got = translate_stream(StreamTranslator::anthropic_to_chat(), &upstream, true);
+    let got = translate_stream(StreamTranslator::anthropic_to_chat(true), &upstream, true);
     assert_eq!(
         got,
         vec![
@@ -1183,7 +1183,7 @@ fn anthropic_streamed_tool_input_becomes_chat_tool_call_argument_deltas() {
         json!({"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": null}, "usage": {"output_tokens": 89}}),
         json!({"type": "message_stop"}),
     ]);
-    let got = translate_stream(StreamTranslator::anthropic_to_chat(), &upstream, true);
+    let got = translate_stream(StreamTranslator::anthropic_to_chat(true), &upstream, true);
     let args = |n: u64, s: &str| json!({"tool_calls": [{"index": n, "function": {"arguments": s}}]});
     assert_eq!(
         got,
@@ -1282,7 +1282,7 @@ fn anthropic_error_event_mid_stream_becomes_chat_error_chunk() {
     upstream += PING;
     upstream += "event: error\ndata: {\"type\": \"error\", \"error\": {\"type\": \"overloaded_error\", \"message\": \"Overloaded\"}}\n\n";
     // The gateway stops on the upstream's error and does not call finish().
-    let got = translate_stream(StreamTranslator::anthropic_to_chat(), &upstream, false);
+    let got = translate_stream(StreamTranslator::anthropic_to_chat(true), &upstream, false);
     assert_eq!(
         got,
         vec![
@@ -1333,7 +1333,7 @@ fn streams_cut_without_end_marker_are_closed_by_finish() {
         json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
         json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hi"}}),
     ]);
-    let got = translate_stream(StreamTranslator::anthropic_to_chat(), &upstream, true);
+    let got = translate_stream(StreamTranslator::anthropic_to_chat(true), &upstream, true);
     assert_eq!(
         got,
         vec![

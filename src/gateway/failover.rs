@@ -372,7 +372,10 @@ impl Engine {
                 match called {
                     Called::Stream(open) => {
                         let translator = match (inc.api, plan.upstream_api) {
-                            (Api::Chat, Api::Messages) => Some(StreamTranslator::anthropic_to_chat()),
+                            (Api::Chat, Api::Messages) => {
+                                let usage = inc.body.get("stream_options").and_then(|o| o.get("include_usage")) == Some(&Value::Bool(true));
+                                Some(StreamTranslator::anthropic_to_chat(usage))
+                            }
                             (Api::Messages, Api::Chat) => Some(StreamTranslator::chat_to_anthropic()),
                             _ => None,
                         };

@@ -7,8 +7,10 @@ use axum::http::HeaderMap;
 use bytes::Bytes;
 use secrecy::{ExposeSecret, SecretString};
 
-/// Client headers forwarded upstream (everything else is rota's business or the agent's key).
-const FORWARDED: [&str; 3] = ["anthropic-version", "anthropic-beta", "openai-beta"];
+/// Client headers forwarded upstream, per wire format (everything else is rota's business or
+/// the agent's key).
+const FORWARDED_ANTHROPIC: [&str; 2] = ["anthropic-version", "anthropic-beta"];
+const FORWARDED_OPENAI: [&str; 1] = ["openai-beta"];
 const DEFAULT_ANTHROPIC_VERSION: &str = "2023-06-01";
 
 #[derive(Clone)]
@@ -44,7 +46,11 @@ impl Upstream {
         if stream {
             req = req.header("accept", "text/event-stream");
         }
-        for name in FORWARDED {
+        let forwarded: &[&str] = match provider.api {
+            WireFormat::Anthropic => &FORWARDED_ANTHROPIC,
+            WireFormat::Openai => &FORWARDED_OPENAI,
+        };
+        for &name in forwarded {
             if let Some(v) = client_headers.get(name) {
                 req = req.header(name, v);
             }

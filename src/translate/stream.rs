@@ -14,8 +14,10 @@ pub enum StreamTranslator {
 }
 
 impl StreamTranslator {
-    pub fn anthropic_to_chat() -> Self {
-        StreamTranslator::ToChat(ToChat::default())
+    /// `include_usage`: the client asked for a final usage chunk (`stream_options.include_usage`),
+    /// which OpenAI sends only on request.
+    pub fn anthropic_to_chat(include_usage: bool) -> Self {
+        StreamTranslator::ToChat(ToChat { include_usage, ..ToChat::default() })
     }
 
     pub fn chat_to_anthropic() -> Self {
@@ -58,6 +60,7 @@ pub struct ToChat {
     /// Anthropic block index → OpenAI tool call index.
     tools: Vec<(u64, usize)>,
     input_tokens: i64,
+    include_usage: bool,
     done: bool,
 }
 
@@ -99,6 +102,9 @@ impl ToChat {
                 let finish = finish_from_stop(v.pointer("/delta/stop_reason").and_then(Value::as_str));
                 let output = v.pointer("/usage/output_tokens").and_then(Value::as_i64).unwrap_or(0);
                 let mut out = self.chunk(json!({}), Some(finish));
+                if !self.include_usage {
+                    return out;
+                }
                 out.extend(sse_data(&json!({
                     "id": self.id, "object": "chat.completion.chunk", "created": chrono::Utc::now().timestamp(), "model": self.model,
                     "choices": [],
