@@ -97,12 +97,15 @@ async fn build(config: &Config, file: Option<String>) -> Report {
         };
         let entry = match config.chain(&req) {
             Ok(chain) => {
-                let formats: std::collections::BTreeSet<String> =
-                    chain.iter().map(|c| format!("{:?}", config.providers[&c.provider].api).to_lowercase()).collect();
-                if formats.len() > 1 {
+                let not_openai: Vec<String> = chain
+                    .iter()
+                    .filter(|c| config.providers[&c.provider].api != crate::config::Api::Openai)
+                    .map(|c| c.label())
+                    .collect();
+                if !not_openai.is_empty() {
                     report.notes.push(format!(
-                        "agent {agent}: the chain mixes wire formats ({}); chat and messages requests are translated between them, /v1/responses requests skip candidates that do not speak the OpenAI format (reason wire_format)",
-                        formats.into_iter().collect::<Vec<_>>().join(", ")
+                        "agent {agent}: {} not OpenAI-format: chat requests are translated for them, /v1/responses requests skip them (reason wire_format)",
+                        not_openai.join(", ")
                     ));
                 }
                 let steps = chain

@@ -420,11 +420,15 @@ fn demo_serves_rotation_and_fallback_over_simulated_upstreams() {
 }
 
 #[test]
-fn doctor_notes_a_chain_that_mixes_wire_formats() {
+fn doctor_notes_candidates_the_responses_api_cannot_use() {
     let env = Env::new(BASE);
     let out = env.run(&["doctor"]);
     assert_ok(&out);
     let o = text(&out.stdout);
-    assert!(o.contains("note: agent (default): the chain mixes wire formats (anthropic, openai)"), "{o}");
-    assert!(!o.contains("note: agent planner"), "planner's chain has one format: {o}");
+    assert!(
+        o.contains("note: agent (default): anthropic/claude-sonnet-4-5 not OpenAI-format: chat requests are translated for them, /v1/responses requests skip them (reason wire_format)"),
+        "{o}"
+    );
+    assert!(o.contains("note: agent planner: anthropic/claude-sonnet-4-5 not OpenAI-format"), "{o}");
+    assert_eq!(o.matches("note: ").count(), 2, "one note per agent whose chain holds an Anthropic candidate: {o}");
 }
