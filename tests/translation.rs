@@ -1719,3 +1719,12 @@ proptest! {
         prop_assert_eq!(Value::Object(back.body), Value::Object(x));
     }
 }
+
+#[test]
+fn temperature_above_one_cannot_go_to_anthropic() {
+    let req = json!({"model": "m", "temperature": 1.5, "messages": [{"role": "user", "content": "hi"}]});
+    let err = chat_to_messages(req.as_object().unwrap()).unwrap_err();
+    assert_eq!(err.to_string(), "cannot translate: temperature above 1 (Anthropic accepts 0 to 1)");
+    let ok = json!({"model": "m", "temperature": 1.0, "messages": [{"role": "user", "content": "hi"}]});
+    assert_eq!(chat_to_messages(ok.as_object().unwrap()).unwrap().body["temperature"], json!(1.0));
+}

@@ -109,6 +109,9 @@ pub fn chat_to_messages(req: &Map<String, Value>) -> Result<Translated, Untransl
     for (key, value) in req {
         match key.as_str() {
             "messages" | "max_tokens" | "max_completion_tokens" => {}
+            "temperature" if value.as_f64().is_some_and(|t| t > 1.0) => {
+                return fail("temperature above 1 (Anthropic accepts 0 to 1)");
+            }
             "model" | "temperature" | "top_p" | "stream" => {
                 out.insert(key.clone(), value.clone());
             }
