@@ -156,7 +156,7 @@ struct Inner {
 pub struct Book {
     inner: Mutex<Inner>,
     queue: mpsc::UnboundedSender<Write>,
-    policy: CooldownPolicy,
+    policy: std::sync::RwLock<CooldownPolicy>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -210,7 +210,7 @@ impl Book {
         };
         let (queue, rx) = mpsc::unbounded_channel();
         tokio::spawn(write_loop(store, rx));
-        Ok(Book { inner: Mutex::new(inner), queue, policy: config.cooldown_policy() })
+        Ok(Book { inner: Mutex::new(inner), queue, policy: std::sync::RwLock::new(config.cooldown_policy()) })
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -273,18 +273,28 @@ impl Book {
 
     /// Records a failure; returns the end of the window the profile is now in.
     pub fn record_failure(&self, id: &ProfileId, failure: &Failure, now: Millis) -> Option<Until> {
-        self.update(id, |s| s.record_failure(failure, now, &self.policy)).flatten()
+        let policy = self.policy();
+        self.update(id, |s| s.record_failure(failure, now, &policy)).flatten()
     }
 
     /// model_not_found: cools the model on the provider for every profile; returns its end.
     pub fn record_model_not_found(&self, provider: &str, model: &str, now: Millis) -> Millis {
         let mut inner = self.lock();
         let key = (provider.to_string(), model.to_string());
-        let next = ModelCooldown::after_failure(inner.model_cooldowns.get(&key), now, &self.policy);
+        let next = ModelCooldown::after_failure(inner.model_cooldowns.get(&key), now, &self.policy());
         let until = next.until;
         inner.model_cooldowns.insert(key.clone(), next.clone());
         let _ = self.queue.send(Write::Model(key, next));
         until
+    }
+
+    fn policy(&self) -> CooldownPolicy {
+        self.policy.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// New cooldown durations (a config reload) for the failures recorded from now on.
+    pub fn set_policy(&self, policy: CooldownPolicy) {
+        *self.policy.write().unwrap_or_else(|e| e.into_inner()) = policy;
     }
 
     /// An admin cleared the profile's cooldown and disabled state.

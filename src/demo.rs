@@ -74,7 +74,7 @@ fast = "beta/sim-small"
     store.create_agent("demo", &crate::agents::digest(&agent_key), true, chrono::Utc::now().timestamp_millis()).await?;
     store.close().await;
 
-    let app = App::build(config).await?;
+    let app = App::build(config, None).await?;
     let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
     let url = format!("http://{}", listener.local_addr()?);
     let k = agent_key.expose_secret();

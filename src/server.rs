@@ -3,8 +3,7 @@
 
 use crate::audit::Audit;
 use crate::book::Book;
-use crate::engine::classify::Classifier;
-use crate::gateway::failover::Engine;
+use crate::gateway::failover::{Engine, Settings};
 use crate::gateway::upstream::Upstream;
 use crate::gateway::{self, AgentCache};
 use crate::config::Config;
@@ -41,7 +40,8 @@ pub struct App {
 }
 
 impl App {
-    pub async fn build(config: Config) -> Result<App> {
+    /// `watched`: the config file to reload on change (SPEC §8), if the config came from one.
+    pub async fn build(config: Config, watched: Option<std::path::PathBuf>) -> Result<App> {
         let db_path = config.database_path()?;
         let store = SqliteStore::open(&db_path).await.with_context(|| format!("opening database {}", db_path.display()))?;
         let (key, origin) = resolve_key(&db_path, &store.secret_key_ids().await?)?;
@@ -50,14 +50,11 @@ impl App {
         let store: Arc<dyn Store> = Arc::new(store);
         let book = Arc::new(Book::load(store.clone(), &config, &key, clock.now()).await?);
         let audit = Audit::start(store.clone());
-        let engine = Arc::new(Engine {
-            upstream: Upstream::new(&config.timeouts),
-            classifier: Arc::new(Classifier::with_overrides(config.classification.rules.clone())),
-            config: Arc::new(config),
-            book: book.clone(),
-            audit: audit.clone(),
-            clock: clock.clone(),
-        });
+        let upstream = Upstream::new(&config.timeouts);
+        let engine = Arc::new(Engine::new(Settings::new(config), book.clone(), upstream, audit.clone(), clock));
+        if let Some(path) = watched {
+            crate::reload::watch(path, Arc::downgrade(&engine));
+        }
         let state = AppState { engine, agents: AgentCache::load(store).await? };
         Ok(App { state, book, audit })
     }
@@ -72,9 +69,9 @@ impl App {
     }
 }
 
-pub async fn run(config: Config, listen: Option<String>) -> Result<()> {
+pub async fn run(config: Config, file: Option<std::path::PathBuf>, listen: Option<String>) -> Result<()> {
     let addr = listen.unwrap_or_else(|| config.server.listen.clone());
-    let app = App::build(config).await?;
+    let app = App::build(config, file).await?;
     let listener = tokio::net::TcpListener::bind(&addr).await.with_context(|| format!("cannot listen on {addr}"))?;
     let local = listener.local_addr()?;
     println!("rota listening on http://{local}");

@@ -871,3 +871,40 @@ async fn agents_created_or_revoked_while_serving_take_effect_within_the_refresh(
     let took = until(401).await;
     assert!(took <= rota::gateway::AgentCache::REFRESH * 2, "revoked agent refused after {took:?}");
 }
+
+#[tokio::test]
+async fn a_changed_config_file_applies_to_the_next_request_and_a_broken_edit_is_rejected() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let rota = Rota::start(&config(&base, "[aliases]\nfast = \"openai/gpt-4.1\""), &[KEYS[0], KEYS[3]]).await;
+    let fast = || {
+        let mut body = chat();
+        body["model"] = json!("fast");
+        rota.chat(body, &[("x-rota-fallbacks", "none")])
+    };
+    assert_eq!(fast().await.headers()["x-rota-provider"], "openai");
+    let file = rota.dir.path().join("rota.toml");
+    let original = std::fs::read_to_string(&file).unwrap();
+    // Wait for the served provider to be `want`, polling; fails after 10 s.
+    let served_by = |want: &'static str| async move {
+        let started = std::time::Instant::now();
+        loop {
+            let r = fast().await;
+            if r.headers()["x-rota-provider"] == want {
+                return;
+            }
+            assert!(started.elapsed() < std::time::Duration::from_secs(10), "never served by {want}");
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    };
+    std::fs::write(&file, original.replace("fast = \"openai/gpt-4.1\"", "fast = \"backup/gpt-4.1-mini\"")).unwrap();
+    served_by("backup").await;
+    // A broken edit (an unknown provider) is rejected: the last good config stays.
+    std::fs::write(&file, original.replace("fast = \"openai/gpt-4.1\"", "fast = \"nowhere/x\"")).unwrap();
+    tokio::time::sleep(rota::reload::EVERY * 3).await;
+    assert_eq!(fast().await.headers()["x-rota-provider"], "backup");
+    std::fs::write(&file, "this is not toml [").unwrap();
+    tokio::time::sleep(rota::reload::EVERY * 3).await;
+    let r = fast().await;
+    assert_eq!((r.status().as_u16(), r.headers()["x-rota-provider"].to_str().unwrap()), (200, "backup"));
+}

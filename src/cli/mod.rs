@@ -77,8 +77,8 @@ async fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Doctor { json } => crate::doctor::run(cli.config.as_deref(), json).await,
         Command::Serve { listen } => {
-            let config = load_sound(cli.config.as_deref())?;
-            crate::server::run(config, listen).await?;
+            let (config, file) = load_sound(cli.config.as_deref())?;
+            crate::server::run(config, file, listen).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Demo { listen, database } => {
@@ -112,12 +112,13 @@ pub fn load(path: Option<&Path>) -> Result<Config> {
     Ok(config)
 }
 
-/// Parses the configuration and refuses one with problems (the gateway starts only when sound).
-fn load_sound(path: Option<&Path>) -> Result<Config> {
-    let config = load(path)?;
+/// Parses the configuration and refuses one with problems (the gateway starts only when sound);
+/// also returns the file it came from, if any.
+fn load_sound(path: Option<&Path>) -> Result<(Config, Option<PathBuf>)> {
+    let (config, source) = Config::load(path).map_err(|e| anyhow::anyhow!("invalid configuration:\n{e}"))?;
     let problems = config.problems();
     if !problems.is_empty() {
         bail!("invalid configuration (run `rota doctor` for details):\n  {}", problems.join("\n  "));
     }
-    Ok(config)
+    Ok((config, source.file))
 }

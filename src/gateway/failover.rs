@@ -27,18 +27,32 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::{Instant, timeout_at};
 
+/// The configuration in force and what is derived from it. A request keeps the one it started
+/// with, so a config reload never changes a request half-way.
+pub struct Settings {
+    pub config: Config,
+    pub classifier: Classifier,
+}
+
+impl Settings {
+    pub fn new(config: Config) -> Settings {
+        let classifier = Classifier::with_overrides(config.classification.rules.clone());
+        Settings { config, classifier }
+    }
+}
+
 /// Everything a request needs, shared by all requests.
 pub struct Engine {
-    pub config: Arc<Config>,
+    settings: std::sync::RwLock<Arc<Settings>>,
     pub book: Arc<Book>,
     pub upstream: Upstream,
     pub audit: Audit,
     pub clock: Arc<dyn Clock>,
-    pub classifier: Arc<Classifier>,
 }
 
 /// One client request, parsed.
 pub struct Incoming {
+    pub settings: Arc<Settings>,
     pub api: Api,
     pub agent: Agent,
     pub body: serde_json::Map<String, Value>,
@@ -236,12 +250,27 @@ pub fn refuse(api: Api, status: u16, message: &str, request_id: &str) -> Respons
 }
 
 impl Engine {
+    pub fn new(settings: Settings, book: Arc<Book>, upstream: Upstream, audit: Audit, clock: Arc<dyn Clock>) -> Engine {
+        Engine { settings: std::sync::RwLock::new(Arc::new(settings)), book, upstream, audit, clock }
+    }
+
+    /// The settings in force now.
+    pub fn settings(&self) -> Arc<Settings> {
+        self.settings.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Puts new settings in force for the requests that start from now on.
+    pub fn replace_settings(&self, settings: Settings) {
+        self.book.set_policy(settings.config.cooldown_policy());
+        *self.settings.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(settings);
+    }
+
     fn now(&self) -> Millis {
         self.clock.now()
     }
 
     pub async fn serve(self: Arc<Self>, inc: Incoming) -> Response {
-        let config = self.config.clone();
+        let config = &inc.settings.config;
         let deadline = Instant::now() + config.timeouts.total;
         let requested = inc.body.get("model").and_then(Value::as_str).map(str::to_string);
         let agent_fallbacks = config.agents.get(&inc.agent.name).and_then(|a| a.fallbacks.as_deref());
@@ -294,7 +323,7 @@ impl Engine {
     /// Tries one candidate: its profiles in order, each with its same-profile retries.
     async fn serve_candidate(&self, inc: &Incoming, chain: &[Candidate], index: usize, trail: &mut Trail, deadline: Instant) -> Step {
         let cand = &chain[index];
-        let config = &self.config;
+        let config = &inc.settings.config;
         let provider = &config.providers[&cand.provider];
         let now = self.now();
         let skip = |trail: &mut Trail, reason: Reason, until: Option<Until>, message: String| {
@@ -379,7 +408,7 @@ impl Engine {
                             (Api::Messages, Api::Chat) => Some(StreamTranslator::chat_to_anthropic()),
                             _ => None,
                         };
-                        let resp = self.commit_stream(inc.api, cand, pid, &cred, row, trail.clone(), *open, translator, deadline);
+                        let resp = self.commit_stream(&inc.settings, inc.api, cand, pid, &cred, row, trail.clone(), *open, translator, deadline);
                         return Step::Done(with_rota_headers(resp, trail, cand, pid));
                     }
                     Called::Served(resp, tokens) => {
@@ -454,11 +483,12 @@ impl Engine {
 
     /// One upstream call, up to a committed response or a classified failure.
     async fn call(&self, inc: &Incoming, cand: &Candidate, cred: &Credential, plan: &Plan, deadline: Instant) -> Called {
-        let provider = &self.config.providers[&cand.provider];
+        let settings = &inc.settings;
+        let provider = &settings.config.providers[&cand.provider];
         let mut body = plan.body.clone();
         body.insert("model".into(), Value::String(cand.model.clone()));
         let bytes = Bytes::from(serde_json::to_vec(&body).expect("a JSON map serializes"));
-        let first_byte = deadline.min(Instant::now() + self.config.timeouts.first_byte);
+        let first_byte = deadline.min(Instant::now() + settings.config.timeouts.first_byte);
         let secrets = secrets_of(cred);
         let fail = |class: Classified, status: Option<u16>, body: Option<Bytes>| {
             let mut class = class;
@@ -468,8 +498,8 @@ impl Engine {
         let now = self.now();
         let sent = timeout_at(first_byte, self.upstream.send(provider, plan.upstream_api, cred, bytes, &inc.headers, inc.stream)).await;
         let resp = match sent {
-            Err(_) => return fail(self.transport("timed out waiting for the upstream's answer", now), None, None),
-            Ok(Err(text)) => return fail(self.transport(&text, now), None, None),
+            Err(_) => return fail(Self::transport(settings, "timed out waiting for the upstream's answer", now), None, None),
+            Ok(Err(text)) => return fail(Self::transport(settings, &text, now), None, None),
             Ok(Ok(r)) => r,
         };
         let status = resp.status().as_u16();
@@ -479,8 +509,8 @@ impl Engine {
         if !(200..300).contains(&status) || !inc.stream {
             let body = match timeout_at(first_byte, resp.bytes()).await {
                 Ok(Ok(b)) => b,
-                Ok(Err(e)) => return fail(self.transport(&super::upstream::error_text(&e), now), None, None),
-                Err(_) => return fail(self.transport("timed out reading the upstream's answer", now), None, None),
+                Ok(Err(e)) => return fail(Self::transport(settings, &super::upstream::error_text(&e), now), None, None),
+                Err(_) => return fail(Self::transport(settings, "timed out reading the upstream's answer", now), None, None),
             };
             let text = String::from_utf8_lossy(&body);
             let json: Option<Value> = serde_json::from_str(&text).ok();
@@ -499,21 +529,21 @@ impl Engine {
                 }
                 return Called::Served(resp, tokens);
             }
-            let class = self.classifier.classify(&Observed { status: Some(status), headers: &headers, body: &text, transport: None }, now);
+            let class = settings.classifier.classify(&Observed { status: Some(status), headers: &headers, body: &text, transport: None }, now);
             let redacted = Bytes::from(redact(&text, &secrets));
             return fail(class, Some(status), Some(redacted));
         }
-        self.open_stream(cand, resp, status, first_byte, &secrets).await
+        self.open_stream(settings, cand, resp, status, first_byte, &secrets).await
     }
 
-    fn transport(&self, text: &str, now: Millis) -> Classified {
-        self.classifier.classify(&Observed { transport: Some(text), ..Default::default() }, now)
+    fn transport(settings: &Settings, text: &str, now: Millis) -> Classified {
+        settings.classifier.classify(&Observed { transport: Some(text), ..Default::default() }, now)
     }
 
     /// Reads a 2xx stream until its first content event; then commits the response and hands
     /// the rest to a forwarder task.
-    async fn open_stream(&self, cand: &Candidate, resp: reqwest::Response, status: u16, first_byte: Instant, secrets: &[&str]) -> Called {
-        let wire_format = self.config.providers[&cand.provider].api;
+    async fn open_stream(&self, settings: &Settings, cand: &Candidate, resp: reqwest::Response, status: u16, first_byte: Instant, secrets: &[&str]) -> Called {
+        let wire_format = settings.config.providers[&cand.provider].api;
         let mut upstream = resp.bytes_stream().boxed();
         let mut split = Splitter::default();
         let mut held: Vec<Event> = Vec::new();
@@ -521,8 +551,8 @@ impl Engine {
         let now = self.now();
         let fail = |msg: String, body: Option<&str>| {
             let class = match body {
-                Some(b) => self.classifier.classify(&Observed { status: Some(status), headers: &[], body: b, transport: None }, now),
-                None => self.transport(&msg, now),
+                Some(b) => settings.classifier.classify(&Observed { status: Some(status), headers: &[], body: b, transport: None }, now),
+                None => Self::transport(settings, &msg, now),
             };
             let mut class = class;
             class.message = redact(if body.is_some() { &class.message } else { &msg }, secrets);
@@ -560,6 +590,7 @@ impl Engine {
     #[allow(clippy::too_many_arguments)]
     fn commit_stream(
         &self,
+        settings: &Arc<Settings>,
         api: Api,
         cand: &Candidate,
         pid: &ProfileId,
@@ -580,13 +611,13 @@ impl Engine {
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
         let book = self.book.clone();
         let clock = self.clock.clone();
-        let idle = self.config.timeouts.idle;
-        let total = self.config.timeouts.total;
-        let classifier = self.classifier.clone();
+        let idle = settings.config.timeouts.idle;
+        let total = settings.config.timeouts.total;
+        let settings = settings.clone();
         let (cand, pid, cred) = (cand.clone(), pid.clone(), cred.clone());
         let started_at = row.started_at;
         book.record_success(&pid, clock.now());
-        let wire_format = self.config.providers[&cand.provider].api;
+        let wire_format = settings.config.providers[&cand.provider].api;
         row.ttfb_ms = Some(ttfb_ms);
         row.http_status = Some(200);
         let began = Instant::now();
@@ -634,7 +665,7 @@ impl Engine {
                     }
                     if wire::classify_event(wire_format, ev) == Seen::Error {
                         let seen = Observed { status: Some(200), headers: &[], body: &ev.data, transport: None };
-                        let class = classifier.classify(&seen, clock.now());
+                        let class = settings.classifier.classify(&seen, clock.now());
                         outcome = Err((class.reason, redact(&class.message, &secrets)));
                         upstream_said_error = true;
                     }

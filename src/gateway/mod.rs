@@ -93,7 +93,8 @@ async fn handle(api: Api, State(state): State<AppState>, headers: HeaderMap, bod
         Ok(a) => a,
         Err(resp) => return resp,
     };
-    let limit = state.engine.config.limits.max_body_bytes;
+    let settings = state.engine.settings();
+    let limit = settings.config.limits.max_body_bytes;
     let bytes = match axum::body::to_bytes(body, limit).await {
         Ok(b) => b,
         Err(_) => return refuse(api, 413, &format!("request body larger than {limit} bytes (limits.max_body_bytes)"), &request_id),
@@ -114,6 +115,7 @@ async fn handle(api: Api, State(state): State<AppState>, headers: HeaderMap, bod
     };
     let session = header("x-rota-session").map(str::to_string).or_else(|| api.body_session(&body));
     let incoming = Incoming {
+        settings,
         api,
         stream: body.get("stream").and_then(Value::as_bool).unwrap_or(false),
         agent,
@@ -133,7 +135,8 @@ async fn models(State(state): State<AppState>, headers: HeaderMap) -> Response {
     if let Err(resp) = authenticate(&state, Api::Chat, &headers, &request_id).await {
         return resp;
     }
-    let c = &state.engine.config;
+    let settings = state.engine.settings();
+    let c = &settings.config;
     let mut ids: BTreeSet<String> = BTreeSet::new();
     ids.extend(c.aliases.keys().cloned());
     ids.extend(c.aliases.values().cloned());

@@ -215,7 +215,9 @@ impl Rota {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("rota.db");
         let text = format!("[database]\nurl = \"sqlite://{}\"\n{config}", db.display());
-        let config = Config::from_toml(&text).unwrap_or_else(|e| panic!("{e}"));
+        let file = dir.path().join("rota.toml");
+        std::fs::write(&file, &text).unwrap();
+        let (config, _) = Config::load(Some(&file)).unwrap_or_else(|e| panic!("{e}"));
         let store = SqliteStore::open(&db).await.unwrap();
         let (key, _) = resolve_key(&db, &[]).unwrap();
         for (i, (id, secret)) in profiles.iter().enumerate() {
@@ -234,7 +236,7 @@ impl Rota {
         }
         let agent_key = rota::agents::new_key();
         store.create_agent("tester", &rota::agents::digest(&agent_key), false, 0).await.unwrap();
-        let app = App::build(config).await.unwrap();
+        let app = App::build(config, Some(file)).await.unwrap();
         let app_flush = (app.book.clone(), app.audit.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
