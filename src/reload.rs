@@ -3,7 +3,7 @@
 
 use crate::config::Config;
 use crate::gateway::failover::{Engine, Settings};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Weak;
 use std::time::{Duration, SystemTime};
 
@@ -12,7 +12,7 @@ pub const EVERY: Duration = Duration::from_secs(1);
 
 type Stamp = Option<(SystemTime, u64)>;
 
-fn stamp(path: &PathBuf) -> Stamp {
+fn stamp(path: &Path) -> Stamp {
     let m = std::fs::metadata(path).ok()?;
     Some((m.modified().ok()?, m.len()))
 }
@@ -40,7 +40,7 @@ pub fn watch(path: PathBuf, engine: Weak<Engine>) {
     });
 }
 
-fn load(path: &PathBuf, current: &Config) -> Result<Config, String> {
+fn load(path: &Path, current: &Config) -> Result<Config, String> {
     let (config, _) = Config::load(Some(path)).map_err(|e| e.to_string())?;
     let problems = config.problems();
     if !problems.is_empty() {
