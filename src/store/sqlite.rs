@@ -15,7 +15,7 @@ use std::time::Duration;
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
 /// How many migrations this build knows.
-pub const MIGRATOR_COUNT: usize = 1;
+pub const MIGRATOR_COUNT: usize = 2;
 
 #[derive(Clone, Debug)]
 pub struct SqliteStore {

@@ -1,0 +1,130 @@
+//! Every query of docs/audit.md, run in order against a database filled by real gateway traffic,
+//! returns the rows the traffic implies.
+
+mod support;
+
+use serde_json::json;
+use sqlx::Row;
+use support::{Mock, Reply, Rota};
+
+const KEYS: [(&str, &str); 4] = [
+    ("openai:k1", "sk-test-key-one-0001"),
+    ("openai:k2", "sk-test-key-two-0002"),
+    ("backup:b1", "sk-test-backup-0004"),
+    ("anthropic:main", "sk-ant-test-0005"),
+];
+
+fn queries() -> Vec<String> {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/audit.md")).unwrap();
+    doc.split("```sql\n").skip(1).map(|b| b.split("\n```").next().unwrap().to_string()).collect()
+}
+
+/// A row as text: integers and reals as written by SQLite, NULL as `NULL`.
+fn render(row: &sqlx::sqlite::SqliteRow) -> Vec<String> {
+    (0..row.columns().len())
+        .map(|i| {
+            if let Ok(v) = row.try_get::<Option<i64>, _>(i) {
+                return v.map_or("NULL".into(), |v| v.to_string());
+            }
+            if let Ok(v) = row.try_get::<Option<f64>, _>(i) {
+                return v.map_or("NULL".into(), |v| v.to_string());
+            }
+            row.try_get::<Option<String>, _>(i).unwrap().unwrap_or_else(|| "NULL".into())
+        })
+        .collect()
+}
+
+fn rows(expected: &[&[&str]]) -> Vec<Vec<String>> {
+    expected.iter().map(|r| r.iter().map(|c| c.to_string()).collect()).collect()
+}
+
+#[tokio::test]
+async fn every_query_in_the_audit_guide_returns_the_rows_of_the_traffic() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let config = format!(
+        r#"
+[providers.openai]
+api = "openai"
+base_url = "{base}/v1"
+[providers.backup]
+api = "openai"
+base_url = "{base}/v1"
+[providers.anthropic]
+api = "anthropic"
+base_url = "{base}"
+[models]
+primary = "openai/gpt-4.1"
+fallbacks = ["backup/gpt-4.1-mini"]
+"#
+    );
+    let rota = Rota::start(&config, &KEYS).await;
+    let chat = |model: &str| json!({"model": model, "messages": [{"role": "user", "content": "hi"}]});
+    let status = |code: u16, body: &str| Reply::Status(code, vec![], body.to_string());
+    let limited = Reply::Status(429, vec![("retry-after", "30".into())], r#"{"error":{"message":"Rate limit reached"}}"#.into());
+    let busy = status(503, r#"{"error":{"message":"The engine is currently overloaded"}}"#);
+    let gone = status(404, r#"{"error":{"message":"The model `gpt-9` does not exist","code":"model_not_found"}}"#);
+    mock.script(KEYS[1].1, vec![limited, gone]);
+    mock.script(KEYS[0].1, vec![Reply::Ok, Reply::Ok, busy.clone(), busy.clone(), busy]);
+    mock.script(KEYS[3].1, vec![status(402, r#"{"type":"error","error":{"type":"billing_error","message":"Your credit balance is too low"}}"#)]);
+
+    // R1: k1 serves. R2: k2 answers 429, k1 serves. R3: k1 is overloaded three times (two
+    // same-profile retries), k2 is cooling, the fallback model serves. R4: k2 says gpt-9 does not
+    // exist, the fallback serves. R5: the Anthropic key has no credits and there is no fallback.
+    for model in ["openai/gpt-4.1", "openai/gpt-4.1", "openai/gpt-4.1", "openai/gpt-9"] {
+        assert_eq!(rota.chat(chat(model), &[]).await.status(), 200, "{model}");
+    }
+    let r5 = Rota::client()
+        .post(format!("{}/v1/messages", rota.url))
+        .header("x-api-key", &rota.agent_key)
+        .header("x-rota-fallbacks", "none")
+        .json(&json!({"model": "anthropic/claude-sonnet-4-5", "max_tokens": 5, "messages": []}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r5.status(), 402);
+    rota.flush().await;
+
+    let expected: Vec<Vec<Vec<String>>> = vec![
+        rows(&[&["tester", "200", "4"], &["tester", "402", "1"]]),
+        rows(&[&["backup:b1", "backup/gpt-4.1-mini", "2"], &["openai:k1", "openai/gpt-4.1", "2"]]),
+        rows(&[
+            &["billing", "anthropic", "1", "0"],
+            &["model_not_found", "openai", "1", "0"],
+            &["overloaded", "openai", "3", "0"],
+            &["rate_limit", "openai", "1", "0"],
+        ]),
+        rows(&[&["openai/gpt-4.1", "backup/gpt-4.1-mini", "backup:b1", "4"], &["openai/gpt-9", "backup/gpt-4.1-mini", "backup:b1", "2"]]),
+        rows(&[
+            &["anthropic:main", "1", "0", "1", "0", "0"],
+            &["backup:b1", "2", "2", "0", "6", "4"],
+            &["openai:k1", "5", "2", "3", "6", "4"],
+            &["openai:k2", "2", "0", "2", "0", "0"],
+        ]),
+        rows(&[
+            &["anthropic:main", "disabled", "billing", "(all models)"],
+            &["openai:k1", "cooling", "overloaded", "gpt-4.1"],
+            &["openai:k2", "cooling", "rate_limit", "gpt-4.1"],
+        ]),
+        rows(&[&["5", "10", "2"]]),
+        rows(&[&["anthropic:main", "0", "1", "1"], &["backup:b1", "2", "0", "0"], &["openai:k1", "2", "1", "1"], &["openai:k2", "0", "1", "1"]]),
+        rows(&[&["backup", "6", "4"], &["openai", "6", "4"]]),
+        rows(&[&["openai:k1", "overloaded", "2"]]),
+        rows(&[&["anthropic:main", "billing", "1"], &["openai:k1", "overloaded", "1"], &["openai:k2", "rate_limit", "1"]]),
+        rows(&[&["1", "primary", "anthropic/claude-sonnet-4-5", "anthropic:main", "failure", "billing", "402"]]),
+        rows(&[&["anthropic", "stored", "1", "1", "1"], &["backup", "stored", "1", "1", "1"], &["openai", "stored", "2", "2", "2"]]),
+        rows(&[&["openai/gpt-9", "1", "1"]]),
+    ];
+    let queries = queries();
+    assert_eq!(queries.len(), expected.len(), "docs/audit.md has {} queries; this test expects {}", queries.len(), expected.len());
+    for (i, (sql, want)) in queries.iter().zip(&expected).enumerate() {
+        let got: Vec<Vec<String>> = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+            .fetch_all(rota.store.pool())
+            .await
+            .unwrap_or_else(|e| panic!("query {} failed: {e}\n{sql}", i + 1))
+            .iter()
+            .map(render)
+            .collect();
+        assert_eq!(&got, want, "query {} of docs/audit.md:\n{sql}", i + 1);
+    }
+}
