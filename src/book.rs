@@ -234,6 +234,12 @@ impl Book {
         inner.roster.order(config, provider, model, sticky, pin, now)
     }
 
+    /// Every profile in force with its state at `now` (for `/metrics`).
+    pub fn states(&self, now: Millis) -> Vec<(ProfileId, crate::status::Status)> {
+        let inner = self.lock();
+        inner.roster.views.values().map(|v| (v.id.clone(), crate::status::Status::of(v, now))).collect()
+    }
+
     pub fn credential(&self, id: &ProfileId) -> Option<Credential> {
         self.lock().credentials.get(id).cloned()
     }

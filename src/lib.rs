@@ -10,6 +10,7 @@ pub mod demo;
 pub mod doctor;
 pub mod engine;
 pub mod gateway;
+pub mod metrics;
 pub mod redact;
 pub mod reload;
 pub mod secrets;

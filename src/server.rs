@@ -9,6 +9,7 @@ use crate::gateway::{self, AgentCache};
 use crate::config::Config;
 use crate::engine::{Clock, SystemClock};
 use crate::secrets::resolve_key;
+use crate::status::Status;
 use crate::store::{SqliteStore, Store};
 use anyhow::{Context, Result};
 use axum::extract::State;
@@ -25,7 +26,40 @@ pub struct AppState {
 }
 
 pub fn router(state: AppState) -> Router {
-    Router::new().route("/healthz", get(healthz)).merge(gateway::router()).with_state(state)
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .merge(gateway::router())
+        .with_state(state)
+}
+
+/// Prometheus exposition (OpenMetrics text).
+async fn metrics(State(state): State<AppState>) -> impl axum::response::IntoResponse {
+    let engine = &state.engine;
+    let now = engine.clock.now();
+    let mut profiles: std::collections::BTreeMap<(String, String), i64> = std::collections::BTreeMap::new();
+    let mut cooldown_left = Vec::new();
+    for (id, status) in engine.book.states(now) {
+        let (state, until) = match status {
+            Status::Usable => ("usable", None),
+            Status::Cooling { until, .. } => ("cooling", Some(until)),
+            Status::Disabled { until, .. } => ("disabled", until),
+            Status::Unusable { .. } => ("unusable", None),
+        };
+        *profiles.entry((id.provider().to_string(), state.to_string())).or_default() += 1;
+        if let Some(until) = until {
+            cooldown_left.push((id.to_string(), (until - now + 999) / 1000));
+        }
+    }
+    let snapshot = crate::metrics::Snapshot {
+        profiles: profiles.into_iter().collect(),
+        cooldown_left,
+        audit_queue: engine.audit.queue_depth() as i64,
+    };
+    (
+        [("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")],
+        engine.metrics.render(snapshot),
+    )
 }
 
 async fn healthz(State(_): State<AppState>) -> Json<Value> {

@@ -908,3 +908,40 @@ async fn a_changed_config_file_applies_to_the_next_request_and_a_broken_edit_is_
     let r = fast().await;
     assert_eq!((r.status().as_u16(), r.headers()["x-rota-provider"].to_str().unwrap()), (200, "backup"));
 }
+
+#[tokio::test]
+async fn metrics_count_the_traffic_sent() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let rota = Rota::start(&config(&base, ""), &[KEYS[0], KEYS[1], KEYS[3]]).await;
+    let busy = || Reply::Status(503, vec![], r#"{"error":{"message":"overloaded"}}"#.into());
+    mock.script(KEYS[1].1, vec![Reply::Status(429, vec![("retry-after", "30".into())], r#"{"error":{"message":"rate limit"}}"#.into())]);
+    mock.script(KEYS[0].1, vec![Reply::Ok, Reply::Ok, busy(), busy(), busy()]);
+    for _ in 0..3 {
+        assert_eq!(rota.chat(chat(), &[]).await.status(), 200);
+    }
+    let r = Rota::client().get(format!("{}/metrics", rota.url)).send().await.unwrap();
+    assert!(r.headers()["content-type"].to_str().unwrap().starts_with("application/openmetrics-text"));
+    let text = r.text().await.unwrap();
+    let has = |line: &str| assert!(text.lines().any(|l| l == line), "missing `{line}` in:\n{text}");
+    has(r#"rota_requests_total{agent="tester",api="chat",status="200"} 3"#);
+    has(r#"rota_attempts_total{agent="tester",provider="openai",model="gpt-4.1",outcome="success",reason=""} 2"#);
+    has(r#"rota_attempts_total{agent="tester",provider="openai",model="gpt-4.1",outcome="failure",reason="rate_limit"} 1"#);
+    has(r#"rota_attempts_total{agent="tester",provider="openai",model="gpt-4.1",outcome="failure",reason="overloaded"} 3"#);
+    has(r#"rota_attempts_total{agent="tester",provider="backup",model="gpt-4.1-mini",outcome="success",reason=""} 1"#);
+    has(r#"rota_failovers_total{provider="backup"} 1"#);
+    has(r#"rota_profiles{provider="openai",state="cooling"} 2"#);
+    has(r#"rota_profiles{provider="backup",state="usable"} 1"#);
+    has(r#"rota_upstream_latency_seconds_count{provider="openai"} 6"#);
+    has(r#"rota_upstream_latency_seconds_count{provider="backup"} 1"#);
+    has("rota_gateway_overhead_seconds_count 3");
+    let k2_left: i64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix(r#"rota_profile_cooldown_seconds{profile="openai:k2"} "#))
+        .unwrap_or_else(|| panic!("{text}"))
+        .parse()
+        .unwrap();
+    assert!((25..=30).contains(&k2_left), "{k2_left}");
+    assert!(text.lines().any(|l| l.starts_with("rota_audit_queue_depth ")), "{text}");
+    assert_eq!(mock.seen().len(), 7, "one upstream call per attempt counted above");
+}

@@ -14,6 +14,7 @@ use crate::engine::chain::{Candidate, ChainRequest, FallbackOverride};
 use crate::engine::classify::{Classified, Classifier, Observed};
 use crate::engine::gate::{Availability, Gate, Position};
 use crate::engine::{Clock, Failure, Millis, Next, ProfileId, Reason, Until};
+use crate::metrics::Metrics;
 use crate::redact::{redact, truncate};
 use crate::status::until_ms;
 use axum::body::Body;
@@ -47,6 +48,7 @@ pub struct Engine {
     pub book: Arc<Book>,
     pub upstream: Upstream,
     pub audit: Audit,
+    pub metrics: Arc<Metrics>,
     pub clock: Arc<dyn Clock>,
 }
 
@@ -68,6 +70,11 @@ pub struct Incoming {
 #[derive(Clone)]
 struct Trail {
     audit: Audit,
+    metrics: Arc<Metrics>,
+    /// `provider/model` of the first attempt or skip, to tell a failover.
+    first_candidate: Option<String>,
+    /// Time spent in upstream calls, to tell rota's own overhead.
+    upstream_ms: Millis,
     request_id: String,
     agent: String,
     api: Api,
@@ -107,8 +114,21 @@ impl Trail {
         }
     }
 
+    /// Audits one attempt or skip (and counts it in the metrics).
+    fn record(&mut self, row: AttemptRow) {
+        if self.first_candidate.is_none() {
+            self.first_candidate = Some(format!("{}/{}", row.provider, row.model));
+        }
+        if row.profile_id.is_some() {
+            self.upstream_ms += row.duration_ms.unwrap_or(0);
+        }
+        self.metrics.observe_attempt(&row);
+        self.audit.attempt(row);
+    }
+
     fn finish(&self, status: u16, served: Option<(&Candidate, &ProfileId)>, tokens: (Option<i64>, Option<i64>)) {
-        self.audit.request(RequestRow {
+        let duration_ms = self.started.elapsed().as_millis() as Millis;
+        let row = RequestRow {
             id: self.request_id.clone(),
             agent: Some(self.agent.clone()),
             api: self.api.as_str(),
@@ -118,11 +138,14 @@ impl Trail {
             status,
             attempts: self.seq,
             started_at: self.started_at,
-            duration_ms: self.started.elapsed().as_millis() as Millis,
+            duration_ms,
             stream: self.stream,
             tokens_in: tokens.0,
             tokens_out: tokens.1,
-        });
+        };
+        let overhead = (!self.stream).then(|| duration_ms - self.upstream_ms);
+        self.metrics.observe_request(&row, self.first_candidate.as_deref(), overhead);
+        self.audit.request(row);
     }
 }
 
@@ -146,7 +169,7 @@ impl Drop for InFlight {
             row.duration_ms = Some(self.started.elapsed().as_millis() as Millis);
             row.reason = Some(Reason::Cancelled);
             row.error = Some("the client went away; the upstream call was aborted".into());
-            self.trail.audit.attempt(row);
+            self.trail.record(row);
             self.trail.finish(499, None, (None, None));
         }
     }
@@ -251,7 +274,8 @@ pub fn refuse(api: Api, status: u16, message: &str, request_id: &str) -> Respons
 
 impl Engine {
     pub fn new(settings: Settings, book: Arc<Book>, upstream: Upstream, audit: Audit, clock: Arc<dyn Clock>) -> Engine {
-        Engine { settings: std::sync::RwLock::new(Arc::new(settings)), book, upstream, audit, clock }
+        let metrics = Arc::new(Metrics::default());
+        Engine { settings: std::sync::RwLock::new(Arc::new(settings)), book, upstream, audit, metrics, clock }
     }
 
     /// The settings in force now.
@@ -289,6 +313,9 @@ impl Engine {
         };
         let mut trail = Trail {
             audit: self.audit.clone(),
+            metrics: self.metrics.clone(),
+            first_candidate: None,
+            upstream_ms: 0,
             request_id: inc.request_id.clone(),
             agent: inc.agent.name.clone(),
             api: inc.api,
@@ -333,7 +360,7 @@ impl Engine {
             row.cooldown_until = until.and_then(until_ms);
             row.duration_ms = Some(0);
             row.error = Some(message.clone());
-            trail.audit.attempt(row);
+            trail.record(row);
             Step::Next(Some(ModelFailure { label: cand.label(), reason, message, status: None, until, skipped: true }))
         };
         let plan = match plan(inc, provider.api) {
@@ -416,7 +443,7 @@ impl Engine {
                         row.outcome = Outcome::Success;
                         row.http_status = Some(resp.status().as_u16());
                         (row.tokens_in, row.tokens_out) = tokens;
-                        trail.audit.attempt(row);
+                        trail.record(row);
                         trail.finish(resp.status().as_u16(), Some((cand, pid)), tokens);
                         return Step::Done(with_rota_headers(resp, trail, cand, pid));
                     }
@@ -427,7 +454,7 @@ impl Engine {
                         row.retry_after_ms = f.class.hint.map(|h| h.wait_ms);
                         row.error = Some(truncate(&f.class.message, 500));
                         if tries < reason.same_profile_retries() && Instant::now() < deadline {
-                            trail.audit.attempt(row);
+                            trail.record(row);
                             tries += 1;
                             let backoff = 100 * u64::from(tries) + fastrand::u64(0..100);
                             tokio::time::sleep(Duration::from_millis(backoff)).await;
@@ -436,7 +463,7 @@ impl Engine {
                         let now = self.now();
                         let until = match reason.next() {
                             Next::Stop => {
-                                trail.audit.attempt(row);
+                                trail.record(row);
                                 let status = f.status.unwrap_or(502);
                                 trail.finish(status, None, (None, None));
                                 let resp = match f.body {
@@ -461,7 +488,7 @@ impl Engine {
                             }
                         };
                         row.cooldown_until = until.and_then(until_ms);
-                        trail.audit.attempt(row);
+                        trail.record(row);
                         last = Some(ModelFailure {
                             label: cand.label(),
                             reason,
@@ -596,7 +623,7 @@ impl Engine {
         pid: &ProfileId,
         cred: &Credential,
         mut row: AttemptRow,
-        trail: Trail,
+        mut trail: Trail,
         open: OpenStream,
         mut translator: Option<StreamTranslator>,
         deadline: Instant,
@@ -698,7 +725,7 @@ impl Engine {
                     }
                 }
             }
-            trail.audit.attempt(row);
+            trail.record(row);
             trail.finish(200, Some((&cand, &pid)), tokens);
         });
         let stream = tokio_stream_from(rx);

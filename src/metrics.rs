@@ -1,0 +1,137 @@
+//! Prometheus metrics at `/metrics`. Counters and histograms are fed from the same rows the
+//! audit trail writes, so the two always agree; gauges are computed at each scrape.
+
+use crate::audit::{AttemptRow, RequestRow};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    agent: String,
+    api: String,
+    status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AttemptLabels {
+    agent: String,
+    provider: String,
+    model: String,
+    outcome: String,
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProviderLabels {
+    provider: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    provider: String,
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProfileLabels {
+    profile: String,
+}
+
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    attempts: Family<AttemptLabels, Counter>,
+    failovers: Family<ProviderLabels, Counter>,
+    upstream_latency: Family<ProviderLabels, Histogram>,
+    overhead: Histogram,
+    profiles: Family<StateLabels, Gauge>,
+    cooldown_left: Family<ProfileLabels, Gauge>,
+    audit_queue: Gauge,
+}
+
+/// What a scrape reports about the profiles and the writers at that moment.
+pub struct Snapshot {
+    /// `(provider, state)` → number of profiles (`usable`, `cooling`, `disabled`, `unusable`).
+    pub profiles: Vec<((String, String), i64)>,
+    /// Profile → seconds until its window ends (only profiles in a timed window).
+    pub cooldown_left: Vec<(String, i64)>,
+    pub audit_queue: i64,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("rota");
+        let requests = Family::default();
+        let attempts = Family::default();
+        let failovers = Family::default();
+        let upstream_latency = Family::<ProviderLabels, Histogram>::new_with_constructor(|| Histogram::new(exponential_buckets(0.005, 2.0, 14)));
+        let overhead = Histogram::new(exponential_buckets(0.00005, 2.0, 14));
+        let profiles = Family::default();
+        let cooldown_left = Family::default();
+        let audit_queue = Gauge::default();
+        registry.register("requests", "Requests answered, by agent, API and HTTP status", requests.clone());
+        registry.register("attempts", "Upstream calls and skipped candidates, by outcome and reason", attempts.clone());
+        registry.register("failovers", "Requests served by another model than the first candidate, by serving provider", failovers.clone());
+        registry.register("upstream_latency_seconds", "Duration of upstream calls (non-streamed: whole answer; streamed: whole stream)", upstream_latency.clone());
+        registry.register("gateway_overhead_seconds", "Time of a non-streamed request spent in rota rather than upstream", overhead.clone());
+        registry.register("profiles", "Profiles by provider and state", profiles.clone());
+        registry.register("profile_cooldown_seconds", "Seconds until a cooling or disabled profile's window ends", cooldown_left.clone());
+        registry.register("audit_queue_depth", "Audit rows queued and not yet written", audit_queue.clone());
+        Metrics { registry, requests, attempts, failovers, upstream_latency, overhead, profiles, cooldown_left, audit_queue }
+    }
+}
+
+impl Metrics {
+    pub fn observe_attempt(&self, row: &AttemptRow) {
+        let labels = AttemptLabels {
+            agent: row.agent.clone().unwrap_or_default(),
+            provider: row.provider.clone(),
+            model: row.model.clone(),
+            outcome: row.outcome.as_str().to_string(),
+            reason: row.reason.map_or(String::new(), |r| r.as_str().to_string()),
+        };
+        self.attempts.get_or_create(&labels).inc();
+        if let Some(ms) = row.duration_ms.filter(|_| row.profile_id.is_some()) {
+            self.upstream_latency.get_or_create(&ProviderLabels { provider: row.provider.clone() }).observe(ms as f64 / 1000.0);
+        }
+    }
+
+    /// `first_candidate`: the `provider/model` of the request's first attempt or skip;
+    /// `overhead_ms`: time outside upstream calls, for non-streamed requests.
+    pub fn observe_request(&self, row: &RequestRow, first_candidate: Option<&str>, overhead_ms: Option<i64>) {
+        let labels = RequestLabels {
+            agent: row.agent.clone().unwrap_or_default(),
+            api: row.api.to_string(),
+            status: row.status.to_string(),
+        };
+        self.requests.get_or_create(&labels).inc();
+        if let (Some(served), Some(first)) = (row.served_model.as_deref(), first_candidate)
+            && served != first {
+                let provider = served.split('/').next().unwrap_or(served).to_string();
+                self.failovers.get_or_create(&ProviderLabels { provider }).inc();
+            }
+        if let Some(ms) = overhead_ms {
+            self.overhead.observe(ms.max(0) as f64 / 1000.0);
+        }
+    }
+
+    /// The exposition text (OpenMetrics), with the gauges set from `now`.
+    pub fn render(&self, now: Snapshot) -> String {
+        self.profiles.clear();
+        for ((provider, state), n) in now.profiles {
+            self.profiles.get_or_create(&StateLabels { provider, state }).set(n);
+        }
+        self.cooldown_left.clear();
+        for (profile, secs) in now.cooldown_left {
+            self.cooldown_left.get_or_create(&ProfileLabels { profile }).set(secs);
+        }
+        self.audit_queue.set(now.audit_queue);
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String cannot fail");
+        out
+    }
+}
