@@ -11,6 +11,7 @@ pub mod doctor;
 pub mod engine;
 pub mod gateway;
 pub mod metrics;
+pub mod openclaw;
 pub mod redact;
 pub mod reload;
 pub mod secrets;

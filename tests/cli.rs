@@ -432,3 +432,37 @@ fn doctor_notes_candidates_the_responses_api_cannot_use() {
     assert!(o.contains("note: agent planner: anthropic/claude-sonnet-4-5 not OpenAI-format"), "{o}");
     assert_eq!(o.matches("note: ").count(), 2, "one note per agent whose chain holds an Anthropic candidate: {o}");
 }
+
+#[test]
+fn openclaw_import_then_export_gives_back_an_equivalent_file() {
+    let env = Env::new(BASE);
+    let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/openclaw-auth-profiles.json");
+    let out = env.run(&["import", "openclaw", fixture]);
+    assert_ok(&out);
+    assert!(text(&out.stdout).starts_with("imported 5 profile(s) and 1 order(s)"), "{}", text(&out.stdout));
+    let listed: serde_json::Value = serde_json::from_slice(&env.run(&["profiles", "list", "--json"]).stdout).unwrap();
+    let state = |id: &str| listed.as_array().unwrap().iter().find(|p| p["id"] == id).unwrap()["type"].clone();
+    assert_eq!((state("anthropic:ana@example.com"), state("openai:ci"), state("openai:work")), ("oauth".into(), "token".into(), "api_key".into()));
+    let db = std::fs::read(env.path("rota.db")).unwrap();
+    assert!(!db.windows(12).any(|w| w == b"FIXTUREKEYWO"), "imported secrets are sealed");
+
+    assert_refused(&env.run(&["import", "openclaw", fixture]), "already exists; nothing was imported");
+    assert_refused(&env.run(&["export", "openclaw"]), "--output");
+    let exported = env.path("out.json");
+    assert_ok(&env.run(&["export", "openclaw", "--output", exported.to_str().unwrap()]));
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&exported).unwrap().permissions()) & 0o777;
+    assert_eq!(mode, 0o600);
+    let back: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&exported).unwrap()).unwrap();
+    let original: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixture).unwrap()).unwrap();
+    assert_eq!(back, original);
+    assert_refused(&env.run(&["export", "openclaw", "--output", exported.to_str().unwrap()]), "must not exist yet");
+}
+
+#[test]
+fn openclaw_import_of_an_unknown_provider_writes_nothing() {
+    let env = Env::new(BASE);
+    let file = env.path("in.json");
+    std::fs::write(&file, r#"{"version":1,"profiles":{"openai:a":{"type":"api_key","provider":"openai","key":"sk-a-0000000001"},"mistral:x":{"type":"api_key","provider":"mistral","key":"sk-x-000000001"}}}"#).unwrap();
+    assert_refused(&env.run(&["import", "openclaw", file.to_str().unwrap()]), "unknown provider `mistral`");
+    assert_eq!(env.db_profiles(), Vec::<String>::new());
+}

@@ -1,6 +1,7 @@
 //! The command line (SPEC §8, CLI). Every command takes `--config`.
 
 mod agents;
+mod interop;
 mod profiles;
 
 use crate::config::Config;
@@ -46,9 +47,30 @@ pub enum Command {
     /// Manage auth profiles.
     #[command(subcommand)]
     Profiles(profiles::ProfilesCommand),
+    /// Import profiles, order and usageStats from another tool.
+    #[command(subcommand)]
+    Import(ImportCommand),
+    /// Export profiles, order and usageStats for another tool.
+    #[command(subcommand)]
+    Export(ExportCommand),
     /// Manage agent keys (the credentials clients present to rota).
     #[command(subcommand)]
     Agents(agents::AgentsCommand),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ImportCommand {
+    /// An OpenClaw auth-profiles.json (all or nothing).
+    Openclaw { file: PathBuf },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ExportCommand {
+    /// The stored profiles as an OpenClaw auth-profiles.json (a new 0600 file).
+    Openclaw {
+        #[arg(long, value_name = "FILE")]
+        output: PathBuf,
+    },
 }
 
 /// Parses the command line, runs the command and returns the process exit code.
@@ -91,6 +113,14 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             let store = SqliteStore::open(&path).await.with_context(|| format!("opening {}", path.display()))?;
             let n = store.applied_migrations().await?;
             println!("{}: {n} migration(s) applied, schema up to date", path.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Import(ImportCommand::Openclaw { file }) => {
+            interop::import(&load(cli.config.as_deref())?, &file).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Export(ExportCommand::Openclaw { output }) => {
+            interop::export(&load(cli.config.as_deref())?, &output).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Agents(cmd) => {

@@ -92,6 +92,13 @@ pub trait Store: Send + Sync {
     /// Every active agent with the digest of its key.
     async fn active_agents(&self) -> Result<Vec<(String, Agent)>, StoreError>;
     async fn revoke_agent(&self, name: &str, now: Millis) -> Result<(), StoreError>;
+    /// Adds profiles with their secrets and stats, and sets explicit orders, all or nothing
+    /// (an existing id refuses the whole batch).
+    async fn import(
+        &self,
+        profiles: &[(StoredProfile, Vec<Sealed>, UsageStats)],
+        orders: &BTreeMap<String, Vec<ProfileId>>,
+    ) -> Result<(), StoreError>;
     /// Appends audit rows in one transaction.
     async fn insert_audit(&self, requests: &[RequestRow], attempts: &[AttemptRow]) -> Result<(), StoreError>;
 }

@@ -62,6 +62,77 @@ impl SqliteStore {
     }
 }
 
+/// Writes a profile's stats row, unless the profile is gone (a removal raced the write).
+async fn upsert_stats(tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>, id: &ProfileId, s: &UsageStats) -> Result<(), StoreError> {
+    let counts = serde_json::to_string(&s.failure_counts).expect("reason counts serialize");
+    sqlx::query(
+        "INSERT INTO usage_stats (profile_id, last_used, last_success_at, cooldown_until, cooldown_reason,
+             cooldown_model, disabled_until, disabled_reason, error_count, failure_counts, last_failure_at,
+             window_opened_at, success_count, failure_total)
+         SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM profiles WHERE id = ?)
+         ON CONFLICT (profile_id) DO UPDATE SET last_used = excluded.last_used,
+             last_success_at = excluded.last_success_at, cooldown_until = excluded.cooldown_until,
+             cooldown_reason = excluded.cooldown_reason, cooldown_model = excluded.cooldown_model,
+             disabled_until = excluded.disabled_until, disabled_reason = excluded.disabled_reason,
+             error_count = excluded.error_count, failure_counts = excluded.failure_counts,
+             last_failure_at = excluded.last_failure_at, window_opened_at = excluded.window_opened_at,
+             success_count = excluded.success_count, failure_total = excluded.failure_total",
+    )
+    .bind(id.as_str())
+    .bind(s.last_used)
+    .bind(s.last_success_at)
+    .bind(s.cooldown.as_ref().map(|c| c.until))
+    .bind(s.cooldown.as_ref().map(|c| c.reason.as_str()))
+    .bind(s.cooldown.as_ref().and_then(|c| c.model.clone()))
+    .bind(s.disabled.as_ref().and_then(|d| d.until))
+    .bind(s.disabled.as_ref().map(|d| d.reason.as_str()))
+    .bind(s.error_count as i64)
+    .bind(counts)
+    .bind(s.last_failure_at)
+    .bind(s.window_opened_at)
+    .bind(s.success_count as i64)
+    .bind(s.failure_total as i64)
+    .bind(id.as_str())
+    .execute(&mut **tx)
+        .await?;
+    Ok(())
+}
+
+async fn insert_profile(tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>, p: &StoredProfile, secrets: &[Sealed]) -> Result<(), StoreError> {
+    let inserted = sqlx::query(
+        "INSERT INTO profiles (id, provider, name, type, source, enabled, email, expires_at, created_at, updated_at)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+    )
+    .bind(p.id.as_str())
+    .bind(p.id.provider())
+    .bind(p.id.name())
+    .bind(p.kind.as_str())
+    .bind(p.origin.as_str())
+    .bind(p.enabled)
+    .bind(&p.email)
+    .bind(p.expires_at)
+    .bind(p.created_at)
+    .bind(p.created_at)
+    .execute(&mut **tx)
+    .await?;
+    if inserted.rows_affected() == 0 {
+        return Err(StoreError::Duplicate(p.id.clone()));
+    }
+    for s in secrets {
+        sqlx::query("INSERT INTO secrets (profile_id, field, key_id, nonce, ciphertext, updated_at) VALUES (?, ?, ?, ?, ?, ?)")
+            .bind(p.id.as_str())
+            .bind(s.field.as_str())
+            .bind(&s.key_id)
+            .bind(&s.nonce)
+            .bind(&s.ciphertext)
+            .bind(p.created_at)
+            .execute(&mut **tx)
+            .await?;
+    }
+    sqlx::query("INSERT INTO usage_stats (profile_id) VALUES (?)").bind(p.id.as_str()).execute(&mut **tx).await?;
+    Ok(())
+}
+
 fn agent_from_row(row: &SqliteRow) -> Result<Agent, StoreError> {
     Ok(Agent {
         id: row.try_get("id")?,
@@ -161,37 +232,32 @@ impl Store for SqliteStore {
 
     async fn add_profile(&self, p: &StoredProfile, secrets: &[Sealed]) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
-        let inserted = sqlx::query(
-            "INSERT INTO profiles (id, provider, name, type, source, enabled, email, expires_at, created_at, updated_at)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
-        )
-        .bind(p.id.as_str())
-        .bind(p.id.provider())
-        .bind(p.id.name())
-        .bind(p.kind.as_str())
-        .bind(p.origin.as_str())
-        .bind(p.enabled)
-        .bind(&p.email)
-        .bind(p.expires_at)
-        .bind(p.created_at)
-        .bind(p.created_at)
-        .execute(&mut *tx)
-        .await?;
-        if inserted.rows_affected() == 0 {
-            return Err(StoreError::Duplicate(p.id.clone()));
+        insert_profile(&mut tx, p, secrets).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn import(
+        &self,
+        profiles: &[(StoredProfile, Vec<Sealed>, UsageStats)],
+        orders: &BTreeMap<String, Vec<ProfileId>>,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        for (p, secrets, stats) in profiles {
+            insert_profile(&mut tx, p, secrets).await?;
+            upsert_stats(&mut tx, &p.id, stats).await?;
         }
-        for s in secrets {
-            sqlx::query("INSERT INTO secrets (profile_id, field, key_id, nonce, ciphertext, updated_at) VALUES (?, ?, ?, ?, ?, ?)")
-                .bind(p.id.as_str())
-                .bind(s.field.as_str())
-                .bind(&s.key_id)
-                .bind(&s.nonce)
-                .bind(&s.ciphertext)
-                .bind(p.created_at)
-                .execute(&mut *tx)
-                .await?;
+        for (provider, ids) in orders {
+            sqlx::query(
+                "INSERT INTO profile_order (provider, profile_ids, updated_at) VALUES (?, ?, ?)
+                 ON CONFLICT (provider) DO UPDATE SET profile_ids = excluded.profile_ids, updated_at = excluded.updated_at",
+            )
+            .bind(provider)
+            .bind(serde_json::to_string(ids).expect("profile ids serialize"))
+            .bind(now())
+            .execute(&mut *tx)
+            .await?;
         }
-        sqlx::query("INSERT INTO usage_stats (profile_id) VALUES (?)").bind(p.id.as_str()).execute(&mut *tx).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -248,37 +314,7 @@ impl Store for SqliteStore {
     async fn save_stats(&self, batch: &[(ProfileId, UsageStats)]) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
         for (id, s) in batch {
-            let counts = serde_json::to_string(&s.failure_counts).expect("reason counts serialize");
-            sqlx::query(
-                "INSERT INTO usage_stats (profile_id, last_used, last_success_at, cooldown_until, cooldown_reason,
-                     cooldown_model, disabled_until, disabled_reason, error_count, failure_counts, last_failure_at,
-                     window_opened_at, success_count, failure_total)
-                 SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM profiles WHERE id = ?)
-                 ON CONFLICT (profile_id) DO UPDATE SET last_used = excluded.last_used,
-                     last_success_at = excluded.last_success_at, cooldown_until = excluded.cooldown_until,
-                     cooldown_reason = excluded.cooldown_reason, cooldown_model = excluded.cooldown_model,
-                     disabled_until = excluded.disabled_until, disabled_reason = excluded.disabled_reason,
-                     error_count = excluded.error_count, failure_counts = excluded.failure_counts,
-                     last_failure_at = excluded.last_failure_at, window_opened_at = excluded.window_opened_at,
-                     success_count = excluded.success_count, failure_total = excluded.failure_total",
-            )
-            .bind(id.as_str())
-            .bind(s.last_used)
-            .bind(s.last_success_at)
-            .bind(s.cooldown.as_ref().map(|c| c.until))
-            .bind(s.cooldown.as_ref().map(|c| c.reason.as_str()))
-            .bind(s.cooldown.as_ref().and_then(|c| c.model.clone()))
-            .bind(s.disabled.as_ref().and_then(|d| d.until))
-            .bind(s.disabled.as_ref().map(|d| d.reason.as_str()))
-            .bind(s.error_count as i64)
-            .bind(counts)
-            .bind(s.last_failure_at)
-            .bind(s.window_opened_at)
-            .bind(s.success_count as i64)
-            .bind(s.failure_total as i64)
-            .bind(id.as_str())
-            .execute(&mut *tx)
-            .await?;
+            upsert_stats(&mut tx, id, s).await?;
         }
         tx.commit().await?;
         Ok(())
