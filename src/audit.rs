@@ -130,7 +130,11 @@ impl Audit {
     }
 }
 
-async fn write_loop(store: Arc<dyn Store>, mut rx: mpsc::UnboundedReceiver<Msg>, depth: Arc<std::sync::atomic::AtomicUsize>) {
+async fn write_loop(
+    store: Arc<dyn Store>,
+    mut rx: mpsc::UnboundedReceiver<Msg>,
+    depth: Arc<std::sync::atomic::AtomicUsize>,
+) {
     const BATCH: usize = 1024;
     let mut buf = Vec::with_capacity(BATCH);
     while rx.recv_many(&mut buf, BATCH).await > 0 {

@@ -10,7 +10,9 @@ use crate::config::Config;
 use crate::engine::gate::{self, Availability, Gate, Position, ProbeThrottle};
 use crate::engine::order::{self, OrderRequest, Ordered, PinError};
 use crate::engine::recent::Recent;
-use crate::engine::{CooldownPolicy, Failure, Millis, ModelCooldown, ProfileId, ProfileType, ProfileView, Until, UsageStats};
+use crate::engine::{
+    CooldownPolicy, Failure, Millis, ModelCooldown, ProfileId, ProfileType, ProfileView, Until, UsageStats,
+};
 use crate::secrets::{MasterKey, OpenError, SecretField};
 use crate::store::{Origin, Snapshot, Store, StoreError, StoredProfile};
 use secrecy::SecretString;
@@ -176,7 +178,8 @@ impl Book {
         let mut credentials = HashMap::new();
         for (id, p) in config.auth.profiles.iter() {
             if let Some(secret) = p.secret() {
-                let c = if p.kind == ProfileType::Token { Credential::Token(secret) } else { Credential::ApiKey(secret) };
+                let c =
+                    if p.kind == ProfileType::Token { Credential::Token(secret) } else { Credential::ApiKey(secret) };
                 credentials.insert(id.clone(), c);
             }
         }
@@ -230,7 +233,8 @@ impl Book {
         now: Millis,
     ) -> Result<Ordered, PinError> {
         let inner = self.lock();
-        let sticky = session.and_then(|s| inner.sessions.get(&(provider.to_string(), s.to_string()), now)).map(|(id, _)| id);
+        let sticky =
+            session.and_then(|s| inner.sessions.get(&(provider.to_string(), s.to_string()), now)).map(|(id, _)| id);
         inner.roster.order(config, provider, model, sticky, pin, now)
     }
 
@@ -354,7 +358,11 @@ async fn write_loop(store: Arc<dyn Store>, mut rx: mpsc::UnboundedReceiver<Write
 /// Writes one batch. A failing batch is retried with backoff (the database may be busy or
 /// briefly unavailable); if it keeps failing, rows are written one by one so that one bad row
 /// cannot hold back the others, and each row that still fails is logged with its key.
-async fn write_batch(store: &dyn Store, stats: &[(ProfileId, UsageStats)], models: &[((String, String), ModelCooldown)]) {
+async fn write_batch(
+    store: &dyn Store,
+    stats: &[(ProfileId, UsageStats)],
+    models: &[((String, String), ModelCooldown)],
+) {
     let mut delay = std::time::Duration::from_millis(50);
     for attempt in 1..=5 {
         let res = match store.save_stats(stats).await {

@@ -21,8 +21,21 @@ pub const DEFAULT_FILE: &str = "rota.toml";
 /// The top-level sections a `ROTA_` variable may override (`ROTA_SECTION__KEY`). Other `ROTA_`
 /// variables (`ROTA_CONFIG`, `ROTA_MASTER_KEY`, `ROTA_LOG`, an operator's own) are not config.
 const SECTIONS: [&str; 15] = [
-    "server", "database", "providers", "auth", "models", "aliases", "virtual_models", "agents", "cooldown",
-    "billing", "rotation", "failover", "classification", "timeouts", "limits",
+    "server",
+    "database",
+    "providers",
+    "auth",
+    "models",
+    "aliases",
+    "virtual_models",
+    "agents",
+    "cooldown",
+    "billing",
+    "rotation",
+    "failover",
+    "classification",
+    "timeouts",
+    "limits",
 ];
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -367,7 +380,13 @@ impl Config {
         fig = fig
             .merge(
                 Env::prefixed("ROTA_")
-                    .filter(|k| k == "failover_enabled" || k.as_str().to_ascii_lowercase().split_once("__").is_some_and(|(s, _)| SECTIONS.contains(&s)))
+                    .filter(|k| {
+                        k == "failover_enabled"
+                            || k.as_str()
+                                .to_ascii_lowercase()
+                                .split_once("__")
+                                .is_some_and(|(s, _)| SECTIONS.contains(&s))
+                    })
                     .map(|k| if k == "failover_enabled" { "failover.enabled".into() } else { k.into() })
                     .split("__"),
             )
@@ -428,21 +447,33 @@ impl Config {
         for (id, p) in &self.auth.profiles {
             let key = format!("auth.profiles.\"{id}\"");
             if p.provider != id.provider() {
-                out.push(format!("{key}.provider: `{}` does not match the id's provider `{}`", p.provider, id.provider()));
+                out.push(format!(
+                    "{key}.provider: `{}` does not match the id's provider `{}`",
+                    p.provider,
+                    id.provider()
+                ));
             }
             if !self.has_provider(&p.provider) {
-                out.push(format!("{key}.provider: unknown provider `{}` (configure [providers.{}])", p.provider, p.provider));
+                out.push(format!(
+                    "{key}.provider: unknown provider `{}` (configure [providers.{}])",
+                    p.provider, p.provider
+                ));
             }
             let (field, var) = match p.kind {
                 ProfileType::ApiKey => ("api_key_env", &p.api_key_env),
                 ProfileType::Token => ("token_env", &p.token_env),
                 ProfileType::OAuth => {
-                    out.push(format!("{key}.type: oauth profiles are created by logging in (`rota login {}`), not declared", p.provider));
+                    out.push(format!(
+                        "{key}.type: oauth profiles are created by logging in (`rota login {}`), not declared",
+                        p.provider
+                    ));
                     continue;
                 }
             };
             match var {
-                None => out.push(format!("{key}.{field}: missing; name the environment variable that holds the secret")),
+                None => {
+                    out.push(format!("{key}.{field}: missing; name the environment variable that holds the secret"))
+                }
                 Some(v) if p.secret().is_none() => {
                     out.push(format!("{key}.{field}: environment variable `{v}` is unset or empty"));
                 }
@@ -473,14 +504,16 @@ impl Config {
 
     fn routing_problems(&self, out: &mut Vec<String>) {
         let resolve = |model: &str, fallbacks: Option<&[String]>| {
-            let req = ChainRequest { model: Some(model), agent_fallbacks: fallbacks, failover: true, ..Default::default() };
+            let req =
+                ChainRequest { model: Some(model), agent_fallbacks: fallbacks, failover: true, ..Default::default() };
             self.chain(&req)
         };
         let none: &[String] = &[];
         if let Some(primary) = &self.models.primary
-            && let Err(e) = resolve(primary, Some(none)) {
-                out.push(format!("models.primary: {e}"));
-            }
+            && let Err(e) = resolve(primary, Some(none))
+        {
+            out.push(format!("models.primary: {e}"));
+        }
         for (i, f) in self.models.fallbacks.iter().enumerate() {
             if let Err(e) = resolve(f, Some(none)) {
                 out.push(format!("models.fallbacks[{i}]: {e}"));
@@ -510,10 +543,7 @@ impl Config {
     /// The SQLite file named by `database.url` (`sqlite://rota.db`, `sqlite:rota.db`, a path).
     pub fn database_path(&self) -> Result<PathBuf, ConfigError> {
         let url = self.database.url.trim();
-        let rest = url
-            .strip_prefix("sqlite://")
-            .or_else(|| url.strip_prefix("sqlite:"))
-            .unwrap_or(url);
+        let rest = url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")).unwrap_or(url);
         let rest = rest.split('?').next().unwrap_or("");
         if url.contains("://") && !url.starts_with("sqlite://") {
             return Err(ConfigError(vec![format!(
@@ -603,10 +633,14 @@ base_url = "https://api.anthropic.com"
 
     #[test]
     fn unset_api_key_env_is_a_problem_naming_the_variable() {
-        let c = parse(&format!("{BASE}\n[auth.profiles.\"openai:work\"]\nprovider = \"openai\"\ntype = \"api_key\"\napi_key_env = \"ROTA_TEST_SURELY_UNSET_VAR\""));
+        let c = parse(&format!(
+            "{BASE}\n[auth.profiles.\"openai:work\"]\nprovider = \"openai\"\ntype = \"api_key\"\napi_key_env = \"ROTA_TEST_SURELY_UNSET_VAR\""
+        ));
         assert_eq!(
             c.problems(),
-            ["auth.profiles.\"openai:work\".api_key_env: environment variable `ROTA_TEST_SURELY_UNSET_VAR` is unset or empty"]
+            [
+                "auth.profiles.\"openai:work\".api_key_env: environment variable `ROTA_TEST_SURELY_UNSET_VAR` is unset or empty"
+            ]
         );
     }
 
@@ -621,7 +655,10 @@ base_url = "https://api.anthropic.com"
     #[test]
     fn fallback_naming_unknown_provider_is_a_problem() {
         let c = parse(&format!("{BASE}\n[models]\nprimary = \"openai/gpt-4.1\"\nfallbacks = [\"mystery/m\"]"));
-        assert_eq!(c.problems(), ["models.fallbacks[0]: `mystery/m` names unknown provider `mystery` (configure [providers.mystery])"]);
+        assert_eq!(
+            c.problems(),
+            ["models.fallbacks[0]: `mystery/m` names unknown provider `mystery` (configure [providers.mystery])"]
+        );
     }
 
     #[test]

@@ -67,7 +67,15 @@ fast = "beta/sim-small"
     for (i, (id, secret)) in PROFILES.iter().enumerate() {
         let pid: ProfileId = id.parse()?;
         let sealed = key.seal(&pid, SecretField::ApiKey, &SecretString::from(*secret));
-        let row = StoredProfile { id: pid, kind: ProfileType::ApiKey, origin: Origin::Stored, enabled: true, email: None, expires_at: None, created_at: i as i64 };
+        let row = StoredProfile {
+            id: pid,
+            kind: ProfileType::ApiKey,
+            origin: Origin::Stored,
+            enabled: true,
+            email: None,
+            expires_at: None,
+            created_at: i as i64,
+        };
         store.add_profile(&row, &[sealed]).await?;
     }
     let agent_key = crate::agents::new_key();
@@ -80,10 +88,16 @@ fast = "beta/sim-small"
     let k = agent_key.expose_secret();
     println!("rota demo listening on {url} (simulated upstreams at {upstream}, database {})", db.display());
     println!("providers: alpha (keys steady, flaky: 429 every 3rd call, down: always 503), gamma (down), beta, claude");
-    println!("models: alpha/sim-large (default chain: then beta/sim-small), smart = gamma/sim-xl then beta/sim-small\n");
+    println!(
+        "models: alpha/sim-large (default chain: then beta/sim-small), smart = gamma/sim-xl then beta/sim-small\n"
+    );
     println!("try (repeat to watch rotation in the x-rota-* headers; use \"smart\" to watch a fallback):");
-    println!("  curl -s {url}/v1/chat/completions -H 'authorization: Bearer {k}' -H 'content-type: application/json' \\");
-    println!("       -d '{{\"model\":\"alpha/sim-large\",\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}]}}' -D - ");
+    println!(
+        "  curl -s {url}/v1/chat/completions -H 'authorization: Bearer {k}' -H 'content-type: application/json' \\"
+    );
+    println!(
+        "       -d '{{\"model\":\"alpha/sim-large\",\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}]}}' -D - "
+    );
     println!("  sqlite3 {} 'SELECT kind, provider, profile_id, outcome, reason FROM attempts'", db.display());
     println!("\ndemo agent key:\n{k}");
     app.serve(listener, crate::server::shutdown_signal()).await

@@ -7,7 +7,7 @@ use crate::config::Config;
 use crate::engine::chain::{ChainRequest, FallbackOverride};
 use crate::secrets::{check_key, find_key, key_file_for};
 use crate::status::Status;
-use crate::store::{SqliteStore, Snapshot, Store};
+use crate::store::{Snapshot, SqliteStore, Store};
 use anyhow::Result;
 use serde::Serialize;
 use std::path::Path;
@@ -71,7 +71,8 @@ async fn build(config: &Config, file: Option<String>) -> Report {
             Snapshot::default()
         }
         Ok(path) if !path.exists() => {
-            report.database = Some(format!("{} (not created yet; `rota serve` or `rota migrate` creates it)", path.display()));
+            report.database =
+                Some(format!("{} (not created yet; `rota serve` or `rota migrate` creates it)", path.display()));
             Snapshot::default()
         }
         Ok(path) => match inspect_database(&path, &mut report).await {
@@ -111,11 +112,19 @@ async fn build(config: &Config, file: Option<String>) -> Report {
                 let steps = chain
                     .iter()
                     .map(|c| {
-                        let slots = roster.order(config, &c.provider, &c.model, None, None, now).map(|o| o.slots).unwrap_or_default();
+                        let slots = roster
+                            .order(config, &c.provider, &c.model, None, None, now)
+                            .map(|o| o.slots)
+                            .unwrap_or_default();
                         let line = |id: &crate::engine::ProfileId, note: &str| {
                             let v = &roster.views[id];
                             let status = Status::for_model(v, &c.model, now);
-                            ProfileLine { id: id.to_string(), kind: v.kind.to_string(), display: format!("{}{note}", status.display(now)), status }
+                            ProfileLine {
+                                id: id.to_string(),
+                                kind: v.kind.to_string(),
+                                display: format!("{}{note}", status.display(now)),
+                                status,
+                            }
                         };
                         let mut profiles: Vec<ProfileLine> = slots.iter().map(|s| line(&s.id, "")).collect();
                         // Profiles of the provider that the order leaves out, so nobody wonders why.
@@ -125,7 +134,11 @@ async fn build(config: &Config, file: Option<String>) -> Report {
                             .filter(|id| id.provider() == c.provider && !slots.iter().any(|s| &s.id == *id))
                             .collect();
                         left_out.sort();
-                        let explicit = roster.orders.get(&c.provider).or(config.auth.order.get(&c.provider)).is_some_and(|o| !o.is_empty());
+                        let explicit = roster
+                            .orders
+                            .get(&c.provider)
+                            .or(config.auth.order.get(&c.provider))
+                            .is_some_and(|o| !o.is_empty());
                         let configured = config.configured_profiles(&c.provider);
                         profiles.extend(left_out.into_iter().map(|id| {
                             let why = if roster.views[id].unusable(now).is_some() {
@@ -162,9 +175,13 @@ async fn inspect_database(path: &Path, report: &mut Report) -> Result<Snapshot> 
             report.problems.push(e.to_string());
             "invalid".into()
         }
-        Ok(None) if ids.is_empty() => format!("none yet (created at {} on the first stored secret)", key_file_for(path).display()),
+        Ok(None) if ids.is_empty() => {
+            format!("none yet (created at {} on the first stored secret)", key_file_for(path).display())
+        }
         Ok(None) => {
-            report.problems.push(crate::secrets::KeyError::Missing { ids: ids.join(", "), file: key_file_for(path) }.to_string());
+            report
+                .problems
+                .push(crate::secrets::KeyError::Missing { ids: ids.join(", "), file: key_file_for(path) }.to_string());
             "missing".into()
         }
         Ok(Some((key, origin))) => match check_key(&key, &origin, &ids) {
@@ -198,7 +215,10 @@ fn print_text(r: &Report) {
         for (i, step) in a.chain.iter().enumerate() {
             println!("  {}. {}", i + 1, step.model);
             if step.profiles.is_empty() {
-                println!("       (no usable profile: add one with `rota profiles add {}`)", step.model.split('/').next().unwrap_or(""));
+                println!(
+                    "       (no usable profile: add one with `rota profiles add {}`)",
+                    step.model.split('/').next().unwrap_or("")
+                );
             }
             for p in &step.profiles {
                 println!("       {:<32} {:<8} {}", p.id, p.kind, p.display);

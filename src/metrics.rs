@@ -68,20 +68,48 @@ impl Default for Metrics {
         let requests = Family::default();
         let attempts = Family::default();
         let failovers = Family::default();
-        let upstream_latency = Family::<ProviderLabels, Histogram>::new_with_constructor(|| Histogram::new(exponential_buckets(0.005, 2.0, 14)));
+        let upstream_latency = Family::<ProviderLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.005, 2.0, 14))
+        });
         let overhead = Histogram::new(exponential_buckets(0.00005, 2.0, 14));
         let profiles = Family::default();
         let cooldown_left = Family::default();
         let audit_queue = Gauge::default();
         registry.register("requests", "Requests answered, by agent, API and HTTP status", requests.clone());
         registry.register("attempts", "Upstream calls and skipped candidates, by outcome and reason", attempts.clone());
-        registry.register("failovers", "Requests served by another model than the first candidate, by serving provider", failovers.clone());
-        registry.register("upstream_latency_seconds", "Duration of upstream calls (non-streamed: whole answer; streamed: whole stream)", upstream_latency.clone());
-        registry.register("gateway_overhead_seconds", "Time of a non-streamed request spent in rota rather than upstream", overhead.clone());
+        registry.register(
+            "failovers",
+            "Requests served by another model than the first candidate, by serving provider",
+            failovers.clone(),
+        );
+        registry.register(
+            "upstream_latency_seconds",
+            "Duration of upstream calls (non-streamed: whole answer; streamed: whole stream)",
+            upstream_latency.clone(),
+        );
+        registry.register(
+            "gateway_overhead_seconds",
+            "Time of a non-streamed request spent in rota rather than upstream",
+            overhead.clone(),
+        );
         registry.register("profiles", "Profiles by provider and state", profiles.clone());
-        registry.register("profile_cooldown_seconds", "Seconds until a cooling or disabled profile's window ends", cooldown_left.clone());
+        registry.register(
+            "profile_cooldown_seconds",
+            "Seconds until a cooling or disabled profile's window ends",
+            cooldown_left.clone(),
+        );
         registry.register("audit_queue_depth", "Audit rows queued and not yet written", audit_queue.clone());
-        Metrics { registry, requests, attempts, failovers, upstream_latency, overhead, profiles, cooldown_left, audit_queue }
+        Metrics {
+            registry,
+            requests,
+            attempts,
+            failovers,
+            upstream_latency,
+            overhead,
+            profiles,
+            cooldown_left,
+            audit_queue,
+        }
     }
 }
 
@@ -96,7 +124,9 @@ impl Metrics {
         };
         self.attempts.get_or_create(&labels).inc();
         if let Some(ms) = row.duration_ms.filter(|_| row.profile_id.is_some()) {
-            self.upstream_latency.get_or_create(&ProviderLabels { provider: row.provider.clone() }).observe(ms as f64 / 1000.0);
+            self.upstream_latency
+                .get_or_create(&ProviderLabels { provider: row.provider.clone() })
+                .observe(ms as f64 / 1000.0);
         }
     }
 
@@ -110,10 +140,11 @@ impl Metrics {
         };
         self.requests.get_or_create(&labels).inc();
         if let (Some(served), Some(first)) = (row.served_model.as_deref(), first_candidate)
-            && served != first {
-                let provider = served.split('/').next().unwrap_or(served).to_string();
-                self.failovers.get_or_create(&ProviderLabels { provider }).inc();
-            }
+            && served != first
+        {
+            let provider = served.split('/').next().unwrap_or(served).to_string();
+            self.failovers.get_or_create(&ProviderLabels { provider }).inc();
+        }
         if let Some(ms) = overhead_ms {
             self.overhead.observe(ms.max(0) as f64 / 1000.0);
         }

@@ -90,6 +90,9 @@ fn reason(name: &str) -> Reason {
     }
 }
 
+/// Explicit orders by provider.
+pub type Orders = BTreeMap<String, Vec<ProfileId>>;
+
 /// One profile ready to store.
 pub struct Imported {
     pub profile: StoredProfile,
@@ -99,13 +102,22 @@ pub struct Imported {
 
 /// Checks and converts a file: every id well-formed and of a configured provider, matching its
 /// `provider` field. Nothing is written here; the caller stores all or nothing.
-pub fn import(file: &File, key: &MasterKey, known_provider: impl Fn(&str) -> bool, now: Millis) -> Result<(Vec<Imported>, BTreeMap<String, Vec<ProfileId>>), String> {
+pub fn import(
+    file: &File,
+    key: &MasterKey,
+    known_provider: impl Fn(&str) -> bool,
+    now: Millis,
+) -> Result<(Vec<Imported>, Orders), String> {
     let mut out = Vec::new();
     for (raw, cred) in &file.profiles {
         let id: ProfileId = raw.parse().map_err(|e| format!("profiles.\"{raw}\": {e}"))?;
-        let (provider, kind, fields, expires, email): (&String, ProfileType, Vec<(SecretField, &String)>, Option<Millis>, &Option<String>) = match cred {
-            Credential::ApiKey { provider, key, email } => (provider, ProfileType::ApiKey, vec![(SecretField::ApiKey, key)], None, email),
-            Credential::Token { provider, token, expires, email } => (provider, ProfileType::Token, vec![(SecretField::Token, token)], *expires, email),
+        let (provider, kind, fields, expires, email) = match cred {
+            Credential::ApiKey { provider, key, email } => {
+                (provider, ProfileType::ApiKey, vec![(SecretField::ApiKey, key)], None::<Millis>, email)
+            }
+            Credential::Token { provider, token, expires, email } => {
+                (provider, ProfileType::Token, vec![(SecretField::Token, token)], *expires, email)
+            }
             Credential::OAuth { provider, access, refresh, expires, email } => {
                 let mut f = vec![(SecretField::AccessToken, access)];
                 f.extend(refresh.iter().map(|r| (SecretField::RefreshToken, r)));
@@ -116,14 +128,24 @@ pub fn import(file: &File, key: &MasterKey, known_provider: impl Fn(&str) -> boo
             return Err(format!("profiles.\"{raw}\": provider `{provider}` does not match the id"));
         }
         if !known_provider(provider) {
-            return Err(format!("profiles.\"{raw}\": unknown provider `{provider}` (configure [providers.{provider}] first)"));
+            return Err(format!(
+                "profiles.\"{raw}\": unknown provider `{provider}` (configure [providers.{provider}] first)"
+            ));
         }
         if fields.iter().any(|(_, s)| s.trim().is_empty()) {
             return Err(format!("profiles.\"{raw}\": empty secret"));
         }
         let secrets = fields.iter().map(|(f, s)| key.seal(&id, *f, &SecretString::from(s.to_string()))).collect();
         let stats = file.usage_stats.get(raw).map(to_stats).unwrap_or_default();
-        let profile = StoredProfile { id, kind, origin: Origin::Stored, enabled: true, email: email.clone(), expires_at: expires, created_at: now };
+        let profile = StoredProfile {
+            id,
+            kind,
+            origin: Origin::Stored,
+            enabled: true,
+            email: email.clone(),
+            expires_at: expires,
+            created_at: now,
+        };
         out.push(Imported { profile, secrets, stats });
     }
     let mut order = BTreeMap::new();
@@ -159,13 +181,22 @@ pub fn export(snapshot: &Snapshot, key: &MasterKey) -> Result<File, String> {
     for p in snapshot.profiles.iter().filter(|p| p.origin == Origin::Stored) {
         let secret = |field: SecretField| -> Result<Option<String>, String> {
             let sealed = snapshot.secrets.get(&p.id).and_then(|v| v.iter().find(|s| s.field == field));
-            sealed.map(|s| key.open(&p.id, s).map(|v| v.expose_secret().to_string()).map_err(|e| e.to_string())).transpose()
+            sealed
+                .map(|s| key.open(&p.id, s).map(|v| v.expose_secret().to_string()).map_err(|e| e.to_string()))
+                .transpose()
         };
         let provider = p.id.provider().to_string();
         let email = p.email.clone();
         let cred = match p.kind {
-            ProfileType::ApiKey => Credential::ApiKey { provider, key: secret(SecretField::ApiKey)?.unwrap_or_default(), email },
-            ProfileType::Token => Credential::Token { provider, token: secret(SecretField::Token)?.unwrap_or_default(), expires: p.expires_at, email },
+            ProfileType::ApiKey => {
+                Credential::ApiKey { provider, key: secret(SecretField::ApiKey)?.unwrap_or_default(), email }
+            }
+            ProfileType::Token => Credential::Token {
+                provider,
+                token: secret(SecretField::Token)?.unwrap_or_default(),
+                expires: p.expires_at,
+                email,
+            },
             ProfileType::OAuth => Credential::OAuth {
                 provider,
                 access: secret(SecretField::AccessToken)?.unwrap_or_default(),

@@ -34,7 +34,9 @@ pub fn watch(path: PathBuf, engine: Weak<Engine>) {
                     engine.replace_settings(Settings::new(config));
                     tracing::info!(file = %path.display(), "config reloaded; it applies to the next request");
                 }
-                Err(why) => tracing::error!(file = %path.display(), "config change rejected, the last good config stays: {why}"),
+                Err(why) => {
+                    tracing::error!(file = %path.display(), "config change rejected, the last good config stays: {why}")
+                }
             }
         }
     });

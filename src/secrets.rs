@@ -72,7 +72,9 @@ impl fmt::Debug for MasterKey {
 
 #[derive(Debug, thiserror::Error)]
 pub enum KeyError {
-    #[error("{MASTER_KEY_ENV} is not a valid key: expected 32 bytes in base64 (make one with `head -c 32 /dev/urandom | base64`)")]
+    #[error(
+        "{MASTER_KEY_ENV} is not a valid key: expected 32 bytes in base64 (make one with `head -c 32 /dev/urandom | base64`)"
+    )]
     BadEnv,
     #[error("key file {0} is not a valid key: expected 32 bytes in base64")]
     BadFile(PathBuf),
@@ -169,14 +171,16 @@ pub fn key_file_for(db_path: &Path) -> PathBuf {
 /// there. Creates nothing.
 pub fn find_key(db_path: &Path) -> Result<Option<(MasterKey, KeyOrigin)>, KeyError> {
     if let Ok(v) = std::env::var(MASTER_KEY_ENV).map(|v| v.trim().to_string())
-        && !v.is_empty() {
-            return Ok(Some((MasterKey::decode(&v).ok_or(KeyError::BadEnv)?, KeyOrigin::Env)));
-        }
+        && !v.is_empty()
+    {
+        return Ok(Some((MasterKey::decode(&v).ok_or(KeyError::BadEnv)?, KeyOrigin::Env)));
+    }
     let file = key_file_for(db_path);
     if !file.exists() {
         return Ok(None);
     }
-    let text = std::fs::read_to_string(&file).map_err(|source| KeyError::Io { action: "read", path: file.clone(), source })?;
+    let text =
+        std::fs::read_to_string(&file).map_err(|source| KeyError::Io { action: "read", path: file.clone(), source })?;
     let key = MasterKey::decode(&text).ok_or_else(|| KeyError::BadFile(file.clone()))?;
     Ok(Some((key, KeyOrigin::File(file))))
 }
@@ -184,7 +188,9 @@ pub fn find_key(db_path: &Path) -> Result<Option<(MasterKey, KeyOrigin)>, KeyErr
 /// Checks that `key` sealed every stored secret.
 pub fn check_key(key: &MasterKey, origin: &KeyOrigin, stored_key_ids: &[String]) -> Result<(), KeyError> {
     match stored_key_ids.iter().find(|id| *id != key.id()) {
-        Some(other) => Err(KeyError::Mismatch { stored: other.clone(), found: key.id().to_string(), origin: origin.to_string() }),
+        Some(other) => {
+            Err(KeyError::Mismatch { stored: other.clone(), found: key.id().to_string(), origin: origin.to_string() })
+        }
         None => Ok(()),
     }
 }
@@ -244,8 +250,14 @@ mod tests {
         let k = key(1);
         let s = k.seal(&id("openai:work"), SecretField::ApiKey, &SecretString::from("sk-live-123"));
         assert!(k.open(&id("openai:other"), &s).is_err(), "another profile");
-        assert!(k.open(&id("openai:work"), &Sealed { field: SecretField::Token, ..s.clone() }).is_err(), "another field");
-        assert!(key(2).open(&id("openai:work"), &Sealed { key_id: key(2).id().into(), ..s.clone() }).is_err(), "another key");
+        assert!(
+            k.open(&id("openai:work"), &Sealed { field: SecretField::Token, ..s.clone() }).is_err(),
+            "another field"
+        );
+        assert!(
+            key(2).open(&id("openai:work"), &Sealed { key_id: key(2).id().into(), ..s.clone() }).is_err(),
+            "another key"
+        );
     }
 
     #[test]

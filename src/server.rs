@@ -3,11 +3,11 @@
 
 use crate::audit::Audit;
 use crate::book::Book;
+use crate::config::Config;
+use crate::engine::{Clock, SystemClock};
 use crate::gateway::failover::{Engine, Settings};
 use crate::gateway::upstream::Upstream;
 use crate::gateway::{self, AgentCache};
-use crate::config::Config;
-use crate::engine::{Clock, SystemClock};
 use crate::secrets::resolve_key;
 use crate::status::Status;
 use crate::store::{SqliteStore, Store};
@@ -56,10 +56,7 @@ async fn metrics(State(state): State<AppState>) -> impl axum::response::IntoResp
         cooldown_left,
         audit_queue: engine.audit.queue_depth() as i64,
     };
-    (
-        [("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")],
-        engine.metrics.render(snapshot),
-    )
+    ([("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")], engine.metrics.render(snapshot))
 }
 
 async fn healthz(State(_): State<AppState>) -> Json<Value> {
@@ -77,7 +74,8 @@ impl App {
     /// `watched`: the config file to reload on change (SPEC §8), if the config came from one.
     pub async fn build(config: Config, watched: Option<std::path::PathBuf>) -> Result<App> {
         let db_path = config.database_path()?;
-        let store = SqliteStore::open(&db_path).await.with_context(|| format!("opening database {}", db_path.display()))?;
+        let store =
+            SqliteStore::open(&db_path).await.with_context(|| format!("opening database {}", db_path.display()))?;
         let (key, origin) = resolve_key(&db_path, &store.secret_key_ids().await?)?;
         tracing::info!(key_id = key.id(), from = %origin, database = %db_path.display(), "master key ready");
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
@@ -95,7 +93,11 @@ impl App {
 
     /// Serves until `shutdown` completes, lets in-flight requests finish, then flushes every
     /// pending stats and audit write.
-    pub async fn serve(self, listener: tokio::net::TcpListener, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<()> {
+    pub async fn serve(
+        self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<()> {
         axum::serve(listener, router(self.state)).with_graceful_shutdown(shutdown).await?;
         self.book.flush().await;
         self.audit.flush().await;

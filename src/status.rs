@@ -1,6 +1,6 @@
 //! A profile's state as people read it (`doctor`, `profiles list`, later the API and web page).
 
-use crate::engine::{Millis, ProfileView, Reason, Unusable, Until};
+use crate::engine::{Millis, ProfileView, Reason, Until, Unusable};
 use serde::Serialize;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -93,7 +93,14 @@ mod tests {
     use crate::engine::{Cooldown, Disabled, ProfileType, UsageStats};
 
     fn view(stats: UsageStats) -> ProfileView {
-        ProfileView { id: "openai:a".parse().unwrap(), kind: ProfileType::ApiKey, enabled: true, has_secret: true, expires_at: None, stats }
+        ProfileView {
+            id: "openai:a".parse().unwrap(),
+            kind: ProfileType::ApiKey,
+            enabled: true,
+            has_secret: true,
+            expires_at: None,
+            stats,
+        }
     }
 
     #[test]
@@ -108,8 +115,14 @@ mod tests {
             "cooling for gpt-4.1 until 2023-11-14T22:17:32Z (rate_limit, 4m 12s left)"
         );
         assert_eq!(Status::for_model(&cooling, "gpt-4.1-mini", now), Status::Usable);
-        let gone = view(UsageStats { disabled: Some(Disabled { until: None, reason: Reason::AuthPermanent }), ..Default::default() });
-        assert_eq!(Status::of(&gone, now).display(now), "disabled because auth_permanent until cleared (`rota profiles clear`)");
+        let gone = view(UsageStats {
+            disabled: Some(Disabled { until: None, reason: Reason::AuthPermanent }),
+            ..Default::default()
+        });
+        assert_eq!(
+            Status::of(&gone, now).display(now),
+            "disabled because auth_permanent until cleared (`rota profiles clear`)"
+        );
         let mut off = view(UsageStats::default());
         off.enabled = false;
         assert!(Status::of(&off, now).display(now).starts_with("unusable: disabled by an admin"));

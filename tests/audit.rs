@@ -61,12 +61,19 @@ fallbacks = ["backup/gpt-4.1-mini"]
     let rota = Rota::start(&config, &KEYS).await;
     let chat = |model: &str| json!({"model": model, "messages": [{"role": "user", "content": "hi"}]});
     let status = |code: u16, body: &str| Reply::Status(code, vec![], body.to_string());
-    let limited = Reply::Status(429, vec![("retry-after", "30".into())], r#"{"error":{"message":"Rate limit reached"}}"#.into());
+    let limited =
+        Reply::Status(429, vec![("retry-after", "30".into())], r#"{"error":{"message":"Rate limit reached"}}"#.into());
     let busy = status(503, r#"{"error":{"message":"The engine is currently overloaded"}}"#);
     let gone = status(404, r#"{"error":{"message":"The model `gpt-9` does not exist","code":"model_not_found"}}"#);
     mock.script(KEYS[1].1, vec![limited, gone]);
     mock.script(KEYS[0].1, vec![Reply::Ok, Reply::Ok, busy.clone(), busy.clone(), busy]);
-    mock.script(KEYS[3].1, vec![status(402, r#"{"type":"error","error":{"type":"billing_error","message":"Your credit balance is too low"}}"#)]);
+    mock.script(
+        KEYS[3].1,
+        vec![status(
+            402,
+            r#"{"type":"error","error":{"type":"billing_error","message":"Your credit balance is too low"}}"#,
+        )],
+    );
 
     // R1: k1 serves. R2: k2 answers 429, k1 serves. R3: k1 is overloaded three times (two
     // same-profile retries), k2 is cooling, the fallback model serves. R4: k2 says gpt-9 does not
@@ -94,7 +101,10 @@ fallbacks = ["backup/gpt-4.1-mini"]
             &["overloaded", "openai", "3", "0"],
             &["rate_limit", "openai", "1", "0"],
         ]),
-        rows(&[&["openai/gpt-4.1", "backup/gpt-4.1-mini", "backup:b1", "4"], &["openai/gpt-9", "backup/gpt-4.1-mini", "backup:b1", "2"]]),
+        rows(&[
+            &["openai/gpt-4.1", "backup/gpt-4.1-mini", "backup:b1", "4"],
+            &["openai/gpt-9", "backup/gpt-4.1-mini", "backup:b1", "2"],
+        ]),
         rows(&[
             &["anthropic:main", "1", "0", "1", "0", "0"],
             &["backup:b1", "2", "2", "0", "6", "4"],
@@ -107,16 +117,35 @@ fallbacks = ["backup/gpt-4.1-mini"]
             &["openai:k2", "cooling", "rate_limit", "gpt-4.1"],
         ]),
         rows(&[&["5", "10", "2"]]),
-        rows(&[&["anthropic:main", "0", "1", "1"], &["backup:b1", "2", "0", "0"], &["openai:k1", "2", "1", "1"], &["openai:k2", "0", "1", "1"]]),
+        rows(&[
+            &["anthropic:main", "0", "1", "1"],
+            &["backup:b1", "2", "0", "0"],
+            &["openai:k1", "2", "1", "1"],
+            &["openai:k2", "0", "1", "1"],
+        ]),
         rows(&[&["backup", "6", "4"], &["openai", "6", "4"]]),
         rows(&[&["openai:k1", "overloaded", "2"]]),
-        rows(&[&["anthropic:main", "billing", "1"], &["openai:k1", "overloaded", "1"], &["openai:k2", "rate_limit", "1"]]),
+        rows(&[
+            &["anthropic:main", "billing", "1"],
+            &["openai:k1", "overloaded", "1"],
+            &["openai:k2", "rate_limit", "1"],
+        ]),
         rows(&[&["1", "primary", "anthropic/claude-sonnet-4-5", "anthropic:main", "failure", "billing", "402"]]),
-        rows(&[&["anthropic", "stored", "1", "1", "1"], &["backup", "stored", "1", "1", "1"], &["openai", "stored", "2", "2", "2"]]),
+        rows(&[
+            &["anthropic", "stored", "1", "1", "1"],
+            &["backup", "stored", "1", "1", "1"],
+            &["openai", "stored", "2", "2", "2"],
+        ]),
         rows(&[&["openai/gpt-9", "1", "1"]]),
     ];
     let queries = queries();
-    assert_eq!(queries.len(), expected.len(), "docs/audit.md has {} queries; this test expects {}", queries.len(), expected.len());
+    assert_eq!(
+        queries.len(),
+        expected.len(),
+        "docs/audit.md has {} queries; this test expects {}",
+        queries.len(),
+        expected.len()
+    );
     for (i, (sql, want)) in queries.iter().zip(&expected).enumerate() {
         let got: Vec<Vec<String>> = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
             .fetch_all(rota.store.pool())

@@ -1021,7 +1021,9 @@ static SAMPLES: &[Sample] = &[
         status: None,
         headers: &[],
         body: "",
-        transport: Some("error sending request for url (http://127.0.0.1:11434/api/chat): error trying to connect: tcp connect error: Connection refused (os error 111)"),
+        transport: Some(
+            "error sending request for url (http://127.0.0.1:11434/api/chat): error trying to connect: tcp connect error: Connection refused (os error 111)",
+        ),
         reason: Reason::Network,
         next: Rotate,
         mark: CooldownProfile,
@@ -1034,7 +1036,9 @@ static SAMPLES: &[Sample] = &[
         status: None,
         headers: &[],
         body: "",
-        transport: Some("error sending request for url (https://api.openai.com/v1/chat/completions): connection error: Connection reset by peer (os error 104)"),
+        transport: Some(
+            "error sending request for url (https://api.openai.com/v1/chat/completions): connection error: Connection reset by peer (os error 104)",
+        ),
         reason: Reason::Network,
         next: Rotate,
         mark: CooldownProfile,
@@ -1047,7 +1051,9 @@ static SAMPLES: &[Sample] = &[
         status: None,
         headers: &[],
         body: "",
-        transport: Some("error sending request for url (https://api.anthropic.com/v1/messages): error trying to connect: dns error: failed to lookup address information: Name or service not known"),
+        transport: Some(
+            "error sending request for url (https://api.anthropic.com/v1/messages): error trying to connect: dns error: failed to lookup address information: Name or service not known",
+        ),
         reason: Reason::Network,
         next: Rotate,
         mark: CooldownProfile,
@@ -1060,7 +1066,9 @@ static SAMPLES: &[Sample] = &[
         status: None,
         headers: &[],
         body: "",
-        transport: Some("error sending request for url (https://openrouter.ai/api/v1/chat/completions): error trying to connect: tls handshake eof"),
+        transport: Some(
+            "error sending request for url (https://openrouter.ai/api/v1/chat/completions): error trying to connect: tls handshake eof",
+        ),
         reason: Reason::Network,
         next: Rotate,
         mark: CooldownProfile,
@@ -1073,7 +1081,9 @@ static SAMPLES: &[Sample] = &[
         status: None,
         headers: &[],
         body: "",
-        transport: Some("error sending request for url (https://llm.internal.example/v1/chat/completions): error trying to connect: invalid peer certificate: UnknownIssuer"),
+        transport: Some(
+            "error sending request for url (https://llm.internal.example/v1/chat/completions): error trying to connect: invalid peer certificate: UnknownIssuer",
+        ),
         reason: Reason::Network,
         next: Rotate,
         mark: CooldownProfile,
@@ -1086,7 +1096,9 @@ static SAMPLES: &[Sample] = &[
         status: None,
         headers: &[],
         body: "",
-        transport: Some("error sending request for url (https://generativelanguage.googleapis.com/v1beta/models/gemini-2.0-flash:generateContent): operation timed out"),
+        transport: Some(
+            "error sending request for url (https://generativelanguage.googleapis.com/v1beta/models/gemini-2.0-flash:generateContent): operation timed out",
+        ),
         reason: Reason::Timeout,
         next: Rotate,
         mark: CooldownModel,
@@ -1099,7 +1111,9 @@ static SAMPLES: &[Sample] = &[
         status: None,
         headers: &[],
         body: "",
-        transport: Some("error sending request for url (https://api.mistral.ai/v1/chat/completions): error trying to connect: tcp connect error: Connection timed out (os error 110)"),
+        transport: Some(
+            "error sending request for url (https://api.mistral.ai/v1/chat/completions): error trying to connect: tcp connect error: Connection timed out (os error 110)",
+        ),
         reason: Reason::Timeout,
         next: Rotate,
         mark: CooldownModel,
@@ -1112,7 +1126,9 @@ static SAMPLES: &[Sample] = &[
         status: None,
         headers: &[],
         body: "",
-        transport: Some("error sending request for url (http://10.0.0.5:8000/v1/chat/completions): connection closed before message completed"),
+        transport: Some(
+            "error sending request for url (http://10.0.0.5:8000/v1/chat/completions): connection closed before message completed",
+        ),
         reason: Reason::Network,
         next: Rotate,
         mark: CooldownProfile,
@@ -1242,10 +1258,7 @@ fn run(s: &Sample) -> Classified {
 }
 
 fn sample(name: &str) -> &'static Sample {
-    SAMPLES
-        .iter()
-        .find(|s| s.name == name)
-        .unwrap_or_else(|| panic!("no sample named `{name}` in the table"))
+    SAMPLES.iter().find(|s| s.name == name).unwrap_or_else(|| panic!("no sample named `{name}` in the table"))
 }
 
 /// Every difference between what the classifier said and what the row expects.
@@ -1266,9 +1279,10 @@ fn mismatches(s: &Sample) -> Vec<String> {
         bad.push(format!("hint.wait_ms: expected {:?}, got {:?}", s.wait_ms, wait));
     }
     if let Some(want) = s.account_wide
-        && out.account_wide != want {
-            bad.push(format!("account_wide: expected {want}, got {}", out.account_wide));
-        }
+        && out.account_wide != want
+    {
+        bad.push(format!("account_wide: expected {want}, got {}", out.account_wide));
+    }
     if out.message.trim().is_empty() {
         bad.push("message: empty".to_string());
     }
@@ -1300,7 +1314,17 @@ fn table_rows_are_consistent_with_the_effect_table() {
     let wrong: Vec<String> = SAMPLES
         .iter()
         .filter(|s| s.reason.next() != s.next || s.reason.mark() != s.mark)
-        .map(|s| format!("  {}: {} is ({:?}, {:?}), row says ({:?}, {:?})", s.name, s.reason, s.reason.next(), s.reason.mark(), s.next, s.mark))
+        .map(|s| {
+            format!(
+                "  {}: {} is ({:?}, {:?}), row says ({:?}, {:?})",
+                s.name,
+                s.reason,
+                s.reason.next(),
+                s.reason.mark(),
+                s.next,
+                s.mark
+            )
+        })
         .collect();
     assert!(wrong.is_empty(), "rows whose effect does not match their reason:\n{}", wrong.join("\n"));
     for s in SAMPLES {

@@ -43,7 +43,11 @@ impl Env {
 
     fn cmd(&self, args: &[&str]) -> Command {
         let mut c = Command::new(env!("CARGO_BIN_EXE_rota"));
-        c.args(args).current_dir(self.dir.path()).env_remove("ROTA_MASTER_KEY").env_remove("ROTA_CONFIG").env("ROTA_LOG", "warn");
+        c.args(args)
+            .current_dir(self.dir.path())
+            .env_remove("ROTA_MASTER_KEY")
+            .env_remove("ROTA_CONFIG")
+            .env("ROTA_LOG", "warn");
         for (k, _) in std::env::vars() {
             if k.starts_with("ROTA_") && k != "ROTA_LOG" {
                 c.env_remove(k);
@@ -74,7 +78,8 @@ impl Env {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         rt.block_on(async {
             let store = SqliteStore::open(&path).await.unwrap();
-            let mut ids: Vec<String> = store.snapshot().await.unwrap().profiles.iter().map(|p| format!("{}:{}", p.id, p.kind)).collect();
+            let mut ids: Vec<String> =
+                store.snapshot().await.unwrap().profiles.iter().map(|p| format!("{}:{}", p.id, p.kind)).collect();
             ids.sort();
             store.close().await;
             ids
@@ -99,19 +104,37 @@ fn assert_refused(out: &Output, expected: &str) {
 #[test]
 fn bad_profile_input_is_refused_with_a_clear_message_and_writes_nothing() {
     let env = Env::new(BASE);
-    assert_refused(&env.run_stdin(&["profiles", "add", "openai", "--name", "bad name"], "sk-1"), "malformed profile id `openai:bad name`");
+    assert_refused(
+        &env.run_stdin(&["profiles", "add", "openai", "--name", "bad name"], "sk-1"),
+        "malformed profile id `openai:bad name`",
+    );
     assert_refused(&env.run_stdin(&["profiles", "add", "azure", "--name", "x"], "sk-1"), "unknown provider `azure`");
     assert_refused(&env.run_stdin(&["profiles", "add", "openai", "--name", "empty"], "  \n"), "empty API key on stdin");
-    assert_refused(&env.run_stdin(&["profiles", "add", "openai", "--name", "two", "--type", "oauth"], "x"), "rota login openai");
-    assert_refused(&env.run_stdin(&["profiles", "add", "openai", "--name", "t", "--type", "token", "--expires", "tomorrow"], "x"), "RFC 3339");
-    assert_refused(&env.run_stdin(&["profiles", "add", "openai", "--name", "t", "--type", "token", "--expires", "2001-01-01T00:00:00Z"], "x"), "in the past");
+    assert_refused(
+        &env.run_stdin(&["profiles", "add", "openai", "--name", "two", "--type", "oauth"], "x"),
+        "rota login openai",
+    );
+    assert_refused(
+        &env.run_stdin(&["profiles", "add", "openai", "--name", "t", "--type", "token", "--expires", "tomorrow"], "x"),
+        "RFC 3339",
+    );
+    assert_refused(
+        &env.run_stdin(
+            &["profiles", "add", "openai", "--name", "t", "--type", "token", "--expires", "2001-01-01T00:00:00Z"],
+            "x",
+        ),
+        "in the past",
+    );
     assert_refused(&env.run_stdin(&["profiles", "add", "openai", "--name", "k"], "sk one\nsk two"), "whitespace");
     assert!(!env.path("rota.db").exists(), "nothing was written, not even a database");
     assert!(!env.path("rota.key").exists(), "no key was created");
 
     assert_ok(&env.run_stdin(&["profiles", "add", "openai", "--name", "work"], "sk-first\n"));
     let before = env.db_profiles();
-    assert_refused(&env.run_stdin(&["profiles", "add", "openai", "--name", "work", "--type", "token"], "sk-second"), "profile openai:work already exists");
+    assert_refused(
+        &env.run_stdin(&["profiles", "add", "openai", "--name", "work", "--type", "token"], "sk-second"),
+        "profile openai:work already exists",
+    );
     assert_eq!(env.db_profiles(), before);
     assert_eq!(before, ["openai:work:api_key"]);
 
@@ -184,7 +207,11 @@ fn spawn_serve(env: &Env, extra_env: &[(&str, &str)]) -> (std::process::Child, S
     let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let addr = line.trim().strip_prefix("rota listening on http://").unwrap_or_else(|| panic!("unexpected: {line}")).to_string();
+    let addr = line
+        .trim()
+        .strip_prefix("rota listening on http://")
+        .unwrap_or_else(|| panic!("unexpected: {line}"))
+        .to_string();
     (child, addr)
 }
 
@@ -229,7 +256,9 @@ fn serve_migrates_answers_healthz_and_stops_cleanly_on_sigterm() {
 
 #[test]
 fn serve_refuses_a_config_with_problems() {
-    let env = Env::new(&format!("{BASE}\n[auth.profiles.\"openai:work\"]\nprovider = \"openai\"\napi_key_env = \"ROTA_TEST_UNSET_KEY\"\n"));
+    let env = Env::new(&format!(
+        "{BASE}\n[auth.profiles.\"openai:work\"]\nprovider = \"openai\"\napi_key_env = \"ROTA_TEST_UNSET_KEY\"\n"
+    ));
     let out = env.run(&["serve", "--listen", "127.0.0.1:0"]);
     assert_refused(&out, "environment variable `ROTA_TEST_UNSET_KEY` is unset or empty");
     assert!(!env.path("rota.db").exists());
@@ -247,7 +276,10 @@ fn seed_stats(env: &Env, config_text: &str) {
             error_count: 1,
             ..Default::default()
         };
-        let gone = UsageStats { disabled: Some(Disabled { until: None, reason: Reason::AuthPermanent }), ..Default::default() };
+        let gone = UsageStats {
+            disabled: Some(Disabled { until: None, reason: Reason::AuthPermanent }),
+            ..Default::default()
+        };
         store.save_stats(&[("openai:b".parse().unwrap(), cooling), ("openai:c".parse().unwrap(), gone)]).await.unwrap();
         store.close().await;
     });
@@ -276,7 +308,10 @@ api_key_env = \"ROTA_TEST_KEY_C\"
     let o = text(&out.stdout);
     assert!(o.contains("agent (default):\n  1. anthropic/claude-sonnet-4-5\n       (no usable profile"), "{o}");
     assert!(o.contains("  2. openai/gpt-4.1-mini\n       openai:a                         api_key  usable\n       openai:b                         api_key  cooling for gpt-4.1-mini until "), "{o}");
-    assert!(o.contains("openai:c                         api_key  disabled because auth_permanent until cleared"), "{o}");
+    assert!(
+        o.contains("openai:c                         api_key  disabled because auth_permanent until cleared"),
+        "{o}"
+    );
     assert!(o.contains("agent planner:\n  1. anthropic/claude-sonnet-4-5\n"), "{o}");
     assert!(!o.contains("agent planner:\n  1. anthropic/claude-sonnet-4-5\n       (no usable profile: add one with `rota profiles add anthropic`)\n  2."), "{o}");
     assert!(o.ends_with("no problems found\n"), "{o}");
@@ -296,10 +331,19 @@ api_key_env = \"ROTA_TEST_KEY_C\"
 #[test]
 fn doctor_exits_non_zero_naming_each_problem() {
     let cases = [
-        ("[models]\nprimary = \"openai/gpt-4.1\"\nfallbacks = [\"mystery/m\"]", "models.fallbacks[0]: `mystery/m` names unknown provider `mystery`"),
-        ("[virtual_models.a]\ntargets = [\"b\"]\n[virtual_models.b]\ntargets = [\"a\"]", "virtual model or alias cycle: a → b → a"),
+        (
+            "[models]\nprimary = \"openai/gpt-4.1\"\nfallbacks = [\"mystery/m\"]",
+            "models.fallbacks[0]: `mystery/m` names unknown provider `mystery`",
+        ),
+        (
+            "[virtual_models.a]\ntargets = [\"b\"]\n[virtual_models.b]\ntargets = [\"a\"]",
+            "virtual model or alias cycle: a → b → a",
+        ),
         ("[cooldown]\nbase = \"a while\"", "key `cooldown.base`: invalid duration `a while`"),
-        ("[auth.profiles.\"openai:w\"]\nprovider = \"openai\"\napi_key_env = \"ROTA_TEST_NEVER_SET\"", "environment variable `ROTA_TEST_NEVER_SET` is unset or empty"),
+        (
+            "[auth.profiles.\"openai:w\"]\nprovider = \"openai\"\napi_key_env = \"ROTA_TEST_NEVER_SET\"",
+            "environment variable `ROTA_TEST_NEVER_SET` is unset or empty",
+        ),
     ];
     let providers = "[providers.openai]\napi = \"openai\"\nbase_url = \"http://127.0.0.1:9/v1\"\n";
     for (snippet, expected) in cases {
@@ -386,7 +430,11 @@ fn demo_serves_rotation_and_fallback_over_simulated_upstreams() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let lines: Vec<String> = BufReader::new(child.stdout.take().unwrap()).lines().map(Result::unwrap).take_while(|l| !l.starts_with("rk_")).collect();
+    let lines: Vec<String> = BufReader::new(child.stdout.take().unwrap())
+        .lines()
+        .map(Result::unwrap)
+        .take_while(|l| !l.starts_with("rk_"))
+        .collect();
     let addr = lines[0].strip_prefix("rota demo listening on http://").unwrap().split(' ').next().unwrap().to_string();
     let key_line = lines.iter().find(|l| l.contains("Bearer rk_")).unwrap();
     let key = key_line.split("Bearer ").nth(1).unwrap().split('\'').next().unwrap().to_string();
@@ -411,9 +459,15 @@ fn demo_serves_rotation_and_fallback_over_simulated_upstreams() {
             a.lines().find(|l| l.starts_with("x-rota-profile:")).unwrap().to_string()
         })
         .collect();
-    assert!(profiles.iter().any(|p| p.ends_with("alpha:steady")) && profiles.iter().any(|p| p.ends_with("alpha:flaky")), "{profiles:?}");
+    assert!(
+        profiles.iter().any(|p| p.ends_with("alpha:steady")) && profiles.iter().any(|p| p.ends_with("alpha:flaky")),
+        "{profiles:?}"
+    );
     let smart = post("smart");
-    assert!(smart.starts_with("HTTP/1.1 200") && smart.contains("x-rota-model: sim-small"), "fallback to beta: {smart}");
+    assert!(
+        smart.starts_with("HTTP/1.1 200") && smart.contains("x-rota-model: sim-small"),
+        "fallback to beta: {smart}"
+    );
     assert!(smart.contains("Hello from the simulated sim-small."), "{smart}");
     assert!(stop(child).success());
     assert!(env.path("demo.db").exists());
@@ -442,7 +496,10 @@ fn openclaw_import_then_export_gives_back_an_equivalent_file() {
     assert!(text(&out.stdout).starts_with("imported 5 profile(s) and 1 order(s)"), "{}", text(&out.stdout));
     let listed: serde_json::Value = serde_json::from_slice(&env.run(&["profiles", "list", "--json"]).stdout).unwrap();
     let state = |id: &str| listed.as_array().unwrap().iter().find(|p| p["id"] == id).unwrap()["type"].clone();
-    assert_eq!((state("anthropic:ana@example.com"), state("openai:ci"), state("openai:work")), ("oauth".into(), "token".into(), "api_key".into()));
+    assert_eq!(
+        (state("anthropic:ana@example.com"), state("openai:ci"), state("openai:work")),
+        ("oauth".into(), "token".into(), "api_key".into())
+    );
     let db = std::fs::read(env.path("rota.db")).unwrap();
     assert!(!db.windows(12).any(|w| w == b"FIXTUREKEYWO"), "imported secrets are sealed");
 

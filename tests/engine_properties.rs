@@ -6,10 +6,9 @@
 
 use proptest::prelude::*;
 use proptest::test_runner::Config as ProptestConfig;
-use rota::engine::order::{Ordered, OrderRequest, Rotation, Slot, order};
+use rota::engine::order::{OrderRequest, Ordered, Rotation, Slot, order};
 use rota::engine::{
-    Cooldown, CooldownPolicy, Disabled, Failure, Millis, ProfileId, ProfileType, ProfileView, Reason, Until,
-    UsageStats,
+    Cooldown, CooldownPolicy, Disabled, Failure, Millis, ProfileId, ProfileType, ProfileView, Reason, Until, UsageStats,
 };
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -137,15 +136,8 @@ fn scenario() -> impl Strategy<Value = Scenario> {
             proptest::option::weighted(0.6, 0..n + 2),
             0usize..MODELS.len(),
         )
-            .prop_map(|(specs, stored, configured, stored_order, config_order, rotation, sticky, model)| Scenario {
-                specs,
-                stored,
-                configured,
-                stored_order,
-                config_order,
-                rotation,
-                sticky,
-                model,
+            .prop_map(|(specs, stored, configured, stored_order, config_order, rotation, sticky, model)| {
+                Scenario { specs, stored, configured, stored_order, config_order, rotation, sticky, model }
             })
     })
 }
@@ -260,10 +252,7 @@ impl World {
     fn cooled_raw(&self, id: &ProfileId, model: &str) -> bool {
         let s = &self.book[id].stats;
         let dis = s.disabled.as_ref().is_some_and(|d| d.until.is_none_or(|u| NOW < u));
-        let cool = s
-            .cooldown
-            .as_ref()
-            .is_some_and(|c| NOW < c.until && c.model.as_deref().is_none_or(|m| m == model));
+        let cool = s.cooldown.as_ref().is_some_and(|c| NOW < c.until && c.model.as_deref().is_none_or(|m| m == model));
         dis || cool
     }
 }

@@ -41,7 +41,14 @@ fn chat() -> Value {
     json!({"model": "openai/gpt-4.1", "messages": [{"role": "user", "content": "hi"}], "temperature": 0.2, "x_unknown": {"kept": true}})
 }
 
-fn row(kind: &str, model: &str, profile: Option<&str>, outcome: &str, reason: Option<&str>, status: Option<i64>) -> (String, String, Option<String>, String, Option<String>, Option<i64>) {
+fn row(
+    kind: &str,
+    model: &str,
+    profile: Option<&str>,
+    outcome: &str,
+    reason: Option<&str>,
+    status: Option<i64>,
+) -> (String, String, Option<String>, String, Option<String>, Option<i64>) {
     (kind.into(), model.into(), profile.map(str::to_string), outcome.into(), reason.map(str::to_string), status)
 }
 
@@ -98,12 +105,21 @@ async fn retry_after_7_cools_that_profile_exactly_7_seconds_and_it_is_skipped() 
     }
     let k = |i: usize| KEYS[i].1.to_string();
     assert_eq!(mock.keys(), [k(0), k(1), k(1), k(1), k(1)]);
-    assert_eq!(rota.scalar("SELECT cooldown_until - last_failure_at FROM usage_stats WHERE profile_id = 'openai:k1'").await, Some(7_000));
+    assert_eq!(
+        rota.scalar("SELECT cooldown_until - last_failure_at FROM usage_stats WHERE profile_id = 'openai:k1'").await,
+        Some(7_000)
+    );
     let attempts = rota.attempts().await;
-    assert_eq!(attempts[0], row("primary", "openai/gpt-4.1", Some("openai:k1"), "failure", Some("rate_limit"), Some(429)));
+    assert_eq!(
+        attempts[0],
+        row("primary", "openai/gpt-4.1", Some("openai:k1"), "failure", Some("rate_limit"), Some(429))
+    );
     assert_eq!(attempts[1], row("rotate", "openai/gpt-4.1", Some("openai:k2"), "success", None, Some(200)));
     assert_eq!(rota.scalar("SELECT retry_after_ms FROM attempts WHERE reason = 'rate_limit'").await, Some(7_000));
-    assert_eq!(rota.scalar("SELECT cooldown_model IS NOT NULL FROM usage_stats WHERE profile_id = 'openai:k1'").await, Some(1));
+    assert_eq!(
+        rota.scalar("SELECT cooldown_model IS NOT NULL FROM usage_stats WHERE profile_id = 'openai:k1'").await,
+        Some(1)
+    );
 }
 
 #[tokio::test]
@@ -133,7 +149,10 @@ async fn all_profiles_429_falls_back_to_the_next_model() {
     assert_eq!(rota.chat(chat(), &[]).await.status(), 200);
     assert_eq!(rota.chat(chat(), &[]).await.status(), 200);
     let attempts = rota.attempts().await;
-    assert_eq!(attempts[3], row("probe", "openai/gpt-4.1", Some("openai:k1"), "failure", Some("rate_limit"), Some(429)));
+    assert_eq!(
+        attempts[3],
+        row("probe", "openai/gpt-4.1", Some("openai:k1"), "failure", Some("rate_limit"), Some(429))
+    );
     assert_eq!(attempts[4].0, "fallback");
     assert_eq!(attempts[5], row("skipped", "openai/gpt-4.1", None, "skipped", Some("rate_limit"), None));
     assert_eq!(mock.seen().len(), 6);
@@ -145,8 +164,14 @@ async fn every_candidate_failing_gives_the_aggregated_error_with_retry_after() {
     let mock = Mock::default();
     let base = mock.start().await;
     let rota = Rota::start(&config(&base, ""), &[KEYS[0], KEYS[3]]).await;
-    mock.script(KEYS[0].1, vec![Reply::Status(429, vec![("retry-after", "30".into())], r#"{"error":{"message":"slow down"}}"#.into())]);
-    mock.script(KEYS[3].1, vec![Reply::Status(429, vec![("retry-after", "12".into())], r#"{"error":{"message":"busy"}}"#.into())]);
+    mock.script(
+        KEYS[0].1,
+        vec![Reply::Status(429, vec![("retry-after", "30".into())], r#"{"error":{"message":"slow down"}}"#.into())],
+    );
+    mock.script(
+        KEYS[3].1,
+        vec![Reply::Status(429, vec![("retry-after", "12".into())], r#"{"error":{"message":"busy"}}"#.into())],
+    );
     let r = rota.chat(chat(), &[]).await;
     assert_eq!(r.status(), 429);
     assert_eq!(r.headers()["retry-after"], "12");
@@ -163,7 +188,10 @@ async fn every_candidate_failing_gives_the_aggregated_error_with_retry_after() {
 async fn format_and_context_overflow_stop_after_one_call_without_cooldown() {
     for (body, reason) in [
         (r#"{"error":{"message":"Invalid value for 'temperature'","type":"invalid_request_error"}}"#, "format"),
-        (r#"{"error":{"message":"This model's maximum context length is 128000 tokens","code":"context_length_exceeded"}}"#, "context_overflow"),
+        (
+            r#"{"error":{"message":"This model's maximum context length is 128000 tokens","code":"context_length_exceeded"}}"#,
+            "context_overflow",
+        ),
     ] {
         let mock = Mock::default();
         let base = mock.start().await;
@@ -174,8 +202,14 @@ async fn format_and_context_overflow_stop_after_one_call_without_cooldown() {
         let v: Value = r.json().await.unwrap();
         assert_eq!(v, serde_json::from_str::<Value>(body).unwrap(), "the upstream error is returned as is");
         assert_eq!(mock.seen().len(), 1, "{reason}: one upstream call");
-        assert_eq!(rota.attempts().await, [row("primary", "openai/gpt-4.1", Some("openai:k1"), "failure", Some(reason), Some(400))]);
-        assert_eq!(rota.scalar("SELECT error_count + failure_total FROM usage_stats WHERE profile_id = 'openai:k1'").await, Some(0));
+        assert_eq!(
+            rota.attempts().await,
+            [row("primary", "openai/gpt-4.1", Some("openai:k1"), "failure", Some(reason), Some(400))]
+        );
+        assert_eq!(
+            rota.scalar("SELECT error_count + failure_total FROM usage_stats WHERE profile_id = 'openai:k1'").await,
+            Some(0)
+        );
     }
 }
 
@@ -189,8 +223,14 @@ async fn model_not_found_goes_to_the_next_model_and_cools_the_model_not_the_prof
     let r = rota.chat(chat(), &[]).await;
     assert_eq!(r.status(), 200);
     assert_eq!(mock.keys(), [KEYS[0].1, KEYS[3].1], "no rotation to k2: the model is gone for every profile");
-    assert_eq!(rota.scalar("SELECT COUNT(*) FROM model_cooldowns WHERE provider = 'openai' AND model = 'gpt-4.1'").await, Some(1));
-    assert_eq!(rota.scalar("SELECT error_count + failure_total FROM usage_stats WHERE profile_id = 'openai:k1'").await, Some(0));
+    assert_eq!(
+        rota.scalar("SELECT COUNT(*) FROM model_cooldowns WHERE provider = 'openai' AND model = 'gpt-4.1'").await,
+        Some(1)
+    );
+    assert_eq!(
+        rota.scalar("SELECT error_count + failure_total FROM usage_stats WHERE profile_id = 'openai:k1'").await,
+        Some(0)
+    );
     // The model cools for 1 minute, so the next request probes it (still gone), and the one
     // after that, inside the probe throttle, skips it without a call.
     mock.script(KEYS[1].1, vec![Reply::Status(404, vec![], gone.into())]);
@@ -214,7 +254,11 @@ async fn overloaded_503_is_retried_twice_on_the_same_key_then_rotates() {
     assert_eq!(mock.keys(), [KEYS[0].1, KEYS[0].1, KEYS[0].1, KEYS[1].1]);
     let kinds: Vec<String> = rota.attempts().await.into_iter().map(|r| r.0).collect();
     assert_eq!(kinds, ["primary", "retry", "retry", "rotate"]);
-    assert_eq!(rota.scalar("SELECT error_count FROM usage_stats WHERE profile_id = 'openai:k1'").await, Some(1), "one failure after the retries");
+    assert_eq!(
+        rota.scalar("SELECT error_count FROM usage_stats WHERE profile_id = 'openai:k1'").await,
+        Some(1),
+        "one failure after the retries"
+    );
 }
 
 #[tokio::test]
@@ -228,7 +272,8 @@ async fn missing_unknown_or_revoked_agent_keys_get_401_and_no_upstream_call() {
     let r = c.post(&url).bearer_auth("rk_nope").json(&chat()).send().await.unwrap();
     assert_eq!(r.status(), 401);
     assert_eq!(r.json::<Value>().await.unwrap()["error"]["code"], "invalid_api_key");
-    let r = c.post(format!("{}/v1/messages", rota.url)).header("x-api-key", "rk_nope").json(&chat()).send().await.unwrap();
+    let r =
+        c.post(format!("{}/v1/messages", rota.url)).header("x-api-key", "rk_nope").json(&chat()).send().await.unwrap();
     assert_eq!(r.json::<Value>().await.unwrap()["error"]["type"], "authentication_error");
     assert!(mock.seen().is_empty());
 }
@@ -240,7 +285,9 @@ async fn bad_requests_are_refused_in_the_clients_format_without_upstream_calls()
     let rota = Rota::start(&config(&base, "[limits]\nmax_body_bytes = 2048"), &KEYS[..1]).await;
     let c = Rota::client();
     let url = format!("{}/v1/chat/completions", rota.url);
-    let send = |body: Vec<u8>| c.post(&url).bearer_auth(&rota.agent_key).header("content-type", "application/json").body(body).send();
+    let send = |body: Vec<u8>| {
+        c.post(&url).bearer_auth(&rota.agent_key).header("content-type", "application/json").body(body).send()
+    };
     let r = send(b"{not json".to_vec()).await.unwrap();
     assert_eq!(r.status(), 400);
     assert!(r.json::<Value>().await.unwrap()["error"]["message"].as_str().unwrap().starts_with("invalid JSON"));
@@ -293,7 +340,10 @@ async fn upstream_echoing_the_key_never_reaches_the_client_or_the_audit() {
     let mock = Mock::default();
     let base = mock.start().await;
     let rota = Rota::start(&config(&base, ""), &[KEYS[0]]).await;
-    let echo = format!(r#"{{"error":{{"message":"Incorrect API key provided: {}. Check it.","type":"invalid_request_error"}}}}"#, KEYS[0].1);
+    let echo = format!(
+        r#"{{"error":{{"message":"Incorrect API key provided: {}. Check it.","type":"invalid_request_error"}}}}"#,
+        KEYS[0].1
+    );
     mock.script(KEYS[0].1, vec![Reply::Status(400, vec![], echo.clone())]);
     let r = rota.chat(chat(), &[("x-rota-fallbacks", "none")]).await;
     let headers = format!("{:?}", r.headers());
@@ -304,7 +354,8 @@ async fn upstream_echoing_the_key_never_reaches_the_client_or_the_audit() {
     }
     assert!(text.contains("[REDACTED]"), "{text}");
     rota.flush().await;
-    let errors: Vec<Option<String>> = sqlx::query_scalar("SELECT error FROM attempts").fetch_all(rota.store.pool()).await.unwrap();
+    let errors: Vec<Option<String>> =
+        sqlx::query_scalar("SELECT error FROM attempts").fetch_all(rota.store.pool()).await.unwrap();
     assert_eq!(errors.len(), 1);
     assert!(!errors[0].as_deref().unwrap().contains("key-one-0001"), "{errors:?}");
 }
@@ -328,7 +379,10 @@ async fn stream_failing_before_its_first_event_fails_over_invisibly() {
     let a = rota.attempts().await;
     assert_eq!(a[0], row("primary", "openai/gpt-4.1", Some("openai:k1"), "failure", Some("rate_limit"), None));
     assert_eq!(a[1].3, "success");
-    assert_eq!(rota.scalar("SELECT tokens_in * 100 + tokens_out FROM attempts WHERE outcome = 'success'").await, Some(302));
+    assert_eq!(
+        rota.scalar("SELECT tokens_in * 100 + tokens_out FROM attempts WHERE outcome = 'success'").await,
+        Some(302)
+    );
 }
 
 #[tokio::test]
@@ -401,7 +455,10 @@ async fn a_responses_request_skips_a_provider_of_another_wire_format() {
     assert_eq!(r.headers()["x-rota-provider"], "openai");
     let a = rota.attempts().await;
     assert_eq!(a[0], row("skipped", "anthropic/claude", None, "skipped", Some("wire_format"), None));
-    let err: Option<String> = sqlx::query_scalar("SELECT error FROM attempts WHERE reason = 'wire_format'").fetch_one(rota.store.pool()).await.unwrap();
+    let err: Option<String> = sqlx::query_scalar("SELECT error FROM attempts WHERE reason = 'wire_format'")
+        .fetch_one(rota.store.pool())
+        .await
+        .unwrap();
     assert_eq!(err.as_deref(), Some("anthropic: the responses API is served only by OpenAI-format providers"));
 }
 
@@ -444,7 +501,8 @@ async fn anthropic_client_is_served_by_an_openai_upstream_through_translation() 
     assert_eq!(v["stop_reason"], "end_turn");
     assert_eq!(v["usage"], json!({"input_tokens": 3, "output_tokens": 2}));
     let text = rota.messages(json!({"model": "openai/gpt-4.1", "max_tokens": 10, "stream": true, "messages": [{"role": "user", "content": "hi"}]})).await.text().await.unwrap();
-    let names: Vec<String> = rota::gateway::sse::Splitter::default().push(text.as_bytes()).iter().filter_map(|e| e.name.clone()).collect();
+    let names: Vec<String> =
+        rota::gateway::sse::Splitter::default().push(text.as_bytes()).iter().filter_map(|e| e.name.clone()).collect();
     assert_eq!(names.first().map(String::as_str), Some("message_start"), "{text}");
     assert_eq!(names.last().map(String::as_str), Some("message_stop"), "{text}");
     assert!(names.iter().filter(|n| *n == "content_block_delta").count() == 3, "{text}");
@@ -494,7 +552,11 @@ async fn client_leaving_mid_stream_aborts_the_upstream_stream() {
     assert_eq!(mock.aborted(), 1, "the upstream stream was closed when the client left");
     let a = rota.attempts().await;
     assert_eq!((a.len(), a[0].3.as_str(), a[0].4.as_deref()), (1, "failure", Some("cancelled")));
-    assert_eq!(rota.scalar("SELECT error_count FROM usage_stats WHERE profile_id = 'openai:k1'").await, Some(0), "no cooldown");
+    assert_eq!(
+        rota.scalar("SELECT error_count FROM usage_stats WHERE profile_id = 'openai:k1'").await,
+        Some(0),
+        "no cooldown"
+    );
 }
 
 #[tokio::test]
@@ -553,7 +615,10 @@ async fn shutdown_under_load_loses_no_audit_row() {
     }
     assert!(answered > 0, "some requests were in flight");
     let calls = mock.seen().len() as i64;
-    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM attempts WHERE outcome != 'skipped'").fetch_one(rota.store.pool()).await.unwrap();
+    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM attempts WHERE outcome != 'skipped'")
+        .fetch_one(rota.store.pool())
+        .await
+        .unwrap();
     assert_eq!(rows, calls, "one attempts row per upstream call");
     let requests: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM requests").fetch_one(rota.store.pool()).await.unwrap();
     assert_eq!(requests, answered, "one requests row per answered request");
@@ -620,8 +685,15 @@ async fn secrets_never_reach_the_logs_of_the_binary() {
     run(&["profiles", "add", "backup", "--name", "b1"], KEYS[3].1);
     run(&["profiles", "add", "anthropic", "--name", "main"], "sk-ant-test-0005");
     let agent_key = run(&["agents", "create", "ops"], "").lines().last().unwrap().to_string();
-    let echo = |key: &str| format!(r#"{{"error":{{"message":"Incorrect API key provided: {key}","type":"invalid_request_error","code":"invalid_api_key"}}}}"#);
-    let format_echo = format!(r#"{{"error":{{"message":"Invalid value for 'key_hint': {} is not allowed","type":"invalid_request_error"}}}}"#, KEYS[0].1);
+    let echo = |key: &str| {
+        format!(
+            r#"{{"error":{{"message":"Incorrect API key provided: {key}","type":"invalid_request_error","code":"invalid_api_key"}}}}"#
+        )
+    };
+    let format_echo = format!(
+        r#"{{"error":{{"message":"Invalid value for 'key_hint': {} is not allowed","type":"invalid_request_error"}}}}"#,
+        KEYS[0].1
+    );
     mock.script(KEYS[0].1, vec![Reply::Status(401, vec![], echo(KEYS[0].1)), Reply::Status(400, vec![], format_echo)]);
     mock.script(KEYS[3].1, vec![Reply::Status(401, vec![], echo(KEYS[3].1))]);
 
@@ -640,7 +712,8 @@ async fn secrets_never_reach_the_logs_of_the_binary() {
     let post = |headers: Vec<(&'static str, &'static str)>| {
         let (url, agent_key) = (url.clone(), agent_key.clone());
         async move {
-            let mut req = Rota::client().post(format!("{url}/v1/chat/completions")).bearer_auth(agent_key).json(&chat());
+            let mut req =
+                Rota::client().post(format!("{url}/v1/chat/completions")).bearer_auth(agent_key).json(&chat());
             for (k, v) in headers {
                 req = req.header(k, v);
             }
@@ -669,7 +742,13 @@ async fn secrets_never_reach_the_logs_of_the_binary() {
         .await
         .unwrap();
     assert_eq!(translated.status(), 200);
-    let bad_agent = Rota::client().post(format!("{url}/v1/chat/completions")).bearer_auth("rk_wrongwrongwrongwrong").json(&chat()).send().await.unwrap();
+    let bad_agent = Rota::client()
+        .post(format!("{url}/v1/chat/completions"))
+        .bearer_auth("rk_wrongwrongwrongwrong")
+        .json(&chat())
+        .send()
+        .await
+        .unwrap();
     assert_eq!(bad_agent.status(), 401);
 
     std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
@@ -677,7 +756,12 @@ async fn secrets_never_reach_the_logs_of_the_binary() {
     let logs = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(logs.contains("All models failed (2)"), "{logs}");
     assert!(logs.contains("fallback: served by"), "{logs}");
-    assert!(logs.contains("WARN") && logs.contains("dropped fields with no counterpart in the messages format") && logs.contains("seed"), "{logs}");
+    assert!(
+        logs.contains("WARN")
+            && logs.contains("dropped fields with no counterpart in the messages format")
+            && logs.contains("seed"),
+        "{logs}"
+    );
     let db = std::fs::read(dir.path().join("rota.db")).unwrap();
     for secret in [KEYS[0].1, KEYS[3].1, "sk-ant-test-0005", &agent_key, "rk_wrongwrongwrongwrong"] {
         let tail = &secret[secret.len() - 10..];
@@ -704,7 +788,10 @@ async fn each_reason_has_its_effect_on_keys_answer_attempts_and_stats() {
     let status = |code: u16, body: &str| Reply::Status(code, vec![], body.to_string());
     let cases = [
         ReasonCase {
-            reply: status(403, r#"{"error":{"message":"Your account has been deactivated","type":"permission_error"}}"#),
+            reply: status(
+                403,
+                r#"{"error":{"message":"Your account has been deactivated","type":"permission_error"}}"#,
+            ),
             reason: "auth_permanent",
             client_status: 200,
             keys: &[0, 1],
@@ -766,15 +853,19 @@ async fn each_reason_has_its_effect_on_keys_answer_attempts_and_stats() {
         assert_eq!(mock.keys(), want, "{name}: keys seen");
         let attempts = rota.attempts().await;
         assert_eq!(attempts.len(), case.keys.len(), "{name}: {attempts:?}");
-        assert!(attempts[..attempts.len() - 1].iter().all(|a| a.3 == "failure" && a.4.as_deref() == Some(case.reason)), "{name}: {attempts:?}");
-        let (lane_cool, lane_off, window, model_scoped): (Option<String>, Option<String>, Option<i64>, i64) = sqlx::query_as(
-            "SELECT cooldown_reason, disabled_reason,
+        assert!(
+            attempts[..attempts.len() - 1].iter().all(|a| a.3 == "failure" && a.4.as_deref() == Some(case.reason)),
+            "{name}: {attempts:?}"
+        );
+        let (lane_cool, lane_off, window, model_scoped): (Option<String>, Option<String>, Option<i64>, i64) =
+            sqlx::query_as(
+                "SELECT cooldown_reason, disabled_reason,
                     COALESCE(cooldown_until, disabled_until) - last_failure_at, cooldown_model IS NOT NULL
              FROM usage_stats WHERE profile_id = 'openai:k1'",
-        )
-        .fetch_one(rota.store.pool())
-        .await
-        .unwrap();
+            )
+            .fetch_one(rota.store.pool())
+            .await
+            .unwrap();
         match case.lane {
             None => {
                 assert_eq!((lane_cool, lane_off, window), (None, None, None), "{name}: no cooldown");
@@ -785,7 +876,11 @@ async fn each_reason_has_its_effect_on_keys_answer_attempts_and_stats() {
                 assert_eq!(window.unwrap_or(-1), len, "{name}: window length");
                 assert_eq!(model_scoped == 1, scoped, "{name}: model scope");
                 assert_eq!(attempts.last().unwrap().3, "success", "{name}");
-                assert_eq!(rota.scalar("SELECT error_count FROM usage_stats WHERE profile_id = 'openai:k1'").await, Some(1), "{name}");
+                assert_eq!(
+                    rota.scalar("SELECT error_count FROM usage_stats WHERE profile_id = 'openai:k1'").await,
+                    Some(1),
+                    "{name}"
+                );
             }
         }
         assert_eq!(rota.scalar("SELECT COUNT(*) FROM requests").await, Some(1), "{name}");
@@ -799,7 +894,12 @@ async fn network_failure_is_retried_once_then_falls_back() {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let dead = format!("http://{}", closed.local_addr().unwrap());
     drop(closed);
-    let cfg = config(&base, "").replace("fallbacks = [\"backup/gpt-4.1-mini\"]", "fallbacks = [\"backup/gpt-4.1-mini\"]\n[providers.dead]\napi = \"openai\"\nbase_url = \"DEAD/v1\"").replace("DEAD", &dead);
+    let cfg = config(&base, "")
+        .replace(
+            "fallbacks = [\"backup/gpt-4.1-mini\"]",
+            "fallbacks = [\"backup/gpt-4.1-mini\"]\n[providers.dead]\napi = \"openai\"\nbase_url = \"DEAD/v1\"",
+        )
+        .replace("DEAD", &dead);
     let rota = Rota::start(&cfg, &[("dead:d1", "sk-test-dead-0009"), KEYS[3]]).await;
     let r = rota.chat(json!({"model": "dead/gpt-4.1", "messages": []}), &[]).await;
     assert_eq!(r.status(), 200);
@@ -827,7 +927,8 @@ async fn upstream_error_event_after_commit_reaches_the_client_once_and_is_classi
     let mock = Mock::default();
     let base = mock.start().await;
     let cfg = format!("[providers.anthropic]\napi = \"anthropic\"\nbase_url = \"{base}\"\n");
-    let rota = Rota::start(&cfg, &[("anthropic:main", "sk-ant-test-0005"), ("anthropic:spare", "sk-ant-test-0006")]).await;
+    let rota =
+        Rota::start(&cfg, &[("anthropic:main", "sk-ant-test-0005"), ("anthropic:spare", "sk-ant-test-0006")]).await;
     mock.script("sk-ant-test-0005", vec![Reply::StreamErrorAfterFirst]);
     let text = rota
         .messages(json!({"model": "anthropic/claude-sonnet-4-5", "max_tokens": 10, "stream": true, "messages": []}))
@@ -841,7 +942,10 @@ async fn upstream_error_event_after_commit_reaches_the_client_once_and_is_classi
     assert_eq!(mock.seen().len(), 1, "no failover after commit");
     let a = rota.attempts().await;
     assert_eq!((a[0].3.as_str(), a[0].4.as_deref()), ("failure", Some("overloaded")));
-    assert_eq!(rota.scalar("SELECT cooldown_reason = 'overloaded' FROM usage_stats WHERE profile_id = 'anthropic:main'").await, Some(1));
+    assert_eq!(
+        rota.scalar("SELECT cooldown_reason = 'overloaded' FROM usage_stats WHERE profile_id = 'anthropic:main'").await,
+        Some(1)
+    );
 }
 
 #[tokio::test]
@@ -915,7 +1019,10 @@ async fn metrics_count_the_traffic_sent() {
     let base = mock.start().await;
     let rota = Rota::start(&config(&base, ""), &[KEYS[0], KEYS[1], KEYS[3]]).await;
     let busy = || Reply::Status(503, vec![], r#"{"error":{"message":"overloaded"}}"#.into());
-    mock.script(KEYS[1].1, vec![Reply::Status(429, vec![("retry-after", "30".into())], r#"{"error":{"message":"rate limit"}}"#.into())]);
+    mock.script(
+        KEYS[1].1,
+        vec![Reply::Status(429, vec![("retry-after", "30".into())], r#"{"error":{"message":"rate limit"}}"#.into())],
+    );
     mock.script(KEYS[0].1, vec![Reply::Ok, Reply::Ok, busy(), busy(), busy()]);
     for _ in 0..3 {
         assert_eq!(rota.chat(chat(), &[]).await.status(), 200);
@@ -926,8 +1033,12 @@ async fn metrics_count_the_traffic_sent() {
     let has = |line: &str| assert!(text.lines().any(|l| l == line), "missing `{line}` in:\n{text}");
     has(r#"rota_requests_total{agent="tester",api="chat",status="200"} 3"#);
     has(r#"rota_attempts_total{agent="tester",provider="openai",model="gpt-4.1",outcome="success",reason=""} 2"#);
-    has(r#"rota_attempts_total{agent="tester",provider="openai",model="gpt-4.1",outcome="failure",reason="rate_limit"} 1"#);
-    has(r#"rota_attempts_total{agent="tester",provider="openai",model="gpt-4.1",outcome="failure",reason="overloaded"} 3"#);
+    has(
+        r#"rota_attempts_total{agent="tester",provider="openai",model="gpt-4.1",outcome="failure",reason="rate_limit"} 1"#,
+    );
+    has(
+        r#"rota_attempts_total{agent="tester",provider="openai",model="gpt-4.1",outcome="failure",reason="overloaded"} 3"#,
+    );
     has(r#"rota_attempts_total{agent="tester",provider="backup",model="gpt-4.1-mini",outcome="success",reason=""} 1"#);
     has(r#"rota_failovers_total{provider="backup"} 1"#);
     has(r#"rota_profiles{provider="openai",state="cooling"} 2"#);

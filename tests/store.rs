@@ -58,7 +58,11 @@ async fn usage_stats_survive_a_restart_exactly() {
         let a = id("openai:a");
         book.mark_used(&a, None, T0);
         book.record_failure(&a, &failure(Reason::RateLimit, "gpt-4.1", T0), T0 + 5);
-        book.record_failure(&a, &Failure { hint_ms: Some(90_000), ..failure(Reason::Timeout, "gpt-4.1", T0 + 10) }, T0 + 20);
+        book.record_failure(
+            &a,
+            &Failure { hint_ms: Some(90_000), ..failure(Reason::Timeout, "gpt-4.1", T0 + 10) },
+            T0 + 20,
+        );
         book.record_failure(&a, &failure(Reason::Billing, "gpt-4.1", T0 + 30), T0 + 30);
         let b = id("openai:b");
         book.mark_used(&b, None, T0 + 40);
@@ -152,7 +156,15 @@ async fn duplicate_profile_is_refused_and_changes_nothing() {
     add_key(&store, &key(), "openai:a", "sk-first").await;
     let pid = id("openai:a");
     let sealed = key().seal(&pid, SecretField::ApiKey, &SecretString::from("sk-second"));
-    let row = StoredProfile { id: pid.clone(), kind: ProfileType::Token, origin: Origin::Stored, enabled: true, email: None, expires_at: None, created_at: T0 };
+    let row = StoredProfile {
+        id: pid.clone(),
+        kind: ProfileType::Token,
+        origin: Origin::Stored,
+        enabled: true,
+        email: None,
+        expires_at: None,
+        created_at: T0,
+    };
     let err = store.add_profile(&row, &[sealed]).await.unwrap_err();
     assert_eq!(err.to_string(), "profile openai:a already exists");
     let snap = store.snapshot().await.unwrap();

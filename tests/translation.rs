@@ -44,9 +44,10 @@ fn names_field(msg: &str, field: &str) -> bool {
 /// A chat completion (or chunk) without its volatile `created`, which must be an integer.
 fn without_created(mut v: Value) -> Value {
     if let Some(o) = v.as_object_mut()
-        && let Some(c) = o.remove("created") {
-            assert!(c.is_i64(), "created must be an integer, got {c}");
-        }
+        && let Some(c) = o.remove("created")
+    {
+        assert!(c.is_i64(), "created must be an integer, got {c}");
+    }
     v
 }
 
@@ -90,10 +91,7 @@ fn translate_stream(mut t: StreamTranslator, upstream: &str, finish: bool) -> Ve
 
 /// An Anthropic SSE body: `event: NAME\ndata: JSON\n\n` per event.
 fn anthropic_sse(events: &[Value]) -> String {
-    events
-        .iter()
-        .map(|v| format!("event: {}\ndata: {}\n\n", v["type"].as_str().expect("typed event"), v))
-        .collect()
+    events.iter().map(|v| format!("event: {}\ndata: {}\n\n", v["type"].as_str().expect("typed event"), v)).collect()
 }
 
 /// An OpenAI SSE body: `data: JSON\n\n` per chunk, then `data: [DONE]`.
@@ -567,11 +565,7 @@ fn max_tokens_defaults_and_prefers_max_completion_tokens() {
     ];
     for (req, max) in cases {
         let t = to_messages(req.clone());
-        assert_eq!(
-            Value::Object(t.body),
-            json!({"model": "m", "messages": hi_blocks, "max_tokens": max}),
-            "for {req}"
-        );
+        assert_eq!(Value::Object(t.body), json!({"model": "m", "messages": hi_blocks, "max_tokens": max}), "for {req}");
         assert!(t.dropped.is_empty(), "for {req}");
     }
     assert_eq!(DEFAULT_MAX_TOKENS, 4096);
@@ -665,7 +659,8 @@ fn anthropic_tool_choice_maps_to_chat_tool_choice() {
             "messages": [{"role": "user", "content": "Hi"}],
             "tool_choice": choice
         }));
-        let mut expected = obj(json!({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "Hi"}]}));
+        let mut expected =
+            obj(json!({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "Hi"}]}));
         expected.extend(obj(want));
         assert_eq!(Value::Object(t.body), Value::Object(expected), "for {choice}");
         assert!(t.dropped.is_empty(), "for {choice}");
@@ -757,11 +752,9 @@ fn top_k_is_dropped_and_listed() {
 #[test]
 fn several_choices_json_mode_and_logprobs_are_refused_naming_the_field() {
     let base = || obj(json!({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "Hi"}]}));
-    for (field, value) in [
-        ("n", json!(2)),
-        ("response_format", json!({"type": "json_object"})),
-        ("logprobs", json!(true)),
-    ] {
+    for (field, value) in
+        [("n", json!(2)), ("response_format", json!({"type": "json_object"})), ("logprobs", json!(true))]
+    {
         let mut req = base();
         req.insert(field.into(), value.clone());
         let err: Untranslatable = chat_to_messages(&req).expect_err(&format!("{field}: {value} must be refused"));
@@ -1080,7 +1073,9 @@ fn anthropic_text_stream_becomes_chat_chunks() {
         "id": "msg_1nZdL29xx5MUA1yADyHTEsnR8uuvGzszyY", "type": "message", "role": "assistant", "content": [],
         "model": "claude-sonnet-4-5-20250929", "stop_reason": null, "stop_sequence": null,
         "usage": {"input_tokens": 25, "output_tokens": 1}}})]);
-    upstream += &anthropic_sse(&[json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})]);
+    upstream += &anthropic_sse(&[
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+    ]);
     upstream += PING;
     upstream += &anthropic_sse(&[
         json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hello"}}),
@@ -1139,19 +1134,37 @@ fn chat_text_stream_becomes_anthropic_events() {
     assert_eq!(
         got,
         vec![
-            ev("message_start", json!({"type": "message_start", "message": {
+            ev(
+                "message_start",
+                json!({"type": "message_start", "message": {
                 "id": id, "type": "message", "role": "assistant", "model": model, "content": [],
-                "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 0, "output_tokens": 0}}})),
-            ev("content_block_start", json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})),
-            ev("content_block_delta", json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hello"}})),
-            ev("content_block_delta", json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": ", wörld"}})),
-            ev("content_block_delta", json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "!"}})),
+                "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 0, "output_tokens": 0}}})
+            ),
+            ev(
+                "content_block_start",
+                json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})
+            ),
+            ev(
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hello"}})
+            ),
+            ev(
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": ", wörld"}})
+            ),
+            ev(
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "!"}})
+            ),
             ev("content_block_stop", json!({"type": "content_block_stop", "index": 0})),
             // The prompt size is only known at the end: message_delta's usage carries it
             // (MessageDeltaUsage.input_tokens, cumulative), since message_start said 0.
-            ev("message_delta", json!({"type": "message_delta",
+            ev(
+                "message_delta",
+                json!({"type": "message_delta",
                 "delta": {"stop_reason": "end_turn", "stop_sequence": null},
-                "usage": {"input_tokens": 9, "output_tokens": 12}})),
+                "usage": {"input_tokens": 9, "output_tokens": 12}})
+            ),
             ev("message_stop", json!({"type": "message_stop"})),
         ]
     );
@@ -1190,13 +1203,23 @@ fn anthropic_streamed_tool_input_becomes_chat_tool_call_argument_deltas() {
         vec![
             chat_chunk(id, model, json!({"role": "assistant", "content": ""}), Value::Null),
             chat_chunk(id, model, json!({"content": "Checking both."}), Value::Null),
-            chat_chunk(id, model, json!({"tool_calls": [{"index": 0, "id": "toolu_01T1x1fJ34qAmk2tNTrN7Up6", "type": "function",
-                "function": {"name": "get_weather", "arguments": ""}}]}), Value::Null),
+            chat_chunk(
+                id,
+                model,
+                json!({"tool_calls": [{"index": 0, "id": "toolu_01T1x1fJ34qAmk2tNTrN7Up6", "type": "function",
+                "function": {"name": "get_weather", "arguments": ""}}]}),
+                Value::Null
+            ),
             chat_chunk(id, model, args(0, ""), Value::Null),
             chat_chunk(id, model, args(0, "{\"location\":"), Value::Null),
             chat_chunk(id, model, args(0, " \"Paris\"}"), Value::Null),
-            chat_chunk(id, model, json!({"tool_calls": [{"index": 1, "id": "toolu_02U2y2gK45rBnl3uOO4owo4V", "type": "function",
-                "function": {"name": "get_weather", "arguments": ""}}]}), Value::Null),
+            chat_chunk(
+                id,
+                model,
+                json!({"tool_calls": [{"index": 1, "id": "toolu_02U2y2gK45rBnl3uOO4owo4V", "type": "function",
+                "function": {"name": "get_weather", "arguments": ""}}]}),
+                Value::Null
+            ),
             chat_chunk(id, model, args(1, "{\"locat"), Value::Null),
             chat_chunk(id, model, args(1, "ion\": \"Tokyo\"}"), Value::Null),
             chat_chunk(id, model, json!({}), json!("tool_calls")),
@@ -1217,9 +1240,7 @@ fn chat_streamed_tool_call_arguments_become_input_json_deltas() {
                "system_fingerprint": "fp_abc", "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
                "usage": null})
     };
-    let call_start = |n: u64, call_id: &str| {
-        json!({"tool_calls": [{"index": n, "id": call_id, "type": "function", "function": {"name": "get_weather", "arguments": ""}}]})
-    };
+    let call_start = |n: u64, call_id: &str| json!({"tool_calls": [{"index": n, "id": call_id, "type": "function", "function": {"name": "get_weather", "arguments": ""}}]});
     let args = |n: u64, s: &str| json!({"tool_calls": [{"index": n, "function": {"arguments": s}}]});
     let mut first = call_start(0, "call_DdmO9pD3xa9XTPNJ32zg2hcA");
     first["role"] = json!("assistant");
@@ -1241,19 +1262,28 @@ fn chat_streamed_tool_call_arguments_become_input_json_deltas() {
     );
     let got = translate_stream(StreamTranslator::chat_to_anthropic(), &upstream, true);
     let json_delta = |index: u64, s: &str| {
-        ev("content_block_delta", json!({"type": "content_block_delta", "index": index,
-            "delta": {"type": "input_json_delta", "partial_json": s}}))
+        ev(
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": index,
+            "delta": {"type": "input_json_delta", "partial_json": s}}),
+        )
     };
     let block_start = |index: u64, call_id: &str| {
-        ev("content_block_start", json!({"type": "content_block_start", "index": index,
-            "content_block": {"type": "tool_use", "id": call_id, "name": "get_weather", "input": {}}}))
+        ev(
+            "content_block_start",
+            json!({"type": "content_block_start", "index": index,
+            "content_block": {"type": "tool_use", "id": call_id, "name": "get_weather", "input": {}}}),
+        )
     };
     assert_eq!(
         got,
         vec![
-            ev("message_start", json!({"type": "message_start", "message": {
+            ev(
+                "message_start",
+                json!({"type": "message_start", "message": {
                 "id": id, "type": "message", "role": "assistant", "model": model, "content": [],
-                "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 0, "output_tokens": 0}}})),
+                "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 0, "output_tokens": 0}}})
+            ),
             block_start(0, "call_DdmO9pD3xa9XTPNJ32zg2hcA"),
             json_delta(0, "{\"lo"),
             json_delta(0, "cation\": \"Paris\"}"),
@@ -1262,9 +1292,12 @@ fn chat_streamed_tool_call_arguments_become_input_json_deltas() {
             json_delta(1, "{\"location\": "),
             json_delta(1, "\"Tokyo\"}"),
             ev("content_block_stop", json!({"type": "content_block_stop", "index": 1})),
-            ev("message_delta", json!({"type": "message_delta",
+            ev(
+                "message_delta",
+                json!({"type": "message_delta",
                 "delta": {"stop_reason": "tool_use", "stop_sequence": null},
-                "usage": {"input_tokens": 80, "output_tokens": 48}})),
+                "usage": {"input_tokens": 80, "output_tokens": 48}})
+            ),
             ev("message_stop", json!({"type": "message_stop"})),
         ]
     );
@@ -1313,13 +1346,25 @@ fn chat_error_chunk_mid_stream_becomes_anthropic_error_event() {
     assert_eq!(
         got,
         vec![
-            ev("message_start", json!({"type": "message_start", "message": {
+            ev(
+                "message_start",
+                json!({"type": "message_start", "message": {
                 "id": id, "type": "message", "role": "assistant", "model": model, "content": [],
-                "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 0, "output_tokens": 0}}})),
-            ev("content_block_start", json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})),
-            ev("content_block_delta", json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Once upon"}})),
-            ev("error", json!({"type": "error", "error": {"type": "api_error",
-                "message": "The server had an error while processing your request. Sorry about that!"}})),
+                "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 0, "output_tokens": 0}}})
+            ),
+            ev(
+                "content_block_start",
+                json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})
+            ),
+            ev(
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Once upon"}})
+            ),
+            ev(
+                "error",
+                json!({"type": "error", "error": {"type": "api_error",
+                "message": "The server had an error while processing your request. Sorry about that!"}})
+            ),
         ]
     );
 }
@@ -1353,14 +1398,26 @@ fn streams_cut_without_end_marker_are_closed_by_finish() {
     assert_eq!(
         got,
         vec![
-            ev("message_start", json!({"type": "message_start", "message": {
+            ev(
+                "message_start",
+                json!({"type": "message_start", "message": {
                 "id": "c1", "type": "message", "role": "assistant", "model": "m", "content": [],
-                "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 0, "output_tokens": 0}}})),
-            ev("content_block_start", json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})),
-            ev("content_block_delta", json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hi"}})),
+                "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 0, "output_tokens": 0}}})
+            ),
+            ev(
+                "content_block_start",
+                json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})
+            ),
+            ev(
+                "content_block_delta",
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hi"}})
+            ),
             ev("content_block_stop", json!({"type": "content_block_stop", "index": 0})),
-            ev("message_delta", json!({"type": "message_delta",
-                "delta": {"stop_reason": "end_turn", "stop_sequence": null}, "usage": {"input_tokens": 0, "output_tokens": 0}})),
+            ev(
+                "message_delta",
+                json!({"type": "message_delta",
+                "delta": {"stop_reason": "end_turn", "stop_sequence": null}, "usage": {"input_tokens": 0, "output_tokens": 0}})
+            ),
             ev("message_stop", json!({"type": "message_stop"})),
         ]
     );
@@ -1397,7 +1454,11 @@ struct Call {
 }
 
 fn call() -> impl Strategy<Value = Call> {
-    ("[A-Za-z0-9]{8}", "[a-z_]{1,10}", json_object()).prop_map(|(id, name, args)| Call { id: format!("call_{id}"), name, args })
+    ("[A-Za-z0-9]{8}", "[a-z_]{1,10}", json_object()).prop_map(|(id, name, args)| Call {
+        id: format!("call_{id}"),
+        name,
+        args,
+    })
 }
 
 /// One exchange after the first user message: the assistant answers (with text, or with tool
@@ -1455,10 +1516,9 @@ fn tool_def() -> impl Strategy<Value = Value> {
         |(name, description, props, require_first)| {
             let properties: Map<String, Value> = props.iter().map(|p| (p.clone(), json!({"type": "string"}))).collect();
             let mut parameters = json!({"type": "object", "properties": properties});
-            if require_first
-                && let Some(p) = props.first() {
-                    parameters["required"] = json!([p]);
-                }
+            if require_first && let Some(p) = props.first() {
+                parameters["required"] = json!([p]);
+            }
             let mut function = json!({"name": name, "parameters": parameters});
             if let Some(d) = description {
                 function["description"] = json!(d);
@@ -1499,7 +1559,12 @@ fn chat_request() -> impl Strategy<Value = Map<String, Value>> {
         any::<bool>(),
     );
     ("[a-z0-9.-]{1,20}", conversation, sampling, tooling).prop_map(
-        |(model, (system, first, exchanges), (temperature, top_p, max, stop, user, stream), (tools, choice, serial))| {
+        |(
+            model,
+            (system, first, exchanges),
+            (temperature, top_p, max, stop, user, stream),
+            (tools, choice, serial),
+        )| {
             let mut messages = Vec::new();
             messages.push(json!({"role": "user", "content": first}));
             for x in exchanges {
@@ -1508,8 +1573,10 @@ fn chat_request() -> impl Strategy<Value = Map<String, Value>> {
                     assistant["tool_calls"] = x
                         .calls
                         .iter()
-                        .map(|c| json!({"id": c.id, "type": "function",
-                                        "function": {"name": c.name, "arguments": c.args.to_string()}}))
+                        .map(|c| {
+                            json!({"id": c.id, "type": "function",
+                                        "function": {"name": c.name, "arguments": c.args.to_string()}})
+                        })
                         .collect();
                 }
                 messages.push(assistant);
@@ -1621,7 +1688,12 @@ fn messages_request() -> impl Strategy<Value = Map<String, Value>> {
         any::<bool>(),
     );
     ("[a-z0-9.-]{1,20}", conversation, sampling, tooling).prop_map(
-        |(model, (system, first, exchanges), (temperature, top_p, max, stop, user, stream), (tools, choice, serial))| {
+        |(
+            model,
+            (system, first, exchanges),
+            (temperature, top_p, max, stop, user, stream),
+            (tools, choice, serial),
+        )| {
             let mut messages = vec![json!({"role": "user", "content": [{"type": "text", "text": first}]})];
             for x in exchanges {
                 let mut blocks = Vec::new();
@@ -1687,9 +1759,10 @@ fn messages_request() -> impl Strategy<Value = Map<String, Value>> {
                 Choice::Named(n) => Some(json!({"type": "tool", "name": n})),
             };
             if let Some(c) = choice.as_mut().filter(|c| c["type"] != "none")
-                && serial {
-                    c["disable_parallel_tool_use"] = json!(true);
-                }
+                && serial
+            {
+                c["disable_parallel_tool_use"] = json!(true);
+            }
             if let Some(c) = choice {
                 req.insert("tool_choice".into(), c);
             }

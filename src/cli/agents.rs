@@ -28,7 +28,8 @@ pub enum AgentsCommand {
 
 pub async fn run(config: &Config, cmd: AgentsCommand) -> Result<()> {
     let path = config.database_path()?;
-    let open = || async { SqliteStore::open(&path).await.with_context(|| format!("opening database {}", path.display())) };
+    let open =
+        || async { SqliteStore::open(&path).await.with_context(|| format!("opening database {}", path.display())) };
     let now = chrono::Utc::now().timestamp_millis();
     match cmd {
         AgentsCommand::Create { name, admin } => {
@@ -37,7 +38,9 @@ pub async fn run(config: &Config, cmd: AgentsCommand) -> Result<()> {
             }
             let key = new_key();
             let agent = open().await?.create_agent(&name, &digest(&key), admin, now).await.map_err(|e| match e {
-                StoreError::AgentExists(n) => anyhow::anyhow!("agent {n} already exists; revoke it first to issue a new key"),
+                StoreError::AgentExists(n) => {
+                    anyhow::anyhow!("agent {n} already exists; revoke it first to issue a new key")
+                }
                 other => other.into(),
             })?;
             println!("created agent {}{}; its key is shown only now:", agent.name, if admin { " (admin)" } else { "" });
@@ -53,7 +56,12 @@ pub async fn run(config: &Config, cmd: AgentsCommand) -> Result<()> {
                 println!("{:<24} {:<6} {:<20} STATE", "NAME", "ADMIN", "CREATED");
                 for a in agents {
                     let state = a.revoked_at.map_or("active".to_string(), |t| format!("revoked {}", time(t)));
-                    println!("{:<24} {:<6} {:<20} {state}", a.name, if a.admin { "yes" } else { "no" }, time(a.created_at));
+                    println!(
+                        "{:<24} {:<6} {:<20} {state}",
+                        a.name,
+                        if a.admin { "yes" } else { "no" },
+                        time(a.created_at)
+                    );
                 }
             }
         }

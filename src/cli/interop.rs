@@ -15,7 +15,8 @@ async fn open(config: &Config) -> Result<SqliteStore> {
 
 pub async fn import(config: &Config, path: &Path) -> Result<()> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let file: File = serde_json::from_str(&text).with_context(|| format!("{} is not an OpenClaw auth-profiles.json", path.display()))?;
+    let file: File = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not an OpenClaw auth-profiles.json", path.display()))?;
     let store = open(config).await?;
     let (key, _) = resolve_key(&config.database_path()?, &store.secret_key_ids().await?)?;
     let now = chrono::Utc::now().timestamp_millis();
@@ -38,14 +39,16 @@ pub async fn export(config: &Config, output: &Path) -> Result<()> {
     }
     let store = open(config).await?;
     let ids = store.secret_key_ids().await?;
-    let (key, origin) = find_key(&db)?.ok_or_else(|| anyhow!("no key can open the stored secrets: set ROTA_MASTER_KEY"))?;
+    let (key, origin) =
+        find_key(&db)?.ok_or_else(|| anyhow!("no key can open the stored secrets: set ROTA_MASTER_KEY"))?;
     check_key(&key, &origin, &ids)?;
     let file = openclaw::export(&store.snapshot().await?, &key).map_err(|e| anyhow!(e))?;
     let mut opts = std::fs::OpenOptions::new();
     opts.write(true).create_new(true);
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
-    let mut out = opts.open(output).with_context(|| format!("creating {} (it must not exist yet)", output.display()))?;
+    let mut out =
+        opts.open(output).with_context(|| format!("creating {} (it must not exist yet)", output.display()))?;
     out.write_all(serde_json::to_string_pretty(&file)?.as_bytes())?;
     println!("exported {} profile(s) to {} (mode 0600: it holds the secrets)", file.profiles.len(), output.display());
     Ok(())

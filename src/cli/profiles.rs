@@ -55,7 +55,9 @@ pub enum ProfilesCommand {
 pub async fn run(config: &Config, cmd: ProfilesCommand) -> Result<()> {
     match cmd {
         ProfilesCommand::List { json, provider } => list(config, json, provider).await,
-        ProfilesCommand::Add { provider, name, kind, expires } => add(config, &provider, &name, &kind, expires.as_deref()).await,
+        ProfilesCommand::Add { provider, name, kind, expires } => {
+            add(config, &provider, &name, &kind, expires.as_deref()).await
+        }
         ProfilesCommand::Remove { id } => {
             let id = parse_id(&id)?;
             if config.auth.profiles.contains_key(&id) {
@@ -148,7 +150,9 @@ async fn add(config: &Config, provider: &str, name: &str, kind: &str, expires: O
         created_at: now.timestamp_millis(),
     };
     store.add_profile(&profile, &[sealed]).await.map_err(|e| match e {
-        StoreError::Duplicate(id) => anyhow::anyhow!("profile {id} already exists; remove it first or choose another --name"),
+        StoreError::Duplicate(id) => {
+            anyhow::anyhow!("profile {id} already exists; remove it first or choose another --name")
+        }
         other => other.into(),
     })?;
     println!("added {id} ({kind}); secret sealed with key {} from {origin}", key.id());
@@ -161,7 +165,9 @@ fn read_secret(kind: ProfileType) -> Result<SecretString> {
     let what = if kind == ProfileType::Token { "token" } else { "API key" };
     let mut stdin = std::io::stdin();
     if stdin.is_terminal() {
-        eprintln!("Paste the {what}, then press Enter and Ctrl-D (or pipe it: `printf %s \"$KEY\" | rota profiles add …`):");
+        eprintln!(
+            "Paste the {what}, then press Enter and Ctrl-D (or pipe it: `printf %s \"$KEY\" | rota profiles add …`):"
+        );
     }
     let mut raw = String::new();
     stdin.read_to_string(&mut raw).context("reading the secret from stdin")?;
@@ -211,7 +217,10 @@ async fn list(config: &Config, as_json: bool, provider: Option<String>) -> Resul
         println!("no profiles (add one with `rota profiles add <provider> --name <label>`)");
         return Ok(());
     }
-    println!("{:<32} {:<8} {:<7} {:<20} {:>6} {:>8} {:>8}  STATE", "ID", "TYPE", "SOURCE", "LAST USED", "ERRORS", "SUCCESS", "FAILURES");
+    println!(
+        "{:<32} {:<8} {:<7} {:<20} {:>6} {:>8} {:>8}  STATE",
+        "ID", "TYPE", "SOURCE", "LAST USED", "ERRORS", "SUCCESS", "FAILURES"
+    );
     for id in rows {
         let v = &roster.views[id];
         let last = v.stats.last_used.map(time).unwrap_or_else(|| "never".into());

@@ -63,7 +63,8 @@ pub fn aggregate(failures: &[ModelFailure], now: Millis) -> Aggregated {
             Aggregated { status, message: only.message.clone(), retry_after_secs: retry }
         }
         many => {
-            let parts: Vec<String> = many.iter().map(|f| format!("{}: {} ({})", f.label, f.message, f.reason)).collect();
+            let parts: Vec<String> =
+                many.iter().map(|f| format!("{}: {} ({})", f.label, f.message, f.reason)).collect();
             let message = format!("All models failed ({}): {}", many.len(), parts.join(" | "));
             let all: Vec<&ModelFailure> = many.iter().collect();
             let (status, retry) = if many.iter().all(cooldown_like) {
@@ -100,7 +101,10 @@ mod tests {
     #[test]
     fn message_names_every_model_with_its_reason() {
         let out = aggregate(
-            &[f("gemini/gemini-2.5-flash", Reason::RateLimit, Some(429), Some(NOW + 1000)), f("openai/gpt-4.1", Reason::ServerError, Some(500), None)],
+            &[
+                f("gemini/gemini-2.5-flash", Reason::RateLimit, Some(429), Some(NOW + 1000)),
+                f("openai/gpt-4.1", Reason::ServerError, Some(500), None),
+            ],
             NOW,
         );
         assert_eq!(
@@ -128,13 +132,17 @@ mod tests {
 
     #[test]
     fn overloaded_without_other_errors_is_503() {
-        let out = aggregate(&[f("a/x", Reason::Overloaded, Some(529), None), f("b/y", Reason::RateLimit, Some(429), Some(NOW + 2_000))], NOW);
+        let out = aggregate(
+            &[f("a/x", Reason::Overloaded, Some(529), None), f("b/y", Reason::RateLimit, Some(429), Some(NOW + 2_000))],
+            NOW,
+        );
         assert_eq!((out.status, out.retry_after_secs), (503, Some(2)));
     }
 
     #[test]
     fn mixed_failures_are_502() {
-        let out = aggregate(&[f("a/x", Reason::Overloaded, Some(529), None), f("b/y", Reason::Auth, Some(401), None)], NOW);
+        let out =
+            aggregate(&[f("a/x", Reason::Overloaded, Some(529), None), f("b/y", Reason::Auth, Some(401), None)], NOW);
         assert_eq!(out.status, 502);
     }
 
@@ -150,7 +158,13 @@ mod tests {
 
     #[test]
     fn retry_after_is_at_least_one_second() {
-        let out = aggregate(&[f("a/x", Reason::RateLimit, Some(429), Some(NOW + 10)), f("b/y", Reason::RateLimit, Some(429), Some(NOW))], NOW);
+        let out = aggregate(
+            &[
+                f("a/x", Reason::RateLimit, Some(429), Some(NOW + 10)),
+                f("b/y", Reason::RateLimit, Some(429), Some(NOW)),
+            ],
+            NOW,
+        );
         assert_eq!(out.retry_after_secs, Some(1));
     }
 }

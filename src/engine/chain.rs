@@ -21,7 +21,11 @@ pub enum Strategy {
 #[serde(untagged)]
 pub enum Target {
     Name(String),
-    Weighted { model: String, #[serde(default = "one")] weight: u32 },
+    Weighted {
+        model: String,
+        #[serde(default = "one")]
+        weight: u32,
+    },
 }
 
 fn one() -> u32 {
@@ -156,7 +160,13 @@ pub fn resolve(routing: &Routing<'_>, req: &ChainRequest<'_>) -> Result<Vec<Cand
     Ok(out)
 }
 
-fn expand(r: &Routing<'_>, name: &str, stack: &mut Vec<String>, roll: u64, out: &mut Vec<Candidate>) -> Result<(), ChainError> {
+fn expand(
+    r: &Routing<'_>,
+    name: &str,
+    stack: &mut Vec<String>,
+    roll: u64,
+    out: &mut Vec<Candidate>,
+) -> Result<(), ChainError> {
     let nested = r.aliases.contains_key(name) || r.virtual_models.contains_key(name);
     if nested && stack.iter().any(|s| s == name) {
         let mut path = stack.clone();
@@ -291,8 +301,14 @@ mod tests {
     #[test]
     fn model_ref_splits_at_the_first_slash() {
         let f = Fixture::new();
-        assert_eq!(f.chain(req(Some("openrouter/meta-llama/llama-3.3-70b"))).unwrap()[0], "openrouter/meta-llama/llama-3.3-70b");
-        assert_eq!(split_model_ref("openrouter/meta-llama/llama-3.3-70b"), Some(("openrouter", "meta-llama/llama-3.3-70b")));
+        assert_eq!(
+            f.chain(req(Some("openrouter/meta-llama/llama-3.3-70b"))).unwrap()[0],
+            "openrouter/meta-llama/llama-3.3-70b"
+        );
+        assert_eq!(
+            split_model_ref("openrouter/meta-llama/llama-3.3-70b"),
+            Some(("openrouter", "meta-llama/llama-3.3-70b"))
+        );
         assert_eq!(split_model_ref("gpt-4"), None);
         assert_eq!(split_model_ref("/gpt-4"), None);
     }
@@ -300,7 +316,11 @@ mod tests {
     #[test]
     fn alias_resolves_before_the_chain() {
         let f = Fixture::new().alias("fast", "openai/gpt-4.1-mini");
-        assert_eq!(f.chain(req(Some("fast"))).unwrap(), ["openai/gpt-4.1-mini"], "the fallback duplicates the primary and is dropped");
+        assert_eq!(
+            f.chain(req(Some("fast"))).unwrap(),
+            ["openai/gpt-4.1-mini"],
+            "the fallback duplicates the primary and is dropped"
+        );
     }
 
     #[test]
@@ -322,8 +342,12 @@ mod tests {
 
     #[test]
     fn failover_virtual_model_lists_targets_in_priority_order() {
-        let f = Fixture::new().vm("smart", &["anthropic/claude-sonnet-4-5", "openai/gpt-4.1"], Strategy::Failover, true);
-        assert_eq!(f.chain(req(Some("smart"))).unwrap(), ["anthropic/claude-sonnet-4-5", "openai/gpt-4.1", "openai/gpt-4.1-mini"]);
+        let f =
+            Fixture::new().vm("smart", &["anthropic/claude-sonnet-4-5", "openai/gpt-4.1"], Strategy::Failover, true);
+        assert_eq!(
+            f.chain(req(Some("smart"))).unwrap(),
+            ["anthropic/claude-sonnet-4-5", "openai/gpt-4.1", "openai/gpt-4.1-mini"]
+        );
     }
 
     #[test]
@@ -358,10 +382,16 @@ mod tests {
 
     #[test]
     fn virtual_models_chain_through_other_virtual_models() {
-        let f = Fixture::new()
-            .vm("inner", &["openai/a", "openai/b"], Strategy::Failover, true)
-            .vm("outer", &["anthropic/x", "inner"], Strategy::Failover, true);
-        assert_eq!(f.chain(req(Some("outer"))).unwrap(), ["anthropic/x", "openai/a", "openai/b", "openai/gpt-4.1-mini"]);
+        let f = Fixture::new().vm("inner", &["openai/a", "openai/b"], Strategy::Failover, true).vm(
+            "outer",
+            &["anthropic/x", "inner"],
+            Strategy::Failover,
+            true,
+        );
+        assert_eq!(
+            f.chain(req(Some("outer"))).unwrap(),
+            ["anthropic/x", "openai/a", "openai/b", "openai/gpt-4.1-mini"]
+        );
     }
 
     #[test]
@@ -385,7 +415,12 @@ mod tests {
 
     #[test]
     fn concrete_model_gets_the_chain_of_a_virtual_model_that_shadows_it() {
-        let f = Fixture::new().vm("openai/gpt-4.1", &["openai/gpt-4.1", "openrouter/openai/gpt-4.1"], Strategy::Failover, true);
+        let f = Fixture::new().vm(
+            "openai/gpt-4.1",
+            &["openai/gpt-4.1", "openrouter/openai/gpt-4.1"],
+            Strategy::Failover,
+            true,
+        );
         assert_eq!(
             f.chain(req(Some("openai/gpt-4.1"))).unwrap(),
             ["openai/gpt-4.1", "openrouter/openai/gpt-4.1", "openai/gpt-4.1-mini"]
@@ -429,10 +464,9 @@ mod tests {
 
     #[test]
     fn weighted_targets_parse_from_toml() {
-        let vm: VirtualModel = toml::from_str(
-            "strategy = \"weighted\"\ntargets = [\"openai/a\", { model = \"openai/b\", weight = 3 }]",
-        )
-        .unwrap();
+        let vm: VirtualModel =
+            toml::from_str("strategy = \"weighted\"\ntargets = [\"openai/a\", { model = \"openai/b\", weight = 3 }]")
+                .unwrap();
         assert_eq!(vm.targets[1], Target::Weighted { model: "openai/b".into(), weight: 3 });
         assert!(vm.failover);
     }

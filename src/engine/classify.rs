@@ -56,8 +56,8 @@ impl TryFrom<String> for StatusSpec {
 
 impl Rule {
     fn matches(&self, status: Option<u16>, text: &str) -> bool {
-        let status_ok = self.status.is_empty()
-            || status.is_some_and(|s| self.status.iter().any(|r| (r.lo..=r.hi).contains(&s)));
+        let status_ok =
+            self.status.is_empty() || status.is_some_and(|s| self.status.iter().any(|r| (r.lo..=r.hi).contains(&s)));
         let words_ok = self.any.is_empty() || self.any.iter().any(|w| text.contains(w.as_str()));
         status_ok && words_ok
     }
@@ -79,48 +79,124 @@ pub fn default_rules() -> Vec<Rule> {
     const AUTH: &[(u16, u16)] = &[(401, 401), (403, 403)];
     vec![
         // The prompt does not fit: another profile of the same model would fail the same way.
-        rule(ContextOverflow, ANY, &[
-            "context_length_exceeded", "prompt is too long", "maximum context length",
-            "request_too_large", "input is too long", "context window", "too many input tokens",
-            "exceeds the context", "exceed context limit", "input token count",
-        ]),
+        rule(
+            ContextOverflow,
+            ANY,
+            &[
+                "context_length_exceeded",
+                "prompt is too long",
+                "maximum context length",
+                "request_too_large",
+                "input is too long",
+                "context window",
+                "too many input tokens",
+                "exceeds the context",
+                "exceed context limit",
+                "input token count",
+            ],
+        ),
         rule(ContextOverflow, &[(413, 413)], WORDLESS),
         // A relay (OpenRouter, a proxy) reports its own upstream's failure as a 4xx.
         rule(ServerError, &[(400, 499)], &["upstream request failed", "upstream error"]),
-        rule(AuthPermanent, AUTH, &[
-            "revoked", "deactivated", "disabled", "deleted", "terms of service",
-            "only authorized for use with", "suspended", "banned",
-        ]),
+        rule(
+            AuthPermanent,
+            AUTH,
+            &[
+                "revoked",
+                "deactivated",
+                "disabled",
+                "deleted",
+                "terms of service",
+                "only authorized for use with",
+                "suspended",
+                "banned",
+            ],
+        ),
         // A refresh token that the identity provider no longer accepts.
         rule(AuthPermanent, &[(400, 401)], &["invalid_grant"]),
         // Google says "exceeded your current quota" on per-minute throttles too; its status
         // word tells them apart from OpenAI's `insufficient_quota`.
         rule(RateLimit, ANY, &["resource_exhausted"]),
-        rule(Billing, ANY, &[
-            "billing", "payment required", "insufficient credits", "credit balance",
-            "insufficient_quota", "exceeded your current quota", "out of credits", "requires more credits",
-        ]),
-        rule(Auth, ANY, &[
-            "authentication", "unauthorized", "invalid api key", "invalid_api_key", "incorrect api key",
-            "invalid x-api-key", "api key not valid", "expired token", "token has expired",
-            "token expired", "permission_error", "permission denied",
-        ]),
-        rule(RateLimit, ANY, &[
-            "rate limit", "rate_limit", "ratelimit", "too many requests", "resource_exhausted",
-            "usage limit", "requests per minute", "tokens per minute",
-        ]),
+        rule(
+            Billing,
+            ANY,
+            &[
+                "billing",
+                "payment required",
+                "insufficient credits",
+                "credit balance",
+                "insufficient_quota",
+                "exceeded your current quota",
+                "out of credits",
+                "requires more credits",
+            ],
+        ),
+        rule(
+            Auth,
+            ANY,
+            &[
+                "authentication",
+                "unauthorized",
+                "invalid api key",
+                "invalid_api_key",
+                "incorrect api key",
+                "invalid x-api-key",
+                "api key not valid",
+                "expired token",
+                "token has expired",
+                "token expired",
+                "permission_error",
+                "permission denied",
+            ],
+        ),
+        rule(
+            RateLimit,
+            ANY,
+            &[
+                "rate limit",
+                "rate_limit",
+                "ratelimit",
+                "too many requests",
+                "resource_exhausted",
+                "usage limit",
+                "requests per minute",
+                "tokens per minute",
+            ],
+        ),
         rule(Overloaded, ANY, &["overloaded", "capacity", "unavailable"]),
         rule(Timeout, ANY, &["timeout", "timed out", "deadline exceeded", "deadline_exceeded", "etimedout"]),
-        rule(Network, ANY, &[
-            "connection refused", "econnrefused", "connection reset", "econnreset", "broken pipe",
-            "dns error", "failed to lookup address", "name or service not known", "tls", "certificate",
-            "connection closed before",
-        ]),
+        rule(
+            Network,
+            ANY,
+            &[
+                "connection refused",
+                "econnrefused",
+                "connection reset",
+                "econnreset",
+                "broken pipe",
+                "dns error",
+                "failed to lookup address",
+                "name or service not known",
+                "tls",
+                "certificate",
+                "connection closed before",
+            ],
+        ),
         rule(ModelNotFound, &[(404, 404)], &["model"]),
-        rule(ModelNotFound, ANY, &[
-            "model not found", "model_not_found", "does not exist", "unsupported model",
-            "no such model", "is not a valid model", "unknown model", "not_found_error",
-        ]),
+        rule(
+            ModelNotFound,
+            ANY,
+            &[
+                "model not found",
+                "model_not_found",
+                "does not exist",
+                "unsupported model",
+                "no such model",
+                "is not a valid model",
+                "unknown model",
+                "not_found_error",
+            ],
+        ),
         // Statuses that say more than the error type some providers attach to everything
         // (OpenAI and DeepSeek send `invalid_request_error` with 401 and 402).
         rule(Billing, &[(402, 402)], WORDLESS),
@@ -189,11 +265,7 @@ impl Classifier {
         let json: Option<Value> = serde_json::from_str(seen.body).ok();
         let message = error_message(json.as_ref(), seen);
         let text = error_text(json.as_ref(), seen).to_lowercase();
-        let reason = self
-            .rules
-            .iter()
-            .find(|r| r.matches(seen.status, &text))
-            .map_or(Reason::Unknown, |r| r.reason);
+        let reason = self.rules.iter().find(|r| r.matches(seen.status, &text)).map_or(Reason::Unknown, |r| r.reason);
         let hint = parse_hint(seen.headers, json.as_ref(), &message, now);
         let account_wide =
             hint.is_some_and(|h| h.account_wide) || ACCOUNT_WORDS.iter().any(|w| contains_word(&text, w));
@@ -259,9 +331,7 @@ fn error_message(json: Option<&Value>, seen: &Observed<'_>) -> String {
             .or_else(|| v.get("detail"))
             .map(scalar)
     });
-    let text = from_json
-        .or_else(|| seen.transport.map(str::to_string))
-        .unwrap_or_else(|| seen.body.trim().to_string());
+    let text = from_json.or_else(|| seen.transport.map(str::to_string)).unwrap_or_else(|| seen.body.trim().to_string());
     if text.is_empty() {
         return match seen.status {
             Some(s) => format!("HTTP {s} with an empty body"),
@@ -288,10 +358,8 @@ mod tests {
 
     #[test]
     fn operator_rules_come_before_the_built_in_table() {
-        let custom: Rule = toml::from_str(
-            "reason = \"rate_limit\"\nstatus = [\"400\"]\nany = [\"Slow Down Please\"]",
-        )
-        .unwrap();
+        let custom: Rule =
+            toml::from_str("reason = \"rate_limit\"\nstatus = [\"400\"]\nany = [\"Slow Down Please\"]").unwrap();
         let c = Classifier::with_overrides(vec![custom]);
         let body = r#"{"error":{"message":"slow down please"}}"#;
         let seen = Observed { status: Some(400), body, ..Default::default() };

@@ -25,7 +25,10 @@ pub enum Gate {
     Try,
     /// Try the cooling primary to learn whether it has recovered.
     Probe,
-    Skip { reason: Reason, until: Option<Until> },
+    Skip {
+        reason: Reason,
+        until: Option<Until>,
+    },
 }
 
 /// Last probe time per (agent, provider), bounded: 24 h TTL, 256 keys.

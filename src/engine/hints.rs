@@ -24,21 +24,17 @@ const ACCOUNT_RESET_HEADERS: [&str; 1] = ["anthropic-ratelimit-unified-reset"];
 /// Reads the reset hint of a failed upstream answer. `headers` names are matched without
 /// regard to case.
 pub fn parse_hint(headers: &[(String, String)], body: Option<&Value>, message: &str, now: Millis) -> Option<Hint> {
-    let header = |name: &str| {
-        headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.trim())
-    };
+    let header = |name: &str| headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.trim());
     let plain = |wait_ms| Hint { wait_ms, account_wide: false };
 
     if let Some(ms) = header("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
         return Some(plain(ms.max(0.0).round() as Millis));
     }
     if let Some(v) = header("retry-after")
-        && let Some(ms) = retry_after(v, now) {
-            return Some(plain(ms));
-        }
+        && let Some(ms) = retry_after(v, now)
+    {
+        return Some(plain(ms));
+    }
     if let Some(ms) = body.and_then(google_retry_delay) {
         return Some(plain(ms));
     }
@@ -92,9 +88,7 @@ fn reset_headers(headers: &[(String, String)], now: Millis) -> Option<Hint> {
         };
         keep(&mut any);
         let remaining = name.replacen("reset", "remaining", 1);
-        let is_exhausted = headers
-            .iter()
-            .any(|(k, v)| k.eq_ignore_ascii_case(&remaining) && v.trim() == "0");
+        let is_exhausted = headers.iter().any(|(k, v)| k.eq_ignore_ascii_case(&remaining) && v.trim() == "0");
         if is_exhausted || account {
             keep(&mut exhausted);
         }
@@ -121,8 +115,9 @@ fn reset_value(value: &str, now: Millis) -> Option<Millis> {
     go_duration(value)
 }
 
-static DURATION_PART: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"(?i)(\d+(?:\.\d+)?)\s*(ms|milliseconds?|hours?|hrs?|h|minutes?|mins?|m|seconds?|secs?|s)").unwrap());
+static DURATION_PART: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)(\d+(?:\.\d+)?)\s*(ms|milliseconds?|hours?|hrs?|h|minutes?|mins?|m|seconds?|secs?|s)").unwrap()
+});
 
 /// `1h2m3.5s`, `6m0s`, `20ms`, `37s`, `1m 30s`, `2 minutes`.
 fn go_duration(text: &str) -> Option<Millis> {
@@ -254,7 +249,14 @@ mod tests {
 
     #[test]
     fn no_hint_when_nothing_says_when() {
-        assert_eq!(wait(&[("content-type", "application/json")], Some(json!({"error": {"message": "slow down"}})), "slow down"), None);
+        assert_eq!(
+            wait(
+                &[("content-type", "application/json")],
+                Some(json!({"error": {"message": "slow down"}})),
+                "slow down"
+            ),
+            None
+        );
         assert_eq!(wait(&[("retry-after", "soon")], None, ""), None);
     }
 

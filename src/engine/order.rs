@@ -1,6 +1,6 @@
 //! Stage 1: the order in which a provider's profiles are tried (SPEC §2).
 
-use super::{Millis, ProfileId, ProfileView, Reason, Unusable, Until};
+use super::{Millis, ProfileId, ProfileView, Reason, Until, Unusable};
 use serde::Deserialize;
 use std::collections::HashMap;
 
@@ -284,7 +284,15 @@ mod tests {
 
     #[test]
     fn filter_drops_missing_foreign_admin_disabled_secretless_and_expired_tokens() {
-        let all = ids(&["openai:ok", "openai:ghost", "anthropic:x", "openai:off", "openai:nokey", "openai:old", "openai:fresh"]);
+        let all = ids(&[
+            "openai:ok",
+            "openai:ghost",
+            "anthropic:x",
+            "openai:off",
+            "openai:nokey",
+            "openai:old",
+            "openai:fresh",
+        ]);
         let mut off = view("openai:off", ProfileType::ApiKey, None);
         off.enabled = false;
         let mut nokey = view("openai:nokey", ProfileType::ApiKey, None);
@@ -293,7 +301,14 @@ mod tests {
         old.expires_at = Some(NOW);
         let mut fresh = view("openai:fresh", ProfileType::Token, Some(9));
         fresh.expires_at = Some(NOW + 1);
-        let b = book(vec![view("openai:ok", ProfileType::ApiKey, Some(1)), view("anthropic:x", ProfileType::ApiKey, None), off, nokey, old, fresh]);
+        let b = book(vec![
+            view("openai:ok", ProfileType::ApiKey, Some(1)),
+            view("anthropic:x", ProfileType::ApiKey, None),
+            off,
+            nokey,
+            old,
+            fresh,
+        ]);
         assert_eq!(order(&req(&all), &b).unwrap().ids(), ["openai:ok", "openai:fresh"]);
     }
 
@@ -311,7 +326,11 @@ mod tests {
         let explicit = ids(&["openai:c", "openai:a", "openai:b"]);
         let mut c = view("openai:c", ProfileType::ApiKey, Some(1));
         cool(&mut c, NOW + 5_000, None);
-        let b = book(vec![view("openai:a", ProfileType::ApiKey, Some(9)), view("openai:b", ProfileType::ApiKey, Some(1)), c]);
+        let b = book(vec![
+            view("openai:a", ProfileType::ApiKey, Some(9)),
+            view("openai:b", ProfileType::ApiKey, Some(1)),
+            c,
+        ]);
         let mut r = req(&all);
         r.config_order = Some(&explicit);
         assert_eq!(order(&r, &b).unwrap().ids(), ["openai:a", "openai:b", "openai:c"]);
@@ -371,7 +390,11 @@ mod tests {
         r.sticky = Some(&sticky);
         assert_eq!(order(&r, &b).unwrap().ids(), ["openai:c", "openai:a", "openai:b"]);
         cool(b.get_mut(&sticky).unwrap(), NOW + 1000, None);
-        assert_eq!(order(&r, &b).unwrap().ids(), ["openai:a", "openai:b", "openai:c"], "a cooled sticky profile moves on");
+        assert_eq!(
+            order(&r, &b).unwrap().ids(),
+            ["openai:a", "openai:b", "openai:c"],
+            "a cooled sticky profile moves on"
+        );
     }
 
     #[test]
@@ -391,7 +414,8 @@ mod tests {
     #[test]
     fn pins_never_cross_providers() {
         let all = ids(&["openai:a", "openai:b"]);
-        let b = book(vec![view("openai:a", ProfileType::ApiKey, Some(2)), view("openai:b", ProfileType::ApiKey, Some(1))]);
+        let b =
+            book(vec![view("openai:a", ProfileType::ApiKey, Some(2)), view("openai:b", ProfileType::ApiKey, Some(1))]);
         let pin = id("anthropic:main");
         let mut r = req(&all);
         r.pin = Some(&pin);

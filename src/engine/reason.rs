@@ -98,9 +98,7 @@ impl Reason {
 
     pub fn next(self) -> Next {
         match self {
-            Reason::ContextOverflow | Reason::Format | Reason::Cancelled | Reason::Unknown => {
-                Next::Stop
-            }
+            Reason::ContextOverflow | Reason::Format | Reason::Cancelled | Reason::Unknown => Next::Stop,
             Reason::ModelNotFound | Reason::NoProfile | Reason::WireFormat => Next::NextModel,
             Reason::AuthPermanent
             | Reason::Auth
@@ -115,9 +113,7 @@ impl Reason {
 
     pub fn mark(self) -> Mark {
         match self {
-            Reason::RateLimit | Reason::Overloaded | Reason::Timeout | Reason::ServerError => {
-                Mark::CooldownModel
-            }
+            Reason::RateLimit | Reason::Overloaded | Reason::Timeout | Reason::ServerError => Mark::CooldownModel,
             Reason::Auth | Reason::Network => Mark::CooldownProfile,
             Reason::Billing | Reason::AuthPermanent => Mark::Disabled,
             Reason::ModelNotFound => Mark::Model,
@@ -154,16 +150,15 @@ impl fmt::Display for Reason {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("unknown failure reason `{0}` (expected one of: context_overflow, format, auth_permanent, auth, billing, rate_limit, overloaded, server_error, timeout, network, model_not_found, cancelled, unknown, no_profile, wire_format)")]
+#[error(
+    "unknown failure reason `{0}` (expected one of: context_overflow, format, auth_permanent, auth, billing, rate_limit, overloaded, server_error, timeout, network, model_not_found, cancelled, unknown, no_profile, wire_format)"
+)]
 pub struct UnknownReason(pub String);
 
 impl FromStr for Reason {
     type Err = UnknownReason;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Reason::ALL
-            .into_iter()
-            .find(|r| r.as_str() == s)
-            .ok_or_else(|| UnknownReason(s.to_string()))
+        Reason::ALL.into_iter().find(|r| r.as_str() == s).ok_or_else(|| UnknownReason(s.to_string()))
     }
 }
 

@@ -1,12 +1,11 @@
 //! The two-stage failover of one request: for each model of the chain, the provider's profiles
 //! in order (with same-profile retries), then the next model; every call and skip audited.
 
+use super::sse::{Event, Splitter};
 use super::upstream::Upstream;
 use super::wire::{self, Api, Seen};
-use super::sse::{Event, Splitter};
-use crate::translate::{self, StreamTranslator};
 use crate::agents::Agent;
-use crate::audit::{Audit, AttemptRow, Kind, Outcome, RequestRow};
+use crate::audit::{AttemptRow, Audit, Kind, Outcome, RequestRow};
 use crate::book::{Book, Credential};
 use crate::config::Config;
 use crate::engine::aggregate::{ModelFailure, aggregate};
@@ -17,6 +16,7 @@ use crate::engine::{Clock, Failure, Millis, Next, ProfileId, Reason, Until};
 use crate::metrics::Metrics;
 use crate::redact::{redact, truncate};
 use crate::status::until_ms;
+use crate::translate::{self, StreamTranslator};
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -332,7 +332,9 @@ impl Engine {
                     if !failures.is_empty() && resp.status().is_success() {
                         let why: Vec<String> = failures
                             .iter()
-                            .map(|f| format!("{}: {} {}", f.label, f.status.map_or("-".into(), |s| s.to_string()), f.reason))
+                            .map(|f| {
+                                format!("{}: {} {}", f.label, f.status.map_or("-".into(), |s| s.to_string()), f.reason)
+                            })
                             .collect();
                         tracing::info!(request_id = %inc.request_id, "fallback: served by {} ({})", cand.label(), why.join(", "));
                     }
@@ -348,7 +350,14 @@ impl Engine {
     }
 
     /// Tries one candidate: its profiles in order, each with its same-profile retries.
-    async fn serve_candidate(&self, inc: &Incoming, chain: &[Candidate], index: usize, trail: &mut Trail, deadline: Instant) -> Step {
+    async fn serve_candidate(
+        &self,
+        inc: &Incoming,
+        chain: &[Candidate],
+        index: usize,
+        trail: &mut Trail,
+        deadline: Instant,
+    ) -> Step {
         let cand = &chain[index];
         let config = &inc.settings.config;
         let provider = &config.providers[&cand.provider];
@@ -390,12 +399,15 @@ impl Engine {
         if let Gate::Skip { reason, until } = gate {
             let msg = match until {
                 Some(u) => format!("every profile is cooling ({reason}) until {}", crate::status::time(u.key())),
-                None if reason == Reason::NoProfile => format!("provider {} has no profile with a usable secret", cand.provider),
+                None if reason == Reason::NoProfile => {
+                    format!("provider {} has no profile with a usable secret", cand.provider)
+                }
                 None => reason.to_string(),
             };
             return skip(trail, reason, until, msg);
         }
-        let usable: Vec<ProfileId> = ordered.slots.iter().filter(|s| s.blocked.is_none()).map(|s| s.id.clone()).collect();
+        let usable: Vec<ProfileId> =
+            ordered.slots.iter().filter(|s| s.blocked.is_none()).map(|s| s.id.clone()).collect();
         let slots = if usable.is_empty() || gate == Gate::Probe {
             ordered.slots.iter().take(1).map(|s| s.id.clone()).collect()
         } else {
@@ -429,13 +441,25 @@ impl Engine {
                     Called::Stream(open) => {
                         let translator = match (inc.api, plan.upstream_api) {
                             (Api::Chat, Api::Messages) => {
-                                let usage = inc.body.get("stream_options").and_then(|o| o.get("include_usage")) == Some(&Value::Bool(true));
+                                let usage = inc.body.get("stream_options").and_then(|o| o.get("include_usage"))
+                                    == Some(&Value::Bool(true));
                                 Some(StreamTranslator::anthropic_to_chat(usage))
                             }
                             (Api::Messages, Api::Chat) => Some(StreamTranslator::chat_to_anthropic()),
                             _ => None,
                         };
-                        let resp = self.commit_stream(&inc.settings, inc.api, cand, pid, &cred, row, trail.clone(), *open, translator, deadline);
+                        let resp = self.commit_stream(
+                            &inc.settings,
+                            inc.api,
+                            cand,
+                            pid,
+                            &cred,
+                            row,
+                            trail.clone(),
+                            *open,
+                            translator,
+                            deadline,
+                        );
                         return Step::Done(with_rota_headers(resp, trail, cand, pid));
                     }
                     Called::Served(resp, tokens) => {
@@ -475,7 +499,9 @@ impl Engine {
                                 };
                                 return Step::Done(with_rota_headers(resp, trail, cand, pid));
                             }
-                            Next::NextModel => Some(Until::At(self.book.record_model_not_found(&cand.provider, &cand.model, now))),
+                            Next::NextModel => {
+                                Some(Until::At(self.book.record_model_not_found(&cand.provider, &cand.model, now)))
+                            }
                             Next::Rotate => {
                                 let failure = Failure {
                                     reason,
@@ -509,7 +535,14 @@ impl Engine {
     }
 
     /// One upstream call, up to a committed response or a classified failure.
-    async fn call(&self, inc: &Incoming, cand: &Candidate, cred: &Credential, plan: &Plan, deadline: Instant) -> Called {
+    async fn call(
+        &self,
+        inc: &Incoming,
+        cand: &Candidate,
+        cred: &Credential,
+        plan: &Plan,
+        deadline: Instant,
+    ) -> Called {
         let settings = &inc.settings;
         let provider = &settings.config.providers[&cand.provider];
         let mut body = plan.body.clone();
@@ -523,21 +556,34 @@ impl Engine {
             Called::Failed(Box::new(CallFailure { class, status, body }))
         };
         let now = self.now();
-        let sent = timeout_at(first_byte, self.upstream.send(provider, plan.upstream_api, cred, bytes, &inc.headers, inc.stream)).await;
+        let sent = timeout_at(
+            first_byte,
+            self.upstream.send(provider, plan.upstream_api, cred, bytes, &inc.headers, inc.stream),
+        )
+        .await;
         let resp = match sent {
-            Err(_) => return fail(Self::transport(settings, "timed out waiting for the upstream's answer", now), None, None),
+            Err(_) => {
+                return fail(Self::transport(settings, "timed out waiting for the upstream's answer", now), None, None);
+            }
             Ok(Err(text)) => return fail(Self::transport(settings, &text, now), None, None),
             Ok(Ok(r)) => r,
         };
         let status = resp.status().as_u16();
-        let headers: Vec<(String, String)> =
-            resp.headers().iter().map(|(k, v)| (k.as_str().to_string(), v.to_str().unwrap_or("").to_string())).collect();
+        let headers: Vec<(String, String)> = resp
+            .headers()
+            .iter()
+            .map(|(k, v)| (k.as_str().to_string(), v.to_str().unwrap_or("").to_string()))
+            .collect();
         let content_type = resp.headers().get("content-type").cloned();
         if !(200..300).contains(&status) || !inc.stream {
             let body = match timeout_at(first_byte, resp.bytes()).await {
                 Ok(Ok(b)) => b,
-                Ok(Err(e)) => return fail(Self::transport(settings, &super::upstream::error_text(&e), now), None, None),
-                Err(_) => return fail(Self::transport(settings, "timed out reading the upstream's answer", now), None, None),
+                Ok(Err(e)) => {
+                    return fail(Self::transport(settings, &super::upstream::error_text(&e), now), None, None);
+                }
+                Err(_) => {
+                    return fail(Self::transport(settings, "timed out reading the upstream's answer", now), None, None);
+                }
             };
             let text = String::from_utf8_lossy(&body);
             let json: Option<Value> = serde_json::from_str(&text).ok();
@@ -550,13 +596,19 @@ impl Engine {
                 };
                 let mut resp = Response::new(Body::from(body));
                 *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
-                let ct = if plan.translates(inc.api) { Some(HeaderValue::from_static("application/json")) } else { content_type };
+                let ct = if plan.translates(inc.api) {
+                    Some(HeaderValue::from_static("application/json"))
+                } else {
+                    content_type
+                };
                 if let Some(ct) = ct {
                     resp.headers_mut().insert("content-type", ct);
                 }
                 return Called::Served(resp, tokens);
             }
-            let class = settings.classifier.classify(&Observed { status: Some(status), headers: &headers, body: &text, transport: None }, now);
+            let class = settings
+                .classifier
+                .classify(&Observed { status: Some(status), headers: &headers, body: &text, transport: None }, now);
             let redacted = Bytes::from(redact(&text, &secrets));
             return fail(class, Some(status), Some(redacted));
         }
@@ -569,7 +621,15 @@ impl Engine {
 
     /// Reads a 2xx stream until its first content event; then commits the response and hands
     /// the rest to a forwarder task.
-    async fn open_stream(&self, settings: &Settings, cand: &Candidate, resp: reqwest::Response, status: u16, first_byte: Instant, secrets: &[&str]) -> Called {
+    async fn open_stream(
+        &self,
+        settings: &Settings,
+        cand: &Candidate,
+        resp: reqwest::Response,
+        status: u16,
+        first_byte: Instant,
+        secrets: &[&str],
+    ) -> Called {
         let wire_format = settings.config.providers[&cand.provider].api;
         let mut upstream = resp.bytes_stream().boxed();
         let mut split = Splitter::default();
@@ -578,7 +638,9 @@ impl Engine {
         let now = self.now();
         let fail = |msg: String, body: Option<&str>| {
             let class = match body {
-                Some(b) => settings.classifier.classify(&Observed { status: Some(status), headers: &[], body: b, transport: None }, now),
+                Some(b) => settings
+                    .classifier
+                    .classify(&Observed { status: Some(status), headers: &[], body: b, transport: None }, now),
                 None => Self::transport(settings, &msg, now),
             };
             let mut class = class;
@@ -668,7 +730,10 @@ impl Engine {
                 };
                 let chunk = match next {
                     Err(_) if Instant::now() >= deadline => {
-                        outcome = Err((Reason::Timeout, format!("the request passed its {}s limit (timeouts.total)", total.as_secs())));
+                        outcome = Err((
+                            Reason::Timeout,
+                            format!("the request passed its {}s limit (timeouts.total)", total.as_secs()),
+                        ));
                         break;
                     }
                     Err(_) => {
@@ -717,10 +782,18 @@ impl Engine {
                     row.error = Some(truncate(&msg, 500));
                     if reason != Reason::Cancelled {
                         if !upstream_said_error {
-                            let _ = tx.send(Ok(Bytes::from(api.error_event(&format!("upstream stream failed: {msg}"))))).await;
+                            let _ = tx
+                                .send(Ok(Bytes::from(api.error_event(&format!("upstream stream failed: {msg}")))))
+                                .await;
                         }
                         let now = clock.now();
-                        let failure = Failure { reason, model: cand.model.clone(), hint_ms: None, account_wide: false, started_at };
+                        let failure = Failure {
+                            reason,
+                            model: cand.model.clone(),
+                            hint_ms: None,
+                            account_wide: false,
+                            started_at,
+                        };
                         row.cooldown_until = book.record_failure(&pid, &failure, now).and_then(until_ms);
                     }
                 }
@@ -762,4 +835,3 @@ fn with_rota_headers(mut resp: Response, trail: &Trail, cand: &Candidate, pid: &
     set(h, "x-rota-attempts", &trail.seq.to_string());
     resp
 }
-

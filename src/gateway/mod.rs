@@ -6,8 +6,8 @@ pub mod upstream;
 pub mod wire;
 
 use crate::agents::{Agent, digest};
-use crate::engine::chain::FallbackOverride;
 use crate::engine::ProfileId;
+use crate::engine::chain::FallbackOverride;
 use crate::server::AppState;
 use crate::store::{Store, StoreError};
 use axum::Router;
@@ -79,7 +79,12 @@ fn presented_key(headers: &HeaderMap) -> Option<&str> {
 
 async fn authenticate(state: &AppState, api: Api, headers: &HeaderMap, request_id: &str) -> Result<Agent, Response> {
     let Some(key) = presented_key(headers) else {
-        return Err(refuse(api, 401, "missing agent key: send `Authorization: Bearer rk_…` or `x-api-key: rk_…`", request_id));
+        return Err(refuse(
+            api,
+            401,
+            "missing agent key: send `Authorization: Bearer rk_…` or `x-api-key: rk_…`",
+            request_id,
+        ));
     };
     match state.agents.find(key) {
         Some(agent) => Ok(agent),
@@ -97,7 +102,14 @@ async fn handle(api: Api, State(state): State<AppState>, headers: HeaderMap, bod
     let limit = settings.config.limits.max_body_bytes;
     let bytes = match axum::body::to_bytes(body, limit).await {
         Ok(b) => b,
-        Err(_) => return refuse(api, 413, &format!("request body larger than {limit} bytes (limits.max_body_bytes)"), &request_id),
+        Err(_) => {
+            return refuse(
+                api,
+                413,
+                &format!("request body larger than {limit} bytes (limits.max_body_bytes)"),
+                &request_id,
+            );
+        }
     };
     let body: serde_json::Map<String, Value> = match serde_json::from_slice::<Value>(&bytes) {
         Ok(Value::Object(m)) => m,

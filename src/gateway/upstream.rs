@@ -85,8 +85,10 @@ pub fn error_text(e: &(dyn std::error::Error + 'static)) -> String {
     }
     let mut text = parts.join(": ");
     if let Some(re) = e.downcast_ref::<reqwest::Error>()
-        && re.is_timeout() && !text.contains("timed out") {
-            text.push_str(" (timed out)");
-        }
+        && re.is_timeout()
+        && !text.contains("timed out")
+    {
+        text.push_str(" (timed out)");
+    }
     text
 }

@@ -56,7 +56,10 @@ impl Api {
                 let body = json!({"type": "error", "error": {"type": "api_error", "message": message}});
                 format!("event: error\ndata: {body}\n\n").into_bytes()
             }
-            Api::Chat => format!("data: {}\n\n", json!({"error": {"message": message, "type": "server_error", "code": null}})).into_bytes(),
+            Api::Chat => {
+                format!("data: {}\n\n", json!({"error": {"message": message, "type": "server_error", "code": null}}))
+                    .into_bytes()
+            }
             Api::Responses => {
                 let body = json!({"type": "error", "code": "server_error", "message": message, "param": null});
                 format!("event: error\ndata: {body}\n\n").into_bytes()
@@ -116,7 +119,8 @@ pub fn usage(v: &Value) -> (Option<i64>, Option<i64>) {
     let Some(u) = u.filter(|u| u.is_object()) else { return (None, None) };
     let field = |names: &[&str]| names.iter().find_map(|n| u.get(*n).and_then(Value::as_i64));
     // Anthropic leaves cached prompt tokens out of `input_tokens`; they count as input here.
-    let input = field(&["prompt_tokens"]).or_else(|| u.get("input_tokens").map(|_| crate::translate::response::prompt_tokens(u)));
+    let input = field(&["prompt_tokens"])
+        .or_else(|| u.get("input_tokens").map(|_| crate::translate::response::prompt_tokens(u)));
     (input, field(&["completion_tokens", "output_tokens"]))
 }
 
@@ -152,9 +156,14 @@ pub fn classify_event(wire: WireFormat, ev: &Event) -> Seen {
                 return Seen::End;
             }
             match ev.json() {
-                Some(v) if v.get("error").is_some() || v.get("type").and_then(Value::as_str) == Some("error") => Seen::Error,
+                Some(v) if v.get("error").is_some() || v.get("type").and_then(Value::as_str) == Some("error") => {
+                    Seen::Error
+                }
                 Some(v) if v.get("type").and_then(Value::as_str) == Some("response.failed") => Seen::Error,
-                Some(v) if v.get("choices").is_some() || v.get("type").and_then(Value::as_str).is_some_and(|t| t.starts_with("response.")) => {
+                Some(v)
+                    if v.get("choices").is_some()
+                        || v.get("type").and_then(Value::as_str).is_some_and(|t| t.starts_with("response.")) =>
+                {
                     Seen::Content
                 }
                 _ => Seen::Other,
@@ -176,19 +185,31 @@ mod tests {
     fn commit_events_per_wire_format() {
         assert_eq!(classify_event(WireFormat::Anthropic, &ev("event: ping\ndata: {}\n\n")), Seen::Other);
         assert_eq!(classify_event(WireFormat::Anthropic, &ev("event: message_start\ndata: {}\n\n")), Seen::Content);
-        assert_eq!(classify_event(WireFormat::Anthropic, &ev("event: error\ndata: {\"type\":\"error\"}\n\n")), Seen::Error);
+        assert_eq!(
+            classify_event(WireFormat::Anthropic, &ev("event: error\ndata: {\"type\":\"error\"}\n\n")),
+            Seen::Error
+        );
         assert_eq!(classify_event(WireFormat::Openai, &ev("data: {\"choices\":[]}\n\n")), Seen::Content);
         assert_eq!(classify_event(WireFormat::Openai, &ev("data: {\"error\":{\"message\":\"x\"}}\n\n")), Seen::Error);
         assert_eq!(classify_event(WireFormat::Openai, &ev("data: [DONE]\n\n")), Seen::End);
         assert_eq!(classify_event(WireFormat::Openai, &ev(": keep-alive\n\n")), Seen::Other);
-        assert_eq!(classify_event(WireFormat::Openai, &ev("event: response.created\ndata: {\"type\":\"response.created\"}\n\n")), Seen::Content);
+        assert_eq!(
+            classify_event(
+                WireFormat::Openai,
+                &ev("event: response.created\ndata: {\"type\":\"response.created\"}\n\n")
+            ),
+            Seen::Content
+        );
     }
 
     #[test]
     fn usage_is_read_from_each_format() {
         assert_eq!(usage(&json!({"usage": {"prompt_tokens": 3, "completion_tokens": 5}})), (Some(3), Some(5)));
         assert_eq!(usage(&json!({"usage": {"input_tokens": 7, "output_tokens": 2}})), (Some(7), Some(2)));
-        assert_eq!(usage(&json!({"type": "message_start", "message": {"usage": {"input_tokens": 9}}})), (Some(9), None));
+        assert_eq!(
+            usage(&json!({"type": "message_start", "message": {"usage": {"input_tokens": 9}}})),
+            (Some(9), None)
+        );
         assert_eq!(usage(&json!({"usage": null})), (None, None));
         let cached = json!({"usage": {"input_tokens": 5, "cache_read_input_tokens": 100, "cache_creation_input_tokens": 20, "output_tokens": 1}});
         assert_eq!(usage(&cached), (Some(125), Some(1)));

@@ -1,8 +1,8 @@
 //! The embedded SQLite store (WAL, busy timeout, migrations applied at open).
 
+use super::{Origin, Snapshot, Store, StoreError, StoredProfile};
 use crate::agents::Agent;
 use crate::audit::{AttemptRow, RequestRow};
-use super::{Origin, Snapshot, Store, StoreError, StoredProfile};
 use crate::engine::{Cooldown, Disabled, Millis, ModelCooldown, ProfileId, Reason, UsageStats};
 use crate::secrets::{Sealed, SecretField};
 use async_trait::async_trait;
@@ -63,7 +63,11 @@ impl SqliteStore {
 }
 
 /// Writes a profile's stats row, unless the profile is gone (a removal raced the write).
-async fn upsert_stats(tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>, id: &ProfileId, s: &UsageStats) -> Result<(), StoreError> {
+async fn upsert_stats(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    id: &ProfileId,
+    s: &UsageStats,
+) -> Result<(), StoreError> {
     let counts = serde_json::to_string(&s.failure_counts).expect("reason counts serialize");
     sqlx::query(
         "INSERT INTO usage_stats (profile_id, last_used, last_success_at, cooldown_until, cooldown_reason,
@@ -94,11 +98,15 @@ async fn upsert_stats(tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>, id: &Profile
     .bind(s.failure_total as i64)
     .bind(id.as_str())
     .execute(&mut **tx)
-        .await?;
+    .await?;
     Ok(())
 }
 
-async fn insert_profile(tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>, p: &StoredProfile, secrets: &[Sealed]) -> Result<(), StoreError> {
+async fn insert_profile(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    p: &StoredProfile,
+    secrets: &[Sealed],
+) -> Result<(), StoreError> {
     let inserted = sqlx::query(
         "INSERT INTO profiles (id, provider, name, type, source, enabled, email, expires_at, created_at, updated_at)
          VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
@@ -119,15 +127,17 @@ async fn insert_profile(tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>, p: &Stored
         return Err(StoreError::Duplicate(p.id.clone()));
     }
     for s in secrets {
-        sqlx::query("INSERT INTO secrets (profile_id, field, key_id, nonce, ciphertext, updated_at) VALUES (?, ?, ?, ?, ?, ?)")
-            .bind(p.id.as_str())
-            .bind(s.field.as_str())
-            .bind(&s.key_id)
-            .bind(&s.nonce)
-            .bind(&s.ciphertext)
-            .bind(p.created_at)
-            .execute(&mut **tx)
-            .await?;
+        sqlx::query(
+            "INSERT INTO secrets (profile_id, field, key_id, nonce, ciphertext, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
+        )
+        .bind(p.id.as_str())
+        .bind(s.field.as_str())
+        .bind(&s.key_id)
+        .bind(&s.nonce)
+        .bind(&s.ciphertext)
+        .bind(p.created_at)
+        .execute(&mut **tx)
+        .await?;
     }
     sqlx::query("INSERT INTO usage_stats (profile_id) VALUES (?)").bind(p.id.as_str()).execute(&mut **tx).await?;
     Ok(())
@@ -153,7 +163,8 @@ fn stats_from_row(row: &SqliteRow) -> Result<UsageStats, StoreError> {
         (Some(until), Some(reason)) => Some(Cooldown { until, reason, model: row.try_get("cooldown_model")? }),
         _ => None,
     };
-    let disabled = reason(row, "disabled_reason")?.map(|reason| Disabled { until: row.try_get("disabled_until").ok().flatten(), reason });
+    let disabled = reason(row, "disabled_reason")?
+        .map(|reason| Disabled { until: row.try_get("disabled_until").ok().flatten(), reason });
     let counts: String = row.try_get("failure_counts")?;
     let failure_counts: BTreeMap<Reason, u32> = serde_json::from_str(&counts).map_err(|e| corrupt("usage_stats", e))?;
     Ok(UsageStats {
@@ -175,9 +186,11 @@ impl Store for SqliteStore {
     async fn snapshot(&self) -> Result<Snapshot, StoreError> {
         let mut conn = self.pool.acquire().await?;
         let mut snap = Snapshot::default();
-        for row in sqlx::query("SELECT id, type, source, enabled, email, expires_at, created_at FROM profiles ORDER BY created_at, id")
-            .fetch_all(&mut *conn)
-            .await?
+        for row in sqlx::query(
+            "SELECT id, type, source, enabled, email, expires_at, created_at FROM profiles ORDER BY created_at, id",
+        )
+        .fetch_all(&mut *conn)
+        .await?
         {
             let id: String = row.try_get("id")?;
             let kind: String = row.try_get("type")?;
@@ -192,11 +205,15 @@ impl Store for SqliteStore {
                 created_at: row.try_get("created_at")?,
             });
         }
-        for row in sqlx::query("SELECT profile_id, field, key_id, nonce, ciphertext FROM secrets").fetch_all(&mut *conn).await? {
+        for row in sqlx::query("SELECT profile_id, field, key_id, nonce, ciphertext FROM secrets")
+            .fetch_all(&mut *conn)
+            .await?
+        {
             let id: String = row.try_get("profile_id")?;
             let field: String = row.try_get("field")?;
             let sealed = Sealed {
-                field: SecretField::parse(&field).ok_or_else(|| corrupt("secrets", format!("unknown field {field}")))?,
+                field: SecretField::parse(&field)
+                    .ok_or_else(|| corrupt("secrets", format!("unknown field {field}")))?,
                 key_id: row.try_get("key_id")?,
                 nonce: row.try_get("nonce")?,
                 ciphertext: row.try_get("ciphertext")?,
@@ -212,9 +229,10 @@ impl Store for SqliteStore {
             let ids: Vec<ProfileId> = serde_json::from_str(&ids).map_err(|e| corrupt("profile_order", e))?;
             snap.orders.insert(row.try_get("provider")?, ids);
         }
-        for row in sqlx::query("SELECT provider, model, cooldown_until, error_count, last_failure_at FROM model_cooldowns")
-            .fetch_all(&mut *conn)
-            .await?
+        for row in
+            sqlx::query("SELECT provider, model, cooldown_until, error_count, last_failure_at FROM model_cooldowns")
+                .fetch_all(&mut *conn)
+                .await?
         {
             let mc = ModelCooldown {
                 until: row.try_get("cooldown_until")?,
@@ -384,14 +402,18 @@ impl Store for SqliteStore {
     }
 
     async fn agents(&self) -> Result<Vec<Agent>, StoreError> {
-        let rows = sqlx::query("SELECT id, name, admin, created_at, revoked_at FROM agents ORDER BY name").fetch_all(&self.pool).await?;
+        let rows = sqlx::query("SELECT id, name, admin, created_at, revoked_at FROM agents ORDER BY name")
+            .fetch_all(&self.pool)
+            .await?;
         rows.iter().map(agent_from_row).collect()
     }
 
     async fn active_agents(&self) -> Result<Vec<(String, Agent)>, StoreError> {
-        let rows = sqlx::query("SELECT id, name, key_digest, admin, created_at, revoked_at FROM agents WHERE revoked_at IS NULL")
-            .fetch_all(&self.pool)
-            .await?;
+        let rows = sqlx::query(
+            "SELECT id, name, key_digest, admin, created_at, revoked_at FROM agents WHERE revoked_at IS NULL",
+        )
+        .fetch_all(&self.pool)
+        .await?;
         rows.iter().map(|r| Ok((r.try_get("key_digest")?, agent_from_row(r)?))).collect()
     }
 

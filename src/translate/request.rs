@@ -6,11 +6,9 @@ use serde_json::{Map, Value, json};
 fn text_of(content: &Value) -> String {
     match content {
         Value::String(s) => s.clone(),
-        Value::Array(parts) => parts
-            .iter()
-            .filter_map(|p| p.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .join("\n"),
+        Value::Array(parts) => {
+            parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect::<Vec<_>>().join("\n")
+        }
         _ => String::new(),
     }
 }
@@ -22,10 +20,11 @@ fn fail<T>(why: impl Into<String>) -> Result<T, Untranslatable> {
 /// An OpenAI image part's URL as an Anthropic image source.
 fn image_source(url: &str) -> Value {
     if let Some(rest) = url.strip_prefix("data:")
-        && let Some((meta, data)) = rest.split_once(",") {
-            let media_type = meta.trim_end_matches(";base64");
-            return json!({"type": "base64", "media_type": media_type, "data": data});
-        }
+        && let Some((meta, data)) = rest.split_once(",")
+    {
+        let media_type = meta.trim_end_matches(";base64");
+        return json!({"type": "base64", "media_type": media_type, "data": data});
+    }
     json!({"type": "url", "url": url})
 }
 
@@ -43,10 +42,11 @@ fn chat_part_to_block(part: &Value) -> Result<Value, Untranslatable> {
 /// Anthropic wants alternating roles: consecutive messages of one role are merged.
 fn push_message(out: &mut Vec<Value>, role: &str, mut blocks: Vec<Value>) {
     if let Some(last) = out.last_mut().filter(|m| m["role"] == role)
-        && let Some(existing) = last.get_mut("content").and_then(Value::as_array_mut) {
-            existing.append(&mut blocks);
-            return;
-        }
+        && let Some(existing) = last.get_mut("content").and_then(Value::as_array_mut)
+    {
+        existing.append(&mut blocks);
+        return;
+    }
     out.push(json!({"role": role, "content": blocks}));
 }
 
@@ -148,7 +148,9 @@ pub fn chat_to_messages(req: &Map<String, Value>) -> Result<Translated, Untransl
                     Value::String(s) if s == "auto" => json!({"type": "auto"}),
                     Value::String(s) if s == "required" => json!({"type": "any"}),
                     Value::String(s) if s == "none" => json!({"type": "none"}),
-                    Value::Object(o) => json!({"type": "tool", "name": o.get("function").and_then(|f| f.get("name")).cloned().unwrap_or(json!(""))}),
+                    Value::Object(o) => {
+                        json!({"type": "tool", "name": o.get("function").and_then(|f| f.get("name")).cloned().unwrap_or(json!(""))})
+                    }
                     other => return fail(format!("tool_choice {other} has no Anthropic counterpart")),
                 };
                 if req.get("parallel_tool_calls") == Some(&json!(false)) && choice["type"] != "none" {
@@ -160,7 +162,9 @@ pub fn chat_to_messages(req: &Map<String, Value>) -> Result<Translated, Untransl
                 out.insert("tool_choice".into(), json!({"type": "auto", "disable_parallel_tool_use": true}));
             }
             "parallel_tool_calls" | "stream_options" => {}
-            "n" if value.as_u64().is_some_and(|n| n > 1) => return fail("n > 1 (several choices) has no Anthropic counterpart"),
+            "n" if value.as_u64().is_some_and(|n| n > 1) => {
+                return fail("n > 1 (several choices) has no Anthropic counterpart");
+            }
             "n" => {}
             "response_format" if value.get("type").and_then(Value::as_str) != Some("text") => {
                 return fail("response_format (JSON mode) has no Anthropic counterpart");
@@ -224,7 +228,8 @@ pub fn messages_to_chat(req: &Map<String, Value>) -> Result<Translated, Untransl
                 }
                 if !parts.is_empty() {
                     let all_text = parts.iter().all(|p| p["type"] == "text");
-                    let content = if all_text && parts.len() == 1 { parts[0]["text"].clone() } else { Value::Array(parts) };
+                    let content =
+                        if all_text && parts.len() == 1 { parts[0]["text"].clone() } else { Value::Array(parts) };
                     messages.push(json!({"role": "user", "content": content}));
                 }
             }
@@ -247,7 +252,12 @@ pub fn messages_to_chat(req: &Map<String, Value>) -> Result<Translated, Untransl
                                 dropped.push("thinking blocks".into());
                             }
                         }
-                        other => return fail(format!("assistant block type {:?} has no OpenAI chat counterpart", other.unwrap_or("?"))),
+                        other => {
+                            return fail(format!(
+                                "assistant block type {:?} has no OpenAI chat counterpart",
+                                other.unwrap_or("?")
+                            ));
+                        }
                     }
                 }
                 let mut msg = json!({"role": "assistant", "content": if text.is_empty() { Value::Null } else { json!(text.join("")) }});
@@ -302,7 +312,9 @@ pub fn messages_to_chat(req: &Map<String, Value>) -> Result<Translated, Untransl
                     Some("auto") => json!("auto"),
                     Some("any") => json!("required"),
                     Some("none") => json!("none"),
-                    Some("tool") => json!({"type": "function", "function": {"name": value.get("name").cloned().unwrap_or(json!(""))}}),
+                    Some("tool") => {
+                        json!({"type": "function", "function": {"name": value.get("name").cloned().unwrap_or(json!(""))}})
+                    }
                     _ => return fail(format!("tool_choice {value} has no OpenAI counterpart")),
                 };
                 out.insert("tool_choice".into(), choice);

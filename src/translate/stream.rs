@@ -148,11 +148,14 @@ impl ToMessages {
 
     fn close(&mut self) -> Vec<u8> {
         let mut out = self.close_block();
-        out.extend(sse_event("message_delta", &json!({
-            "type": "message_delta",
-            "delta": {"stop_reason": self.stop.unwrap_or("end_turn"), "stop_sequence": null},
-            "usage": {"input_tokens": self.usage.0, "output_tokens": self.usage.1},
-        })));
+        out.extend(sse_event(
+            "message_delta",
+            &json!({
+                "type": "message_delta",
+                "delta": {"stop_reason": self.stop.unwrap_or("end_turn"), "stop_sequence": null},
+                "usage": {"input_tokens": self.usage.0, "output_tokens": self.usage.1},
+            }),
+        ));
         out.extend(sse_event("message_stop", &json!({"type": "message_stop"})));
         self.done = true;
         out
@@ -170,12 +173,15 @@ impl ToMessages {
         }
         if !self.started {
             self.started = true;
-            out.extend(sse_event("message_start", &json!({
-                "type": "message_start",
-                "message": {"id": v.get("id"), "type": "message", "role": "assistant", "model": v.get("model"),
-                            "content": [], "stop_reason": null, "stop_sequence": null,
-                            "usage": {"input_tokens": 0, "output_tokens": 0}},
-            })));
+            out.extend(sse_event(
+                "message_start",
+                &json!({
+                    "type": "message_start",
+                    "message": {"id": v.get("id"), "type": "message", "role": "assistant", "model": v.get("model"),
+                                "content": [], "stop_reason": null, "stop_sequence": null,
+                                "usage": {"input_tokens": 0, "output_tokens": 0}},
+                }),
+            ));
         }
         if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
             self.usage = (
@@ -191,12 +197,18 @@ impl ToMessages {
                 let index = self.next_index;
                 self.next_index += 1;
                 self.open = Some((index, false));
-                out.extend(sse_event("content_block_start", &json!({"type": "content_block_start", "index": index,
-                                                                     "content_block": {"type": "text", "text": ""}})));
+                out.extend(sse_event(
+                    "content_block_start",
+                    &json!({"type": "content_block_start", "index": index,
+                                                                     "content_block": {"type": "text", "text": ""}}),
+                ));
             }
             let index = self.open.map_or(0, |(i, _)| i);
-            out.extend(sse_event("content_block_delta", &json!({"type": "content_block_delta", "index": index,
-                                                                 "delta": {"type": "text_delta", "text": text}})));
+            out.extend(sse_event(
+                "content_block_delta",
+                &json!({"type": "content_block_delta", "index": index,
+                                                                 "delta": {"type": "text_delta", "text": text}}),
+            ));
         }
         for call in delta.get("tool_calls").and_then(Value::as_array).into_iter().flatten() {
             let n = call.get("index").and_then(Value::as_u64).unwrap_or(0);

@@ -101,7 +101,11 @@ async fn answer(State(mock): State<Mock>, uri: axum::http::Uri, headers: HeaderM
     let reply = {
         let mut st = mock.0.lock().unwrap();
         st.seen.push(Seen { key: key.clone(), path: uri.path().to_string(), model: model.clone() });
-        st.script.get_mut(&key).and_then(VecDeque::pop_front).unwrap_or(if stream { Reply::Stream(3) } else { Reply::Ok })
+        st.script.get_mut(&key).and_then(VecDeque::pop_front).unwrap_or(if stream {
+            Reply::Stream(3)
+        } else {
+            Reply::Ok
+        })
     };
     match reply {
         Reply::Ok if anthropic => axum::Json(json!({
@@ -135,12 +139,17 @@ async fn answer(State(mock): State<Mock>, uri: axum::http::Uri, headers: HeaderM
 fn content_event(anthropic: bool, i: usize) -> String {
     if anthropic {
         if i == 0 {
-            "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":11}}}\n\n".into()
+            "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":11}}}\n\n"
+                .into()
         } else {
-            format!("event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"t{i}\"}}}}\n\n")
+            format!(
+                "event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"t{i}\"}}}}\n\n"
+            )
         }
     } else {
-        format!("data: {{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"t{i}\"}}}}]}}\n\n")
+        format!(
+            "data: {{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"t{i}\"}}}}]}}\n\n"
+        )
     }
 }
 
@@ -280,7 +289,8 @@ impl Rota {
     }
 
     pub async fn chat(&self, body: Value, headers: &[(&str, &str)]) -> reqwest::Response {
-        let mut req = Self::client().post(format!("{}/v1/chat/completions", self.url)).bearer_auth(&self.agent_key).json(&body);
+        let mut req =
+            Self::client().post(format!("{}/v1/chat/completions", self.url)).bearer_auth(&self.agent_key).json(&body);
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
