@@ -2,12 +2,15 @@
 //! audit trail writes, so the two always agree; gauges are computed at each scrape.
 
 use crate::audit::{AttemptRow, RequestRow};
+use crate::engine::{Millis, ProfileId};
+use crate::status::Status;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use std::collections::BTreeMap;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
@@ -60,6 +63,27 @@ pub struct Snapshot {
     /// Profile → seconds until its window ends (only profiles in a timed window).
     pub cooldown_left: Vec<(String, i64)>,
     pub audit_queue: i64,
+}
+
+impl Snapshot {
+    /// Counts the profiles by provider and state, and the seconds left of each timed window.
+    pub fn of(states: Vec<(ProfileId, Status)>, now: Millis, audit_queue: usize) -> Snapshot {
+        let mut profiles: BTreeMap<(String, String), i64> = BTreeMap::new();
+        let mut cooldown_left = Vec::new();
+        for (id, status) in states {
+            let (state, until) = match status {
+                Status::Usable => ("usable", None),
+                Status::Cooling { until, .. } => ("cooling", Some(until)),
+                Status::Disabled { until, .. } => ("disabled", until),
+                Status::Unusable { .. } => ("unusable", None),
+            };
+            *profiles.entry((id.provider().to_string(), state.to_string())).or_default() += 1;
+            if let Some(until) = until {
+                cooldown_left.push((id.to_string(), (until - now + 999) / 1000));
+            }
+        }
+        Snapshot { profiles: profiles.into_iter().collect(), cooldown_left, audit_queue: audit_queue as i64 }
+    }
 }
 
 impl Default for Metrics {

@@ -8,8 +8,8 @@ use crate::engine::{Clock, SystemClock};
 use crate::gateway::failover::{Engine, Settings};
 use crate::gateway::upstream::Upstream;
 use crate::gateway::{self, AgentCache};
+use crate::metrics::Snapshot;
 use crate::secrets::resolve_key;
-use crate::status::Status;
 use crate::store::{SqliteStore, Store};
 use anyhow::{Context, Result};
 use axum::extract::State;
@@ -37,25 +37,7 @@ pub fn router(state: AppState) -> Router {
 async fn metrics(State(state): State<AppState>) -> impl axum::response::IntoResponse {
     let engine = &state.engine;
     let now = engine.clock.now();
-    let mut profiles: std::collections::BTreeMap<(String, String), i64> = std::collections::BTreeMap::new();
-    let mut cooldown_left = Vec::new();
-    for (id, status) in engine.book.states(now) {
-        let (state, until) = match status {
-            Status::Usable => ("usable", None),
-            Status::Cooling { until, .. } => ("cooling", Some(until)),
-            Status::Disabled { until, .. } => ("disabled", until),
-            Status::Unusable { .. } => ("unusable", None),
-        };
-        *profiles.entry((id.provider().to_string(), state.to_string())).or_default() += 1;
-        if let Some(until) = until {
-            cooldown_left.push((id.to_string(), (until - now + 999) / 1000));
-        }
-    }
-    let snapshot = crate::metrics::Snapshot {
-        profiles: profiles.into_iter().collect(),
-        cooldown_left,
-        audit_queue: engine.audit.queue_depth() as i64,
-    };
+    let snapshot = Snapshot::of(engine.book.states(now), now, engine.audit.queue_depth());
     ([("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")], engine.metrics.render(snapshot))
 }
 
