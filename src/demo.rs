@@ -10,7 +10,7 @@ use crate::config::Config;
 use crate::engine::{ProfileId, ProfileType};
 use crate::secrets::{SecretField, resolve_key};
 use crate::server::App;
-use crate::store::{Origin, SqliteStore, Store, StoredProfile};
+use crate::store::{SqliteStore, Store, StoredProfile};
 use anyhow::{Context, Result};
 use axum::body::{Body, Bytes};
 use axum::extract::State;
@@ -67,15 +67,7 @@ fast = "beta/sim-small"
     for (i, (id, secret)) in PROFILES.iter().enumerate() {
         let pid: ProfileId = id.parse()?;
         let sealed = key.seal(&pid, SecretField::ApiKey, &SecretString::from(*secret));
-        let row = StoredProfile {
-            id: pid,
-            kind: ProfileType::ApiKey,
-            origin: Origin::Stored,
-            enabled: true,
-            email: None,
-            expires_at: None,
-            created_at: i as i64,
-        };
+        let row = StoredProfile::stored(pid, ProfileType::ApiKey, None, i as i64);
         store.add_profile(&row, &[sealed]).await?;
     }
     let agent_key = crate::agents::new_key();

@@ -137,15 +137,7 @@ pub fn import(
         }
         let secrets = fields.iter().map(|(f, s)| key.seal(&id, *f, &SecretString::from(s.to_string()))).collect();
         let stats = file.usage_stats.get(raw).map(to_stats).unwrap_or_default();
-        let profile = StoredProfile {
-            id,
-            kind,
-            origin: Origin::Stored,
-            enabled: true,
-            email: email.clone(),
-            expires_at: expires,
-            created_at: now,
-        };
+        let profile = StoredProfile { email: email.clone(), ..StoredProfile::stored(id, kind, expires, now) };
         out.push(Imported { profile, secrets, stats });
     }
     let mut order = BTreeMap::new();

@@ -5,7 +5,7 @@ use rota::book::Book;
 use rota::config::Config;
 use rota::engine::{Failure, ProfileId, ProfileType, Reason, Until};
 use rota::secrets::{MasterKey, SecretField};
-use rota::store::{Origin, SqliteStore, Store, StoredProfile};
+use rota::store::{SqliteStore, Store, StoredProfile};
 use secrecy::{ExposeSecret, SecretString};
 use std::sync::Arc;
 
@@ -27,15 +27,7 @@ fn key() -> MasterKey {
 async fn add_key(store: &SqliteStore, key: &MasterKey, profile: &str, secret: &str) {
     let pid = id(profile);
     let sealed = key.seal(&pid, SecretField::ApiKey, &SecretString::from(secret.to_string()));
-    let row = StoredProfile {
-        id: pid,
-        kind: ProfileType::ApiKey,
-        origin: Origin::Stored,
-        enabled: true,
-        email: None,
-        expires_at: None,
-        created_at: T0,
-    };
+    let row = StoredProfile::stored(pid, ProfileType::ApiKey, None, T0);
     store.add_profile(&row, &[sealed]).await.unwrap();
 }
 
@@ -156,15 +148,7 @@ async fn duplicate_profile_is_refused_and_changes_nothing() {
     add_key(&store, &key(), "openai:a", "sk-first").await;
     let pid = id("openai:a");
     let sealed = key().seal(&pid, SecretField::ApiKey, &SecretString::from("sk-second"));
-    let row = StoredProfile {
-        id: pid.clone(),
-        kind: ProfileType::Token,
-        origin: Origin::Stored,
-        enabled: true,
-        email: None,
-        expires_at: None,
-        created_at: T0,
-    };
+    let row = StoredProfile::stored(pid.clone(), ProfileType::Token, None, T0);
     let err = store.add_profile(&row, &[sealed]).await.unwrap_err();
     assert_eq!(err.to_string(), "profile openai:a already exists");
     let snap = store.snapshot().await.unwrap();

@@ -140,15 +140,7 @@ async fn add(config: &Config, provider: &str, name: &str, kind: &str, expires: O
     let store = open(config).await?;
     let (key, origin) = resolve_key(&config.database_path()?, &store.secret_key_ids().await?)?;
     let sealed = key.seal(&id, field, &secret);
-    let profile = StoredProfile {
-        id: id.clone(),
-        kind,
-        origin: Origin::Stored,
-        enabled: true,
-        email: None,
-        expires_at,
-        created_at: now.timestamp_millis(),
-    };
+    let profile = StoredProfile::stored(id.clone(), kind, expires_at, now.timestamp_millis());
     store.add_profile(&profile, &[sealed]).await.map_err(|e| match e {
         StoreError::Duplicate(id) => {
             anyhow::anyhow!("profile {id} already exists; remove it first or choose another --name")

@@ -40,6 +40,13 @@ pub struct StoredProfile {
     pub created_at: Millis,
 }
 
+impl StoredProfile {
+    /// A profile added through the CLI, API or an import: enabled, its secret sealed in the database.
+    pub fn stored(id: ProfileId, kind: ProfileType, expires_at: Option<Millis>, created_at: Millis) -> StoredProfile {
+        StoredProfile { id, kind, origin: Origin::Stored, enabled: true, email: None, expires_at, created_at }
+    }
+}
+
 /// Everything the gateway keeps in memory, as stored.
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {

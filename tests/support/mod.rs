@@ -12,7 +12,7 @@ use rota::config::Config;
 use rota::engine::{ProfileId, ProfileType};
 use rota::secrets::{SecretField, resolve_key};
 use rota::server::App;
-use rota::store::{Origin, SqliteStore, Store, StoredProfile};
+use rota::store::{SqliteStore, Store, StoredProfile};
 use secrecy::SecretString;
 use serde_json::{Value, json};
 use std::collections::{HashMap, VecDeque};
@@ -232,15 +232,7 @@ impl Rota {
         for (i, (id, secret)) in profiles.iter().enumerate() {
             let pid: ProfileId = id.parse().unwrap();
             let sealed = key.seal(&pid, SecretField::ApiKey, &SecretString::from(secret.to_string()));
-            let row = StoredProfile {
-                id: pid,
-                kind: ProfileType::ApiKey,
-                origin: Origin::Stored,
-                enabled: true,
-                email: None,
-                expires_at: None,
-                created_at: 1 + i as i64,
-            };
+            let row = StoredProfile::stored(pid, ProfileType::ApiKey, None, 1 + i as i64);
             store.add_profile(&row, &[sealed]).await.unwrap();
         }
         let agent_key = rota::agents::new_key();
