@@ -3,16 +3,15 @@
 
 use super::sse::{Event, Splitter};
 use super::upstream::Upstream;
+use super::walk::{Step, Trail, Verdict, Walk};
 use super::wire::{self, Api, Seen};
 use crate::agents::Agent;
-use crate::audit::{AttemptRow, Audit, Kind, Outcome, RequestRow};
+use crate::audit::{AttemptRow, Audit, Outcome};
 use crate::book::{Book, Credential};
 use crate::config::Config;
-use crate::engine::aggregate::{ModelFailure, aggregate};
 use crate::engine::chain::{Candidate, ChainRequest, FallbackOverride};
 use crate::engine::classify::{Classified, Classifier, Observed};
-use crate::engine::gate::{Availability, Gate, Position};
-use crate::engine::{Clock, Failure, Millis, Next, ProfileId, Reason, Until};
+use crate::engine::{Clock, Failure, Millis, ProfileId, Reason};
 use crate::metrics::Metrics;
 use crate::redact::{redact, truncate};
 use crate::status::until_ms;
@@ -25,7 +24,6 @@ use futures_util::StreamExt;
 use secrecy::ExposeSecret;
 use serde_json::Value;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::time::{Instant, timeout_at};
 
 /// The configuration in force and what is derived from it. A request keeps the one it started
@@ -64,89 +62,6 @@ pub struct Incoming {
     pub fallbacks: FallbackOverride,
     pub headers: HeaderMap,
     pub request_id: String,
-}
-
-/// The request-level audit state, shared with a committed stream's forwarder.
-#[derive(Clone)]
-struct Trail {
-    audit: Audit,
-    metrics: Arc<Metrics>,
-    /// `provider/model` of the first attempt or skip, to tell a failover.
-    first_candidate: Option<String>,
-    /// Time spent in upstream calls, to tell rota's own overhead.
-    upstream_ms: Millis,
-    request_id: String,
-    agent: String,
-    api: Api,
-    requested_model: Option<String>,
-    stream: bool,
-    started_at: Millis,
-    started: Instant,
-    seq: u32,
-}
-
-impl Trail {
-    fn next_seq(&mut self) -> u32 {
-        self.seq += 1;
-        self.seq
-    }
-
-    fn row(&mut self, kind: Kind, cand: &Candidate, profile: Option<&ProfileId>, started_at: Millis) -> AttemptRow {
-        AttemptRow {
-            request_id: self.request_id.clone(),
-            seq: self.next_seq(),
-            kind,
-            agent: Some(self.agent.clone()),
-            provider: cand.provider.clone(),
-            model: cand.model.clone(),
-            profile_id: profile.map(|p| p.to_string()),
-            started_at,
-            duration_ms: None,
-            ttfb_ms: None,
-            http_status: None,
-            outcome: Outcome::Failure,
-            reason: None,
-            retry_after_ms: None,
-            cooldown_until: None,
-            error: None,
-            tokens_in: None,
-            tokens_out: None,
-        }
-    }
-
-    /// Audits one attempt or skip (and counts it in the metrics).
-    fn record(&mut self, row: AttemptRow) {
-        if self.first_candidate.is_none() {
-            self.first_candidate = Some(format!("{}/{}", row.provider, row.model));
-        }
-        if row.profile_id.is_some() {
-            self.upstream_ms += row.duration_ms.unwrap_or(0);
-        }
-        self.metrics.observe_attempt(&row);
-        self.audit.attempt(row);
-    }
-
-    fn finish(&self, status: u16, served: Option<(&Candidate, &ProfileId)>, tokens: (Option<i64>, Option<i64>)) {
-        let duration_ms = self.started.elapsed().as_millis() as Millis;
-        let row = RequestRow {
-            id: self.request_id.clone(),
-            agent: Some(self.agent.clone()),
-            api: self.api.as_str(),
-            requested_model: self.requested_model.clone(),
-            served_model: served.map(|(c, _)| c.label()),
-            served_profile: served.map(|(_, p)| p.to_string()),
-            status,
-            attempts: self.seq,
-            started_at: self.started_at,
-            duration_ms,
-            stream: self.stream,
-            tokens_in: tokens.0,
-            tokens_out: tokens.1,
-        };
-        let overhead = (!self.stream).then(|| duration_ms - self.upstream_ms);
-        self.metrics.observe_request(&row, self.first_candidate.as_deref(), overhead);
-        self.audit.request(row);
-    }
 }
 
 /// Records the attempt in flight (and the request) as cancelled if the client goes away and
@@ -228,14 +143,6 @@ fn plan(inc: &Incoming, provider_api: crate::config::Api) -> Result<Plan, String
     }
 }
 
-/// What became of one candidate.
-enum Step {
-    /// The request is answered (served, or stopped by a reason that does not fail over).
-    Done(Response),
-    /// Go on to the next candidate; this one's failure, if it had one.
-    Next(Option<ModelFailure>),
-}
-
 struct CallFailure {
     class: Classified,
     status: Option<u16>,
@@ -297,241 +204,118 @@ impl Engine {
         let config = &inc.settings.config;
         let deadline = Instant::now() + config.timeouts.total;
         let requested = inc.body.get("model").and_then(Value::as_str).map(str::to_string);
-        let agent_fallbacks = config.agents.get(&inc.agent.name).and_then(|a| a.fallbacks.as_deref());
-        let chain = match config.chain(&ChainRequest {
-            model: requested.as_deref(),
-            agent_fallbacks,
-            fallback_override: inc.fallbacks.clone(),
-            roll: fastrand::u64(..),
-            failover: config.failover.enabled,
-        }) {
+        let chain = match self.chain(config, &inc.agent.name, requested.as_deref(), inc.fallbacks.clone()) {
             Ok(c) => c,
             Err(e) => {
                 let status = if requested.is_some() { 404 } else { 400 };
                 return refuse(inc.api, status, &e.to_string(), &inc.request_id);
             }
         };
-        let mut trail = Trail {
-            audit: self.audit.clone(),
-            metrics: self.metrics.clone(),
-            first_candidate: None,
-            upstream_ms: 0,
-            request_id: inc.request_id.clone(),
-            agent: inc.agent.name.clone(),
-            api: inc.api,
-            requested_model: requested,
-            stream: inc.stream,
-            started_at: self.now(),
-            started: Instant::now(),
-            seq: 0,
-        };
-        let mut failures: Vec<ModelFailure> = Vec::new();
-        for (index, cand) in chain.iter().enumerate() {
-            match self.serve_candidate(&inc, &chain, index, &mut trail, deadline).await {
-                Step::Done(resp) => {
-                    if !failures.is_empty() && resp.status().is_success() {
-                        let why: Vec<String> = failures
-                            .iter()
-                            .map(|f| {
-                                format!("{}: {} {}", f.label, f.status.map_or("-".into(), |s| s.to_string()), f.reason)
-                            })
-                            .collect();
-                        tracing::info!(request_id = %inc.request_id, "fallback: served by {} ({})", cand.label(), why.join(", "));
-                    }
-                    return resp;
+        let trail = Trail::new(
+            self.audit.clone(),
+            self.metrics.clone(),
+            inc.request_id.clone(),
+            inc.agent.name.clone(),
+            inc.api.as_str(),
+            requested,
+            inc.stream,
+            self.now(),
+        );
+        let mut walk = Walk::new(chain, inc.session.clone(), inc.pin.clone(), trail);
+        // The call plan of the candidate under way (translation happens once per candidate).
+        let mut planned: Option<(usize, Plan)> = None;
+        loop {
+            let admit = |index: usize, cand: &Candidate| {
+                if planned.as_ref().is_none_or(|(i, _)| *i != index) {
+                    planned = Some((index, plan(&inc, config.providers[&cand.provider].api)?));
                 }
-                Step::Next(failure) => failures.extend(failure),
+                Ok(())
+            };
+            let att = match walk.next(&self.book, config, &inc.agent.name, self.now(), admit) {
+                Step::Try(att) => att,
+                Step::Refuse(message) => return refuse(inc.api, 400, &message, &inc.request_id),
+                Step::Exhausted(out) => {
+                    tracing::warn!(request_id = %inc.request_id, status = out.status, "{}", out.message);
+                    walk.trail.finish(out.status, None, (None, None));
+                    return json_response(inc.api, out.status, &out.message, out.retry_after_secs, &inc.request_id);
+                }
+            };
+            let plan = &planned.as_ref().expect("next admitted the candidate").1;
+            let (cand, pid) = (&att.cand, &att.pid);
+            let started_at = self.now();
+            self.book.mark_used(pid, inc.session.as_deref(), started_at);
+            let row = walk.trail.row(att.kind, cand, Some(pid), started_at);
+            let guard = InFlight { row: Some(row), trail: walk.trail.clone(), started: Instant::now() };
+            let called = self.call(&inc, cand, &att.cred, plan, deadline).await;
+            let mut row = guard.done();
+            row.duration_ms = Some(self.now() - started_at);
+            match called {
+                Called::Stream(open) => {
+                    let translator = match (inc.api, plan.upstream_api) {
+                        (Api::Chat, Api::Messages) => {
+                            let usage = inc.body.get("stream_options").and_then(|o| o.get("include_usage"))
+                                == Some(&Value::Bool(true));
+                            Some(StreamTranslator::anthropic_to_chat(usage))
+                        }
+                        (Api::Messages, Api::Chat) => Some(StreamTranslator::chat_to_anthropic()),
+                        _ => None,
+                    };
+                    walk.log_fallback(cand);
+                    let resp = self.commit_stream(
+                        &inc.settings,
+                        inc.api,
+                        cand,
+                        pid,
+                        &att.cred,
+                        row,
+                        walk.trail.clone(),
+                        *open,
+                        translator,
+                        deadline,
+                    );
+                    return with_rota_headers(resp, &walk.trail, cand, pid);
+                }
+                Called::Served(resp, tokens) => {
+                    walk.succeeded(&self.book, row, resp.status().as_u16(), tokens, self.now());
+                    return with_rota_headers(resp, &walk.trail, cand, pid);
+                }
+                Called::Failed(f) => {
+                    match walk.failed(&self.book, row, &f.class, f.status, Instant::now() < deadline, self.now()) {
+                        Verdict::Retry(backoff) => tokio::time::sleep(backoff).await,
+                        Verdict::Moved => {}
+                        Verdict::Stop => {
+                            let status = f.status.unwrap_or(502);
+                            walk.trail.finish(status, None, (None, None));
+                            let resp = match f.body {
+                                Some(body) if f.status.is_some() && !plan.translates(inc.api) => {
+                                    let code = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+                                    (code, [("content-type", "application/json")], body).into_response()
+                                }
+                                _ => json_response(inc.api, status, &f.class.message, None, &inc.request_id),
+                            };
+                            return with_rota_headers(resp, &walk.trail, cand, pid);
+                        }
+                    }
+                }
             }
         }
-        let out = aggregate(&failures, self.now());
-        tracing::warn!(request_id = %inc.request_id, status = out.status, "{}", out.message);
-        trail.finish(out.status, None, (None, None));
-        json_response(inc.api, out.status, &out.message, out.retry_after_secs, &inc.request_id)
     }
 
-    /// Tries one candidate: its profiles in order, each with its same-profile retries.
-    async fn serve_candidate(
+    /// The candidates a request for `model` by `agent` walks through.
+    pub fn chain(
         &self,
-        inc: &Incoming,
-        chain: &[Candidate],
-        index: usize,
-        trail: &mut Trail,
-        deadline: Instant,
-    ) -> Step {
-        let cand = &chain[index];
-        let config = &inc.settings.config;
-        let provider = &config.providers[&cand.provider];
-        let now = self.now();
-        let skip = |trail: &mut Trail, reason: Reason, until: Option<Until>, message: String| {
-            let mut row = trail.row(Kind::Skipped, cand, None, now);
-            row.outcome = Outcome::Skipped;
-            row.reason = Some(reason);
-            row.cooldown_until = until.and_then(until_ms);
-            row.duration_ms = Some(0);
-            row.error = Some(message.clone());
-            trail.record(row);
-            Step::Next(Some(ModelFailure { label: cand.label(), reason, message, status: None, until, skipped: true }))
-        };
-        let plan = match plan(inc, provider.api) {
-            Ok(p) => p,
-            Err(why) => return skip(trail, Reason::WireFormat, None, format!("{}: {why}", cand.provider)),
-        };
-        let pin = inc.pin.as_ref().filter(|p| p.provider() == cand.provider);
-        let ordered = match self.book.order(config, &cand.provider, &cand.model, inc.session.as_deref(), pin, now) {
-            Ok(o) => o,
-            Err(e) => return Step::Done(refuse(inc.api, 400, &e.to_string(), &inc.request_id)),
-        };
-        let avail = if let Some(until) = self.book.model_cooled_until(&cand.provider, &cand.model, now) {
-            Availability::Cooled { until: Until::At(until), reason: Reason::ModelNotFound }
-        } else if ordered.slots.is_empty() {
-            Availability::NoProfile
-        } else if let Some((until, reason)) = ordered.all_blocked() {
-            Availability::Cooled { until, reason }
-        } else {
-            Availability::Usable
-        };
-        let gate = if ordered.pinned && !ordered.slots.is_empty() {
-            Gate::Try
-        } else {
-            let pos = Position { index, len: chain.len(), agent: &inc.agent.name, provider: &cand.provider };
-            self.book.gate(pos, avail, now)
-        };
-        if let Gate::Skip { reason, until } = gate {
-            let msg = match until {
-                Some(u) => format!("every profile is cooling ({reason}) until {}", crate::status::time(u.key())),
-                None if reason == Reason::NoProfile => {
-                    format!("provider {} has no profile with a usable secret", cand.provider)
-                }
-                None => reason.to_string(),
-            };
-            return skip(trail, reason, until, msg);
-        }
-        let usable: Vec<ProfileId> =
-            ordered.slots.iter().filter(|s| s.blocked.is_none()).map(|s| s.id.clone()).collect();
-        let slots = if usable.is_empty() || gate == Gate::Probe {
-            ordered.slots.iter().take(1).map(|s| s.id.clone()).collect()
-        } else {
-            usable
-        };
-
-        let mut last = None;
-        for (j, pid) in slots.iter().enumerate() {
-            let Some(cred) = self.book.credential(pid) else { continue };
-            let mut tries = 0u8;
-            loop {
-                let kind = if gate == Gate::Probe && tries == 0 && j == 0 {
-                    Kind::Probe
-                } else if tries > 0 {
-                    Kind::Retry
-                } else if trail.seq == 0 {
-                    Kind::Primary
-                } else if j > 0 {
-                    Kind::Rotate
-                } else {
-                    Kind::Fallback
-                };
-                let started_at = self.now();
-                self.book.mark_used(pid, inc.session.as_deref(), started_at);
-                let row = trail.row(kind, cand, Some(pid), started_at);
-                let guard = InFlight { row: Some(row), trail: trail.clone(), started: Instant::now() };
-                let called = self.call(inc, cand, &cred, &plan, deadline).await;
-                let mut row = guard.done();
-                row.duration_ms = Some(self.now() - started_at);
-                match called {
-                    Called::Stream(open) => {
-                        let translator = match (inc.api, plan.upstream_api) {
-                            (Api::Chat, Api::Messages) => {
-                                let usage = inc.body.get("stream_options").and_then(|o| o.get("include_usage"))
-                                    == Some(&Value::Bool(true));
-                                Some(StreamTranslator::anthropic_to_chat(usage))
-                            }
-                            (Api::Messages, Api::Chat) => Some(StreamTranslator::chat_to_anthropic()),
-                            _ => None,
-                        };
-                        let resp = self.commit_stream(
-                            &inc.settings,
-                            inc.api,
-                            cand,
-                            pid,
-                            &cred,
-                            row,
-                            trail.clone(),
-                            *open,
-                            translator,
-                            deadline,
-                        );
-                        return Step::Done(with_rota_headers(resp, trail, cand, pid));
-                    }
-                    Called::Served(resp, tokens) => {
-                        self.book.record_success(pid, self.now());
-                        row.outcome = Outcome::Success;
-                        row.http_status = Some(resp.status().as_u16());
-                        (row.tokens_in, row.tokens_out) = tokens;
-                        trail.record(row);
-                        trail.finish(resp.status().as_u16(), Some((cand, pid)), tokens);
-                        return Step::Done(with_rota_headers(resp, trail, cand, pid));
-                    }
-                    Called::Failed(f) => {
-                        let reason = f.class.reason;
-                        row.reason = Some(reason);
-                        row.http_status = f.status;
-                        row.retry_after_ms = f.class.hint.map(|h| h.wait_ms);
-                        row.error = Some(truncate(&f.class.message, 500));
-                        if tries < reason.same_profile_retries() && Instant::now() < deadline {
-                            trail.record(row);
-                            tries += 1;
-                            let backoff = 100 * u64::from(tries) + fastrand::u64(0..100);
-                            tokio::time::sleep(Duration::from_millis(backoff)).await;
-                            continue;
-                        }
-                        let now = self.now();
-                        let until = match reason.next() {
-                            Next::Stop => {
-                                trail.record(row);
-                                let status = f.status.unwrap_or(502);
-                                trail.finish(status, None, (None, None));
-                                let resp = match f.body {
-                                    Some(body) if f.status.is_some() && !plan.translates(inc.api) => {
-                                        let code = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
-                                        (code, [("content-type", "application/json")], body).into_response()
-                                    }
-                                    _ => json_response(inc.api, status, &f.class.message, None, &inc.request_id),
-                                };
-                                return Step::Done(with_rota_headers(resp, trail, cand, pid));
-                            }
-                            Next::NextModel => {
-                                Some(Until::At(self.book.record_model_not_found(&cand.provider, &cand.model, now)))
-                            }
-                            Next::Rotate => {
-                                let failure = Failure {
-                                    reason,
-                                    model: cand.model.clone(),
-                                    hint_ms: f.class.hint.map(|h| h.wait_ms),
-                                    account_wide: f.class.account_wide,
-                                    started_at,
-                                };
-                                self.book.record_failure(pid, &failure, now)
-                            }
-                        };
-                        row.cooldown_until = until.and_then(until_ms);
-                        trail.record(row);
-                        last = Some(ModelFailure {
-                            label: cand.label(),
-                            reason,
-                            message: f.class.message.clone(),
-                            status: f.status,
-                            until,
-                            skipped: false,
-                        });
-                        if reason.next() == Next::NextModel || ordered.pinned {
-                            return Step::Next(last);
-                        }
-                        break;
-                    }
-                }
-            }
-        }
-        Step::Next(last)
+        config: &Config,
+        agent: &str,
+        model: Option<&str>,
+        fallback_override: FallbackOverride,
+    ) -> Result<Vec<Candidate>, crate::engine::chain::ChainError> {
+        config.chain(&ChainRequest {
+            model,
+            agent_fallbacks: config.agents.get(agent).and_then(|a| a.fallbacks.as_deref()),
+            fallback_override,
+            roll: fastrand::u64(..),
+            failover: config.failover.enabled,
+        })
     }
 
     /// One upstream call, up to a committed response or a classified failure.

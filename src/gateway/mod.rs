@@ -3,6 +3,7 @@
 pub mod failover;
 pub mod sse;
 pub mod upstream;
+pub mod walk;
 pub mod wire;
 
 use crate::agents::{Agent, digest};

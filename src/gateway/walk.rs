@@ -1,0 +1,377 @@
+//! The failover walk of one request, shared by the gateway (which makes each upstream call
+//! itself) and the lease API (whose agent makes it): which profile of which model comes next,
+//! what a failure does to the profile and to the walk, and every attempt and skip audited.
+//!
+//! A walk is driven by `next` (the next attempt, or the end) and `failed` / `succeeded` (what
+//! the attempt came to). The gateway drives it in one loop; a lease drives it one report at a
+//! time, so both produce the same attempts, in the same order, for the same faults.
+
+use crate::audit::{AttemptRow, Audit, Kind, Outcome, RequestRow};
+use crate::book::{Book, Credential};
+use crate::config::Config;
+use crate::engine::aggregate::{Aggregated, ModelFailure, aggregate};
+use crate::engine::chain::Candidate;
+use crate::engine::classify::Classified;
+use crate::engine::gate::{Availability, Gate, Position};
+use crate::engine::{Failure, Millis, Next as After, ProfileId, Reason, Until};
+use crate::metrics::Metrics;
+use crate::redact::truncate;
+use crate::status::until_ms;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// The request-level audit state: the attempt sequence and the `requests` row.
+#[derive(Clone)]
+pub struct Trail {
+    audit: Audit,
+    metrics: Arc<Metrics>,
+    /// `provider/model` of the first attempt or skip, to tell a failover.
+    first_candidate: Option<String>,
+    /// Time spent in upstream calls, to tell rota's own overhead.
+    upstream_ms: Millis,
+    pub request_id: String,
+    agent: String,
+    api: &'static str,
+    requested_model: Option<String>,
+    stream: bool,
+    started_at: Millis,
+    started: Instant,
+    pub seq: u32,
+}
+
+impl Trail {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        audit: Audit,
+        metrics: Arc<Metrics>,
+        request_id: String,
+        agent: String,
+        api: &'static str,
+        requested_model: Option<String>,
+        stream: bool,
+        started_at: Millis,
+    ) -> Trail {
+        Trail {
+            audit,
+            metrics,
+            first_candidate: None,
+            upstream_ms: 0,
+            request_id,
+            agent,
+            api,
+            requested_model,
+            stream,
+            started_at,
+            started: Instant::now(),
+            seq: 0,
+        }
+    }
+
+    /// A new attempt row with the next sequence number, outcome `failure` until told otherwise.
+    pub fn row(&mut self, kind: Kind, cand: &Candidate, profile: Option<&ProfileId>, started_at: Millis) -> AttemptRow {
+        self.seq += 1;
+        AttemptRow {
+            request_id: self.request_id.clone(),
+            seq: self.seq,
+            kind,
+            agent: Some(self.agent.clone()),
+            provider: cand.provider.clone(),
+            model: cand.model.clone(),
+            profile_id: profile.map(|p| p.to_string()),
+            started_at,
+            duration_ms: None,
+            ttfb_ms: None,
+            http_status: None,
+            outcome: Outcome::Failure,
+            reason: None,
+            retry_after_ms: None,
+            cooldown_until: None,
+            error: None,
+            tokens_in: None,
+            tokens_out: None,
+        }
+    }
+
+    /// Audits one attempt or skip (and counts it in the metrics).
+    pub fn record(&mut self, row: AttemptRow) {
+        if self.first_candidate.is_none() {
+            self.first_candidate = Some(format!("{}/{}", row.provider, row.model));
+        }
+        if row.profile_id.is_some() {
+            self.upstream_ms += row.duration_ms.unwrap_or(0);
+        }
+        self.metrics.observe_attempt(&row);
+        self.audit.attempt(row);
+    }
+
+    /// Writes the `requests` row.
+    pub fn finish(&self, status: u16, served: Option<(&Candidate, &ProfileId)>, tokens: (Option<i64>, Option<i64>)) {
+        let duration_ms = self.started.elapsed().as_millis() as Millis;
+        let row = RequestRow {
+            id: self.request_id.clone(),
+            agent: Some(self.agent.clone()),
+            api: self.api,
+            requested_model: self.requested_model.clone(),
+            served_model: served.map(|(c, _)| c.label()),
+            served_profile: served.map(|(_, p)| p.to_string()),
+            status,
+            attempts: self.seq,
+            started_at: self.started_at,
+            duration_ms,
+            stream: self.stream,
+            tokens_in: tokens.0,
+            tokens_out: tokens.1,
+        };
+        // Only a buffered gateway answer tells rota's own share of the time; a stream's or a
+        // lease's time is the client's.
+        let overhead = (!self.stream && self.api != "lease").then(|| duration_ms - self.upstream_ms);
+        self.metrics.observe_request(&row, self.first_candidate.as_deref(), overhead);
+        self.audit.request(row);
+    }
+}
+
+/// The next upstream call to make.
+#[derive(Clone, Debug)]
+pub struct Attempt {
+    pub index: usize,
+    pub cand: Candidate,
+    pub pid: ProfileId,
+    pub cred: Credential,
+    pub kind: Kind,
+}
+
+/// What `next` found.
+pub enum Step {
+    Try(Attempt),
+    /// The request names a profile that cannot serve it (a pin error): a 400.
+    Refuse(String),
+    /// Every candidate failed or was skipped.
+    Exhausted(Aggregated),
+}
+
+/// What a failed attempt leads to.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// The same profile again, after this backoff.
+    Retry(Duration),
+    /// On to the next profile or model (`next`).
+    Moved,
+    /// The reason does not fail over: the request ends with this failure.
+    Stop,
+}
+
+/// The profiles of the candidate under way.
+struct Cursor {
+    slots: Vec<ProfileId>,
+    j: usize,
+    tries: u8,
+    probe: bool,
+    pinned: bool,
+    /// This candidate's latest failure, for the aggregated error.
+    last: Option<ModelFailure>,
+}
+
+pub struct Walk {
+    chain: Vec<Candidate>,
+    session: Option<String>,
+    pin: Option<ProfileId>,
+    index: usize,
+    cur: Option<Cursor>,
+    failures: Vec<ModelFailure>,
+    pub trail: Trail,
+}
+
+impl Walk {
+    pub fn new(chain: Vec<Candidate>, session: Option<String>, pin: Option<ProfileId>, trail: Trail) -> Walk {
+        Walk { chain, session, pin, index: 0, cur: None, failures: Vec::new(), trail }
+    }
+
+    pub fn session(&self) -> Option<&str> {
+        self.session.as_deref()
+    }
+
+    /// The next attempt. Candidates that cannot be tried are skipped (and audited) on the way;
+    /// `admit` tells whether the caller can use a candidate at all (the gateway's translation).
+    pub fn next(
+        &mut self,
+        book: &Book,
+        config: &Config,
+        agent: &str,
+        now: Millis,
+        mut admit: impl FnMut(usize, &Candidate) -> Result<(), String>,
+    ) -> Step {
+        loop {
+            if let Some(cur) = self.cur.as_mut() {
+                while cur.j < cur.slots.len() {
+                    let pid = &cur.slots[cur.j];
+                    if let Some(cred) = book.credential(pid) {
+                        let kind = if cur.probe && cur.tries == 0 && cur.j == 0 {
+                            Kind::Probe
+                        } else if cur.tries > 0 {
+                            Kind::Retry
+                        } else if self.trail.seq == 0 {
+                            Kind::Primary
+                        } else if cur.j > 0 {
+                            Kind::Rotate
+                        } else {
+                            Kind::Fallback
+                        };
+                        let cand = self.chain[self.index].clone();
+                        return Step::Try(Attempt { index: self.index, cand, pid: pid.clone(), cred, kind });
+                    }
+                    cur.j += 1;
+                    cur.tries = 0;
+                }
+                self.failures.extend(cur.last.take());
+                self.cur = None;
+                self.index += 1;
+                continue;
+            }
+            let Some(cand) = self.chain.get(self.index).cloned() else {
+                return Step::Exhausted(aggregate(&self.failures, now));
+            };
+            if let Err(why) = admit(self.index, &cand) {
+                self.skip(&cand, Reason::WireFormat, None, format!("{}: {why}", cand.provider), now);
+                continue;
+            }
+            let pin = self.pin.as_ref().filter(|p| p.provider() == cand.provider);
+            let ordered = match book.order(config, &cand.provider, &cand.model, self.session.as_deref(), pin, now) {
+                Ok(o) => o,
+                Err(e) => return Step::Refuse(e.to_string()),
+            };
+            let avail = if let Some(until) = book.model_cooled_until(&cand.provider, &cand.model, now) {
+                Availability::Cooled { until: Until::At(until), reason: Reason::ModelNotFound }
+            } else if ordered.slots.is_empty() {
+                Availability::NoProfile
+            } else if let Some((until, reason)) = ordered.all_blocked() {
+                Availability::Cooled { until, reason }
+            } else {
+                Availability::Usable
+            };
+            let gate = if ordered.pinned && !ordered.slots.is_empty() {
+                Gate::Try
+            } else {
+                let pos = Position { index: self.index, len: self.chain.len(), agent, provider: &cand.provider };
+                book.gate(pos, avail, now)
+            };
+            if let Gate::Skip { reason, until } = gate {
+                let msg = match until {
+                    Some(u) => format!("every profile is cooling ({reason}) until {}", crate::status::time(u.key())),
+                    None if reason == Reason::NoProfile => {
+                        format!("provider {} has no profile with a usable secret", cand.provider)
+                    }
+                    None => reason.to_string(),
+                };
+                self.skip(&cand, reason, until, msg, now);
+                continue;
+            }
+            let usable: Vec<ProfileId> =
+                ordered.slots.iter().filter(|s| s.blocked.is_none()).map(|s| s.id.clone()).collect();
+            let slots = if usable.is_empty() || gate == Gate::Probe {
+                ordered.slots.iter().take(1).map(|s| s.id.clone()).collect()
+            } else {
+                usable
+            };
+            self.cur =
+                Some(Cursor { slots, j: 0, tries: 0, probe: gate == Gate::Probe, pinned: ordered.pinned, last: None });
+        }
+    }
+
+    fn skip(&mut self, cand: &Candidate, reason: Reason, until: Option<Until>, message: String, now: Millis) {
+        let mut row = self.trail.row(Kind::Skipped, cand, None, now);
+        row.outcome = Outcome::Skipped;
+        row.reason = Some(reason);
+        row.cooldown_until = until.and_then(until_ms);
+        row.duration_ms = Some(0);
+        row.error = Some(message.clone());
+        self.trail.record(row);
+        self.failures.push(ModelFailure { label: cand.label(), reason, message, status: None, until, skipped: true });
+        self.index += 1;
+    }
+
+    /// The attempt under way failed as `class` says: records it on the profile (or the model)
+    /// and in the audit, and tells what comes next. `may_retry`: whether a same-profile retry
+    /// still fits in the request's time.
+    pub fn failed(
+        &mut self,
+        book: &Book,
+        mut row: AttemptRow,
+        class: &Classified,
+        status: Option<u16>,
+        may_retry: bool,
+        now: Millis,
+    ) -> Verdict {
+        let cur = self.cur.as_mut().expect("a failure is reported for an attempt under way");
+        let cand = &self.chain[self.index];
+        let reason = class.reason;
+        row.reason = Some(reason);
+        row.http_status = status;
+        row.retry_after_ms = class.hint.map(|h| h.wait_ms);
+        row.error = Some(truncate(&class.message, 500));
+        if cur.tries < reason.same_profile_retries() && may_retry {
+            self.trail.record(row);
+            cur.tries += 1;
+            let backoff = 100 * u64::from(cur.tries) + fastrand::u64(0..100);
+            return Verdict::Retry(Duration::from_millis(backoff));
+        }
+        let until = match reason.next() {
+            After::Stop => {
+                self.trail.record(row);
+                return Verdict::Stop;
+            }
+            After::NextModel => Some(Until::At(book.record_model_not_found(&cand.provider, &cand.model, now))),
+            After::Rotate => {
+                let failure = Failure {
+                    reason,
+                    model: cand.model.clone(),
+                    hint_ms: class.hint.map(|h| h.wait_ms),
+                    account_wide: class.account_wide,
+                    started_at: row.started_at,
+                };
+                book.record_failure(&cur.slots[cur.j], &failure, now)
+            }
+        };
+        row.cooldown_until = until.and_then(until_ms);
+        self.trail.record(row);
+        cur.last = Some(ModelFailure {
+            label: cand.label(),
+            reason,
+            message: class.message.clone(),
+            status,
+            until,
+            skipped: false,
+        });
+        cur.j = if reason.next() == After::NextModel || cur.pinned { cur.slots.len() } else { cur.j + 1 };
+        cur.tries = 0;
+        Verdict::Moved
+    }
+
+    /// The attempt under way was served: records it and the request.
+    pub fn succeeded(&mut self, book: &Book, mut row: AttemptRow, status: u16, tokens: (Option<i64>, Option<i64>), now: Millis) {
+        let att_pid = {
+            let cur = self.cur.as_ref().expect("a success is reported for an attempt under way");
+            cur.slots[cur.j].clone()
+        };
+        book.record_success(&att_pid, now);
+        row.outcome = Outcome::Success;
+        row.http_status = Some(status);
+        (row.tokens_in, row.tokens_out) = tokens;
+        self.trail.record(row);
+        self.trail.finish(status, Some((&self.chain[self.index], &att_pid)), tokens);
+        self.log_fallback(&self.chain[self.index]);
+    }
+
+    /// The line SPEC §7 asks for when a request was served by a later model of its chain.
+    pub fn log_fallback(&self, served: &Candidate) {
+        if self.failures.is_empty() {
+            return;
+        }
+        let why: Vec<String> = self
+            .failures
+            .iter()
+            .map(|f| format!("{}: {} {}", f.label, f.status.map_or("-".into(), |s| s.to_string()), f.reason))
+            .collect();
+        tracing::info!(request_id = %self.trail.request_id, "fallback: served by {} ({})", served.label(), why.join(", "));
+    }
+}
