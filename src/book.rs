@@ -248,6 +248,11 @@ impl Book {
         self.lock().credentials.get(id).cloned()
     }
 
+    /// When the profile's credential stops working, if known.
+    pub fn expires_at(&self, id: &ProfileId) -> Option<Millis> {
+        self.lock().roster.views.get(id).and_then(|v| v.expires_at)
+    }
+
     pub fn stats(&self, id: &ProfileId) -> Option<UsageStats> {
         self.lock().roster.views.get(id).map(|v| v.stats.clone())
     }
@@ -305,6 +310,63 @@ impl Book {
     /// New cooldown durations (a config reload) for the failures recorded from now on.
     pub fn set_policy(&self, policy: CooldownPolicy) {
         *self.policy.write().unwrap_or_else(|e| e.into_inner()) = policy;
+    }
+
+    /// A snapshot of what ordering reads (for listings; the hot path never copies it).
+    pub fn roster(&self) -> Roster {
+        self.lock().roster.clone()
+    }
+
+    /// A profile added through the API (already in the store): usable from the next request.
+    pub fn add_profile(&self, profile: &StoredProfile, credential: Credential) {
+        let mut inner = self.lock();
+        let view = ProfileView {
+            id: profile.id.clone(),
+            kind: profile.kind,
+            enabled: profile.enabled,
+            has_secret: true,
+            expires_at: profile.expires_at,
+            stats: UsageStats::default(),
+        };
+        inner.roster.views.insert(profile.id.clone(), view);
+        let ids = inner.roster.stored_ids.entry(profile.id.provider().to_string()).or_default();
+        if !ids.contains(&profile.id) {
+            ids.push(profile.id.clone());
+        }
+        inner.credentials.insert(profile.id.clone(), credential);
+    }
+
+    /// Takes a profile out of rotation for good; its stats are no longer written.
+    pub fn remove_profile(&self, id: &ProfileId) -> bool {
+        let mut inner = self.lock();
+        let known = inner.roster.views.remove(id).is_some();
+        inner.credentials.remove(id);
+        if let Some(ids) = inner.roster.stored_ids.get_mut(id.provider()) {
+            ids.retain(|p| p != id);
+        }
+        for ids in inner.roster.orders.values_mut() {
+            ids.retain(|p| p != id);
+        }
+        known
+    }
+
+    pub fn set_enabled(&self, id: &ProfileId, enabled: bool) -> bool {
+        match self.lock().roster.views.get_mut(id) {
+            Some(v) => {
+                v.enabled = enabled;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Sets (or with `None` removes) the explicit order of a provider, as the store holds it.
+    pub fn set_order(&self, provider: &str, ids: Option<Vec<ProfileId>>) {
+        let mut inner = self.lock();
+        match ids {
+            Some(ids) => inner.roster.orders.insert(provider.to_string(), ids),
+            None => inner.roster.orders.remove(provider),
+        };
     }
 
     /// An admin cleared the profile's cooldown and disabled state.

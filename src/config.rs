@@ -20,7 +20,7 @@ pub const DEFAULT_FILE: &str = "rota.toml";
 
 /// The top-level sections a `ROTA_` variable may override (`ROTA_SECTION__KEY`). Other `ROTA_`
 /// variables (`ROTA_CONFIG`, `ROTA_MASTER_KEY`, `ROTA_LOG`, an operator's own) are not config.
-const SECTIONS: [&str; 15] = [
+const SECTIONS: [&str; 16] = [
     "server",
     "database",
     "providers",
@@ -36,6 +36,7 @@ const SECTIONS: [&str; 15] = [
     "classification",
     "timeouts",
     "limits",
+    "leases",
 ];
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -71,6 +72,8 @@ pub struct Config {
     pub timeouts: Timeouts,
     #[serde(default)]
     pub limits: Limits,
+    #[serde(default)]
+    pub leases: Leases,
 }
 
 /// Upstream timeouts (SPEC §6).
@@ -104,6 +107,21 @@ fn d120s() -> Duration {
 }
 fn d600s() -> Duration {
     Duration::from_secs(600)
+}
+
+/// The lease API (SPEC §8).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Leases {
+    /// How long a lease waits for its report; past it, the lease expires without changing stats.
+    #[serde(default = "d600s", deserialize_with = "duration")]
+    pub ttl: Duration,
+}
+
+impl Default for Leases {
+    fn default() -> Self {
+        Leases { ttl: d600s() }
+    }
 }
 
 /// Request limits.

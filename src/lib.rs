@@ -2,6 +2,7 @@
 //! rota: an auth-profile rotation gateway for LLM providers.
 
 pub mod agents;
+pub mod api;
 pub mod audit;
 pub mod book;
 pub mod cli;
@@ -12,6 +13,7 @@ pub mod engine;
 pub mod gateway;
 pub mod metrics;
 pub mod openclaw;
+pub mod profiles;
 pub mod redact;
 pub mod reload;
 pub mod secrets;

@@ -1,6 +1,7 @@
 //! `rota serve`: opens the store, unlocks the secrets, loads the profile book and serves HTTP
 //! until SIGTERM or Ctrl-C, then flushes every pending write.
 
+use crate::api::{self, leases::Leases};
 use crate::audit::Audit;
 use crate::book::Book;
 use crate::config::Config;
@@ -9,7 +10,7 @@ use crate::gateway::failover::{Engine, Settings};
 use crate::gateway::upstream::Upstream;
 use crate::gateway::{self, AgentCache};
 use crate::metrics::Snapshot;
-use crate::secrets::resolve_key;
+use crate::secrets::{MasterKey, resolve_key};
 use crate::store::{SqliteStore, Store};
 use anyhow::{Context, Result};
 use axum::extract::State;
@@ -23,6 +24,9 @@ use std::sync::Arc;
 pub struct AppState {
     pub engine: Arc<Engine>,
     pub agents: Arc<AgentCache>,
+    pub leases: Arc<Leases>,
+    pub store: Arc<dyn Store>,
+    pub key: Arc<MasterKey>,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -30,6 +34,7 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .merge(gateway::router())
+        .merge(api::router())
         .with_state(state)
 }
 
@@ -69,7 +74,9 @@ impl App {
         if let Some(path) = watched {
             crate::reload::watch(path, Arc::downgrade(&engine));
         }
-        let state = AppState { engine, agents: AgentCache::load(store).await? };
+        let leases = Leases::start(Arc::downgrade(&engine));
+        let agents = AgentCache::load(store.clone()).await?;
+        let state = AppState { engine, agents, leases, store, key: Arc::new(key) };
         Ok(App { state, book, audit })
     }
 

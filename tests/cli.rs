@@ -109,7 +109,7 @@ fn bad_profile_input_is_refused_with_a_clear_message_and_writes_nothing() {
         "malformed profile id `openai:bad name`",
     );
     assert_refused(&env.run_stdin(&["profiles", "add", "azure", "--name", "x"], "sk-1"), "unknown provider `azure`");
-    assert_refused(&env.run_stdin(&["profiles", "add", "openai", "--name", "empty"], "  \n"), "empty API key on stdin");
+    assert_refused(&env.run_stdin(&["profiles", "add", "openai", "--name", "empty"], "  \n"), "empty API key");
     assert_refused(
         &env.run_stdin(&["profiles", "add", "openai", "--name", "two", "--type", "oauth"], "x"),
         "rota login openai",

@@ -2,8 +2,9 @@
 
 use crate::book::Roster;
 use crate::config::Config;
+use crate::profiles as rules;
 use crate::engine::{ProfileId, ProfileType};
-use crate::secrets::{SecretField, resolve_key};
+use crate::secrets::resolve_key;
 use crate::status::{Status, time};
 use crate::store::{Origin, SqliteStore, Store, StoreError, StoredProfile};
 use anyhow::{Context, Result, bail};
@@ -99,64 +100,29 @@ fn not_found(e: StoreError) -> anyhow::Error {
     }
 }
 
-fn known_provider(config: &Config, provider: &str) -> Result<()> {
-    if !config.has_provider(provider) {
-        let known: Vec<&str> = config.providers.keys().map(String::as_str).collect();
-        bail!(
-            "unknown provider `{provider}`: configure [providers.{provider}] first (configured: {})",
-            if known.is_empty() { "none".to_string() } else { known.join(", ") }
-        );
-    }
-    Ok(())
-}
-
 async fn add(config: &Config, provider: &str, name: &str, kind: &str, expires: Option<&str>) -> Result<()> {
-    known_provider(config, provider)?;
-    let id = ProfileId::new(provider, name)?;
-    let kind: ProfileType = kind.parse().map_err(anyhow::Error::msg)?;
-    let field = match kind {
-        ProfileType::ApiKey => SecretField::ApiKey,
-        ProfileType::Token => SecretField::Token,
-        ProfileType::OAuth => bail!("OAuth profiles are added by logging in (`rota login {provider}`)"),
-    };
-    let now = chrono::Utc::now();
-    let expires_at = match expires {
-        None => None,
-        Some(_) if kind != ProfileType::Token => bail!("--expires applies to --type token only"),
-        Some(raw) => {
-            let at = chrono::DateTime::parse_from_rfc3339(raw)
-                .with_context(|| format!("--expires `{raw}` is not an RFC 3339 time (e.g. 2026-12-31T23:59:59Z)"))?;
-            if at <= now {
-                bail!("--expires {raw} is in the past: the token would never be used");
-            }
-            Some(at.timestamp_millis())
-        }
-    };
-    if config.auth.profiles.contains_key(&id) {
-        bail!("profile {id} is declared in the config file; choose another --name");
-    }
-    let secret = read_secret(kind)?;
-
+    let now = chrono::Utc::now().timestamp_millis();
+    let new = rules::check_new(config, provider, name, kind, expires, now).map_err(anyhow::Error::msg)?;
+    let secret = read_secret(new.kind)?;
     let store = open(config).await?;
     let (key, origin) = resolve_key(&config.database_path()?, &store.secret_key_ids().await?)?;
-    let sealed = key.seal(&id, field, &secret);
-    let profile = StoredProfile::stored(id.clone(), kind, expires_at, now.timestamp_millis());
+    let sealed = key.seal(&new.id, new.field, &secret);
+    let profile = StoredProfile::stored(new.id.clone(), new.kind, new.expires_at, now);
     store.add_profile(&profile, &[sealed]).await.map_err(|e| match e {
         StoreError::Duplicate(id) => {
             anyhow::anyhow!("profile {id} already exists; remove it first or choose another --name")
         }
         other => other.into(),
     })?;
-    println!("added {id} ({kind}); secret sealed with key {} from {origin}", key.id());
+    println!("added {} ({}); secret sealed with key {} from {origin}", new.id, new.kind, key.id());
     Ok(())
 }
 
-/// Reads the secret from stdin: surrounding whitespace is trimmed; inner whitespace or control
-/// characters mean a paste went wrong.
+/// Reads the secret from stdin (see `rules::check_secret`).
 fn read_secret(kind: ProfileType) -> Result<SecretString> {
-    let what = if kind == ProfileType::Token { "token" } else { "API key" };
     let mut stdin = std::io::stdin();
     if stdin.is_terminal() {
+        let what = if kind == ProfileType::Token { "token" } else { "API key" };
         eprintln!(
             "Paste the {what}, then press Enter and Ctrl-D (or pipe it: `printf %s \"$KEY\" | rota profiles add …`):"
         );
@@ -164,14 +130,7 @@ fn read_secret(kind: ProfileType) -> Result<SecretString> {
     let mut raw = String::new();
     stdin.read_to_string(&mut raw).context("reading the secret from stdin")?;
     let raw = SecretString::from(raw);
-    let trimmed = secrecy::ExposeSecret::expose_secret(&raw).trim();
-    if trimmed.is_empty() {
-        bail!("empty {what} on stdin: nothing was added");
-    }
-    if trimmed.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        bail!("the {what} on stdin contains whitespace or control characters: nothing was added");
-    }
-    Ok(SecretString::from(trimmed.to_string()))
+    rules::check_secret(secrecy::ExposeSecret::expose_secret(&raw), kind).map_err(|e| anyhow::anyhow!("{e} (read from stdin)"))
 }
 
 async fn set_enabled(config: &Config, id: &str, enabled: bool) -> Result<()> {
@@ -232,7 +191,7 @@ async fn list(config: &Config, as_json: bool, provider: Option<String>) -> Resul
 }
 
 async fn order(config: &Config, provider: &str, raw_ids: Vec<String>, reset: bool) -> Result<()> {
-    known_provider(config, provider)?;
+    rules::known_provider(config, provider).map_err(anyhow::Error::msg)?;
     let store = open(config).await?;
     if reset {
         store.set_order(provider, None).await?;
@@ -242,31 +201,18 @@ async fn order(config: &Config, provider: &str, raw_ids: Vec<String>, reset: boo
     let snap = store.snapshot().await?;
     let roster = Roster::new(&snap, config);
     if raw_ids.is_empty() {
-        let (source, ids) = match (snap.orders.get(provider), config.auth.order.get(provider)) {
-            (Some(o), _) if !o.is_empty() => ("stored order", o.clone()),
-            (_, Some(o)) if !o.is_empty() => ("config file order", o.clone()),
-            _ => ("round robin (least recently used first)", vec![]),
+        let source = match rules::order_in_force(config, &roster, provider) {
+            ("stored", ids) => ("stored order", ids),
+            ("config", ids) => ("config file order", ids),
+            (_, ids) => ("round robin (least recently used first)", ids),
         };
-        println!("{provider}: {source}");
-        for id in ids {
+        println!("{provider}: {}", source.0);
+        for id in source.1 {
             println!("  {id}");
         }
         return Ok(());
     }
-    let mut ids = Vec::with_capacity(raw_ids.len());
-    for raw in &raw_ids {
-        let id = parse_id(raw)?;
-        if id.provider() != provider {
-            bail!("{id} belongs to provider {}, not {provider}", id.provider());
-        }
-        if !roster.views.contains_key(&id) {
-            bail!("profile {id} does not exist (see `rota profiles list`)");
-        }
-        if ids.contains(&id) {
-            bail!("{id} is listed twice");
-        }
-        ids.push(id);
-    }
+    let ids = rules::check_order(config, &roster, provider, &raw_ids).map_err(anyhow::Error::msg)?;
     store.set_order(provider, Some(&ids)).await?;
     println!("{provider}: {}", ids.iter().map(ProfileId::as_str).collect::<Vec<_>>().join(" → "));
     Ok(())

@@ -151,7 +151,7 @@ struct CallFailure {
 }
 
 /// The secrets an upstream could echo back: the ones rota sent it.
-fn secrets_of(cred: &Credential) -> Vec<&str> {
+pub(crate) fn secrets_of(cred: &Credential) -> Vec<&str> {
     let mut v = Vec::new();
     match cred {
         Credential::ApiKey(s) | Credential::Token(s) => v.push(s.expose_secret()),

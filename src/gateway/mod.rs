@@ -59,7 +59,14 @@ impl AgentCache {
         Ok(cache)
     }
 
-    fn find(&self, key: &str) -> Option<Agent> {
+    /// Reloads the agents now (after the admin API created or revoked one).
+    pub async fn reload(&self, store: &dyn Store) -> Result<(), StoreError> {
+        let fresh = active(store).await?;
+        *self.by_digest.write().unwrap_or_else(|e| e.into_inner()) = fresh;
+        Ok(())
+    }
+
+    pub(crate) fn find(&self, key: &str) -> Option<Agent> {
         let d = digest(&SecretString::from(key.to_string()));
         self.by_digest.read().unwrap_or_else(|e| e.into_inner()).get(&d).cloned()
     }
@@ -70,7 +77,7 @@ async fn active(store: &dyn Store) -> Result<HashMap<String, Agent>, StoreError>
 }
 
 /// The agent key: `Authorization: Bearer rk_…` or `x-api-key: rk_…`.
-fn presented_key(headers: &HeaderMap) -> Option<&str> {
+pub(crate) fn presented_key(headers: &HeaderMap) -> Option<&str> {
     let bearer = headers
         .get("authorization")
         .and_then(|v| v.to_str().ok())

@@ -176,6 +176,8 @@ pub struct Walk {
     chain: Vec<Candidate>,
     session: Option<String>,
     pin: Option<ProfileId>,
+    /// Profiles this request must not use (a lease's `exclude`).
+    exclude: Vec<ProfileId>,
     index: usize,
     cur: Option<Cursor>,
     failures: Vec<ModelFailure>,
@@ -184,7 +186,12 @@ pub struct Walk {
 
 impl Walk {
     pub fn new(chain: Vec<Candidate>, session: Option<String>, pin: Option<ProfileId>, trail: Trail) -> Walk {
-        Walk { chain, session, pin, index: 0, cur: None, failures: Vec::new(), trail }
+        Walk { chain, session, pin, exclude: Vec::new(), index: 0, cur: None, failures: Vec::new(), trail }
+    }
+
+    pub fn excluding(mut self, exclude: Vec<ProfileId>) -> Walk {
+        self.exclude = exclude;
+        self
     }
 
     pub fn session(&self) -> Option<&str> {
@@ -236,10 +243,11 @@ impl Walk {
                 continue;
             }
             let pin = self.pin.as_ref().filter(|p| p.provider() == cand.provider);
-            let ordered = match book.order(config, &cand.provider, &cand.model, self.session.as_deref(), pin, now) {
+            let mut ordered = match book.order(config, &cand.provider, &cand.model, self.session.as_deref(), pin, now) {
                 Ok(o) => o,
                 Err(e) => return Step::Refuse(e.to_string()),
             };
+            ordered.slots.retain(|s| !self.exclude.contains(&s.id));
             let avail = if let Some(until) = book.model_cooled_until(&cand.provider, &cand.model, now) {
                 Availability::Cooled { until: Until::At(until), reason: Reason::ModelNotFound }
             } else if ordered.slots.is_empty() {
@@ -258,6 +266,9 @@ impl Walk {
             if let Gate::Skip { reason, until } = gate {
                 let msg = match until {
                     Some(u) => format!("every profile is cooling ({reason}) until {}", crate::status::time(u.key())),
+                    None if reason == Reason::NoProfile && self.exclude.iter().any(|p| p.provider() == cand.provider) => {
+                        format!("provider {} has no usable profile that is not excluded", cand.provider)
+                    }
                     None if reason == Reason::NoProfile => {
                         format!("provider {} has no profile with a usable secret", cand.provider)
                     }

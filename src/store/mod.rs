@@ -57,6 +57,78 @@ pub struct Snapshot {
     pub model_cooldowns: HashMap<(String, String), ModelCooldown>,
 }
 
+/// Filters of the audit log listings; each is optional, all must hold.
+#[derive(Clone, Debug, Default)]
+pub struct AuditQuery {
+    pub agent: Option<String>,
+    pub request_id: Option<String>,
+    pub profile: Option<String>,
+    pub provider: Option<String>,
+    /// A bare model name as the provider knows it.
+    pub model: Option<String>,
+    pub reason: Option<String>,
+    pub outcome: Option<String>,
+    /// `started_at >= since` (Unix ms).
+    pub since: Option<Millis>,
+    /// `started_at < until` (Unix ms).
+    pub until: Option<Millis>,
+    /// Rows strictly after this one in the listing order (newest first).
+    pub after: Option<(Millis, String, i64)>,
+    pub limit: u32,
+}
+
+/// One `attempts` row as stored (docs/schema.md).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, sqlx::FromRow, utoipa::ToSchema)]
+pub struct AttemptRecord {
+    pub request_id: String,
+    pub seq: i64,
+    pub kind: String,
+    pub agent: Option<String>,
+    pub provider: String,
+    pub model: String,
+    pub profile_id: Option<String>,
+    pub started_at: i64,
+    pub duration_ms: Option<i64>,
+    pub ttfb_ms: Option<i64>,
+    pub http_status: Option<i64>,
+    pub outcome: String,
+    pub reason: Option<String>,
+    pub retry_after_ms: Option<i64>,
+    pub cooldown_until: Option<i64>,
+    pub error: Option<String>,
+    pub tokens_in: Option<i64>,
+    pub tokens_out: Option<i64>,
+}
+
+/// One `requests` row as stored (docs/schema.md).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, sqlx::FromRow, utoipa::ToSchema)]
+pub struct RequestRecord {
+    pub id: String,
+    pub agent: Option<String>,
+    pub api: String,
+    pub requested_model: Option<String>,
+    pub served_model: Option<String>,
+    pub served_profile: Option<String>,
+    pub status: Option<i64>,
+    pub attempts: i64,
+    pub started_at: i64,
+    pub duration_ms: Option<i64>,
+    pub stream: bool,
+    pub tokens_in: Option<i64>,
+    pub tokens_out: Option<i64>,
+}
+
+/// What one profile did in a time range, from the audit log.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, sqlx::FromRow, utoipa::ToSchema)]
+pub struct ProfileUsage {
+    pub profile_id: String,
+    pub attempts: i64,
+    pub successes: i64,
+    pub failures: i64,
+    pub tokens_in: i64,
+    pub tokens_out: i64,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("profile {0} already exists")]
@@ -106,6 +178,13 @@ pub trait Store: Send + Sync {
         profiles: &[(StoredProfile, Vec<Sealed>, UsageStats)],
         orders: &BTreeMap<String, Vec<ProfileId>>,
     ) -> Result<(), StoreError>;
+    /// Attempts matching `q`, newest first.
+    async fn attempts(&self, q: &AuditQuery) -> Result<Vec<AttemptRecord>, StoreError>;
+    /// Requests with an attempt matching `q`'s profile, provider, model, reason and outcome
+    /// filters (when given) and matching its agent and time range, newest first.
+    async fn requests(&self, q: &AuditQuery) -> Result<Vec<RequestRecord>, StoreError>;
+    /// Attempts and tokens per profile with `since <= started_at < until`.
+    async fn usage(&self, since: Millis, until: Millis) -> Result<Vec<ProfileUsage>, StoreError>;
     /// Appends audit rows in one transaction.
     async fn insert_audit(&self, requests: &[RequestRow], attempts: &[AttemptRow]) -> Result<(), StoreError>;
 }

@@ -1,6 +1,6 @@
 //! The embedded SQLite store (WAL, busy timeout, migrations applied at open).
 
-use super::{Origin, Snapshot, Store, StoreError, StoredProfile};
+use super::{AttemptRecord, AuditQuery, Origin, ProfileUsage, RequestRecord, Snapshot, Store, StoreError, StoredProfile};
 use crate::agents::Agent;
 use crate::audit::{AttemptRow, RequestRow};
 use crate::engine::{Cooldown, Disabled, Millis, ModelCooldown, ProfileId, Reason, UsageStats};
@@ -427,6 +427,89 @@ impl Store for SqliteStore {
             return Err(StoreError::NoAgent(name.to_string()));
         }
         Ok(())
+    }
+
+    async fn attempts(&self, q: &AuditQuery) -> Result<Vec<AttemptRecord>, StoreError> {
+        let after = q.after.as_ref();
+        let rows = sqlx::query_as::<_, AttemptRecord>(
+            "SELECT request_id, seq, kind, agent, provider, model, profile_id, started_at, duration_ms, ttfb_ms,
+                    http_status, outcome, reason, retry_after_ms, cooldown_until, error, tokens_in, tokens_out
+             FROM attempts
+             WHERE (?1 IS NULL OR agent = ?1) AND (?2 IS NULL OR request_id = ?2)
+               AND (?3 IS NULL OR profile_id = ?3) AND (?4 IS NULL OR provider = ?4)
+               AND (?5 IS NULL OR model = ?5) AND (?6 IS NULL OR reason = ?6) AND (?7 IS NULL OR outcome = ?7)
+               AND (?8 IS NULL OR started_at >= ?8) AND (?9 IS NULL OR started_at < ?9)
+               AND (?10 IS NULL OR (started_at, request_id, seq) < (?10, ?11, ?12))
+             ORDER BY started_at DESC, request_id DESC, seq DESC
+             LIMIT ?13",
+        )
+        .bind(&q.agent)
+        .bind(&q.request_id)
+        .bind(&q.profile)
+        .bind(&q.provider)
+        .bind(&q.model)
+        .bind(&q.reason)
+        .bind(&q.outcome)
+        .bind(q.since)
+        .bind(q.until)
+        .bind(after.map(|a| a.0))
+        .bind(after.map(|a| a.1.clone()))
+        .bind(after.map(|a| a.2))
+        .bind(i64::from(q.limit))
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows)
+    }
+
+    async fn requests(&self, q: &AuditQuery) -> Result<Vec<RequestRecord>, StoreError> {
+        let after = q.after.as_ref();
+        let rows = sqlx::query_as::<_, RequestRecord>(
+            "SELECT id, agent, api, requested_model, served_model, served_profile, status, attempts, started_at,
+                    duration_ms, stream, tokens_in, tokens_out
+             FROM requests r
+             WHERE (?1 IS NULL OR agent = ?1) AND (?2 IS NULL OR id = ?2)
+               AND (?8 IS NULL OR started_at >= ?8) AND (?9 IS NULL OR started_at < ?9)
+               AND (?10 IS NULL OR (started_at, id) < (?10, ?11))
+               AND (COALESCE(?3, ?4, ?5, ?6, ?7) IS NULL OR EXISTS (
+                    SELECT 1 FROM attempts a WHERE a.request_id = r.id
+                      AND (?3 IS NULL OR a.profile_id = ?3) AND (?4 IS NULL OR a.provider = ?4)
+                      AND (?5 IS NULL OR a.model = ?5) AND (?6 IS NULL OR a.reason = ?6)
+                      AND (?7 IS NULL OR a.outcome = ?7)))
+             ORDER BY started_at DESC, id DESC
+             LIMIT ?12",
+        )
+        .bind(&q.agent)
+        .bind(&q.request_id)
+        .bind(&q.profile)
+        .bind(&q.provider)
+        .bind(&q.model)
+        .bind(&q.reason)
+        .bind(&q.outcome)
+        .bind(q.since)
+        .bind(q.until)
+        .bind(after.map(|a| a.0))
+        .bind(after.map(|a| a.1.clone()))
+        .bind(i64::from(q.limit))
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows)
+    }
+
+    async fn usage(&self, since: Millis, until: Millis) -> Result<Vec<ProfileUsage>, StoreError> {
+        let rows = sqlx::query_as::<_, ProfileUsage>(
+            "SELECT profile_id, count(*) AS attempts,
+                    coalesce(sum(outcome = 'success'), 0) AS successes,
+                    coalesce(sum(outcome = 'failure'), 0) AS failures,
+                    coalesce(sum(tokens_in), 0) AS tokens_in, coalesce(sum(tokens_out), 0) AS tokens_out
+             FROM attempts
+             WHERE profile_id IS NOT NULL AND started_at >= ?1 AND started_at < ?2
+             GROUP BY profile_id ORDER BY profile_id",
+        )
+        .bind(since)
+        .bind(until)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows)
     }
 
     async fn insert_audit(&self, requests: &[RequestRow], attempts: &[AttemptRow]) -> Result<(), StoreError> {

@@ -1,0 +1,435 @@
+//! Leases (SPEC §8): an agent that calls a provider itself asks rota for a credential, makes
+//! the call, and reports what came of it. A lease is one attempt of a failover walk — the
+//! same walk the gateway drives — so rotation, retries, fallback, cooldowns and the audit rows
+//! are the gateway's for the same faults. A failure report answers with the walk's next lease.
+//!
+//! A lease changes no stats until it is reported (its profile's `lastUsed` included); an
+//! unreported lease expires after `leases.ttl`, audited as `cancelled`.
+
+use super::{ApiError, Body, Caller};
+use crate::audit::AttemptRow;
+use crate::book::Credential;
+use crate::config::Api as WireFormat;
+use crate::engine::chain::FallbackOverride;
+use crate::engine::classify::Observed;
+use crate::engine::recent::Recent;
+use crate::engine::{Millis, ProfileId, Reason};
+use crate::gateway::failover::{Engine, Settings, secrets_of};
+use crate::gateway::walk::{Attempt, Step, Trail, Verdict, Walk};
+use crate::redact::redact;
+use crate::server::AppState;
+use axum::Json;
+use axum::extract::{Path, State};
+use secrecy::ExposeSecret;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+use uuid::Uuid;
+
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(create)).routes(routes!(report))
+}
+
+/// How long a reported or expired lease id is remembered, to answer a late report clearly.
+const ENDED_TTL: Millis = 24 * 3_600_000;
+const ENDED_KEYS: usize = 100_000;
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseRequest {
+    /// A model (`provider/model`), an alias or a virtual model; the configured primary when absent.
+    pub model: Option<String>,
+    /// Sticks this session to the profile that served it last (as `x-rota-session`).
+    pub session: Option<String>,
+    /// Pins one profile (as `x-rota-profile`): it is the only one tried for its provider.
+    pub profile: Option<String>,
+    /// Profile ids this request must not use.
+    #[serde(default)]
+    pub exclude: Vec<String>,
+    /// Replaces the fallbacks (as `x-rota-fallbacks`): a list of models, `[]` for none.
+    pub fallbacks: Option<Vec<String>>,
+}
+
+/// One credential to make one call with.
+#[derive(Serialize, ToSchema)]
+pub struct Lease {
+    pub lease_id: String,
+    /// Report before this time (RFC 3339); later, the lease is expired.
+    pub expires_at: String,
+    /// The request this lease is an attempt of (the `requests`/`attempts` rows' id).
+    pub request_id: String,
+    /// The attempt's sequence number in the request.
+    pub attempt: u32,
+    /// `primary`, `retry`, `rotate`, `fallback` or `probe`.
+    pub kind: String,
+    /// For a retry: wait this long before calling.
+    pub retry_in_ms: u64,
+    pub profile_id: String,
+    pub provider: String,
+    /// The provider's wire format: `openai` or `anthropic`.
+    pub api: String,
+    /// The base URL the provider's official SDK takes.
+    pub base_url: String,
+    /// The model to send upstream.
+    pub model: String,
+    pub credential: LeasedCredential,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct LeasedCredential {
+    /// `api_key`, `token` or `oauth` (an OAuth access token).
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The secret itself: an API key goes in the SDK's `api_key`; a token or OAuth access token
+    /// in `Authorization: Bearer`.
+    pub secret: String,
+    /// When the credential stops working, if known (RFC 3339).
+    pub expires_at: Option<String>,
+}
+
+#[derive(Deserialize, ToSchema, Clone, Copy, PartialEq, Eq, Debug)]
+#[serde(rename_all = "lowercase")]
+pub enum ReportOutcome {
+    Success,
+    Failure,
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Report {
+    pub outcome: ReportOutcome,
+    /// The provider's HTTP status; absent for a transport failure (connection refused, timeout).
+    pub http_status: Option<u16>,
+    /// The provider's error body or the transport error's text.
+    pub error: Option<String>,
+    /// The provider's response headers (`retry-after`, `x-ratelimit-reset-*`, …).
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    pub usage: Option<Usage>,
+}
+
+#[derive(Deserialize, ToSchema, Clone, Copy, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Usage {
+    pub input_tokens: Option<i64>,
+    pub output_tokens: Option<i64>,
+}
+
+/// What a report came to.
+#[derive(Serialize, ToSchema)]
+pub struct ReportAnswer {
+    pub request_id: String,
+    /// The reported attempt as rota classified it.
+    pub recorded: Recorded,
+    /// After a failure: the next lease of the walk (a retry, the next profile or the next model).
+    pub next: Option<Lease>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct Recorded {
+    pub outcome: String,
+    /// The failure reason (SPEC §4), for a failure.
+    pub reason: Option<String>,
+}
+
+/// An outstanding lease: the walk it belongs to and its attempt row.
+struct Live {
+    agent: String,
+    walk: Walk,
+    settings: Arc<Settings>,
+    attempt: Attempt,
+    row: AttemptRow,
+    issued_at: Millis,
+    expires_at: Millis,
+}
+
+#[derive(Clone, Copy)]
+enum Ended {
+    Reported,
+    Expired,
+}
+
+struct Table {
+    live: HashMap<Uuid, Live>,
+    ended: Recent<Uuid, (String, Ended)>,
+}
+
+pub struct Leases {
+    table: Mutex<Table>,
+}
+
+impl Leases {
+    /// The lease table, with a task that expires unreported leases every second.
+    pub fn start(engine: Weak<Engine>) -> Arc<Leases> {
+        let leases = Arc::new(Leases {
+            table: Mutex::new(Table { live: HashMap::new(), ended: Recent::new(ENDED_TTL, ENDED_KEYS) }),
+        });
+        let weak = Arc::downgrade(&leases);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let (Some(leases), Some(engine)) = (weak.upgrade(), engine.upgrade()) else { return };
+                leases.expire(engine.clock.now());
+            }
+        });
+        leases
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Ends every lease past its expiry: the attempt is audited as cancelled, no stats change.
+    pub fn expire(&self, now: Millis) {
+        let mut table = self.lock();
+        let due: Vec<Uuid> = table.live.iter().filter(|(_, l)| now >= l.expires_at).map(|(id, _)| *id).collect();
+        for id in due {
+            let live = table.live.remove(&id).expect("listed above");
+            table.ended.insert(id, (live.agent.clone(), Ended::Expired), now);
+            expire_one(live);
+        }
+    }
+
+    /// Unreported leases (for `/metrics` and tests).
+    pub fn outstanding(&self) -> usize {
+        self.lock().live.len()
+    }
+}
+
+fn expire_one(mut live: Live) {
+    let ttl = live.expires_at - live.issued_at;
+    live.row.reason = Some(Reason::Cancelled);
+    live.row.duration_ms = Some(ttl);
+    live.row.error = Some(format!("the lease expired unreported after {}s; no stats changed", ttl / 1000));
+    live.walk.trail.record(live.row);
+    live.walk.trail.finish(499, None, (None, None));
+}
+
+fn rfc3339(ms: Millis) -> String {
+    crate::status::time(ms)
+}
+
+/// Issues the lease for the walk's next attempt, or ends the walk.
+fn issue(engine: &Engine, leases: &Leases, agent: &str, settings: Arc<Settings>, mut walk: Walk, retry_in: Duration) -> Result<Lease, ApiError> {
+    let now = engine.clock.now();
+    let att = match walk.next(&engine.book, &settings.config, agent, now, |_, _| Ok(())) {
+        Step::Try(att) => att,
+        Step::Refuse(message) => {
+            walk.trail.finish(400, None, (None, None));
+            return Err(ApiError::bad_request(message));
+        }
+        Step::Exhausted(out) => {
+            tracing::warn!(request_id = %walk.trail.request_id, status = out.status, "{}", out.message);
+            walk.trail.finish(out.status, None, (None, None));
+            let mut err = ApiError::new(out.status, "all_models_failed", out.message);
+            err.retry_after = out.retry_after_secs;
+            return Err(err);
+        }
+    };
+    let provider = &settings.config.providers[&att.cand.provider];
+    let row = walk.trail.row(att.kind, &att.cand, Some(&att.pid), now);
+    let expires_at = now + settings.config.leases.ttl.as_millis() as Millis;
+    let id = Uuid::new_v4();
+    let (kind, secret) = match &att.cred {
+        Credential::ApiKey(s) => ("api_key", s.expose_secret().to_string()),
+        Credential::Token(s) => ("token", s.expose_secret().to_string()),
+        Credential::OAuth { access, .. } => {
+            ("oauth", access.as_ref().map(|s| s.expose_secret().to_string()).unwrap_or_default())
+        }
+    };
+    let lease = Lease {
+        lease_id: id.to_string(),
+        expires_at: rfc3339(expires_at),
+        request_id: walk.trail.request_id.clone(),
+        attempt: row.seq,
+        kind: att.kind.as_str().into(),
+        retry_in_ms: retry_in.as_millis() as u64,
+        profile_id: att.pid.to_string(),
+        provider: att.cand.provider.clone(),
+        api: match provider.api {
+            WireFormat::Openai => "openai".into(),
+            WireFormat::Anthropic => "anthropic".into(),
+        },
+        base_url: provider.base_url.clone(),
+        model: att.cand.model.clone(),
+        credential: LeasedCredential {
+            kind: kind.into(),
+            secret,
+            expires_at: engine.book.expires_at(&att.pid).map(rfc3339),
+        },
+    };
+    let live = Live { agent: agent.to_string(), walk, settings, attempt: att, row, issued_at: now, expires_at };
+    leases.lock().live.insert(id, live);
+    Ok(lease)
+}
+
+/// Lease a credential
+///
+/// Picks the profile the gateway would use for this request and hands out its credential.
+/// Report the call's outcome to `/api/v1/leases/{id}/report`.
+#[utoipa::path(
+    post,
+    path = "/api/v1/leases",
+    tag = "leases",
+    request_body = LeaseRequest,
+    responses(
+        (status = 201, description = "A lease", body = Lease),
+        (status = 400, description = "Bad input (unknown field, malformed profile id, bad pin)", body = super::ErrorBody),
+        (status = 401, description = "Missing or invalid agent key", body = super::ErrorBody),
+        (status = 404, description = "Unknown model", body = super::ErrorBody),
+        (status = 429, description = "Every candidate is cooling (`Retry-After` says until when)", body = super::ErrorBody),
+        (status = 502, description = "No candidate can be tried", body = super::ErrorBody),
+    )
+)]
+async fn create(
+    State(state): State<AppState>,
+    Caller(agent): Caller,
+    Body(req): Body<LeaseRequest>,
+) -> Result<(axum::http::StatusCode, Json<Lease>), ApiError> {
+    let engine = &state.engine;
+    let settings = engine.settings();
+    let parse = |raw: &str, what: &str| raw.parse::<ProfileId>().map_err(|e| ApiError::bad_request(format!("{what}: {e}")));
+    let pin = req.profile.as_deref().map(|p| parse(p, "profile")).transpose()?;
+    let exclude = req.exclude.iter().map(|p| parse(p, "exclude")).collect::<Result<Vec<_>, _>>()?;
+    let fallbacks = match req.fallbacks {
+        None => FallbackOverride::Inherit,
+        Some(list) if list.is_empty() => FallbackOverride::NoFallback,
+        Some(list) => FallbackOverride::List(list),
+    };
+    let chain = engine
+        .chain(&settings.config, &agent.name, req.model.as_deref(), fallbacks)
+        .map_err(|e| ApiError::new(if req.model.is_some() { 404 } else { 400 }, "unknown_model", e.to_string()))?;
+    let trail = Trail::new(
+        engine.audit.clone(),
+        engine.metrics.clone(),
+        Uuid::new_v4().to_string(),
+        agent.name.clone(),
+        "lease",
+        req.model,
+        false,
+        engine.clock.now(),
+    );
+    let walk = Walk::new(chain, req.session, pin, trail).excluding(exclude);
+    let lease = issue(engine, &state.leases, &agent.name, settings, walk, Duration::ZERO)?;
+    Ok((axum::http::StatusCode::CREATED, Json(lease)))
+}
+
+/// Report a lease's outcome
+///
+/// Classifies a failure exactly as the gateway does, updates the profile's usage stats, writes
+/// the audit rows and, after a failure, answers with the next lease (or the aggregated error
+/// when every candidate has failed). A lease is reported once.
+#[utoipa::path(
+    post,
+    path = "/api/v1/leases/{id}/report",
+    tag = "leases",
+    params(("id" = String, Path, description = "The lease id")),
+    request_body = Report,
+    responses(
+        (status = 200, description = "Recorded; `next` holds the next lease after a failure", body = ReportAnswer),
+        (status = 400, description = "Malformed lease id or report", body = super::ErrorBody),
+        (status = 401, description = "Missing or invalid agent key", body = super::ErrorBody),
+        (status = 403, description = "The lease belongs to another agent", body = super::ErrorBody),
+        (status = 404, description = "No such lease", body = super::ErrorBody),
+        (status = 409, description = "The lease was already reported", body = super::ErrorBody),
+        (status = 410, description = "The lease expired before its report", body = super::ErrorBody),
+        (status = 429, description = "Every candidate failed, all cooling (`Retry-After`)", body = super::ErrorBody),
+        (status = 502, description = "Every candidate failed, or the failure does not fail over", body = super::ErrorBody),
+    )
+)]
+async fn report(
+    State(state): State<AppState>,
+    Caller(agent): Caller,
+    Path(raw_id): Path<String>,
+    Body(report): Body<Report>,
+) -> Result<Json<ReportAnswer>, ApiError> {
+    let id = Uuid::parse_str(&raw_id)
+        .map_err(|_| ApiError::bad_request(format!("`{raw_id}` is not a lease id (a UUID from POST /api/v1/leases)")))?;
+    if report.outcome == ReportOutcome::Success && (report.error.is_some() || report.http_status.is_some_and(|s| !(200..300).contains(&s))) {
+        return Err(ApiError::bad_request("a success report carries no error and a 2xx http_status"));
+    }
+    if report.http_status.is_some_and(|s| !(100..600).contains(&s)) {
+        return Err(ApiError::bad_request("http_status must be an HTTP status code (100-599)"));
+    }
+    let engine = &state.engine;
+    let now = engine.clock.now();
+    let live = {
+        let mut table = state.leases.lock();
+        let owner = table
+            .live
+            .get(&id)
+            .map(|l| (l.agent.clone(), None))
+            .or_else(|| table.ended.get(&id, now).map(|((a, e), _)| (a.clone(), Some(*e))));
+        match owner {
+            None => return Err(ApiError::not_found(format!("no lease {id}: it was never issued, or ended over a day ago"))),
+            Some((owner, _)) if owner != agent.name => {
+                return Err(ApiError::new(403, "forbidden", format!("lease {id} belongs to another agent")));
+            }
+            Some((_, Some(Ended::Reported))) => {
+                return Err(ApiError::new(409, "lease_reported", format!("lease {id} was already reported")));
+            }
+            Some((_, Some(Ended::Expired))) => return Err(expired(id)),
+            Some((_, None)) => {}
+        }
+        let live = table.live.remove(&id).expect("found above");
+        if now >= live.expires_at {
+            table.ended.insert(id, (live.agent.clone(), Ended::Expired), now);
+            drop(table);
+            expire_one(live);
+            return Err(expired(id));
+        }
+        table.ended.insert(id, (live.agent.clone(), Ended::Reported), now);
+        live
+    };
+    let Live { agent: name, mut walk, settings, attempt, mut row, issued_at, .. } = live;
+    let book = &engine.book;
+    book.mark_used(&attempt.pid, walk.session(), issued_at);
+    row.duration_ms = Some(now - issued_at);
+    let request_id = walk.trail.request_id.clone();
+    let usage = report.usage.unwrap_or_default();
+    if report.outcome == ReportOutcome::Success {
+        walk.succeeded(book, row, report.http_status.unwrap_or(200), (usage.input_tokens, usage.output_tokens), now);
+        let recorded = Recorded { outcome: "success".into(), reason: None };
+        return Ok(Json(ReportAnswer { request_id, recorded, next: None }));
+    }
+    let secrets = secrets_of(&attempt.cred);
+    let headers: Vec<(String, String)> = report.headers.into_iter().map(|(k, v)| (k.to_ascii_lowercase(), v)).collect();
+    let text = redact(report.error.as_deref().unwrap_or(""), &secrets);
+    let observed = match report.http_status {
+        Some(status) => Observed { status: Some(status), headers: &headers, body: &text, transport: None },
+        None => Observed {
+            transport: Some(if text.is_empty() { "transport failure (no detail reported)" } else { &text }),
+            headers: &headers,
+            ..Default::default()
+        },
+    };
+    let mut class = settings.classifier.classify(&observed, now);
+    class.message = redact(&class.message, &secrets);
+    let reason = class.reason;
+    let recorded = Recorded { outcome: "failure".into(), reason: Some(reason.to_string()) };
+    match walk.failed(book, row, &class, report.http_status, true, now) {
+        Verdict::Stop => {
+            let status = report.http_status.unwrap_or(502);
+            walk.trail.finish(status, None, (None, None));
+            let mut err = ApiError::new(status, "not_retryable", format!("{reason} does not fail over: {}", class.message));
+            err.reason = Some(reason.to_string());
+            Err(err)
+        }
+        Verdict::Retry(backoff) => {
+            let next = issue(engine, &state.leases, &name, settings, walk, backoff)?;
+            Ok(Json(ReportAnswer { request_id, recorded, next: Some(next) }))
+        }
+        Verdict::Moved => {
+            let next = issue(engine, &state.leases, &name, settings, walk, Duration::ZERO)?;
+            Ok(Json(ReportAnswer { request_id, recorded, next: Some(next) }))
+        }
+    }
+}
+
+fn expired(id: Uuid) -> ApiError {
+    ApiError::new(410, "lease_expired", format!("lease {id} expired before its report (leases.ttl); no stats changed — lease again"))
+}

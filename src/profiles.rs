@@ -1,0 +1,110 @@
+//! The rules for adding and ordering profiles, shared by the CLI and the admin API so that both
+//! refuse the same input with the same words.
+
+use crate::book::Roster;
+use crate::config::Config;
+use crate::engine::{Millis, ProfileId, ProfileType};
+use crate::secrets::SecretField;
+use secrecy::SecretString;
+
+/// A profile that may be added: its id, type, the field its secret goes in, and its expiry.
+#[derive(Debug)]
+pub struct NewProfile {
+    pub id: ProfileId,
+    pub kind: ProfileType,
+    pub field: SecretField,
+    pub expires_at: Option<Millis>,
+}
+
+pub fn known_provider(config: &Config, provider: &str) -> Result<(), String> {
+    if config.has_provider(provider) {
+        return Ok(());
+    }
+    let known: Vec<&str> = config.providers.keys().map(String::as_str).collect();
+    Err(format!(
+        "unknown provider `{provider}`: configure [providers.{provider}] first (configured: {})",
+        if known.is_empty() { "none".to_string() } else { known.join(", ") }
+    ))
+}
+
+/// Checks a new API key or token profile. `expires` is RFC 3339 and only for tokens.
+pub fn check_new(
+    config: &Config,
+    provider: &str,
+    name: &str,
+    kind: &str,
+    expires: Option<&str>,
+    now: Millis,
+) -> Result<NewProfile, String> {
+    known_provider(config, provider)?;
+    let id = ProfileId::new(provider, name).map_err(|e| e.to_string())?;
+    let kind: ProfileType = kind.parse()?;
+    let field = match kind {
+        ProfileType::ApiKey => SecretField::ApiKey,
+        ProfileType::Token => SecretField::Token,
+        ProfileType::OAuth => return Err(format!("OAuth profiles are added by logging in (`rota login {provider}`)")),
+    };
+    let expires_at = match expires {
+        None => None,
+        Some(_) if kind != ProfileType::Token => return Err("an expiry applies to token profiles only".into()),
+        Some(raw) => {
+            let at = chrono::DateTime::parse_from_rfc3339(raw)
+                .map_err(|_| format!("expiry `{raw}` is not an RFC 3339 time (e.g. 2026-12-31T23:59:59Z)"))?
+                .timestamp_millis();
+            if at <= now {
+                return Err(format!("expiry {raw} is in the past: the token would never be used"));
+            }
+            Some(at)
+        }
+    };
+    if config.auth.profiles.contains_key(&id) {
+        return Err(format!("profile {id} is declared in the config file; choose another name"));
+    }
+    Ok(NewProfile { id, kind, field, expires_at })
+}
+
+/// Checks a pasted secret: surrounding whitespace is trimmed; inner whitespace or control
+/// characters mean a paste went wrong.
+pub fn check_secret(raw: &str, kind: ProfileType) -> Result<SecretString, String> {
+    let what = if kind == ProfileType::Token { "token" } else { "API key" };
+    let trimmed = raw.trim();
+    if trimmed.is_empty() {
+        return Err(format!("empty {what}: nothing was added"));
+    }
+    if trimmed.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!("the {what} contains whitespace or control characters: nothing was added"));
+    }
+    Ok(SecretString::from(trimmed.to_string()))
+}
+
+/// Checks an explicit order: known profiles of this provider, each once.
+pub fn check_order(config: &Config, roster: &Roster, provider: &str, raw: &[String]) -> Result<Vec<ProfileId>, String> {
+    known_provider(config, provider)?;
+    if raw.is_empty() {
+        return Err("an order names at least one profile (remove the order to go back to round robin)".into());
+    }
+    let mut ids = Vec::with_capacity(raw.len());
+    for r in raw {
+        let id: ProfileId = r.parse().map_err(|e: crate::engine::profile::BadProfileId| e.to_string())?;
+        if id.provider() != provider {
+            return Err(format!("{id} belongs to provider {}, not {provider}", id.provider()));
+        }
+        if !roster.views.contains_key(&id) {
+            return Err(format!("profile {id} does not exist"));
+        }
+        if ids.contains(&id) {
+            return Err(format!("{id} is listed twice"));
+        }
+        ids.push(id);
+    }
+    Ok(ids)
+}
+
+/// Where the order of a provider comes from, and the ids it names (empty for round robin).
+pub fn order_in_force(config: &Config, roster: &Roster, provider: &str) -> (&'static str, Vec<ProfileId>) {
+    match (roster.orders.get(provider), config.auth.order.get(provider)) {
+        (Some(o), _) if !o.is_empty() => ("stored", o.clone()),
+        (_, Some(o)) if !o.is_empty() => ("config", o.clone()),
+        _ => ("round_robin", vec![]),
+    }
+}
