@@ -219,7 +219,9 @@ fn issue(engine: &Engine, leases: &Leases, agent: &str, settings: Arc<Settings>,
     let att = match walk.next(&engine.book, &settings.config, agent, now, |_, _| Ok(())) {
         Step::Try(att) => att,
         Step::Refuse(message) => {
-            walk.trail.finish(400, None, (None, None));
+            if walk.trail.seq > 0 {
+                walk.trail.finish(400, None, (None, None));
+            }
             return Err(ApiError::bad_request(message));
         }
         Step::Exhausted(out) => {

@@ -27,6 +27,7 @@ use utoipa_axum::router::OpenApiRouter;
     tags(
         (name = "leases", description = "A credential for agents that call providers themselves"),
         (name = "admin", description = "Profiles, agents, providers, models, usage and the audit log (admin agents only)"),
+        (name = "meta", description = "This document"),
     )
 )]
 struct Doc;
@@ -44,11 +45,21 @@ impl Modify for Security {
 /// The `/api/v1` routes and the OpenAPI document describing them.
 pub fn router() -> Router<AppState> {
     let (router, doc) = OpenApiRouter::with_openapi(Doc::openapi())
+        .routes(utoipa_axum::routes!(openapi))
         .merge(leases::routes())
         .merge(admin::routes())
         .split_for_parts();
-    let doc = serde_json::to_value(&doc).expect("the OpenAPI document serializes");
-    router.route("/api/v1/openapi.json", axum::routing::get(move || std::future::ready(Json(doc.clone()))))
+    let _ = DOCUMENT.set(serde_json::to_value(&doc).expect("the OpenAPI document serializes"));
+    router
+}
+
+static DOCUMENT: std::sync::OnceLock<serde_json::Value> = std::sync::OnceLock::new();
+
+/// This OpenAPI document
+#[utoipa::path(get, path = "/api/v1/openapi.json", tag = "meta", security(()),
+    responses((status = 200, description = "The OpenAPI 3.1 document of /api/v1", content_type = "application/json", body = Object)))]
+async fn openapi() -> Json<serde_json::Value> {
+    Json(DOCUMENT.get().cloned().unwrap_or_default())
 }
 
 /// The body of every error answer of `/api/v1`.

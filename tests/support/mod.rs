@@ -211,6 +211,8 @@ fn sse(reply: Reply, anthropic: bool, mock: Mock) -> Response {
 pub struct Rota {
     pub url: String,
     pub agent_key: String,
+    /// An admin agent's key (`admin`).
+    pub admin_key: String,
     pub store: SqliteStore,
     pub app_flush: (Arc<rota::book::Book>, rota::audit::Audit),
     pub dir: tempfile::TempDir,
@@ -237,6 +239,8 @@ impl Rota {
         }
         let agent_key = rota::agents::new_key();
         store.create_agent("tester", &rota::agents::digest(&agent_key), false, 0).await.unwrap();
+        let admin_key = rota::agents::new_key();
+        store.create_agent("admin", &rota::agents::digest(&admin_key), true, 0).await.unwrap();
         let app = App::build(config, Some(file)).await.unwrap();
         let app_flush = (app.book.clone(), app.audit.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -252,6 +256,7 @@ impl Rota {
         Rota {
             url,
             agent_key: secrecy::ExposeSecret::expose_secret(&agent_key).to_string(),
+            admin_key: secrecy::ExposeSecret::expose_secret(&admin_key).to_string(),
             store,
             app_flush,
             dir,
@@ -309,6 +314,22 @@ impl Rota {
         .fetch_all(self.store.pool())
         .await
         .unwrap()
+    }
+
+    /// Calls `/api/v1` with `key`: the status and the JSON answer (`Null` for an empty body).
+    pub async fn api(&self, method: &str, path: &str, key: Option<&str>, body: Option<Value>) -> (u16, Value) {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let mut req = Self::client().request(method, format!("{}{path}", self.url));
+        if let Some(k) = key {
+            req = req.bearer_auth(k);
+        }
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let r = req.send().await.unwrap();
+        let status = r.status().as_u16();
+        let text = r.text().await.unwrap();
+        (status, if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) })
     }
 
     pub async fn scalar(&self, sql: &'static str) -> Option<i64> {
