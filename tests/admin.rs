@@ -1,0 +1,398 @@
+//! The admin API end to end, against rota in-process on a real SQLite file: every endpoint, its
+//! bad input, and that each change reaches the running gateway at once (no restart).
+
+mod support;
+
+use serde_json::{Value, json};
+use support::{Mock, Reply, Rota};
+
+fn config(base: &str) -> String {
+    format!(
+        r#"
+[providers.openai]
+api = "openai"
+base_url = "{base}/v1"
+[providers.backup]
+api = "openai"
+base_url = "{base}/v1"
+[models]
+primary = "openai/gpt-4.1"
+fallbacks = ["backup/gpt-4.1-mini"]
+[aliases]
+fast = "openai/gpt-4.1-mini"
+[virtual_models.smart]
+targets = ["backup/gpt-4.1", "openai/gpt-4.1"]
+[agents.solo]
+fallbacks = []
+"#
+    )
+}
+
+const KEYS: [(&str, &str); 3] =
+    [("openai:k1", "sk-admin-key-one-0001"), ("openai:k2", "sk-admin-key-two-0002"), ("backup:b1", "sk-admin-backup-0003")];
+
+fn chat() -> Value {
+    json!({"model": "openai/gpt-4.1", "messages": [{"role": "user", "content": "hi"}]})
+}
+
+async fn start() -> (Mock, Rota) {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let rota = Rota::start(&config(&base), &KEYS).await;
+    (mock, rota)
+}
+
+fn error_type(v: &Value) -> &str {
+    assert!(v["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "an error says why: {v}");
+    v["error"]["type"].as_str().unwrap()
+}
+
+#[tokio::test]
+async fn only_admin_keys_reach_the_admin_api() {
+    let (_, rota) = start().await;
+    let endpoints = [
+        ("GET", "/api/v1/profiles"),
+        ("POST", "/api/v1/profiles"),
+        ("GET", "/api/v1/profiles/openai:k1"),
+        ("DELETE", "/api/v1/profiles/openai:k1"),
+        ("POST", "/api/v1/profiles/openai:k1/enable"),
+        ("POST", "/api/v1/profiles/openai:k1/disable"),
+        ("POST", "/api/v1/profiles/openai:k1/clear"),
+        ("GET", "/api/v1/providers"),
+        ("PUT", "/api/v1/providers/openai/order"),
+        ("DELETE", "/api/v1/providers/openai/order"),
+        ("GET", "/api/v1/models"),
+        ("GET", "/api/v1/agents"),
+        ("POST", "/api/v1/agents"),
+        ("DELETE", "/api/v1/agents/tester"),
+        ("GET", "/api/v1/usage"),
+        ("GET", "/api/v1/attempts"),
+        ("GET", "/api/v1/requests"),
+    ];
+    for (method, path) in endpoints {
+        let body = (method != "GET" && method != "DELETE").then(|| json!({}));
+        let (code, v) = rota.api(method, path, Some(&rota.agent_key), body.clone()).await;
+        assert_eq!((code, error_type(&v)), (403, "forbidden"), "{method} {path}");
+        let (code, v) = rota.api(method, path, None, body.clone()).await;
+        assert_eq!((code, error_type(&v)), (401, "unauthorized"), "{method} {path}");
+        let (code, _) = rota.api(method, path, Some("rk_not-a-key"), body).await;
+        assert_eq!(code, 401, "{method} {path}");
+    }
+    // Nothing was changed by the refused calls.
+    let (_, profiles) = rota.api("GET", "/api/v1/profiles", Some(&rota.admin_key), None).await;
+    assert_eq!(profiles.as_array().unwrap().len(), 3);
+    assert!(profiles.as_array().unwrap().iter().all(|p| p["enabled"] == true));
+}
+
+#[tokio::test]
+async fn profiles_added_disabled_and_removed_over_the_api_take_effect_on_the_next_request() {
+    let (mock, rota) = start().await;
+    let admin = Some(rota.admin_key.as_str());
+
+    // Disable k1: the gateway stops using it at once.
+    let (code, p) = rota.api("POST", "/api/v1/profiles/openai:k1/disable", admin, None).await;
+    assert_eq!((code, &p["enabled"], p["status"]["state"].as_str()), (200, &json!(false), Some("unusable")));
+    for _ in 0..2 {
+        assert_eq!(rota.chat(chat(), &[]).await.status(), 200);
+    }
+    assert_eq!(mock.keys(), [KEYS[1].1, KEYS[1].1]);
+
+    // Add a key over the API: used by the next request (least recently used first).
+    let new = json!({"provider": "openai", "name": "k9", "secret": "  sk-added-over-api-0009\n"});
+    let (code, p) = rota.api("POST", "/api/v1/profiles", admin, Some(new)).await;
+    assert_eq!(code, 201, "{p}");
+    assert_eq!((p["id"].as_str(), p["type"].as_str(), p["source"].as_str()), (Some("openai:k9"), Some("api_key"), Some("stored")));
+    assert_eq!(rota.chat(chat(), &[]).await.status(), 200);
+    assert_eq!(mock.keys().last().unwrap(), "sk-added-over-api-0009", "the secret was trimmed and used");
+
+    // Enable k1 again, then remove k2: its rows go, the gateway never picks it again.
+    let (code, _) = rota.api("POST", "/api/v1/profiles/openai:k1/enable", admin, None).await;
+    assert_eq!(code, 200);
+    let (code, v) = rota.api("DELETE", "/api/v1/profiles/openai:k2", admin, None).await;
+    assert_eq!((code, v), (204, Value::Null));
+    let (code, v) = rota.api("GET", "/api/v1/profiles/openai:k2", admin, None).await;
+    assert_eq!((code, error_type(&v)), (404, "not_found"));
+    let before = mock.seen().len();
+    for _ in 0..4 {
+        assert_eq!(rota.chat(chat(), &[]).await.status(), 200);
+    }
+    let used: Vec<String> = mock.keys()[before..].to_vec();
+    assert!(!used.contains(&KEYS[1].1.to_string()), "{used:?}");
+    assert!(used.contains(&KEYS[0].1.to_string()) && used.contains(&"sk-added-over-api-0009".to_string()));
+    assert_eq!(rota.scalar("SELECT COUNT(*) FROM profiles WHERE id = 'openai:k2'").await, Some(0));
+    assert_eq!(rota.scalar("SELECT COUNT(*) FROM secrets WHERE profile_id = 'openai:k2'").await, Some(0));
+    assert_eq!(rota.scalar("SELECT COUNT(*) FROM secrets WHERE profile_id = 'openai:k9'").await, Some(1));
+
+    // The listing shows the change.
+    let (_, listed) = rota.api("GET", "/api/v1/profiles?provider=openai", admin, None).await;
+    let ids: Vec<&str> = listed.as_array().unwrap().iter().map(|p| p["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["openai:k1", "openai:k9"]);
+}
+
+#[tokio::test]
+async fn bad_profile_input_is_refused_with_the_reason() {
+    let (_, rota) = start().await;
+    let admin = Some(rota.admin_key.as_str());
+    let cases = [
+        (json!({"provider": "azure", "name": "x", "secret": "sk-1"}), 400, "unknown provider `azure`"),
+        (json!({"provider": "openai", "name": "bad name", "secret": "sk-1"}), 400, "malformed profile id"),
+        (json!({"provider": "openai", "name": "x", "secret": "   "}), 400, "empty API key"),
+        (json!({"provider": "openai", "name": "x", "secret": "sk one"}), 400, "whitespace"),
+        (json!({"provider": "openai", "name": "x", "type": "oauth", "secret": "t"}), 400, "logging in"),
+        (json!({"provider": "openai", "name": "x", "type": "bogus", "secret": "t"}), 400, "bogus"),
+        (json!({"provider": "openai", "name": "x", "secret": "sk-1", "expires_at": "2030-01-01T00:00:00Z"}), 400, "token profiles only"),
+        (json!({"provider": "openai", "name": "x", "type": "token", "secret": "t", "expires_at": "soon"}), 400, "RFC 3339"),
+        (json!({"provider": "openai", "name": "x", "type": "token", "secret": "t", "expires_at": "2001-01-01T00:00:00Z"}), 400, "in the past"),
+        (json!({"provider": "openai", "name": "x"}), 400, "secret"),
+        (json!({"provider": "openai", "name": "x", "secret": "sk-1", "extra": true}), 400, "extra"),
+        (json!({"provider": "openai", "name": "k1", "secret": "sk-1"}), 409, "already exists"),
+    ];
+    for (body, code, says) in cases {
+        let (got, v) = rota.api("POST", "/api/v1/profiles", admin, Some(body.clone())).await;
+        assert_eq!(got, code, "{body}: {v}");
+        error_type(&v);
+        assert!(v["error"]["message"].as_str().unwrap().contains(says), "{body}: {v}");
+    }
+    let r = Rota::client()
+        .post(format!("{}/api/v1/profiles", rota.url))
+        .bearer_auth(&rota.admin_key)
+        .header("content-type", "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    // A token with an expiry is accepted and shows it.
+    let token = json!({"provider": "openai", "name": "t", "type": "token", "secret": "tok-1", "expires_at": "2099-01-01T00:00:00Z"});
+    let (code, p) = rota.api("POST", "/api/v1/profiles", admin, Some(token)).await;
+    assert_eq!((code, p["expires_at"].as_str(), p["type"].as_str()), (201, Some("2099-01-01T00:00:00Z"), Some("token")));
+
+    for (method, path, code, kind) in [
+        ("GET", "/api/v1/profiles/openai:nobody", 404, "not_found"),
+        ("GET", "/api/v1/profiles/no-colon", 400, "bad_request"),
+        ("DELETE", "/api/v1/profiles/openai:nobody", 404, "not_found"),
+        ("DELETE", "/api/v1/profiles/Bad:Id", 400, "bad_request"),
+        ("POST", "/api/v1/profiles/openai:nobody/enable", 404, "not_found"),
+        ("POST", "/api/v1/profiles/openai:nobody/disable", 404, "not_found"),
+        ("POST", "/api/v1/profiles/openai:nobody/clear", 404, "not_found"),
+        ("POST", "/api/v1/profiles/:x/clear", 400, "bad_request"),
+        ("GET", "/api/v1/profiles?vendor=openai", 400, "bad_request"),
+    ] {
+        let (got, v) = rota.api(method, path, admin, None).await;
+        assert_eq!((got, error_type(&v)), (code, kind), "{method} {path}: {v}");
+    }
+}
+
+#[tokio::test]
+async fn config_declared_profiles_are_removed_in_the_config_file_only() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    // A variable cargo sets for every test run stands in for the key's environment variable.
+    let secret = std::env::var("CARGO_PKG_NAME").expect("cargo sets CARGO_PKG_NAME when it runs tests");
+    let extra = "[auth.profiles.\"openai:declared\"]\nprovider = \"openai\"\ntype = \"api_key\"\napi_key_env = \"CARGO_PKG_NAME\"\n";
+    let rota = Rota::start(&format!("{}{extra}", config(&base)), &KEYS).await;
+    let admin = Some(rota.admin_key.as_str());
+    let (code, v) = rota.api("DELETE", "/api/v1/profiles/openai:declared", admin, None).await;
+    assert_eq!((code, error_type(&v)), (409, "conflict"));
+    assert!(v["error"]["message"].as_str().unwrap().contains("config file"));
+    let (code, p) = rota.api("GET", "/api/v1/profiles/openai:declared", admin, None).await;
+    assert_eq!((code, p["source"].as_str()), (200, Some("config")));
+    let (code, v) = rota.api("POST", "/api/v1/profiles", admin, Some(json!({"provider": "openai", "name": "declared", "secret": "sk-x"}))).await;
+    assert_eq!((code, error_type(&v)), (400, "bad_request"));
+    // Disabling works on it like on any profile, and reaches the gateway at once: the config
+    // file declares openai's profiles, so with this one off the fallback serves.
+    assert_eq!(rota.chat(chat(), &[]).await.status(), 200);
+    assert_eq!(mock.keys(), [secret.clone()]);
+    let (code, _) = rota.api("POST", "/api/v1/profiles/openai:declared/disable", admin, None).await;
+    assert_eq!(code, 200);
+    let r = rota.chat(chat(), &[]).await;
+    assert_eq!((r.status().as_u16(), r.headers()["x-rota-profile"].to_str().unwrap()), (200, "backup:b1"));
+}
+
+#[tokio::test]
+async fn clear_and_order_reach_the_gateway_at_once() {
+    let (mock, rota) = start().await;
+    let admin = Some(rota.admin_key.as_str());
+    mock.script(KEYS[0].1, vec![Reply::Status(429, vec![("retry-after", "600".into())], r#"{"error":{"message":"slow down"}}"#.into())]);
+    assert_eq!(rota.chat(chat(), &[]).await.status(), 200);
+    let (_, p) = rota.api("GET", "/api/v1/profiles/openai:k1", admin, None).await;
+    assert_eq!((p["status"]["state"].as_str(), p["status"]["reason"].as_str()), (Some("cooling"), Some("rate_limit")));
+    assert!(p["status_text"].as_str().unwrap().starts_with("cooling"));
+    assert_eq!(p["usage_stats"]["error_count"], 1);
+
+    let (code, p) = rota.api("POST", "/api/v1/profiles/openai:k1/clear", admin, None).await;
+    assert_eq!((code, p["status"]["state"].as_str(), &p["usage_stats"]["error_count"]), (200, Some("usable"), &json!(0)));
+    assert_eq!(rota.scalar("SELECT COUNT(*) FROM usage_stats WHERE profile_id = 'openai:k1' AND cooldown_until IS NULL").await, Some(1));
+
+    // An explicit order: k2 first every time (no round robin).
+    let order = json!({"profiles": ["openai:k2", "openai:k1"]});
+    let (code, p) = rota.api("PUT", "/api/v1/providers/openai/order", admin, Some(order)).await;
+    assert_eq!((code, p["order_source"].as_str(), &p["order"]), (200, Some("stored"), &json!(["openai:k2", "openai:k1"])));
+    let before = mock.seen().len();
+    for _ in 0..3 {
+        assert_eq!(rota.chat(chat(), &[]).await.status(), 200);
+    }
+    assert_eq!(mock.keys()[before..], [KEYS[1].1, KEYS[1].1, KEYS[1].1]);
+    let (code, p) = rota.api("DELETE", "/api/v1/providers/openai/order", admin, None).await;
+    assert_eq!((code, p["order_source"].as_str(), &p["order"]), (200, Some("round_robin"), &json!([])));
+    assert_eq!(rota.scalar("SELECT COUNT(*) FROM profile_order").await, Some(0));
+
+    for (body, path, code, says) in [
+        (json!({"profiles": ["backup:b1"]}), "/api/v1/providers/openai/order", 400, "belongs to provider backup"),
+        (json!({"profiles": ["openai:k1", "openai:k1"]}), "/api/v1/providers/openai/order", 400, "listed twice"),
+        (json!({"profiles": ["openai:ghost"]}), "/api/v1/providers/openai/order", 400, "does not exist"),
+        (json!({"profiles": ["nope"]}), "/api/v1/providers/openai/order", 400, "malformed"),
+        (json!({"profiles": []}), "/api/v1/providers/openai/order", 400, "at least one"),
+        (json!({"order": []}), "/api/v1/providers/openai/order", 400, "order"),
+        (json!({"profiles": ["azure:x"]}), "/api/v1/providers/azure/order", 404, "unknown provider"),
+    ] {
+        let (got, v) = rota.api("PUT", path, admin, Some(body.clone())).await;
+        assert_eq!(got, code, "{body}: {v}");
+        assert!(v["error"]["message"].as_str().unwrap().contains(says), "{body}: {v}");
+    }
+    let (code, _) = rota.api("DELETE", "/api/v1/providers/azure/order", admin, None).await;
+    assert_eq!(code, 404);
+}
+
+#[tokio::test]
+async fn providers_models_and_agents() {
+    let (_, rota) = start().await;
+    let admin = Some(rota.admin_key.as_str());
+    let (code, providers) = rota.api("GET", "/api/v1/providers", admin, None).await;
+    assert_eq!(code, 200);
+    assert_eq!(providers[1]["name"], "openai");
+    assert_eq!(providers[1]["profiles"], json!(["openai:k1", "openai:k2"]));
+    assert_eq!((providers[1]["api"].as_str(), providers[1]["oauth"].as_bool()), (Some("openai"), Some(false)));
+
+    let (code, models) = rota.api("GET", "/api/v1/models", admin, None).await;
+    assert_eq!(code, 200);
+    assert_eq!(models["primary"], "openai/gpt-4.1");
+    assert_eq!(models["aliases"], json!({"fast": "openai/gpt-4.1-mini"}));
+    assert_eq!(models["virtual_models"][0]["name"], "smart");
+    assert_eq!(models["virtual_models"][0]["chain"], json!(["backup/gpt-4.1", "openai/gpt-4.1", "backup/gpt-4.1-mini"]));
+    assert_eq!(
+        models["chains"],
+        json!([
+            {"agent": "(default)", "chain": ["openai/gpt-4.1", "backup/gpt-4.1-mini"], "error": null},
+            {"agent": "solo", "chain": ["openai/gpt-4.1"], "error": null},
+        ])
+    );
+
+    // Agents: create (the key is shown once and works at once), list, revoke (refused at once).
+    let (code, created) = rota.api("POST", "/api/v1/agents", admin, Some(json!({"name": "planner"}))).await;
+    assert_eq!((code, created["agent"]["name"].as_str(), created["agent"]["admin"].as_bool()), (201, Some("planner"), Some(false)));
+    let key = created["key"].as_str().unwrap().to_string();
+    assert!(key.starts_with("rk_"));
+    let (code, _) = rota.api("POST", "/api/v1/leases", Some(&key), Some(json!({}))).await;
+    assert_eq!(code, 201, "the new key works without waiting for a reload");
+    let (code, listed) = rota.api("GET", "/api/v1/agents", admin, None).await;
+    assert_eq!(code, 200);
+    let names: Vec<&str> = listed.as_array().unwrap().iter().map(|a| a["name"].as_str().unwrap()).collect();
+    assert!(names.contains(&"planner") && names.contains(&"admin") && names.contains(&"tester"), "{names:?}");
+    assert!(!listed.to_string().contains(&key) && !listed.to_string().contains("digest"));
+    for (body, code, kind) in [
+        (json!({"name": "planner"}), 409, "conflict"),
+        (json!({"name": "Bad Name"}), 400, "bad_request"),
+        (json!({"name": "x", "admin": "yes"}), 400, "bad_request"),
+        (json!({}), 400, "bad_request"),
+    ] {
+        let (got, v) = rota.api("POST", "/api/v1/agents", admin, Some(body.clone())).await;
+        assert_eq!((got, error_type(&v)), (code, kind), "{body}");
+    }
+    let (code, _) = rota.api("DELETE", "/api/v1/agents/planner", admin, None).await;
+    assert_eq!(code, 204);
+    let (code, _) = rota.api("POST", "/api/v1/leases", Some(&key), Some(json!({}))).await;
+    assert_eq!(code, 401, "a revoked key is refused at once");
+    let (code, v) = rota.api("DELETE", "/api/v1/agents/planner", admin, None).await;
+    assert_eq!((code, error_type(&v)), (404, "not_found"));
+}
+
+#[tokio::test]
+async fn usage_attempts_and_requests_filter_and_page() {
+    let (mock, rota) = start().await;
+    let admin = Some(rota.admin_key.as_str());
+    mock.script(KEYS[0].1, vec![Reply::Status(429, vec![], r#"{"error":{"message":"slow down"}}"#.into())]);
+    for _ in 0..5 {
+        assert_eq!(rota.chat(chat(), &[]).await.status(), 200);
+    }
+    // 6 attempts: k1 429 then k2 for the first request; k1 cools, so k2 serves the other four.
+    let (code, page) = rota.api("GET", "/api/v1/attempts", admin, None).await;
+    assert_eq!(code, 200);
+    let items = page["items"].as_array().unwrap();
+    assert_eq!(items.len(), 6);
+    assert_eq!(page["next_cursor"], Value::Null);
+    assert!(items.windows(2).all(|w| w[0]["started_at"].as_i64() >= w[1]["started_at"].as_i64()), "newest first");
+    let last = &items[5];
+    assert_eq!((last["profile_id"].as_str(), last["reason"].as_str(), last["http_status"].as_i64()), (Some("openai:k1"), Some("rate_limit"), Some(429)));
+
+    // Filters.
+    let count = |v: &Value| v["items"].as_array().unwrap().len();
+    for (query, n) in [
+        ("reason=rate_limit", 1),
+        ("profile=openai:k2", 5),
+        ("outcome=success", 5),
+        ("provider=openai&outcome=failure", 1),
+        ("model=openai/gpt-4.1", 6),
+        ("model=gpt-4.1", 6),
+        ("agent=tester", 6),
+        ("agent=nobody", 0),
+        ("since=2000-01-01T00:00:00Z&until=2001-01-01T00:00:00Z", 0),
+        ("since=0", 6),
+    ] {
+        let (code, v) = rota.api("GET", &format!("/api/v1/attempts?{query}"), admin, None).await;
+        assert_eq!((code, count(&v)), (200, n), "{query}: {v}");
+    }
+    let first_request = last["request_id"].as_str().unwrap().to_string();
+    let (_, v) = rota.api("GET", &format!("/api/v1/attempts?request_id={first_request}"), admin, None).await;
+    assert_eq!(count(&v), 2);
+
+    // Pages of 4 then 2, no row twice, none lost.
+    let (_, p1) = rota.api("GET", "/api/v1/attempts?limit=4", admin, None).await;
+    assert_eq!(count(&p1), 4);
+    let cursor = p1["next_cursor"].as_str().unwrap();
+    let (_, p2) = rota.api("GET", &format!("/api/v1/attempts?limit=4&cursor={cursor}"), admin, None).await;
+    assert_eq!((count(&p2), &p2["next_cursor"]), (2, &Value::Null));
+    let mut all: Vec<Value> = p1["items"].as_array().unwrap().clone();
+    all.extend(p2["items"].as_array().unwrap().iter().cloned());
+    assert_eq!(&all, items);
+
+    // Requests: filters select requests with a matching attempt.
+    let (_, v) = rota.api("GET", "/api/v1/requests", admin, None).await;
+    assert_eq!(count(&v), 5);
+    let (_, v) = rota.api("GET", "/api/v1/requests?reason=rate_limit", admin, None).await;
+    assert_eq!((count(&v), v["items"][0]["id"].as_str()), (1, Some(first_request.as_str())));
+    assert_eq!((v["items"][0]["attempts"].as_i64(), v["items"][0]["served_profile"].as_str()), (Some(2), Some("openai:k2")));
+    let (_, r1) = rota.api("GET", "/api/v1/requests?limit=3", admin, None).await;
+    let (_, r2) =
+        rota.api("GET", &format!("/api/v1/requests?limit=3&cursor={}", r1["next_cursor"].as_str().unwrap()), admin, None).await;
+    assert_eq!((count(&r1), count(&r2)), (3, 2));
+
+    // Usage per profile.
+    let (code, u) = rota.api("GET", "/api/v1/usage", admin, None).await;
+    assert_eq!(code, 200);
+    let k2 = u["profiles"].as_array().unwrap().iter().find(|p| p["profile_id"] == "openai:k2").unwrap();
+    assert_eq!((k2["attempts"].as_i64(), k2["successes"].as_i64(), k2["tokens_in"].as_i64()), (Some(5), Some(5), Some(15)));
+    let k1 = u["profiles"].as_array().unwrap().iter().find(|p| p["profile_id"] == "openai:k1").unwrap();
+    assert_eq!((k1["failures"].as_i64(), k1["usage_stats"]["error_count"].as_i64()), (Some(1), Some(1)));
+    let (_, u) = rota.api("GET", "/api/v1/usage?since=2000-01-01T00:00:00Z&until=2000-01-02T00:00:00Z", admin, None).await;
+    assert!(u["profiles"].as_array().unwrap().iter().all(|p| p["attempts"] == 0));
+
+    for path in [
+        "/api/v1/attempts?limit=0",
+        "/api/v1/attempts?limit=5000",
+        "/api/v1/attempts?limit=ten",
+        "/api/v1/attempts?reason=bad_luck",
+        "/api/v1/attempts?outcome=maybe",
+        "/api/v1/attempts?since=yesterday",
+        "/api/v1/attempts?cursor=garbage",
+        "/api/v1/attempts?profile=nocolon",
+        "/api/v1/attempts?model=backup/x&provider=openai",
+        "/api/v1/attempts?colour=blue",
+        "/api/v1/requests?cursor=1.2",
+        "/api/v1/usage?since=2030-01-01T00:00:00Z&until=2029-01-01T00:00:00Z",
+        "/api/v1/usage?since=later",
+    ] {
+        let (code, v) = rota.api("GET", path, admin, None).await;
+        assert_eq!((code, error_type(&v)), (400, "bad_request"), "{path}: {v}");
+    }
+}
