@@ -87,7 +87,9 @@ impl App {
         listener: tokio::net::TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<()> {
+        let (leases, clock) = (self.state.leases.clone(), self.state.engine.clock.clone());
         axum::serve(listener, router(self.state)).with_graceful_shutdown(shutdown).await?;
+        leases.expire(clock.now(), true);
         self.book.flush().await;
         self.audit.flush().await;
         Ok(())

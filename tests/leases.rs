@@ -364,3 +364,24 @@ async fn sessions_pins_and_exclusions_work_as_in_the_gateway() {
     let (code, _) = rota.api("POST", "/api/v1/leases", None, Some(json!({}))).await;
     assert_eq!(code, 401);
 }
+
+#[tokio::test]
+async fn leases_outstanding_at_shutdown_are_audited_as_cancelled() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let mut rota = Rota::start(&config(&base, ""), &KEYS).await;
+    let (code, lease) = rota.api("POST", "/api/v1/leases", Some(&rota.agent_key), Some(json!({}))).await;
+    assert_eq!(code, 201);
+    let before = stats(&rota).await;
+    rota.shutdown().await;
+    let row: (String, Option<String>, Option<String>, i64) = sqlx::query_as(
+        "SELECT a.profile_id, a.reason, a.error, r.status FROM attempts a JOIN requests r ON r.id = a.request_id",
+    )
+    .fetch_one(rota.store.pool())
+    .await
+    .unwrap();
+    assert_eq!(row.0, lease["profile_id"].as_str().unwrap());
+    assert_eq!((row.1.as_deref(), row.3), (Some("cancelled"), 499));
+    assert!(row.2.unwrap().starts_with("rota shut down before the lease was reported"));
+    assert_eq!(stats(&rota).await, before);
+}

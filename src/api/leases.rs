@@ -37,6 +37,8 @@ pub fn routes() -> OpenApiRouter<AppState> {
 /// How long a reported or expired lease id is remembered, to answer a late report clearly.
 const ENDED_TTL: Millis = 24 * 3_600_000;
 const ENDED_KEYS: usize = 100_000;
+/// Outstanding leases at most; past it, new leases are refused (503) until some are reported.
+const MAX_LIVE: usize = 100_000;
 
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -173,7 +175,7 @@ impl Leases {
             loop {
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 let (Some(leases), Some(engine)) = (weak.upgrade(), engine.upgrade()) else { return };
-                leases.expire(engine.clock.now());
+                leases.expire(engine.clock.now(), false);
             }
         });
         leases
@@ -183,28 +185,24 @@ impl Leases {
         self.table.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Ends every lease past its expiry: the attempt is audited as cancelled, no stats change.
-    pub fn expire(&self, now: Millis) {
+    /// Ends every lease past its expiry (`all`: every lease, at shutdown, so that none leaves
+    /// its request unaudited). Each attempt is audited as cancelled; no stats change.
+    pub fn expire(&self, now: Millis, all: bool) {
         let mut table = self.lock();
-        let due: Vec<Uuid> = table.live.iter().filter(|(_, l)| now >= l.expires_at).map(|(id, _)| *id).collect();
+        let due: Vec<Uuid> = table.live.iter().filter(|(_, l)| all || now >= l.expires_at).map(|(id, _)| *id).collect();
         for id in due {
             let live = table.live.remove(&id).expect("listed above");
             table.ended.insert(id, (live.agent.clone(), Ended::Expired), now);
-            expire_one(live);
+            let why = if all { "rota shut down before the lease was reported" } else { "the lease expired unreported" };
+            expire_one(live, now, why);
         }
-    }
-
-    /// Unreported leases (for `/metrics` and tests).
-    pub fn outstanding(&self) -> usize {
-        self.lock().live.len()
     }
 }
 
-fn expire_one(mut live: Live) {
-    let ttl = live.expires_at - live.issued_at;
+fn expire_one(mut live: Live, now: Millis, why: &str) {
     live.row.reason = Some(Reason::Cancelled);
-    live.row.duration_ms = Some(ttl);
-    live.row.error = Some(format!("the lease expired unreported after {}s; no stats changed", ttl / 1000));
+    live.row.duration_ms = Some(now.min(live.expires_at) - live.issued_at);
+    live.row.error = Some(format!("{why}; no stats changed"));
     live.walk.trail.record(live.row);
     live.walk.trail.finish(499, None, (None, None));
 }
@@ -232,6 +230,10 @@ fn issue(engine: &Engine, leases: &Leases, agent: &str, settings: Arc<Settings>,
             return Err(err);
         }
     };
+    if leases.lock().live.len() >= MAX_LIVE {
+        walk.trail.finish(503, None, (None, None));
+        return Err(ApiError::new(503, "too_many_leases", format!("{MAX_LIVE} leases are outstanding: report them first")));
+    }
     let provider = &settings.config.providers[&att.cand.provider];
     let row = walk.trail.row(att.kind, &att.cand, Some(&att.pid), now);
     let expires_at = now + settings.config.leases.ttl.as_millis() as Millis;
@@ -381,7 +383,7 @@ async fn report(
         if now >= live.expires_at {
             table.ended.insert(id, (live.agent.clone(), Ended::Expired), now);
             drop(table);
-            expire_one(live);
+            expire_one(live, now, "the lease expired unreported");
             return Err(expired(id));
         }
         table.ended.insert(id, (live.agent.clone(), Ended::Reported), now);
