@@ -28,8 +28,11 @@ fallbacks = []
     )
 }
 
-const KEYS: [(&str, &str); 3] =
-    [("openai:k1", "sk-admin-key-one-0001"), ("openai:k2", "sk-admin-key-two-0002"), ("backup:b1", "sk-admin-backup-0003")];
+const KEYS: [(&str, &str); 3] = [
+    ("openai:k1", "sk-admin-key-one-0001"),
+    ("openai:k2", "sk-admin-key-two-0002"),
+    ("backup:b1", "sk-admin-backup-0003"),
+];
 
 fn chat() -> Value {
     json!({"model": "openai/gpt-4.1", "messages": [{"role": "user", "content": "hi"}]})
@@ -101,7 +104,10 @@ async fn profiles_added_disabled_and_removed_over_the_api_take_effect_on_the_nex
     let new = json!({"provider": "openai", "name": "k9", "secret": "  sk-added-over-api-0009\n"});
     let (code, p) = rota.api("POST", "/api/v1/profiles", admin, Some(new)).await;
     assert_eq!(code, 201, "{p}");
-    assert_eq!((p["id"].as_str(), p["type"].as_str(), p["source"].as_str()), (Some("openai:k9"), Some("api_key"), Some("stored")));
+    assert_eq!(
+        (p["id"].as_str(), p["type"].as_str(), p["source"].as_str()),
+        (Some("openai:k9"), Some("api_key"), Some("stored"))
+    );
     assert_eq!(rota.chat(chat(), &[]).await.status(), 200);
     assert_eq!(mock.keys().last().unwrap(), "sk-added-over-api-0009", "the secret was trimmed and used");
 
@@ -140,9 +146,21 @@ async fn bad_profile_input_is_refused_with_the_reason() {
         (json!({"provider": "openai", "name": "x", "secret": "sk one"}), 400, "whitespace"),
         (json!({"provider": "openai", "name": "x", "type": "oauth", "secret": "t"}), 400, "logging in"),
         (json!({"provider": "openai", "name": "x", "type": "bogus", "secret": "t"}), 400, "bogus"),
-        (json!({"provider": "openai", "name": "x", "secret": "sk-1", "expires_at": "2030-01-01T00:00:00Z"}), 400, "token profiles only"),
-        (json!({"provider": "openai", "name": "x", "type": "token", "secret": "t", "expires_at": "soon"}), 400, "RFC 3339"),
-        (json!({"provider": "openai", "name": "x", "type": "token", "secret": "t", "expires_at": "2001-01-01T00:00:00Z"}), 400, "in the past"),
+        (
+            json!({"provider": "openai", "name": "x", "secret": "sk-1", "expires_at": "2030-01-01T00:00:00Z"}),
+            400,
+            "token profiles only",
+        ),
+        (
+            json!({"provider": "openai", "name": "x", "type": "token", "secret": "t", "expires_at": "soon"}),
+            400,
+            "RFC 3339",
+        ),
+        (
+            json!({"provider": "openai", "name": "x", "type": "token", "secret": "t", "expires_at": "2001-01-01T00:00:00Z"}),
+            400,
+            "in the past",
+        ),
         (json!({"provider": "openai", "name": "x"}), 400, "secret"),
         (json!({"provider": "openai", "name": "x", "secret": "sk-1", "extra": true}), 400, "extra"),
         (json!({"provider": "openai", "name": "k1", "secret": "sk-1"}), 409, "already exists"),
@@ -165,7 +183,10 @@ async fn bad_profile_input_is_refused_with_the_reason() {
     // A token with an expiry is accepted and shows it.
     let token = json!({"provider": "openai", "name": "t", "type": "token", "secret": "tok-1", "expires_at": "2099-01-01T00:00:00Z"});
     let (code, p) = rota.api("POST", "/api/v1/profiles", admin, Some(token)).await;
-    assert_eq!((code, p["expires_at"].as_str(), p["type"].as_str()), (201, Some("2099-01-01T00:00:00Z"), Some("token")));
+    assert_eq!(
+        (code, p["expires_at"].as_str(), p["type"].as_str()),
+        (201, Some("2099-01-01T00:00:00Z"), Some("token"))
+    );
 
     for (method, path, code, kind) in [
         ("GET", "/api/v1/profiles/openai:nobody", 404, "not_found"),
@@ -197,12 +218,19 @@ async fn config_declared_profiles_are_removed_in_the_config_file_only() {
     assert!(v["error"]["message"].as_str().unwrap().contains("config file"));
     let (code, p) = rota.api("GET", "/api/v1/profiles/openai:declared", admin, None).await;
     assert_eq!((code, p["source"].as_str()), (200, Some("config")));
-    let (code, v) = rota.api("POST", "/api/v1/profiles", admin, Some(json!({"provider": "openai", "name": "declared", "secret": "sk-x"}))).await;
+    let (code, v) = rota
+        .api(
+            "POST",
+            "/api/v1/profiles",
+            admin,
+            Some(json!({"provider": "openai", "name": "declared", "secret": "sk-x"})),
+        )
+        .await;
     assert_eq!((code, error_type(&v)), (400, "bad_request"));
     // Disabling works on it like on any profile, and reaches the gateway at once: the config
     // file declares openai's profiles, so with this one off the fallback serves.
     assert_eq!(rota.chat(chat(), &[]).await.status(), 200);
-    assert_eq!(mock.keys(), [secret.clone()]);
+    assert_eq!(mock.keys(), std::slice::from_ref(&secret));
     let (code, _) = rota.api("POST", "/api/v1/profiles/openai:declared/disable", admin, None).await;
     assert_eq!(code, 200);
     let r = rota.chat(chat(), &[]).await;
@@ -213,7 +241,10 @@ async fn config_declared_profiles_are_removed_in_the_config_file_only() {
 async fn clear_and_order_reach_the_gateway_at_once() {
     let (mock, rota) = start().await;
     let admin = Some(rota.admin_key.as_str());
-    mock.script(KEYS[0].1, vec![Reply::Status(429, vec![("retry-after", "600".into())], r#"{"error":{"message":"slow down"}}"#.into())]);
+    mock.script(
+        KEYS[0].1,
+        vec![Reply::Status(429, vec![("retry-after", "600".into())], r#"{"error":{"message":"slow down"}}"#.into())],
+    );
     assert_eq!(rota.chat(chat(), &[]).await.status(), 200);
     let (_, p) = rota.api("GET", "/api/v1/profiles/openai:k1", admin, None).await;
     assert_eq!((p["status"]["state"].as_str(), p["status"]["reason"].as_str()), (Some("cooling"), Some("rate_limit")));
@@ -221,13 +252,22 @@ async fn clear_and_order_reach_the_gateway_at_once() {
     assert_eq!(p["usage_stats"]["error_count"], 1);
 
     let (code, p) = rota.api("POST", "/api/v1/profiles/openai:k1/clear", admin, None).await;
-    assert_eq!((code, p["status"]["state"].as_str(), &p["usage_stats"]["error_count"]), (200, Some("usable"), &json!(0)));
-    assert_eq!(rota.scalar("SELECT COUNT(*) FROM usage_stats WHERE profile_id = 'openai:k1' AND cooldown_until IS NULL").await, Some(1));
+    assert_eq!(
+        (code, p["status"]["state"].as_str(), &p["usage_stats"]["error_count"]),
+        (200, Some("usable"), &json!(0))
+    );
+    assert_eq!(
+        rota.scalar("SELECT COUNT(*) FROM usage_stats WHERE profile_id = 'openai:k1' AND cooldown_until IS NULL").await,
+        Some(1)
+    );
 
     // An explicit order: k2 first every time (no round robin).
     let order = json!({"profiles": ["openai:k2", "openai:k1"]});
     let (code, p) = rota.api("PUT", "/api/v1/providers/openai/order", admin, Some(order)).await;
-    assert_eq!((code, p["order_source"].as_str(), &p["order"]), (200, Some("stored"), &json!(["openai:k2", "openai:k1"])));
+    assert_eq!(
+        (code, p["order_source"].as_str(), &p["order"]),
+        (200, Some("stored"), &json!(["openai:k2", "openai:k1"]))
+    );
     let before = mock.seen().len();
     for _ in 0..3 {
         assert_eq!(rota.chat(chat(), &[]).await.status(), 200);
@@ -269,7 +309,10 @@ async fn providers_models_and_agents() {
     assert_eq!(models["primary"], "openai/gpt-4.1");
     assert_eq!(models["aliases"], json!({"fast": "openai/gpt-4.1-mini"}));
     assert_eq!(models["virtual_models"][0]["name"], "smart");
-    assert_eq!(models["virtual_models"][0]["chain"], json!(["backup/gpt-4.1", "openai/gpt-4.1", "backup/gpt-4.1-mini"]));
+    assert_eq!(
+        models["virtual_models"][0]["chain"],
+        json!(["backup/gpt-4.1", "openai/gpt-4.1", "backup/gpt-4.1-mini"])
+    );
     assert_eq!(
         models["chains"],
         json!([
@@ -280,7 +323,10 @@ async fn providers_models_and_agents() {
 
     // Agents: create (the key is shown once and works at once), list, revoke (refused at once).
     let (code, created) = rota.api("POST", "/api/v1/agents", admin, Some(json!({"name": "planner"}))).await;
-    assert_eq!((code, created["agent"]["name"].as_str(), created["agent"]["admin"].as_bool()), (201, Some("planner"), Some(false)));
+    assert_eq!(
+        (code, created["agent"]["name"].as_str(), created["agent"]["admin"].as_bool()),
+        (201, Some("planner"), Some(false))
+    );
     let key = created["key"].as_str().unwrap().to_string();
     assert!(key.starts_with("rk_"));
     let (code, _) = rota.api("POST", "/api/v1/leases", Some(&key), Some(json!({}))).await;
@@ -323,7 +369,10 @@ async fn usage_attempts_and_requests_filter_and_page() {
     assert_eq!(page["next_cursor"], Value::Null);
     assert!(items.windows(2).all(|w| w[0]["started_at"].as_i64() >= w[1]["started_at"].as_i64()), "newest first");
     let last = &items[5];
-    assert_eq!((last["profile_id"].as_str(), last["reason"].as_str(), last["http_status"].as_i64()), (Some("openai:k1"), Some("rate_limit"), Some(429)));
+    assert_eq!(
+        (last["profile_id"].as_str(), last["reason"].as_str(), last["http_status"].as_i64()),
+        (Some("openai:k1"), Some("rate_limit"), Some(429))
+    );
 
     // Filters.
     let count = |v: &Value| v["items"].as_array().unwrap().len();
@@ -361,20 +410,28 @@ async fn usage_attempts_and_requests_filter_and_page() {
     assert_eq!(count(&v), 5);
     let (_, v) = rota.api("GET", "/api/v1/requests?reason=rate_limit", admin, None).await;
     assert_eq!((count(&v), v["items"][0]["id"].as_str()), (1, Some(first_request.as_str())));
-    assert_eq!((v["items"][0]["attempts"].as_i64(), v["items"][0]["served_profile"].as_str()), (Some(2), Some("openai:k2")));
+    assert_eq!(
+        (v["items"][0]["attempts"].as_i64(), v["items"][0]["served_profile"].as_str()),
+        (Some(2), Some("openai:k2"))
+    );
     let (_, r1) = rota.api("GET", "/api/v1/requests?limit=3", admin, None).await;
-    let (_, r2) =
-        rota.api("GET", &format!("/api/v1/requests?limit=3&cursor={}", r1["next_cursor"].as_str().unwrap()), admin, None).await;
+    let (_, r2) = rota
+        .api("GET", &format!("/api/v1/requests?limit=3&cursor={}", r1["next_cursor"].as_str().unwrap()), admin, None)
+        .await;
     assert_eq!((count(&r1), count(&r2)), (3, 2));
 
     // Usage per profile.
     let (code, u) = rota.api("GET", "/api/v1/usage", admin, None).await;
     assert_eq!(code, 200);
     let k2 = u["profiles"].as_array().unwrap().iter().find(|p| p["profile_id"] == "openai:k2").unwrap();
-    assert_eq!((k2["attempts"].as_i64(), k2["successes"].as_i64(), k2["tokens_in"].as_i64()), (Some(5), Some(5), Some(15)));
+    assert_eq!(
+        (k2["attempts"].as_i64(), k2["successes"].as_i64(), k2["tokens_in"].as_i64()),
+        (Some(5), Some(5), Some(15))
+    );
     let k1 = u["profiles"].as_array().unwrap().iter().find(|p| p["profile_id"] == "openai:k1").unwrap();
     assert_eq!((k1["failures"].as_i64(), k1["usage_stats"]["error_count"].as_i64()), (Some(1), Some(1)));
-    let (_, u) = rota.api("GET", "/api/v1/usage?since=2000-01-01T00:00:00Z&until=2000-01-02T00:00:00Z", admin, None).await;
+    let (_, u) =
+        rota.api("GET", "/api/v1/usage?since=2000-01-01T00:00:00Z&until=2000-01-02T00:00:00Z", admin, None).await;
     assert!(u["profiles"].as_array().unwrap().iter().all(|p| p["attempts"] == 0));
 
     for path in [

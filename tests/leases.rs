@@ -27,15 +27,22 @@ first_byte = "2s"
     )
 }
 
-const KEYS: [(&str, &str); 3] =
-    [("openai:k1", "sk-lease-key-one-0001"), ("openai:k2", "sk-lease-key-two-0002"), ("backup:b1", "sk-lease-backup-0003")];
+const KEYS: [(&str, &str); 3] = [
+    ("openai:k1", "sk-lease-key-one-0001"),
+    ("openai:k2", "sk-lease-key-two-0002"),
+    ("backup:b1", "sk-lease-backup-0003"),
+];
 
 fn status(code: u16, headers: Vec<(&'static str, String)>, body: &str) -> Reply {
     Reply::Status(code, headers, body.to_string())
 }
 
 fn rate_limited(secs: u32) -> Reply {
-    status(429, vec![("retry-after", secs.to_string())], r#"{"error":{"message":"Rate limit reached","type":"rate_limit_error"}}"#)
+    status(
+        429,
+        vec![("retry-after", secs.to_string())],
+        r#"{"error":{"message":"Rate limit reached","type":"rate_limit_error"}}"#,
+    )
 }
 
 fn overloaded() -> Reply {
@@ -71,18 +78,27 @@ fn scenarios() -> Vec<Scenario> {
         },
         Scenario {
             name: "a bad request stops",
-            script: vec![(KEYS[0].1, vec![status(400, vec![], r#"{"error":{"message":"'messages' is required","type":"invalid_request_error"}}"#)])],
+            script: vec![(
+                KEYS[0].1,
+                vec![status(
+                    400,
+                    vec![],
+                    r#"{"error":{"message":"'messages' is required","type":"invalid_request_error"}}"#,
+                )],
+            )],
         },
     ]
 }
+
+/// (kind, provider/model, profile, outcome, reason, http_status, cooldown set?) of an attempt.
+type AttemptLine = (String, String, Option<String>, String, Option<String>, Option<i64>, bool);
 
 /// What a run leaves behind, to compare a gateway run with a lease run.
 #[derive(Debug, PartialEq)]
 struct Trace {
     /// (key, model) of every upstream call.
     upstream: Vec<(String, String)>,
-    /// (kind, provider/model, profile, outcome, reason, http_status, cooldown set?) per attempt.
-    attempts: Vec<(String, String, Option<String>, String, Option<String>, Option<i64>, bool)>,
+    attempts: Vec<AttemptLine>,
     /// (served_model, served_profile, status, attempts) of the request.
     request: (Option<String>, Option<String>, i64, i64),
     /// (profile, error_count, failure_counts, success_count, cooling reason) per profile.
@@ -190,16 +206,11 @@ async fn an_agent_loop_over_leases_walks_and_records_exactly_what_the_gateway_do
         let via_leases = trace(&rota, &mock, status).await;
 
         assert_eq!(via_leases, via_gateway, "scenario `{}`", s.name);
-        let kinds: Vec<(String, Option<String>)> = via_leases
-            .attempts
-            .iter()
-            .filter(|a| a.0 != "skipped")
-            .map(|a| (a.0.clone(), a.2.clone()))
-            .collect();
+        let kinds: Vec<(String, Option<String>)> =
+            via_leases.attempts.iter().filter(|a| a.0 != "skipped").map(|a| (a.0.clone(), a.2.clone())).collect();
         let leased: Vec<(String, Option<String>)> = leases.into_iter().map(|(k, p)| (k, Some(p))).collect();
         assert_eq!(leased, kinds, "scenario `{}`: one lease per attempt, in order", s.name);
-        let api: String =
-            sqlx::query_scalar("SELECT api FROM requests").fetch_one(rota.store.pool()).await.unwrap();
+        let api: String = sqlx::query_scalar("SELECT api FROM requests").fetch_one(rota.store.pool()).await.unwrap();
         assert_eq!(api, "lease");
         if s.name == "everything rate limited" {
             assert_eq!(status, 429);
@@ -254,10 +265,12 @@ async fn the_exhausted_lease_walk_answers_429_with_retry_after_and_the_aggregate
 /// usageStats of every profile, as stored.
 async fn stats(rota: &Rota) -> Vec<(String, Option<i64>, i64, i64, Option<i64>)> {
     rota.flush().await;
-    sqlx::query_as("SELECT profile_id, last_used, error_count, success_count, cooldown_until FROM usage_stats ORDER BY profile_id")
-        .fetch_all(rota.store.pool())
-        .await
-        .unwrap()
+    sqlx::query_as(
+        "SELECT profile_id, last_used, error_count, success_count, cooldown_until FROM usage_stats ORDER BY profile_id",
+    )
+    .fetch_all(rota.store.pool())
+    .await
+    .unwrap()
 }
 
 #[tokio::test]

@@ -10,7 +10,7 @@ use crate::engine::{Millis, ProfileId, ProfileType, Reason, UsageStats};
 use crate::profiles as rules;
 use crate::server::AppState;
 use crate::status::{Status, time};
-use crate::store::{AttemptRecord, AuditQuery, Origin, RequestRecord, StoreError, StoredProfile};
+use crate::store::{AttemptRecord, AuditQuery, Origin, ProfileUsage, RequestRecord, StoreError, StoredProfile};
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{FromRequestParts, Path, Query, State};
@@ -180,7 +180,8 @@ async fn add_profile(
     let sealed = state.key.seal(&new.id, new.field, &secret);
     let profile = StoredProfile::stored(new.id.clone(), new.kind, new.expires_at, now);
     state.store.add_profile(&profile, &[sealed]).await.map_err(store_error)?;
-    let credential = if new.kind == ProfileType::Token { Credential::Token(secret) } else { Credential::ApiKey(secret) };
+    let credential =
+        if new.kind == ProfileType::Token { Credential::Token(secret) } else { Credential::ApiKey(secret) };
     state.engine.book.add_profile(&profile, credential);
     tracing::info!(profile = %new.id, "profile added through the admin API");
     Ok((StatusCode::CREATED, Json(one(&state, &new.id)?.0)))
@@ -201,7 +202,11 @@ async fn get_profile(
 #[utoipa::path(delete, path = "/api/v1/profiles/{id}", tag = "admin", params(("id" = String, Path, description = "provider:name")),
     responses((status = 204, description = "Removed"), (status = 400, body = super::ErrorBody), (status = 404, body = super::ErrorBody),
         (status = 409, description = "Declared in the config file", body = super::ErrorBody)))]
-async fn remove_profile(State(state): State<AppState>, _: Admin, Path(id): Path<String>) -> Result<StatusCode, ApiError> {
+async fn remove_profile(
+    State(state): State<AppState>,
+    _: Admin,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
     let id = profile_id(&id)?;
     let settings = state.engine.settings();
     if settings.config.auth.profiles.contains_key(&id) {
@@ -217,7 +222,11 @@ async fn remove_profile(State(state): State<AppState>, _: Admin, Path(id): Path<
     book.flush().await;
     if let Some(order) = roster.orders.get(id.provider()).filter(|o| o.contains(&id)) {
         let rest: Vec<ProfileId> = order.iter().filter(|p| **p != id).cloned().collect();
-        state.store.set_order(id.provider(), (!rest.is_empty()).then_some(rest.as_slice())).await.map_err(store_error)?;
+        state
+            .store
+            .set_order(id.provider(), (!rest.is_empty()).then_some(rest.as_slice()))
+            .await
+            .map_err(store_error)?;
     }
     state.store.remove_profile(&id).await.map_err(store_error)?;
     tracing::info!(profile = %id, "profile removed through the admin API");
@@ -237,21 +246,33 @@ async fn set_enabled(state: AppState, raw: &str, enabled: bool) -> Result<Json<P
 /// Let rotation use the profile again
 #[utoipa::path(post, path = "/api/v1/profiles/{id}/enable", tag = "admin", params(("id" = String, Path, description = "provider:name")),
     responses((status = 200, body = ProfileInfo), (status = 400, body = super::ErrorBody), (status = 404, body = super::ErrorBody)))]
-async fn enable_profile(State(state): State<AppState>, _: Admin, Path(id): Path<String>) -> Result<Json<ProfileInfo>, ApiError> {
+async fn enable_profile(
+    State(state): State<AppState>,
+    _: Admin,
+    Path(id): Path<String>,
+) -> Result<Json<ProfileInfo>, ApiError> {
     set_enabled(state, &id, true).await
 }
 
 /// Keep rotation from using the profile
 #[utoipa::path(post, path = "/api/v1/profiles/{id}/disable", tag = "admin", params(("id" = String, Path, description = "provider:name")),
     responses((status = 200, body = ProfileInfo), (status = 400, body = super::ErrorBody), (status = 404, body = super::ErrorBody)))]
-async fn disable_profile(State(state): State<AppState>, _: Admin, Path(id): Path<String>) -> Result<Json<ProfileInfo>, ApiError> {
+async fn disable_profile(
+    State(state): State<AppState>,
+    _: Admin,
+    Path(id): Path<String>,
+) -> Result<Json<ProfileInfo>, ApiError> {
     set_enabled(state, &id, false).await
 }
 
 /// Clear the profile's cooldown and disabled state
 #[utoipa::path(post, path = "/api/v1/profiles/{id}/clear", tag = "admin", params(("id" = String, Path, description = "provider:name")),
     responses((status = 200, body = ProfileInfo), (status = 400, body = super::ErrorBody), (status = 404, body = super::ErrorBody)))]
-async fn clear_profile(State(state): State<AppState>, _: Admin, Path(id): Path<String>) -> Result<Json<ProfileInfo>, ApiError> {
+async fn clear_profile(
+    State(state): State<AppState>,
+    _: Admin,
+    Path(id): Path<String>,
+) -> Result<Json<ProfileInfo>, ApiError> {
     let id = profile_id(&id)?;
     if !state.engine.book.clear(&id) {
         return Err(ApiError::not_found(format!("profile {id} does not exist")));
@@ -490,11 +511,8 @@ async fn create_agent(
     }
     let key = crate::agents::new_key();
     let now = state.engine.clock.now();
-    let agent = state
-        .store
-        .create_agent(&req.name, &crate::agents::digest(&key), req.admin, now)
-        .await
-        .map_err(store_error)?;
+    let agent =
+        state.store.create_agent(&req.name, &crate::agents::digest(&key), req.admin, now).await.map_err(store_error)?;
     state.agents.reload(state.store.as_ref()).await.map_err(ApiError::internal)?;
     tracing::info!(agent = %agent.name, admin = agent.admin, "agent created through the admin API");
     let key = secrecy::ExposeSecret::expose_secret(&key).to_string();
@@ -504,7 +522,11 @@ async fn create_agent(
 /// Revoke an agent's key
 #[utoipa::path(delete, path = "/api/v1/agents/{name}", tag = "admin", params(("name" = String, Path)),
     responses((status = 204, description = "Revoked"), (status = 404, body = super::ErrorBody)))]
-async fn revoke_agent(State(state): State<AppState>, _: Admin, Path(name): Path<String>) -> Result<StatusCode, ApiError> {
+async fn revoke_agent(
+    State(state): State<AppState>,
+    _: Admin,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ApiError> {
     state.store.revoke_agent(&name, state.engine.clock.now()).await.map_err(store_error)?;
     state.agents.reload(state.store.as_ref()).await.map_err(ApiError::internal)?;
     tracing::info!(agent = %name, "agent revoked through the admin API");
@@ -543,13 +565,9 @@ pub struct UsageInfo {
 
 #[derive(Serialize, ToSchema)]
 pub struct ProfileUsageInfo {
-    pub profile_id: String,
-    /// Attempts in the range, from the audit log.
-    pub attempts: i64,
-    pub successes: i64,
-    pub failures: i64,
-    pub tokens_in: i64,
-    pub tokens_out: i64,
+    /// Attempts, successes, failures and tokens in the range, from the audit log.
+    #[serde(flatten)]
+    pub counts: ProfileUsage,
     /// The state now (absent for a profile removed since).
     pub status_text: Option<String>,
     /// usageStats now (absent for a profile removed since).
@@ -560,7 +578,11 @@ pub struct ProfileUsageInfo {
 /// Usage per profile
 #[utoipa::path(get, path = "/api/v1/usage", tag = "admin", params(UsageParams),
     responses((status = 200, body = UsageInfo), (status = 400, body = super::ErrorBody)))]
-async fn usage(State(state): State<AppState>, _: Admin, Params(p): Params<UsageParams>) -> Result<Json<UsageInfo>, ApiError> {
+async fn usage(
+    State(state): State<AppState>,
+    _: Admin,
+    Params(p): Params<UsageParams>,
+) -> Result<Json<UsageInfo>, ApiError> {
     let now = state.engine.clock.now();
     let until = p.until.as_deref().map(|u| parse_time(u, "until")).transpose()?.unwrap_or(now);
     let since = p.since.as_deref().map(|s| parse_time(s, "since")).transpose()?.unwrap_or(until - 86_400_000);
@@ -569,38 +591,23 @@ async fn usage(State(state): State<AppState>, _: Admin, Params(p): Params<UsageP
     }
     let counted = state.store.usage(since, until).await.map_err(store_error)?;
     let roster = state.engine.book.roster();
-    let mut rows: BTreeMap<String, ProfileUsageInfo> = BTreeMap::new();
-    for id in roster.views.keys() {
-        rows.insert(id.to_string(), ProfileUsageInfo {
-            profile_id: id.to_string(),
-            attempts: 0,
-            successes: 0,
-            failures: 0,
-            tokens_in: 0,
-            tokens_out: 0,
-            status_text: None,
-            usage_stats: None,
-        });
-    }
-    for u in counted {
-        let row = rows.entry(u.profile_id.clone()).or_insert_with(|| ProfileUsageInfo {
-            profile_id: u.profile_id.clone(),
-            attempts: 0,
-            successes: 0,
-            failures: 0,
-            tokens_in: 0,
-            tokens_out: 0,
-            status_text: None,
-            usage_stats: None,
-        });
-        (row.attempts, row.successes, row.failures, row.tokens_in, row.tokens_out) =
-            (u.attempts, u.successes, u.failures, u.tokens_in, u.tokens_out);
-    }
-    for (id, v) in &roster.views {
-        if let Some(row) = rows.get_mut(id.as_str()) {
-            row.status_text = Some(Status::of(v, now).display(now));
-            row.usage_stats = Some(v.stats.clone());
-        }
+    let mut rows: BTreeMap<String, ProfileUsageInfo> = roster
+        .views
+        .iter()
+        .map(|(id, v)| {
+            let counts = ProfileUsage { profile_id: id.to_string(), ..Default::default() };
+            let info = ProfileUsageInfo {
+                counts,
+                status_text: Some(Status::of(v, now).display(now)),
+                usage_stats: Some(v.stats.clone()),
+            };
+            (id.to_string(), info)
+        })
+        .collect();
+    for counts in counted {
+        let removed = || ProfileUsageInfo { counts: ProfileUsage::default(), status_text: None, usage_stats: None };
+        let id = counts.profile_id.clone();
+        rows.entry(id).or_insert_with(removed).counts = counts;
     }
     Ok(Json(UsageInfo { since: time(since), until: time(until), profiles: rows.into_values().collect() }))
 }

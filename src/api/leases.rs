@@ -212,7 +212,14 @@ fn rfc3339(ms: Millis) -> String {
 }
 
 /// Issues the lease for the walk's next attempt, or ends the walk.
-fn issue(engine: &Engine, leases: &Leases, agent: &str, settings: Arc<Settings>, mut walk: Walk, retry_in: Duration) -> Result<Lease, ApiError> {
+fn issue(
+    engine: &Engine,
+    leases: &Leases,
+    agent: &str,
+    settings: Arc<Settings>,
+    mut walk: Walk,
+    retry_in: Duration,
+) -> Result<Lease, ApiError> {
     let now = engine.clock.now();
     let att = match walk.next(&engine.book, &settings.config, agent, now, |_, _| Ok(())) {
         Step::Try(att) => att,
@@ -232,7 +239,11 @@ fn issue(engine: &Engine, leases: &Leases, agent: &str, settings: Arc<Settings>,
     };
     if leases.lock().live.len() >= MAX_LIVE {
         walk.trail.finish(503, None, (None, None));
-        return Err(ApiError::new(503, "too_many_leases", format!("{MAX_LIVE} leases are outstanding: report them first")));
+        return Err(ApiError::new(
+            503,
+            "too_many_leases",
+            format!("{MAX_LIVE} leases are outstanding: report them first"),
+        ));
     }
     let provider = &settings.config.providers[&att.cand.provider];
     let row = walk.trail.row(att.kind, &att.cand, Some(&att.pid), now);
@@ -296,7 +307,8 @@ async fn create(
 ) -> Result<(axum::http::StatusCode, Json<Lease>), ApiError> {
     let engine = &state.engine;
     let settings = engine.settings();
-    let parse = |raw: &str, what: &str| raw.parse::<ProfileId>().map_err(|e| ApiError::bad_request(format!("{what}: {e}")));
+    let parse =
+        |raw: &str, what: &str| raw.parse::<ProfileId>().map_err(|e| ApiError::bad_request(format!("{what}: {e}")));
     let pin = req.profile.as_deref().map(|p| parse(p, "profile")).transpose()?;
     let exclude = req.exclude.iter().map(|p| parse(p, "exclude")).collect::<Result<Vec<_>, _>>()?;
     let fallbacks = match req.fallbacks {
@@ -351,9 +363,12 @@ async fn report(
     Path(raw_id): Path<String>,
     Body(report): Body<Report>,
 ) -> Result<Json<ReportAnswer>, ApiError> {
-    let id = Uuid::parse_str(&raw_id)
-        .map_err(|_| ApiError::bad_request(format!("`{raw_id}` is not a lease id (a UUID from POST /api/v1/leases)")))?;
-    if report.outcome == ReportOutcome::Success && (report.error.is_some() || report.http_status.is_some_and(|s| !(200..300).contains(&s))) {
+    let id = Uuid::parse_str(&raw_id).map_err(|_| {
+        ApiError::bad_request(format!("`{raw_id}` is not a lease id (a UUID from POST /api/v1/leases)"))
+    })?;
+    if report.outcome == ReportOutcome::Success
+        && (report.error.is_some() || report.http_status.is_some_and(|s| !(200..300).contains(&s)))
+    {
         return Err(ApiError::bad_request("a success report carries no error and a 2xx http_status"));
     }
     if report.http_status.is_some_and(|s| !(100..600).contains(&s)) {
@@ -369,7 +384,11 @@ async fn report(
             .map(|l| (l.agent.clone(), None))
             .or_else(|| table.ended.get(&id, now).map(|((a, e), _)| (a.clone(), Some(*e))));
         match owner {
-            None => return Err(ApiError::not_found(format!("no lease {id}: it was never issued, or ended over a day ago"))),
+            None => {
+                return Err(ApiError::not_found(format!(
+                    "no lease {id}: it was never issued, or ended over a day ago"
+                )));
+            }
             Some((owner, _)) if owner != agent.name => {
                 return Err(ApiError::new(403, "forbidden", format!("lease {id} belongs to another agent")));
             }
@@ -419,21 +438,23 @@ async fn report(
         Verdict::Stop => {
             let status = report.http_status.unwrap_or(502);
             walk.trail.finish(status, None, (None, None));
-            let mut err = ApiError::new(status, "not_retryable", format!("{reason} does not fail over: {}", class.message));
+            let mut err =
+                ApiError::new(status, "not_retryable", format!("{reason} does not fail over: {}", class.message));
             err.reason = Some(reason.to_string());
             Err(err)
         }
-        Verdict::Retry(backoff) => {
-            let next = issue(engine, &state.leases, &name, settings, walk, backoff)?;
-            Ok(Json(ReportAnswer { request_id, recorded, next: Some(next) }))
-        }
-        Verdict::Moved => {
-            let next = issue(engine, &state.leases, &name, settings, walk, Duration::ZERO)?;
+        verdict => {
+            let wait = if let Verdict::Retry(backoff) = verdict { backoff } else { Duration::ZERO };
+            let next = issue(engine, &state.leases, &name, settings, walk, wait)?;
             Ok(Json(ReportAnswer { request_id, recorded, next: Some(next) }))
         }
     }
 }
 
 fn expired(id: Uuid) -> ApiError {
-    ApiError::new(410, "lease_expired", format!("lease {id} expired before its report (leases.ttl); no stats changed — lease again"))
+    ApiError::new(
+        410,
+        "lease_expired",
+        format!("lease {id} expired before its report (leases.ttl); no stats changed — lease again"),
+    )
 }

@@ -37,7 +37,10 @@ struct Security;
 impl Modify for Security {
     fn modify(&self, api: &mut utoipa::openapi::OpenApi) {
         let c = api.components.get_or_insert_with(Default::default);
-        c.add_security_scheme("bearer", SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()));
+        c.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
         c.add_security_scheme("x-api-key", SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::new("x-api-key"))));
     }
 }
@@ -117,7 +120,8 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = ErrorBody { error: ErrorDetail { kind: self.kind.into(), message: self.message, reason: self.reason } };
+        let body =
+            ErrorBody { error: ErrorDetail { kind: self.kind.into(), message: self.message, reason: self.reason } };
         let mut resp = (self.status, Json(body)).into_response();
         if let Some(secs) = self.retry_after {
             resp.headers_mut().insert("retry-after", HeaderValue::from(secs));
@@ -140,7 +144,11 @@ impl FromRequestParts<AppState> for Caller {
                 "missing agent key: send `Authorization: Bearer rk_…` or `x-api-key: rk_…`",
             ));
         };
-        state.agents.find(key).map(Caller).ok_or_else(|| ApiError::new(401, "unauthorized", "invalid or revoked agent key"))
+        state
+            .agents
+            .find(key)
+            .map(Caller)
+            .ok_or_else(|| ApiError::new(401, "unauthorized", "invalid or revoked agent key"))
     }
 }
 
@@ -156,7 +164,10 @@ impl FromRequestParts<AppState> for Admin {
             return Err(ApiError::new(
                 403,
                 "forbidden",
-                format!("agent {} is not an admin; the admin API needs a key from `rota agents create NAME --admin`", agent.name),
+                format!(
+                    "agent {} is not an admin; the admin API needs a key from `rota agents create NAME --admin`",
+                    agent.name
+                ),
             ));
         }
         Ok(Admin(agent))
@@ -172,7 +183,9 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Body<T> {
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
         match Json::<T>::from_request(req, state).await {
             Ok(Json(v)) => Ok(Body(v)),
-            Err(JsonRejection::JsonDataError(e)) => Err(ApiError::bad_request(format!("invalid request body: {}", e.body_text()))),
+            Err(JsonRejection::JsonDataError(e)) => {
+                Err(ApiError::bad_request(format!("invalid request body: {}", e.body_text())))
+            }
             Err(e) => Err(ApiError::bad_request(format!("invalid request body: {}", e.body_text()))),
         }
     }

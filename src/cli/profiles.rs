@@ -2,8 +2,8 @@
 
 use crate::book::Roster;
 use crate::config::Config;
-use crate::profiles as rules;
 use crate::engine::{ProfileId, ProfileType};
+use crate::profiles as rules;
 use crate::secrets::resolve_key;
 use crate::status::{Status, time};
 use crate::store::{Origin, SqliteStore, Store, StoreError, StoredProfile};
@@ -130,7 +130,8 @@ fn read_secret(kind: ProfileType) -> Result<SecretString> {
     let mut raw = String::new();
     stdin.read_to_string(&mut raw).context("reading the secret from stdin")?;
     let raw = SecretString::from(raw);
-    rules::check_secret(secrecy::ExposeSecret::expose_secret(&raw), kind).map_err(|e| anyhow::anyhow!("{e} (read from stdin)"))
+    rules::check_secret(secrecy::ExposeSecret::expose_secret(&raw), kind)
+        .map_err(|e| anyhow::anyhow!("{e} (read from stdin)"))
 }
 
 async fn set_enabled(config: &Config, id: &str, enabled: bool) -> Result<()> {

@@ -266,7 +266,9 @@ impl Walk {
             if let Gate::Skip { reason, until } = gate {
                 let msg = match until {
                     Some(u) => format!("every profile is cooling ({reason}) until {}", crate::status::time(u.key())),
-                    None if reason == Reason::NoProfile && self.exclude.iter().any(|p| p.provider() == cand.provider) => {
+                    None if reason == Reason::NoProfile
+                        && self.exclude.iter().any(|p| p.provider() == cand.provider) =>
+                    {
                         format!("provider {} has no usable profile that is not excluded", cand.provider)
                     }
                     None if reason == Reason::NoProfile => {
@@ -359,7 +361,14 @@ impl Walk {
     }
 
     /// The attempt under way was served: records it and the request.
-    pub fn succeeded(&mut self, book: &Book, mut row: AttemptRow, status: u16, tokens: (Option<i64>, Option<i64>), now: Millis) {
+    pub fn succeeded(
+        &mut self,
+        book: &Book,
+        mut row: AttemptRow,
+        status: u16,
+        tokens: (Option<i64>, Option<i64>),
+        now: Millis,
+    ) {
         let att_pid = {
             let cur = self.cur.as_ref().expect("a success is reported for an attempt under way");
             cur.slots[cur.j].clone()

@@ -119,7 +119,7 @@ pub struct RequestRecord {
 }
 
 /// What one profile did in a time range, from the audit log.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, sqlx::FromRow, utoipa::ToSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct ProfileUsage {
     pub profile_id: String,
     pub attempts: i64,

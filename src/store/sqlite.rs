@@ -1,6 +1,8 @@
 //! The embedded SQLite store (WAL, busy timeout, migrations applied at open).
 
-use super::{AttemptRecord, AuditQuery, Origin, ProfileUsage, RequestRecord, Snapshot, Store, StoreError, StoredProfile};
+use super::{
+    AttemptRecord, AuditQuery, Origin, ProfileUsage, RequestRecord, Snapshot, Store, StoreError, StoredProfile,
+};
 use crate::agents::Agent;
 use crate::audit::{AttemptRow, RequestRow};
 use crate::engine::{Cooldown, Disabled, Millis, ModelCooldown, ProfileId, Reason, UsageStats};
