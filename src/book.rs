@@ -108,6 +108,8 @@ enum Write {
 #[derive(Clone, Debug, Default)]
 pub struct Roster {
     pub views: HashMap<ProfileId, ProfileView>,
+    /// The account's email, for OAuth profiles.
+    pub emails: HashMap<ProfileId, String>,
     pub stored_ids: BTreeMap<String, Vec<ProfileId>>,
     pub orders: BTreeMap<String, Vec<ProfileId>>,
 }
@@ -118,7 +120,8 @@ impl Roster {
         for p in snapshot.profiles.iter().filter(|p| p.origin == Origin::Stored) {
             stored_ids.entry(p.id.provider().to_string()).or_default().push(p.id.clone());
         }
-        Roster { views: views(snapshot, config), stored_ids, orders: snapshot.orders.clone() }
+        let emails = snapshot.profiles.iter().filter_map(|p| Some((p.id.clone(), p.email.clone()?))).collect();
+        Roster { views: views(snapshot, config), emails, stored_ids, orders: snapshot.orders.clone() }
     }
 
     pub fn order(
@@ -150,6 +153,9 @@ impl Roster {
 struct Inner {
     roster: Roster,
     credentials: HashMap<ProfileId, Credential>,
+    /// The nonce of each OAuth profile's sealed refresh token: the version a refresh must
+    /// still find in the store to replace it (compare-and-swap).
+    token_versions: HashMap<ProfileId, Vec<u8>>,
     model_cooldowns: HashMap<(String, String), ModelCooldown>,
     probes: ProbeThrottle,
     sessions: Recent<(String, String), ProfileId>,
@@ -204,9 +210,15 @@ impl Book {
                 credentials.insert(id.clone(), c);
             }
         }
+        let token_versions = snapshot
+            .secrets
+            .iter()
+            .filter_map(|(id, s)| Some((id.clone(), s.iter().find(|s| s.field == SecretField::RefreshToken)?.nonce.clone())))
+            .collect();
         let inner = Inner {
             roster,
             credentials,
+            token_versions,
             model_cooldowns: snapshot.model_cooldowns,
             probes: ProbeThrottle::default(),
             sessions: Recent::new(SESSION_TTL, SESSION_KEYS),
@@ -336,11 +348,64 @@ impl Book {
         inner.credentials.insert(profile.id.clone(), credential);
     }
 
+    /// An OAuth login or refresh: the profile (added if new) gets these tokens; a known profile
+    /// keeps its enabled flag and stats. `version` is the nonce of the sealed refresh token now
+    /// stored.
+    pub fn set_tokens(&self, profile: &StoredProfile, credential: Credential, version: Option<Vec<u8>>) {
+        let mut inner = self.lock();
+        let stats = inner.roster.views.get(&profile.id).map(|v| v.stats.clone()).unwrap_or_default();
+        let enabled = inner.roster.views.get(&profile.id).map_or(profile.enabled, |v| v.enabled);
+        let view = ProfileView {
+            id: profile.id.clone(),
+            kind: ProfileType::OAuth,
+            enabled,
+            has_secret: true,
+            expires_at: profile.expires_at,
+            stats,
+        };
+        inner.roster.views.insert(profile.id.clone(), view);
+        if let Some(email) = &profile.email {
+            inner.roster.emails.insert(profile.id.clone(), email.clone());
+        }
+        let ids = inner.roster.stored_ids.entry(profile.id.provider().to_string()).or_default();
+        if !ids.contains(&profile.id) {
+            ids.push(profile.id.clone());
+        }
+        inner.credentials.insert(profile.id.clone(), credential);
+        match version {
+            Some(v) => inner.token_versions.insert(profile.id.clone(), v),
+            None => inner.token_versions.remove(&profile.id),
+        };
+    }
+
+    /// An OAuth profile's credential, expiry and token version.
+    pub fn tokens(&self, id: &ProfileId) -> Option<(Credential, Option<Millis>, Option<Vec<u8>>)> {
+        let inner = self.lock();
+        let cred = inner.credentials.get(id).filter(|c| matches!(c, Credential::OAuth { .. }))?.clone();
+        let expires = inner.roster.views.get(id).and_then(|v| v.expires_at);
+        Some((cred, expires, inner.token_versions.get(id).cloned()))
+    }
+
+    /// OAuth profiles in use whose access token expires before `until`.
+    pub fn expiring(&self, until: Millis) -> Vec<ProfileId> {
+        let inner = self.lock();
+        inner
+            .roster
+            .views
+            .values()
+            .filter(|v| v.kind == ProfileType::OAuth && v.enabled && v.expires_at.is_some_and(|e| e < until))
+            .filter(|v| v.stats.disabled.is_none())
+            .map(|v| v.id.clone())
+            .collect()
+    }
+
     /// Takes a profile out of rotation for good; its stats are no longer written.
     pub fn remove_profile(&self, id: &ProfileId) -> bool {
         let mut inner = self.lock();
         let known = inner.roster.views.remove(id).is_some();
         inner.credentials.remove(id);
+        inner.token_versions.remove(id);
+        inner.roster.emails.remove(id);
         if let Some(ids) = inner.roster.stored_ids.get_mut(id.provider()) {
             ids.retain(|p| p != id);
         }

@@ -20,7 +20,7 @@ pub const DEFAULT_FILE: &str = "rota.toml";
 
 /// The top-level sections a `ROTA_` variable may override (`ROTA_SECTION__KEY`). Other `ROTA_`
 /// variables (`ROTA_CONFIG`, `ROTA_MASTER_KEY`, `ROTA_LOG`, an operator's own) are not config.
-const SECTIONS: [&str; 16] = [
+const SECTIONS: [&str; 17] = [
     "server",
     "database",
     "providers",
@@ -37,6 +37,7 @@ const SECTIONS: [&str; 16] = [
     "timeouts",
     "limits",
     "leases",
+    "refresh",
 ];
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -74,6 +75,8 @@ pub struct Config {
     pub limits: Limits,
     #[serde(default)]
     pub leases: Leases,
+    #[serde(default)]
+    pub refresh: Refresh,
 }
 
 /// Upstream timeouts (SPEC §6).
@@ -107,6 +110,25 @@ fn d120s() -> Duration {
 }
 fn d600s() -> Duration {
     Duration::from_secs(600)
+}
+
+/// OAuth token refresh (SPEC §8).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Refresh {
+    /// Access tokens are refreshed this long before they expire.
+    #[serde(default = "d300s", deserialize_with = "duration")]
+    pub lead: Duration,
+}
+
+impl Default for Refresh {
+    fn default() -> Self {
+        Refresh { lead: d300s() }
+    }
+}
+
+fn d300s() -> Duration {
+    Duration::from_secs(300)
 }
 
 /// The lease API (SPEC §8).
@@ -206,6 +228,10 @@ pub struct OAuth {
     pub scopes: Vec<String>,
     #[serde(default)]
     pub extra_params: BTreeMap<String, String>,
+    /// The redirect URI registered with the provider, when it is not rota's own
+    /// `/oauth/callback` (e.g. a loopback address a CLI tool registered): the console then asks
+    /// for the final URL to be pasted.
+    pub redirect_uri: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]

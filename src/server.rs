@@ -10,6 +10,7 @@ use crate::gateway::failover::{Engine, Settings};
 use crate::gateway::upstream::Upstream;
 use crate::gateway::{self, AgentCache};
 use crate::metrics::Snapshot;
+use crate::refresh::Refresher;
 use crate::secrets::{MasterKey, resolve_key};
 use crate::store::{SqliteStore, Store};
 use anyhow::{Context, Result};
@@ -70,13 +71,18 @@ impl App {
         let book = Arc::new(Book::load(store.clone(), &config, &key, clock.now()).await?);
         let audit = Audit::start(store.clone());
         let upstream = Upstream::new(&config.timeouts);
-        let engine = Arc::new(Engine::new(Settings::new(config), book.clone(), upstream, audit.clone(), clock));
+        let key = Arc::new(key);
+        let refresher = Arc::new(Refresher::new(book.clone(), store.clone(), key.clone(), clock.clone()));
+        let engine =
+            Arc::new(Engine::new(Settings::new(config), book.clone(), upstream, audit.clone(), clock, refresher.clone()));
+        let weak = Arc::downgrade(&engine);
+        refresher.sweep(move || weak.upgrade().map(|e| e.settings()));
         if let Some(path) = watched {
             crate::reload::watch(path, Arc::downgrade(&engine));
         }
         let leases = Leases::start(Arc::downgrade(&engine));
         let agents = AgentCache::load(store.clone()).await?;
-        let state = AppState { engine, agents, leases, store, key: Arc::new(key) };
+        let state = AppState { engine, agents, leases, store, key };
         Ok(App { state, book, audit })
     }
 

@@ -16,6 +16,7 @@ use crate::engine::recent::Recent;
 use crate::engine::{Millis, ProfileId, Reason};
 use crate::gateway::failover::{Engine, Settings, secrets_of};
 use crate::gateway::walk::{Attempt, Step, Trail, Verdict, Walk};
+use crate::refresh::access_of;
 use crate::redact::redact;
 use crate::server::AppState;
 use axum::Json;
@@ -212,7 +213,7 @@ fn rfc3339(ms: Millis) -> String {
 }
 
 /// Issues the lease for the walk's next attempt, or ends the walk.
-fn issue(
+async fn issue(
     engine: &Engine,
     leases: &Leases,
     agent: &str,
@@ -220,23 +221,34 @@ fn issue(
     mut walk: Walk,
     retry_in: Duration,
 ) -> Result<Lease, ApiError> {
-    let now = engine.clock.now();
-    let att = match walk.next(&engine.book, &settings.config, agent, now, |_, _| Ok(())) {
-        Step::Try(att) => att,
-        Step::Refuse(message) => {
-            if walk.trail.seq > 0 {
-                walk.trail.finish(400, None, (None, None));
+    let (att, cred) = loop {
+        let att = match walk.next(&engine.book, &settings.config, agent, engine.clock.now(), |_, _| Ok(())) {
+            Step::Try(att) => att,
+            Step::Refuse(message) => {
+                if walk.trail.seq > 0 {
+                    walk.trail.finish(400, None, (None, None));
+                }
+                return Err(ApiError::bad_request(message));
             }
-            return Err(ApiError::bad_request(message));
-        }
-        Step::Exhausted(out) => {
-            tracing::warn!(request_id = %walk.trail.request_id, status = out.status, "{}", out.message);
-            walk.trail.finish(out.status, None, (None, None));
-            let mut err = ApiError::new(out.status, "all_models_failed", out.message);
-            err.retry_after = out.retry_after_secs;
-            return Err(err);
+            Step::Exhausted(out) => {
+                tracing::warn!(request_id = %walk.trail.request_id, status = out.status, "{}", out.message);
+                walk.trail.finish(out.status, None, (None, None));
+                let mut err = ApiError::new(out.status, "all_models_failed", out.message);
+                err.retry_after = out.retry_after_secs;
+                return Err(err);
+            }
+        };
+        match engine.credential(&mut walk, &settings.config, &att).await {
+            Ok(cred) => break (att, cred),
+            Err((row, class)) => {
+                if walk.failed(&engine.book, row, &class, None, false, engine.clock.now()) == Verdict::Stop {
+                    walk.trail.finish(502, None, (None, None));
+                    return Err(ApiError::new(502, "not_retryable", class.message));
+                }
+            }
         }
     };
+    let now = engine.clock.now();
     if leases.lock().live.len() >= MAX_LIVE {
         walk.trail.finish(503, None, (None, None));
         return Err(ApiError::new(
@@ -249,7 +261,7 @@ fn issue(
     let row = walk.trail.row(att.kind, &att.cand, Some(&att.pid), now);
     let expires_at = now + settings.config.leases.ttl.as_millis() as Millis;
     let id = Uuid::new_v4();
-    let (kind, secret) = match &att.cred {
+    let (kind, secret) = match &cred {
         Credential::ApiKey(s) => ("api_key", s.expose_secret().to_string()),
         Credential::Token(s) => ("token", s.expose_secret().to_string()),
         Credential::OAuth { access, .. } => {
@@ -277,7 +289,8 @@ fn issue(
             expires_at: engine.book.expires_at(&att.pid).map(rfc3339),
         },
     };
-    let live = Live { agent: agent.to_string(), walk, settings, attempt: att, row, issued_at: now, expires_at };
+    let attempt = Attempt { cred, ..att };
+    let live = Live { agent: agent.to_string(), walk, settings, attempt, row, issued_at: now, expires_at };
     leases.lock().live.insert(id, live);
     Ok(lease)
 }
@@ -330,7 +343,7 @@ async fn create(
         engine.clock.now(),
     );
     let walk = Walk::new(chain, req.session, pin, trail).excluding(exclude);
-    let lease = issue(engine, &state.leases, &agent.name, settings, walk, Duration::ZERO)?;
+    let lease = issue(engine, &state.leases, &agent.name, settings, walk, Duration::ZERO).await?;
     Ok((axum::http::StatusCode::CREATED, Json(lease)))
 }
 
@@ -432,6 +445,19 @@ async fn report(
     };
     let mut class = settings.classifier.classify(&observed, now);
     class.message = redact(&class.message, &secrets);
+    // An OAuth token refused with 401: refresh it, then lease the same profile once more.
+    if class.reason == Reason::Auth && matches!(attempt.cred, Credential::OAuth { .. }) && walk.first_try() {
+        match engine.refresher.refresh(&settings.config, &attempt.pid, access_of(&attempt.cred).as_deref()).await {
+            Ok(_) => {
+                walk.retry_refreshed(row, &class, report.http_status);
+                let recorded = Recorded { outcome: "failure".into(), reason: Some(class.reason.to_string()) };
+                let next = issue(engine, &state.leases, &name, settings, walk, Duration::ZERO).await?;
+                return Ok(Json(ReportAnswer { request_id, recorded, next: Some(next) }));
+            }
+            Err(r) if r.reason == Reason::AuthPermanent => (class.reason, class.message) = (r.reason, r.message),
+            Err(_) => {}
+        }
+    }
     let reason = class.reason;
     let recorded = Recorded { outcome: "failure".into(), reason: Some(reason.to_string()) };
     match walk.failed(book, row, &class, report.http_status, true, now) {
@@ -445,7 +471,7 @@ async fn report(
         }
         verdict => {
             let wait = if let Verdict::Retry(backoff) = verdict { backoff } else { Duration::ZERO };
-            let next = issue(engine, &state.leases, &name, settings, walk, wait)?;
+            let next = issue(engine, &state.leases, &name, settings, walk, wait).await?;
             Ok(Json(ReportAnswer { request_id, recorded, next: Some(next) }))
         }
     }

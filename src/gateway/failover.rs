@@ -3,7 +3,8 @@
 
 use super::sse::{Event, Splitter};
 use super::upstream::Upstream;
-use super::walk::{Step, Trail, Verdict, Walk};
+use super::walk::{Attempt, Step, Trail, Verdict, Walk};
+use crate::refresh::{Refresher, access_of};
 use super::wire::{self, Api, Seen};
 use crate::agents::Agent;
 use crate::audit::{AttemptRow, Audit, Outcome};
@@ -48,6 +49,7 @@ pub struct Engine {
     pub audit: Audit,
     pub metrics: Arc<Metrics>,
     pub clock: Arc<dyn Clock>,
+    pub refresher: Arc<Refresher>,
 }
 
 /// One client request, parsed.
@@ -180,9 +182,36 @@ pub fn refuse(api: Api, status: u16, message: &str, request_id: &str) -> Respons
 }
 
 impl Engine {
-    pub fn new(settings: Settings, book: Arc<Book>, upstream: Upstream, audit: Audit, clock: Arc<dyn Clock>) -> Engine {
+    pub fn new(
+        settings: Settings,
+        book: Arc<Book>,
+        upstream: Upstream,
+        audit: Audit,
+        clock: Arc<dyn Clock>,
+        refresher: Arc<Refresher>,
+    ) -> Engine {
         let metrics = Arc::new(Metrics::default());
-        Engine { settings: std::sync::RwLock::new(Arc::new(settings)), book, upstream, audit, metrics, clock }
+        Engine { settings: std::sync::RwLock::new(Arc::new(settings)), book, upstream, audit, metrics, clock, refresher }
+    }
+
+    /// The attempt's credential, refreshed first if it is an OAuth token about to expire. A
+    /// refresh that fails is the attempt's failure: it is recorded as such and the walk moves on.
+    pub async fn credential(
+        &self,
+        walk: &mut Walk,
+        config: &Config,
+        att: &Attempt,
+    ) -> Result<Credential, (AttemptRow, Classified)> {
+        match self.refresher.fresh(config, &att.pid, att.cred.clone()).await {
+            Ok(c) => Ok(c),
+            Err(f) => {
+                let now = self.now();
+                let mut row = walk.trail.row(att.kind, &att.cand, Some(&att.pid), now);
+                row.duration_ms = Some(0);
+                let class = Classified { reason: f.reason, hint: None, account_wide: true, message: f.message };
+                Err((row, class))
+            }
+        }
     }
 
     /// The settings in force now.
@@ -242,11 +271,21 @@ impl Engine {
             };
             let plan = &planned.as_ref().expect("next admitted the candidate").1;
             let (cand, pid) = (&att.cand, &att.pid);
+            let cred = match self.credential(&mut walk, config, &att).await {
+                Ok(c) => c,
+                Err((row, class)) => {
+                    if walk.failed(&self.book, row, &class, None, false, self.now()) == Verdict::Stop {
+                        walk.trail.finish(502, None, (None, None));
+                        return json_response(inc.api, 502, &class.message, None, &inc.request_id);
+                    }
+                    continue;
+                }
+            };
             let started_at = self.now();
             self.book.mark_used(pid, inc.session.as_deref(), started_at);
             let row = walk.trail.row(att.kind, cand, Some(pid), started_at);
             let guard = InFlight { row: Some(row), trail: walk.trail.clone(), started: Instant::now() };
-            let called = self.call(&inc, cand, &att.cred, plan, deadline).await;
+            let called = self.call(&inc, cand, &cred, plan, deadline).await;
             let mut row = guard.done();
             row.duration_ms = Some(self.now() - started_at);
             match called {
@@ -266,7 +305,7 @@ impl Engine {
                         inc.api,
                         cand,
                         pid,
-                        &att.cred,
+                        &cred,
                         row,
                         walk.trail.clone(),
                         *open,
@@ -280,7 +319,21 @@ impl Engine {
                     return with_rota_headers(resp, &walk.trail, cand, pid);
                 }
                 Called::Failed(f) => {
-                    match walk.failed(&self.book, row, &f.class, f.status, Instant::now() < deadline, self.now()) {
+                    // An OAuth token refused with 401: refresh it, then the same profile once more.
+                    let mut class = f.class.clone();
+                    if class.reason == Reason::Auth && matches!(cred, Credential::OAuth { .. }) && walk.first_try() {
+                        match self.refresher.refresh(config, pid, access_of(&cred).as_deref()).await {
+                            Ok(_) => {
+                                walk.retry_refreshed(row, &f.class, f.status);
+                                continue;
+                            }
+                            Err(r) if r.reason == Reason::AuthPermanent => {
+                                (class.reason, class.message) = (r.reason, r.message);
+                            }
+                            Err(_) => {}
+                        }
+                    }
+                    match walk.failed(&self.book, row, &class, f.status, Instant::now() < deadline, self.now()) {
                         Verdict::Retry(backoff) => tokio::time::sleep(backoff).await,
                         Verdict::Moved => {}
                         Verdict::Stop => {

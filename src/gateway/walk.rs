@@ -360,6 +360,22 @@ impl Walk {
         Verdict::Moved
     }
 
+    /// Whether the attempt under way is the profile's first try in this request.
+    pub fn first_try(&self) -> bool {
+        self.cur.as_ref().is_some_and(|c| c.tries == 0)
+    }
+
+    /// The attempt under way failed with an expired OAuth token that has since been refreshed:
+    /// records it (no cooldown) and tries the same profile once more.
+    pub fn retry_refreshed(&mut self, mut row: AttemptRow, class: &Classified, status: Option<u16>) {
+        let cur = self.cur.as_mut().expect("a failure is reported for an attempt under way");
+        row.reason = Some(class.reason);
+        row.http_status = status;
+        row.error = Some(truncate(&format!("{} (the access token was refreshed; trying again)", class.message), 500));
+        self.trail.record(row);
+        cur.tries += 1;
+    }
+
     /// The attempt under way was served: records it and the request.
     pub fn succeeded(
         &mut self,

@@ -178,6 +178,21 @@ pub trait Store: Send + Sync {
         profiles: &[(StoredProfile, Vec<Sealed>, UsageStats)],
         orders: &BTreeMap<String, Vec<ProfileId>>,
     ) -> Result<(), StoreError>;
+    /// Records an OAuth login: adds the profile, or updates the one of the same account
+    /// (email, expiry, enabled) and replaces its tokens. True when it was added.
+    async fn save_login(&self, profile: &StoredProfile, secrets: &[Sealed]) -> Result<bool, StoreError>;
+    /// Replaces a profile's OAuth tokens if its refresh token is still the one sealed with
+    /// `expected` (the nonce of its sealed refresh token): compare-and-swap against a sibling
+    /// instance that refreshed first. False, and nothing written, when it was not.
+    async fn swap_tokens(
+        &self,
+        id: &ProfileId,
+        expected: Option<&[u8]>,
+        secrets: &[Sealed],
+        expires_at: Option<Millis>,
+    ) -> Result<bool, StoreError>;
+    /// A profile's sealed secrets and expiry as stored now.
+    async fn profile_secrets(&self, id: &ProfileId) -> Result<(Vec<Sealed>, Option<Millis>), StoreError>;
     /// Attempts matching `q`, newest first.
     async fn attempts(&self, q: &AuditQuery) -> Result<Vec<AttemptRecord>, StoreError>;
     /// Requests with an attempt matching `q`'s profile, provider, model, reason and outcome

@@ -104,6 +104,40 @@ async fn upsert_stats(
     Ok(())
 }
 
+fn sealed_row(row: &SqliteRow) -> Result<Sealed, StoreError> {
+    let field: String = row.try_get("field")?;
+    Ok(Sealed {
+        field: SecretField::parse(&field).ok_or_else(|| corrupt("secrets", format!("unknown field {field}")))?,
+        key_id: row.try_get("key_id")?,
+        nonce: row.try_get("nonce")?,
+        ciphertext: row.try_get("ciphertext")?,
+    })
+}
+
+/// Replaces every secret of a profile with `secrets`.
+async fn replace_secrets(
+    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    id: &ProfileId,
+    secrets: &[Sealed],
+    now: Millis,
+) -> Result<(), StoreError> {
+    sqlx::query("DELETE FROM secrets WHERE profile_id = ?").bind(id.as_str()).execute(&mut **tx).await?;
+    for s in secrets {
+        sqlx::query(
+            "INSERT INTO secrets (profile_id, field, key_id, nonce, ciphertext, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
+        )
+        .bind(id.as_str())
+        .bind(s.field.as_str())
+        .bind(&s.key_id)
+        .bind(&s.nonce)
+        .bind(&s.ciphertext)
+        .bind(now)
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(())
+}
+
 async fn insert_profile(
     tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
     p: &StoredProfile,
@@ -128,19 +162,7 @@ async fn insert_profile(
     if inserted.rows_affected() == 0 {
         return Err(StoreError::Duplicate(p.id.clone()));
     }
-    for s in secrets {
-        sqlx::query(
-            "INSERT INTO secrets (profile_id, field, key_id, nonce, ciphertext, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
-        )
-        .bind(p.id.as_str())
-        .bind(s.field.as_str())
-        .bind(&s.key_id)
-        .bind(&s.nonce)
-        .bind(&s.ciphertext)
-        .bind(p.created_at)
-        .execute(&mut **tx)
-        .await?;
-    }
+    replace_secrets(tx, &p.id, secrets, p.created_at).await?;
     sqlx::query("INSERT INTO usage_stats (profile_id) VALUES (?)").bind(p.id.as_str()).execute(&mut **tx).await?;
     Ok(())
 }
@@ -212,14 +234,7 @@ impl Store for SqliteStore {
             .await?
         {
             let id: String = row.try_get("profile_id")?;
-            let field: String = row.try_get("field")?;
-            let sealed = Sealed {
-                field: SecretField::parse(&field)
-                    .ok_or_else(|| corrupt("secrets", format!("unknown field {field}")))?,
-                key_id: row.try_get("key_id")?,
-                nonce: row.try_get("nonce")?,
-                ciphertext: row.try_get("ciphertext")?,
-            };
+            let sealed = sealed_row(&row)?;
             snap.secrets.entry(id.parse().map_err(|e| corrupt("secrets", e))?).or_default().push(sealed);
         }
         for row in sqlx::query("SELECT * FROM usage_stats").fetch_all(&mut *conn).await? {
@@ -429,6 +444,75 @@ impl Store for SqliteStore {
             return Err(StoreError::NoAgent(name.to_string()));
         }
         Ok(())
+    }
+
+    async fn save_login(&self, p: &StoredProfile, secrets: &[Sealed]) -> Result<bool, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let kind: Option<String> =
+            sqlx::query_scalar("SELECT type FROM profiles WHERE id = ?").bind(p.id.as_str()).fetch_optional(&mut *tx).await?;
+        let created = match kind.as_deref() {
+            None => {
+                insert_profile(&mut tx, p, secrets).await?;
+                true
+            }
+            Some("oauth") => {
+                sqlx::query("UPDATE profiles SET email = ?, expires_at = ?, enabled = 1, updated_at = ? WHERE id = ?")
+                    .bind(&p.email)
+                    .bind(p.expires_at)
+                    .bind(p.created_at)
+                    .bind(p.id.as_str())
+                    .execute(&mut *tx)
+                    .await?;
+                replace_secrets(&mut tx, &p.id, secrets, p.created_at).await?;
+                false
+            }
+            Some(_) => return Err(StoreError::Duplicate(p.id.clone())),
+        };
+        tx.commit().await?;
+        Ok(created)
+    }
+
+    async fn swap_tokens(
+        &self,
+        id: &ProfileId,
+        expected: Option<&[u8]>,
+        secrets: &[Sealed],
+        expires_at: Option<Millis>,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let current: Option<Vec<u8>> =
+            sqlx::query_scalar("SELECT nonce FROM secrets WHERE profile_id = ? AND field = 'refresh_token'")
+                .bind(id.as_str())
+                .fetch_optional(&mut *tx)
+                .await?;
+        if current.as_deref() != expected {
+            return Ok(false);
+        }
+        let now = chrono::Utc::now().timestamp_millis();
+        replace_secrets(&mut tx, id, secrets, now).await?;
+        sqlx::query("UPDATE profiles SET expires_at = ?, updated_at = ? WHERE id = ?")
+            .bind(expires_at)
+            .bind(now)
+            .bind(id.as_str())
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    async fn profile_secrets(&self, id: &ProfileId) -> Result<(Vec<Sealed>, Option<Millis>), StoreError> {
+        let expires: Option<Option<Millis>> =
+            sqlx::query_scalar("SELECT expires_at FROM profiles WHERE id = ?").bind(id.as_str()).fetch_optional(&self.pool).await?;
+        let Some(expires) = expires else { return Err(StoreError::NotFound(id.clone())) };
+        let rows = sqlx::query("SELECT field, key_id, nonce, ciphertext FROM secrets WHERE profile_id = ?")
+            .bind(id.as_str())
+            .fetch_all(&self.pool)
+            .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in rows {
+            out.push(sealed_row(&r)?);
+        }
+        Ok((out, expires))
     }
 
     async fn attempts(&self, q: &AuditQuery) -> Result<Vec<AttemptRecord>, StoreError> {

@@ -1,0 +1,339 @@
+//! OAuth 2.0 / OIDC logins (SPEC §8), generic over the providers the config declares:
+//! authorization code with PKCE (callback or pasted redirect URL), the device flow (RFC 8628),
+//! and refresh. The profile is named after the account's email, from userinfo or the id_token.
+
+use crate::config::OAuth as OAuthConfig;
+use crate::engine::Millis;
+use oauth2::basic::{BasicErrorResponse, BasicErrorResponseType, BasicRevocationErrorResponse, BasicTokenIntrospectionResponse, BasicTokenType};
+use oauth2::{
+    AuthUrl, AuthorizationCode, Client, ClientId, ClientSecret, CsrfToken, DeviceAuthorizationUrl, EndpointMaybeSet,
+    EndpointNotSet, EndpointSet, ExtraTokenFields, HttpRequest, HttpResponse, PkceCodeChallenge, PkceCodeVerifier,
+    RedirectUrl, RefreshToken, RequestTokenError, Scope, StandardDeviceAuthorizationResponse, StandardRevocableToken,
+    StandardTokenResponse, TokenResponse, TokenUrl,
+};
+use secrecy::{ExposeSecret, SecretString};
+use serde::{Deserialize, Serialize};
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+/// The id_token, when the provider sends one (OIDC).
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+pub struct IdToken {
+    pub id_token: Option<String>,
+}
+impl ExtraTokenFields for IdToken {}
+
+pub type Tokens = StandardTokenResponse<IdToken, BasicTokenType>;
+
+type OAuthClient = Client<
+    BasicErrorResponse,
+    Tokens,
+    BasicTokenIntrospectionResponse,
+    StandardRevocableToken,
+    BasicRevocationErrorResponse,
+    EndpointSet,
+    EndpointMaybeSet,
+    EndpointNotSet,
+    EndpointNotSet,
+    EndpointSet,
+>;
+
+/// What a login or refresh yields.
+pub struct Granted {
+    pub access: SecretString,
+    pub refresh: Option<SecretString>,
+    /// When the access token expires (Unix ms), if the provider said.
+    pub expires_at: Option<Millis>,
+    pub id_token: Option<String>,
+}
+
+impl Granted {
+    fn of(t: &Tokens, now: Millis) -> Granted {
+        Granted {
+            access: SecretString::from(t.access_token().secret().clone()),
+            refresh: t.refresh_token().map(|r| SecretString::from(r.secret().clone())),
+            expires_at: t.expires_in().map(|d| now + d.as_millis() as Millis),
+            id_token: t.extra_fields().id_token.clone(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum OAuthError {
+    #[error("provider {0} has no [providers.{0}.oauth] section")]
+    NotConfigured(String),
+    #[error("[providers.{provider}.oauth].{key}: {why}")]
+    Config { provider: String, key: &'static str, why: String },
+    #[error("the client secret variable {0} is not set")]
+    NoSecret(String),
+    /// The provider refused the grant (`invalid_grant`): the refresh token is used up or revoked.
+    #[error("the provider refused the grant (invalid_grant){}", .0.as_ref().map(|d| format!(": {d}")).unwrap_or_default())]
+    InvalidGrant(Option<String>),
+    #[error("the provider answered {code}{}", .detail.as_ref().map(|d| format!(": {d}")).unwrap_or_default())]
+    Refused { code: String, detail: Option<String> },
+    #[error("the provider could not be reached: {0}")]
+    Transport(String),
+    #[error("the provider's answer could not be read: {0}")]
+    Malformed(String),
+    #[error("the device code expired before the login was completed")]
+    DeviceExpired,
+}
+
+/// The HTTP client of the token, device and userinfo endpoints. It never follows redirects
+/// (an endpoint that redirects could send credentials elsewhere).
+#[derive(Clone)]
+pub struct Http(reqwest::Client);
+
+impl Default for Http {
+    fn default() -> Http {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(Duration::from_secs(10))
+            .timeout(Duration::from_secs(30))
+            .user_agent(concat!("rota/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .expect("HTTP client configuration is static and valid");
+        Http(client)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct HttpError(String);
+
+impl<'c> oauth2::AsyncHttpClient<'c> for Http {
+    type Error = HttpError;
+    type Future = Pin<Box<dyn Future<Output = Result<HttpResponse, HttpError>> + Send + 'c>>;
+
+    fn call(&'c self, request: HttpRequest) -> Self::Future {
+        Box::pin(async move {
+            let (parts, body) = request.into_parts();
+            let resp = self
+                .0
+                .request(parts.method, parts.uri.to_string())
+                .headers(parts.headers)
+                .body(body)
+                .send()
+                .await
+                .map_err(|e| HttpError(crate::gateway::upstream::error_text(&e)))?;
+            let mut out = http::Response::builder().status(resp.status());
+            for (k, v) in resp.headers() {
+                out = out.header(k, v);
+            }
+            let bytes = resp.bytes().await.map_err(|e| HttpError(crate::gateway::upstream::error_text(&e)))?;
+            out.body(bytes.to_vec()).map_err(|e| HttpError(e.to_string()))
+        })
+    }
+}
+
+/// A login started in a browser: what the callback (or the pasted URL) must match.
+pub struct Pending {
+    pub provider: String,
+    pub state: String,
+    pub redirect_uri: String,
+    pub verifier: PkceCodeVerifier,
+    pub created_at: Millis,
+}
+
+fn bad(provider: &str, key: &'static str, why: impl ToString) -> OAuthError {
+    OAuthError::Config { provider: provider.to_string(), key, why: why.to_string() }
+}
+
+fn client(provider: &str, cfg: &OAuthConfig, redirect_uri: Option<&str>) -> Result<OAuthClient, OAuthError> {
+    let mut c = Client::new(ClientId::new(cfg.client_id.clone()))
+        .set_auth_uri(AuthUrl::new(cfg.authorize_url.clone()).map_err(|e| bad(provider, "authorize_url", e))?)
+        .set_token_uri(TokenUrl::new(cfg.token_url.clone()).map_err(|e| bad(provider, "token_url", e))?)
+        .set_device_authorization_url_option(
+            cfg.device_url
+                .as_ref()
+                .map(|u| DeviceAuthorizationUrl::new(u.clone()).map_err(|e| bad(provider, "device_url", e)))
+                .transpose()?,
+        );
+    if let Some(var) = &cfg.client_secret_env {
+        let secret = std::env::var(var).map_err(|_| OAuthError::NoSecret(var.clone()))?;
+        c = c.set_client_secret(ClientSecret::new(secret));
+    }
+    if let Some(r) = redirect_uri {
+        c = c.set_redirect_uri(RedirectUrl::new(r.to_string()).map_err(|e| bad(provider, "redirect_uri", e))?);
+    }
+    Ok(c)
+}
+
+fn token_error<RE: std::error::Error>(e: RequestTokenError<RE, BasicErrorResponse>) -> OAuthError {
+    match e {
+        RequestTokenError::ServerResponse(r) if *r.error() == BasicErrorResponseType::InvalidGrant => {
+            OAuthError::InvalidGrant(r.error_description().cloned())
+        }
+        RequestTokenError::ServerResponse(r) => {
+            OAuthError::Refused { code: r.error().to_string(), detail: r.error_description().cloned() }
+        }
+        RequestTokenError::Request(e) => OAuthError::Transport(e.to_string()),
+        RequestTokenError::Parse(e, _) => OAuthError::Malformed(e.to_string()),
+        RequestTokenError::Other(e) => OAuthError::Malformed(e),
+    }
+}
+
+/// The authorization URL for a browser login, and what its callback must match.
+pub fn authorize(
+    provider: &str,
+    cfg: &OAuthConfig,
+    redirect_uri: &str,
+    now: Millis,
+) -> Result<(String, Pending), OAuthError> {
+    let c = client(provider, cfg, Some(redirect_uri))?;
+    let (challenge, verifier) = PkceCodeChallenge::new_random_sha256();
+    let mut req = c.authorize_url(CsrfToken::new_random).set_pkce_challenge(challenge);
+    for s in &cfg.scopes {
+        req = req.add_scope(Scope::new(s.clone()));
+    }
+    for (k, v) in &cfg.extra_params {
+        req = req.add_extra_param(k.clone(), v.clone());
+    }
+    let (url, state) = req.url();
+    let pending = Pending {
+        provider: provider.to_string(),
+        state: state.secret().clone(),
+        redirect_uri: redirect_uri.to_string(),
+        verifier,
+        created_at: now,
+    };
+    Ok((url.to_string(), pending))
+}
+
+/// Exchanges the authorization code (with the PKCE verifier) for tokens.
+pub async fn exchange(http: &Http, cfg: &OAuthConfig, pending: Pending, code: &str, now: Millis) -> Result<Granted, OAuthError> {
+    let c = client(&pending.provider, cfg, Some(&pending.redirect_uri))?;
+    let tokens = c
+        .exchange_code(AuthorizationCode::new(code.to_string()))
+        .set_pkce_verifier(pending.verifier)
+        .request_async(http)
+        .await
+        .map_err(token_error)?;
+    Ok(Granted::of(&tokens, now))
+}
+
+/// Starts a device login: the code the user types and where.
+pub async fn device_start(http: &Http, provider: &str, cfg: &OAuthConfig) -> Result<StandardDeviceAuthorizationResponse, OAuthError> {
+    let c = client(provider, cfg, None)?;
+    let mut req = c.exchange_device_code().map_err(|_| bad(provider, "device_url", "not set: the device flow needs it"))?;
+    for s in &cfg.scopes {
+        req = req.add_scope(Scope::new(s.clone()));
+    }
+    for (k, v) in &cfg.extra_params {
+        req = req.add_extra_param(k.clone(), v.clone());
+    }
+    req.request_async(http).await.map_err(token_error)
+}
+
+/// Polls until the user completed the device login (or the code expired).
+pub async fn device_finish(
+    http: &Http,
+    provider: &str,
+    cfg: &OAuthConfig,
+    details: &StandardDeviceAuthorizationResponse,
+    now: impl Fn() -> Millis,
+) -> Result<Granted, OAuthError> {
+    let c = client(provider, cfg, None)?;
+    let req = c.exchange_device_access_token(details);
+    let tokens = req.request_async(http, tokio::time::sleep, Some(details.expires_in())).await.map_err(|e| match e {
+        RequestTokenError::ServerResponse(r) => match r.error() {
+            oauth2::DeviceCodeErrorResponseType::ExpiredToken => OAuthError::DeviceExpired,
+            other => OAuthError::Refused { code: other.to_string(), detail: r.error_description().cloned() },
+        },
+        RequestTokenError::Request(e) => OAuthError::Transport(e.to_string()),
+        RequestTokenError::Parse(e, _) => OAuthError::Malformed(e.to_string()),
+        RequestTokenError::Other(e) if e.contains("timed out") || e.contains("imeout") => OAuthError::DeviceExpired,
+        RequestTokenError::Other(e) => OAuthError::Malformed(e),
+    })?;
+    Ok(Granted::of(&tokens, now()))
+}
+
+/// Exchanges a refresh token for new tokens.
+pub async fn refresh(http: &Http, provider: &str, cfg: &OAuthConfig, token: &SecretString, now: Millis) -> Result<Granted, OAuthError> {
+    let c = client(provider, cfg, None)?;
+    let t = RefreshToken::new(token.expose_secret().to_string());
+    let tokens = c.exchange_refresh_token(&t).request_async(http).await.map_err(token_error)?;
+    Ok(Granted::of(&tokens, now))
+}
+
+/// The account's email: from userinfo when configured, else from the id_token's claims.
+pub async fn email(http: &Http, cfg: &OAuthConfig, granted: &Granted) -> Option<String> {
+    if let Some(url) = &cfg.userinfo_url {
+        let resp = http.0.get(url).bearer_auth(granted.access.expose_secret()).send().await.ok()?;
+        if resp.status().is_success() {
+            let v: serde_json::Value = serde_json::from_slice(&resp.bytes().await.ok()?).ok()?;
+            if let Some(e) = v.get("email").and_then(|e| e.as_str()) {
+                return Some(e.to_string());
+            }
+        }
+    }
+    granted.id_token.as_deref().and_then(id_token_email)
+}
+
+/// The `email` claim of a JWT's payload. The id_token came straight from the token endpoint
+/// over the connection rota opened, so its signature is not checked (OIDC Core §3.1.3.7).
+pub fn id_token_email(jwt: &str) -> Option<String> {
+    use base64::Engine as _;
+    let payload = jwt.split('.').nth(1)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(payload.trim_end_matches('=')).ok()?;
+    let claims: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    claims.get("email").and_then(|e| e.as_str()).map(str::to_string)
+}
+
+/// The `code` of a redirect URL pasted by a person, after checking its `state`. The URL is
+/// parsed, never fetched. A duplicated parameter, a missing code or a state that does not
+/// match is refused; an `error` parameter is reported as the provider's refusal.
+pub fn code_from_pasted(url: &str, expected_state: &str) -> Result<String, String> {
+    let query = url.trim().split_once('?').map(|(_, q)| q).ok_or("the pasted text is not a redirect URL with a query (…?code=…&state=…)")?;
+    let query = query.split('#').next().unwrap_or("");
+    let mut seen: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
+    for (k, v) in url::form_urlencoded::parse(query.as_bytes()) {
+        if seen.insert(k.to_string(), v.to_string()).is_some() {
+            return Err(format!("the parameter `{k}` appears twice: refused"));
+        }
+    }
+    if let Some(e) = seen.get("error") {
+        let detail = seen.get("error_description").map(|d| format!(": {d}")).unwrap_or_default();
+        return Err(format!("the provider refused the login ({e}{detail})"));
+    }
+    match seen.get("state") {
+        None => return Err("the URL has no `state`: paste the whole address the browser ended on".into()),
+        Some(s) if s != expected_state => return Err("the `state` does not match this login: start it again".into()),
+        Some(_) => {}
+    }
+    seen.remove("code").filter(|c| !c.is_empty()).ok_or_else(|| "the URL has no `code`".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pasted_url_gives_its_code_only_when_everything_matches() {
+        let ok = "http://localhost:1455/auth/callback?code=abc%2F1&state=s1&iss=x";
+        assert_eq!(code_from_pasted(ok, "s1"), Ok("abc/1".into()));
+        assert_eq!(code_from_pasted(&format!("  {ok}#frag \n"), "s1"), Ok("abc/1".into()));
+        assert!(code_from_pasted(ok, "s2").unwrap_err().contains("does not match"));
+        assert!(code_from_pasted("http://h/cb?code=a&code=b&state=s1", "s1").unwrap_err().contains("twice"));
+        assert!(code_from_pasted("http://h/cb?code=a&state=s1&state=s1", "s1").unwrap_err().contains("twice"));
+        assert!(code_from_pasted("http://h/cb?state=s1", "s1").unwrap_err().contains("no `code`"));
+        assert!(code_from_pasted("http://h/cb?code=&state=s1", "s1").unwrap_err().contains("no `code`"));
+        assert!(code_from_pasted("http://h/cb?code=a", "s1").unwrap_err().contains("no `state`"));
+        assert!(code_from_pasted("abc", "s1").unwrap_err().contains("not a redirect URL"));
+        let denied = code_from_pasted("http://h/cb?error=access_denied&error_description=no&state=s1", "s1");
+        assert_eq!(denied, Err("the provider refused the login (access_denied: no)".into()));
+    }
+
+    #[test]
+    fn the_email_comes_from_the_id_token_claims() {
+        use base64::Engine as _;
+        let enc = |v: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v);
+        let jwt = format!("{}.{}.sig", enc(r#"{"alg":"RS256"}"#), enc(r#"{"sub":"1","email":"a@example.com"}"#));
+        assert_eq!(id_token_email(&jwt), Some("a@example.com".into()));
+        assert_eq!(id_token_email("garbage"), None);
+        let no_email = format!("h.{}.s", enc(r#"{"sub":"1"}"#));
+        assert_eq!(id_token_email(&no_email), None);
+    }
+}

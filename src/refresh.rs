@@ -1,0 +1,183 @@
+//! OAuth access tokens kept fresh (SPEC §8): refreshed `refresh.lead` before they expire (on
+//! the request path and by a background sweep) and after a 401. One refresh at a time per
+//! profile; callers that waited get the refreshed token. The new tokens are written with a
+//! compare-and-swap, and a refused refresh token (`invalid_grant`) first re-reads the store,
+//! since a sibling instance may have rotated it, before the profile is disabled as
+//! `auth_permanent` ("needs re-login").
+
+use crate::book::{Book, Credential};
+use crate::config::Config;
+use crate::engine::{Clock, Failure, Millis, ProfileId, Reason};
+use crate::oauth::{self, Granted, OAuthError};
+use crate::secrets::{MasterKey, SecretField};
+use crate::store::{Store, StoredProfile};
+use secrecy::{ExposeSecret, SecretString};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+/// Why no fresh credential could be had: the failure as the walk records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefreshFailure {
+    pub reason: Reason,
+    pub message: String,
+}
+
+pub struct Refresher {
+    book: Arc<Book>,
+    store: Arc<dyn Store>,
+    key: Arc<MasterKey>,
+    http: oauth::Http,
+    clock: Arc<dyn Clock>,
+    locks: Mutex<HashMap<ProfileId, Arc<tokio::sync::Mutex<()>>>>,
+}
+
+pub fn access_of(c: &Credential) -> Option<String> {
+    match c {
+        Credential::OAuth { access, .. } => access.as_ref().map(|a| a.expose_secret().to_string()),
+        _ => None,
+    }
+}
+
+impl Refresher {
+    pub fn new(book: Arc<Book>, store: Arc<dyn Store>, key: Arc<MasterKey>, clock: Arc<dyn Clock>) -> Refresher {
+        Refresher { book, store, key, http: oauth::Http::default(), clock, locks: Mutex::new(HashMap::new()) }
+    }
+
+    /// Refreshes, every few seconds, the tokens of profiles about to expire, so that idle
+    /// profiles are fresh when traffic comes. `settings` gives the config in force.
+    pub fn sweep(self: &Arc<Self>, settings: impl Fn() -> Option<Arc<crate::gateway::failover::Settings>> + Send + 'static) {
+        let weak: Weak<Refresher> = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                let (Some(me), Some(settings)) = (weak.upgrade(), settings()) else { return };
+                let now = me.clock.now();
+                let lead = settings.config.refresh.lead.as_millis() as Millis;
+                for id in me.book.expiring(now + lead) {
+                    if me.book.stats(&id).is_some_and(|s| s.cooldown.as_ref().is_some_and(|c| now < c.until)) {
+                        continue; // a failed refresh cools the profile; the next one waits for it
+                    }
+                    if let Some((cred, _, _)) = me.book.tokens(&id)
+                        && let Err(f) = me.refresh(&settings.config, &id, access_of(&cred).as_deref()).await
+                    {
+                        let failure = Failure {
+                            reason: f.reason,
+                            model: String::new(),
+                            hint_ms: None,
+                            account_wide: true,
+                            started_at: now,
+                        };
+                        me.book.record_failure(&id, &failure, me.clock.now());
+                    }
+                }
+            }
+        });
+    }
+
+    /// The credential to call with now: refreshed first when it is an OAuth access token
+    /// inside the lead window (or missing).
+    pub async fn fresh(&self, config: &Config, id: &ProfileId, cred: Credential) -> Result<Credential, RefreshFailure> {
+        let Credential::OAuth { access, .. } = &cred else { return Ok(cred) };
+        let lead = config.refresh.lead.as_millis() as Millis;
+        let expires = self.book.tokens(id).and_then(|t| t.1);
+        let now = self.clock.now();
+        if access.is_some() && expires.is_none_or(|e| e - now > lead) {
+            return Ok(cred);
+        }
+        self.refresh(config, id, access_of(&cred).as_deref()).await
+    }
+
+    fn lock_for(&self, id: &ProfileId) -> Arc<tokio::sync::Mutex<()>> {
+        self.locks.lock().unwrap_or_else(|e| e.into_inner()).entry(id.clone()).or_default().clone()
+    }
+
+    /// Refreshes the profile's tokens, unless another caller did since `seen` (the access token
+    /// the caller holds) was read: then that caller's result is returned. A failure is for the
+    /// caller to record (the walk records it as the attempt's failure).
+    pub async fn refresh(&self, config: &Config, id: &ProfileId, seen: Option<&str>) -> Result<Credential, RefreshFailure> {
+        let lock = self.lock_for(id);
+        let _one_at_a_time = lock.lock().await;
+        let fail = |reason: Reason, message: String| RefreshFailure { reason, message };
+        let (cred, _, version) =
+            self.book.tokens(id).ok_or_else(|| fail(Reason::NoProfile, format!("{id} is not an OAuth profile")))?;
+        if access_of(&cred).as_deref() != seen {
+            return Ok(cred); // refreshed while this caller waited
+        }
+        let provider = id.provider();
+        let cfg = config
+            .providers
+            .get(provider)
+            .and_then(|p| p.oauth.as_ref())
+            .ok_or_else(|| fail(Reason::AuthPermanent, format!("provider {provider} has no OAuth settings")))?;
+        let Credential::OAuth { refresh: Some(refresh_token), .. } = &cred else {
+            return Err(self.needs_relogin(id, "it has no refresh token"));
+        };
+        let now = self.clock.now();
+        match oauth::refresh(&self.http, provider, cfg, refresh_token, now).await {
+            Ok(granted) => self.store_grant(id, granted, refresh_token, version).await,
+            Err(OAuthError::InvalidGrant(_)) => match self.reread(id, version.as_deref()).await {
+                Some(cred) => {
+                    tracing::info!(profile = %id, "refresh token refused; a sibling had rotated it: using the stored tokens");
+                    Ok(cred)
+                }
+                None => Err(self.needs_relogin(id, "the provider refused its refresh token (invalid_grant)")),
+            },
+            Err(e) => {
+                let reason = if matches!(e, OAuthError::Transport(_)) { Reason::Network } else { Reason::Auth };
+                let message = format!("token refresh failed: {e}");
+                tracing::warn!(profile = %id, %reason, "{message}");
+                Err(fail(reason, message))
+            }
+        }
+    }
+
+    fn needs_relogin(&self, id: &ProfileId, why: &str) -> RefreshFailure {
+        let message = format!("{id} needs re-login: {why}");
+        tracing::warn!(profile = %id, "{message}");
+        RefreshFailure { reason: Reason::AuthPermanent, message }
+    }
+
+    /// Seals and stores a refresh's tokens if nobody changed them meanwhile; else adopts what
+    /// the store holds now.
+    async fn store_grant(
+        &self,
+        id: &ProfileId,
+        granted: Granted,
+        used: &SecretString,
+        version: Option<Vec<u8>>,
+    ) -> Result<Credential, RefreshFailure> {
+        let refresh = granted.refresh.unwrap_or_else(|| used.clone());
+        let sealed =
+            vec![self.key.seal(id, SecretField::AccessToken, &granted.access), self.key.seal(id, SecretField::RefreshToken, &refresh)];
+        let new_version = sealed[1].nonce.clone();
+        match self.store.swap_tokens(id, version.as_deref(), &sealed, granted.expires_at).await {
+            Ok(true) => {
+                let cred = Credential::OAuth { access: Some(granted.access), refresh: Some(refresh) };
+                let profile = StoredProfile::stored(id.clone(), crate::engine::ProfileType::OAuth, granted.expires_at, 0);
+                self.book.set_tokens(&profile, cred.clone(), Some(new_version));
+                tracing::info!(profile = %id, "access token refreshed");
+                Ok(cred)
+            }
+            Ok(false) => self.reread(id, version.as_deref()).await.ok_or_else(|| RefreshFailure {
+                reason: Reason::Auth,
+                message: format!("{id}: the stored tokens changed during the refresh and could not be read"),
+            }),
+            Err(e) => Err(RefreshFailure { reason: Reason::ServerError, message: format!("storing refreshed tokens failed: {e}") }),
+        }
+    }
+
+    /// The tokens as stored now, adopted into the book, if they differ from `version`.
+    async fn reread(&self, id: &ProfileId, version: Option<&[u8]>) -> Option<Credential> {
+        let (sealed, expires_at) = self.store.profile_secrets(id).await.ok()?;
+        let refresh = sealed.iter().find(|s| s.field == SecretField::RefreshToken)?;
+        if Some(refresh.nonce.as_slice()) == version {
+            return None;
+        }
+        let open = |f: SecretField| sealed.iter().find(|s| s.field == f).and_then(|s| self.key.open(id, s).ok());
+        let cred = Credential::OAuth { access: open(SecretField::AccessToken), refresh: open(SecretField::RefreshToken) };
+        let profile = StoredProfile::stored(id.clone(), crate::engine::ProfileType::OAuth, expires_at, 0);
+        self.book.set_tokens(&profile, cred.clone(), Some(refresh.nonce.clone()));
+        Some(cred)
+    }
+}
