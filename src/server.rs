@@ -1,7 +1,8 @@
 //! `rota serve`: opens the store, unlocks the secrets, loads the profile book and serves HTTP
 //! until SIGTERM or Ctrl-C, then flushes every pending write.
 
-use crate::api::{self, leases::Leases};
+use crate::api::{self, leases::Leases, oauth::Logins};
+use crate::web::{self, Sessions};
 use crate::audit::Audit;
 use crate::book::Book;
 use crate::config::Config;
@@ -28,6 +29,8 @@ pub struct AppState {
     pub leases: Arc<Leases>,
     pub store: Arc<dyn Store>,
     pub key: Arc<MasterKey>,
+    pub sessions: Arc<Sessions>,
+    pub logins: Arc<Logins>,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -36,6 +39,7 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(metrics))
         .merge(gateway::router())
         .merge(api::router())
+        .merge(web::router())
         .with_state(state)
 }
 
@@ -82,7 +86,8 @@ impl App {
         }
         let leases = Leases::start(Arc::downgrade(&engine));
         let agents = AgentCache::load(store.clone()).await?;
-        let state = AppState { engine, agents, leases, store, key };
+        let (sessions, logins) = (Arc::new(Sessions::default()), Arc::new(Logins::default()));
+        let state = AppState { engine, agents, leases, store, key, sessions, logins };
         Ok(App { state, book, audit })
     }
 

@@ -84,7 +84,9 @@ pub struct ProfileInfo {
     pub source: String,
     /// `false` after an admin disabled it.
     pub enabled: bool,
-    /// When a static token stops working (RFC 3339).
+    /// The account's email (OAuth profiles).
+    pub email: Option<String>,
+    /// When a static token stops working, or an OAuth access token expires (RFC 3339).
     pub expires_at: Option<String>,
     /// The state now: `{"state": "usable"}`, `{"state": "cooling", "until", "reason", "model"}`,
     /// `{"state": "disabled", "until", "reason"}` or `{"state": "unusable", "why"}` (times in Unix ms).
@@ -107,8 +109,14 @@ fn info(config: &Config, roster: &Roster, id: &ProfileId, now: Millis) -> Option
         kind: v.kind.to_string(),
         source: if config.auth.profiles.contains_key(id) { Origin::Config } else { Origin::Stored }.as_str().into(),
         enabled: v.enabled,
+        email: roster.emails.get(id).cloned(),
         expires_at: v.expires_at.map(time),
-        status_text: status.display(now),
+        status_text: match &status {
+            Status::Disabled { reason: Reason::AuthPermanent, .. } if v.kind == ProfileType::OAuth => {
+                "needs re-login: the provider refused its tokens (log in again)".into()
+            }
+            other => other.display(now),
+        },
         status,
         usage_stats: v.stats.clone(),
     })
@@ -529,6 +537,7 @@ async fn revoke_agent(
 ) -> Result<StatusCode, ApiError> {
     state.store.revoke_agent(&name, state.engine.clock.now()).await.map_err(store_error)?;
     state.agents.reload(state.store.as_ref()).await.map_err(ApiError::internal)?;
+    state.sessions.end_agent(&name);
     tracing::info!(agent = %name, "agent revoked through the admin API");
     Ok(StatusCode::NO_CONTENT)
 }

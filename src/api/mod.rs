@@ -4,6 +4,8 @@
 
 pub mod admin;
 pub mod leases;
+pub mod oauth;
+pub mod session;
 
 use crate::agents::Agent;
 use crate::server::AppState;
@@ -27,6 +29,7 @@ use utoipa_axum::router::OpenApiRouter;
     tags(
         (name = "leases", description = "A credential for agents that call providers themselves"),
         (name = "admin", description = "Profiles, agents, providers, models, usage and the audit log (admin agents only)"),
+        (name = "console", description = "Console sign-in and OAuth logins (admin)"),
         (name = "meta", description = "This document"),
     )
 )]
@@ -51,6 +54,8 @@ pub fn router() -> Router<AppState> {
         .routes(utoipa_axum::routes!(openapi))
         .merge(leases::routes())
         .merge(admin::routes())
+        .merge(session::routes())
+        .merge(oauth::routes())
         .split_for_parts();
     let _ = DOCUMENT.set(serde_json::to_value(&doc).expect("the OpenAPI document serializes"));
     router
@@ -152,13 +157,28 @@ impl FromRequestParts<AppState> for Caller {
     }
 }
 
-/// An admin agent (`rota agents create NAME --admin`).
+/// An admin: an admin agent's key (`rota agents create NAME --admin`), or a console session;
+/// a session's POST, PUT and DELETE requests must carry its CSRF token in `x-csrf-token`.
 pub struct Admin(pub Agent);
 
 impl FromRequestParts<AppState> for Admin {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        if crate::gateway::presented_key(&parts.headers).is_none()
+            && let Some(session) = state.sessions.find(&parts.headers, state.engine.clock.now())
+        {
+            let safe = matches!(parts.method, axum::http::Method::GET | axum::http::Method::HEAD);
+            let presented = parts.headers.get("x-csrf-token").and_then(|v| v.to_str().ok());
+            if !safe && !session.csrf_ok(presented) {
+                return Err(ApiError::new(
+                    403,
+                    "csrf",
+                    "missing or wrong x-csrf-token: a console session's changes carry the token GET /api/v1/session gives",
+                ));
+            }
+            return Ok(Admin(session.agent));
+        }
         let Caller(agent) = Caller::from_request_parts(parts, state).await?;
         if !agent.admin {
             return Err(ApiError::new(
