@@ -195,9 +195,48 @@ pub fn check_key(key: &MasterKey, origin: &KeyOrigin, stored_key_ids: &[String])
     }
 }
 
+/// The file a rotation writes its new key to before it re-seals: `rota.key` → `rota.key.new`.
+pub fn pending_key_file(key_file: &Path) -> PathBuf {
+    let mut s = key_file.as_os_str().to_owned();
+    s.push(".new");
+    PathBuf::from(s)
+}
+
+/// A new random key, and its text form for a key file or `ROTA_MASTER_KEY`.
+pub fn new_key() -> (MasterKey, String) {
+    let bytes: [u8; 32] = XChaCha20Poly1305::generate_key(&mut OsRng).into();
+    (MasterKey::from_bytes(&bytes), STANDARD.encode(bytes))
+}
+
+/// Writes a key to a new `0600` file (it must not exist), synced to disk.
+pub fn write_key_file(path: &Path, text: &str) -> Result<(), KeyError> {
+    let io = |action, source| KeyError::Io { action, path: path.to_path_buf(), source };
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
+    let mut f = opts.open(path).map_err(|e| io("create", e))?;
+    f.write_all(format!("{text}\n").as_bytes()).map_err(|e| io("write", e))?;
+    f.sync_all().map_err(|e| io("write", e))
+}
+
 /// Finds the master key: `ROTA_MASTER_KEY`, else the key file beside the database, else a new
 /// `0600` key file — but never a new key while the database holds secrets sealed by another.
+/// A rotation interrupted after it re-sealed leaves the new key in `rota.key.new`: it is
+/// adopted when it is the key the secrets need.
 pub fn resolve_key(db_path: &Path, stored_key_ids: &[String]) -> Result<(MasterKey, KeyOrigin), KeyError> {
+    let file = key_file_for(db_path);
+    let pending = pending_key_file(&file);
+    if pending.exists()
+        && std::env::var(MASTER_KEY_ENV).is_err()
+        && let Ok(text) = std::fs::read_to_string(&pending)
+        && let Some(key) = MasterKey::decode(&text)
+        && !stored_key_ids.is_empty()
+        && stored_key_ids.iter().all(|id| id == key.id())
+    {
+        std::fs::rename(&pending, &file).map_err(|source| KeyError::Io { action: "rename", path: pending, source })?;
+        tracing::warn!(file = %file.display(), "adopted the key of an interrupted `rota rotate-key`");
+    }
     let (key, origin) = match find_key(db_path)? {
         Some(found) => found,
         None if !stored_key_ids.is_empty() => {
@@ -213,16 +252,9 @@ pub fn resolve_key(db_path: &Path, stored_key_ids: &[String]) -> Result<(MasterK
 }
 
 fn create_key_file(path: &Path) -> Result<MasterKey, KeyError> {
-    let bytes: [u8; 32] = XChaCha20Poly1305::generate_key(&mut OsRng).into();
-    let io = |action, source| KeyError::Io { action, path: path.to_path_buf(), source };
-    let mut opts = std::fs::OpenOptions::new();
-    opts.write(true).create_new(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
-    let mut f = opts.open(path).map_err(|e| io("create", e))?;
-    f.write_all(format!("{}\n", STANDARD.encode(bytes)).as_bytes()).map_err(|e| io("write", e))?;
-    f.sync_all().map_err(|e| io("write", e))?;
-    Ok(MasterKey::from_bytes(&bytes))
+    let (key, text) = new_key();
+    write_key_file(path, &text)?;
+    Ok(key)
 }
 
 #[cfg(test)]

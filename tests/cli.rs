@@ -523,3 +523,71 @@ fn openclaw_import_of_an_unknown_provider_writes_nothing() {
     assert_refused(&env.run(&["import", "openclaw", file.to_str().unwrap()]), "unknown provider `mistral`");
     assert_eq!(env.db_profiles(), Vec::<String>::new());
 }
+
+/// Opens every stored secret with the key in `key_file`; the plaintexts, sorted, or the error.
+fn open_all(env: &Env, key_file: &str) -> Result<Vec<String>, String> {
+    let key_text = std::fs::read_to_string(env.path(key_file)).unwrap();
+    let db = env.path("rota.db");
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let store = SqliteStore::open(&db).await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let probe_db = dir.path().join("probe.db");
+        std::fs::write(dir.path().join("probe.key"), &key_text).unwrap();
+        let (key, _) = rota::secrets::resolve_key(&probe_db, &[]).unwrap();
+        let mut out = Vec::new();
+        for (id, sealed) in store.snapshot().await.unwrap().secrets {
+            for s in sealed {
+                let plain = key.open(&id, &s).map_err(|e| e.to_string())?;
+                out.push(secrecy::ExposeSecret::expose_secret(&plain).to_string());
+            }
+        }
+        store.close().await;
+        out.sort();
+        Ok(out)
+    })
+}
+
+#[test]
+fn rotate_key_re_encrypts_every_secret_and_retires_the_old_key() {
+    let env = Env::new(BASE);
+    assert_ok(&env.run_stdin(&["profiles", "add", "openai", "--name", "a"], "sk-rotate-a"));
+    assert_ok(&env.run_stdin(&["profiles", "add", "anthropic", "--name", "b", "--type", "token"], "tok-rotate-b"));
+    std::fs::copy(env.path("rota.key"), env.path("old.key")).unwrap();
+    assert_eq!(open_all(&env, "old.key"), Ok(vec!["sk-rotate-a".to_string(), "tok-rotate-b".to_string()]));
+
+    let out = env.run(&["rotate-key"]);
+    assert_ok(&out);
+    assert!(text(&out.stdout).contains("re-encrypted 2 secret(s)"), "{}", text(&out.stdout));
+    assert!(!env.path("rota.key.new").exists(), "the pending key was moved into place");
+    assert_ne!(std::fs::read_to_string(env.path("rota.key")).unwrap(), std::fs::read_to_string(env.path("old.key")).unwrap());
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(env.path("rota.key")).unwrap().permissions().mode() & 0o777, 0o600);
+    }
+    assert_eq!(open_all(&env, "rota.key"), Ok(vec!["sk-rotate-a".to_string(), "tok-rotate-b".to_string()]));
+    assert!(open_all(&env, "old.key").is_err(), "the old key opens nothing any more");
+    // The CLI and the server keep working with the new key.
+    let out = env.run(&["doctor"]);
+    assert_ok(&out);
+    assert_ok(&env.run_stdin(&["profiles", "add", "openai", "--name", "c"], "sk-rotate-c"));
+    assert_eq!(open_all(&env, "rota.key").unwrap().len(), 3);
+}
+
+#[test]
+fn an_interrupted_rotation_leaves_a_key_that_opens_the_secrets() {
+    let env = Env::new(BASE);
+    assert_ok(&env.run_stdin(&["profiles", "add", "openai", "--name", "a"], "sk-interrupted"));
+    assert_ok(&env.run(&["rotate-key"]));
+    // Simulate a crash after the commit and before the rename: the new key sits in rota.key.new
+    // and the old one in rota.key.
+    std::fs::rename(env.path("rota.key"), env.path("rota.key.new")).unwrap();
+    std::fs::write(env.path("rota.key"), "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=\n").unwrap();
+    let out = env.run(&["profiles", "list"]);
+    assert_ok(&out);
+    let out = env.run_stdin(&["profiles", "add", "openai", "--name", "b"], "sk-after");
+    assert_ok(&out);
+    assert!(!env.path("rota.key.new").exists(), "the pending key was adopted");
+    assert_eq!(open_all(&env, "rota.key").unwrap(), ["sk-after", "sk-interrupted"]);
+}

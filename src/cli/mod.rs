@@ -2,6 +2,7 @@
 
 mod agents;
 mod interop;
+mod keys;
 mod profiles;
 
 use crate::config::Config;
@@ -53,6 +54,15 @@ pub enum Command {
     /// Export profiles, order and usageStats for another tool.
     #[command(subcommand)]
     Export(ExportCommand),
+    /// Log in an OAuth account of a provider (the profile is named provider:<email>).
+    Login {
+        provider: String,
+        /// Use the device flow: print a code to enter on any device.
+        #[arg(long)]
+        device: bool,
+    },
+    /// Re-encrypt every stored secret under a new master key, in one transaction (stop `rota serve` first).
+    RotateKey,
     /// Manage agent keys (the credentials clients present to rota).
     #[command(subcommand)]
     Agents(agents::AgentsCommand),
@@ -121,6 +131,14 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Export(ExportCommand::Openclaw { output }) => {
             interop::export(&load(cli.config.as_deref())?, &output).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Login { provider, device } => {
+            keys::login(&load(cli.config.as_deref())?, &provider, device).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::RotateKey => {
+            keys::rotate_key(&load(cli.config.as_deref())?).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Agents(cmd) => {

@@ -191,6 +191,9 @@ pub trait Store: Send + Sync {
         secrets: &[Sealed],
         expires_at: Option<Millis>,
     ) -> Result<bool, StoreError>;
+    /// Re-seals every stored secret in one transaction (`rota rotate-key`): `rows` must hold
+    /// exactly the secrets stored now, each re-sealed; otherwise nothing is written.
+    async fn reseal_all(&self, rows: &[(ProfileId, Sealed)]) -> Result<(), StoreError>;
     /// A profile's sealed secrets and expiry as stored now.
     async fn profile_secrets(&self, id: &ProfileId) -> Result<(Vec<Sealed>, Option<Millis>), StoreError>;
     /// Attempts matching `q`, newest first.

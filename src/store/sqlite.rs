@@ -500,6 +500,33 @@ impl Store for SqliteStore {
         Ok(true)
     }
 
+    async fn reseal_all(&self, rows: &[(ProfileId, Sealed)]) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let stored: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM secrets").fetch_one(&mut *tx).await?;
+        if stored != rows.len() as i64 {
+            return Err(corrupt("secrets", format!("{stored} secrets stored, {} re-sealed: changed meanwhile", rows.len())));
+        }
+        let now = chrono::Utc::now().timestamp_millis();
+        for (id, s) in rows {
+            let done = sqlx::query(
+                "UPDATE secrets SET key_id = ?, nonce = ?, ciphertext = ?, updated_at = ? WHERE profile_id = ? AND field = ?",
+            )
+            .bind(&s.key_id)
+            .bind(&s.nonce)
+            .bind(&s.ciphertext)
+            .bind(now)
+            .bind(id.as_str())
+            .bind(s.field.as_str())
+            .execute(&mut *tx)
+            .await?;
+            if done.rows_affected() != 1 {
+                return Err(corrupt("secrets", format!("{id} {} is not stored", s.field.as_str())));
+            }
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
     async fn profile_secrets(&self, id: &ProfileId) -> Result<(Vec<Sealed>, Option<Millis>), StoreError> {
         let expires: Option<Option<Millis>> =
             sqlx::query_scalar("SELECT expires_at FROM profiles WHERE id = ?").bind(id.as_str()).fetch_optional(&self.pool).await?;

@@ -1,0 +1,109 @@
+//! `rota rotate-key` and `rota login`.
+
+use crate::config::Config;
+use crate::engine::{ProfileId, ProfileType};
+use crate::oauth;
+use crate::secrets::{KeyOrigin, SecretField, check_key, find_key, key_file_for, new_key, pending_key_file, resolve_key, write_key_file};
+use crate::store::{SqliteStore, Store, StoredProfile};
+use anyhow::{Context, Result, anyhow, bail};
+use std::io::{BufRead, IsTerminal};
+
+async fn open(config: &Config) -> Result<SqliteStore> {
+    let path = config.database_path()?;
+    SqliteStore::open(&path).await.with_context(|| format!("opening database {}", path.display()))
+}
+
+/// Re-encrypts every secret under a new key, in one transaction. The new key is written to
+/// `rota.key.new` first and moved over the key file after the commit, so a crash leaves a key
+/// that opens the secrets either way (`resolve_key` adopts the pending one).
+pub async fn rotate_key(config: &Config) -> Result<()> {
+    let db = config.database_path()?;
+    let store = open(config).await?;
+    let ids = store.secret_key_ids().await?;
+    let (old, origin) = find_key(&db)?.ok_or_else(|| anyhow!("no master key found (ROTA_MASTER_KEY or {})", key_file_for(&db).display()))?;
+    check_key(&old, &origin, &ids)?;
+    let snapshot = store.snapshot().await?;
+    let (new, text) = new_key();
+    let mut rows = Vec::new();
+    for (id, sealed) in &snapshot.secrets {
+        for s in sealed {
+            let plain = old.open(id, s).with_context(|| format!("opening {id} {}", s.field.as_str()))?;
+            rows.push((id.clone(), new.seal(id, s.field, &plain)));
+        }
+    }
+    let target = match &origin {
+        KeyOrigin::File(f) | KeyOrigin::NewFile(f) => f.clone(),
+        KeyOrigin::Env => db.with_extension("key.rotated"),
+    };
+    let pending = pending_key_file(&target);
+    if pending.exists() {
+        bail!("{} exists: an earlier rotation was interrupted; move it away after checking which key opens the secrets", pending.display());
+    }
+    write_key_file(&pending, &text)?;
+    if let Err(e) = store.reseal_all(&rows).await {
+        let _ = std::fs::remove_file(&pending);
+        return Err(e).context("re-encrypting the secrets (nothing was changed)");
+    }
+    std::fs::rename(&pending, &target).with_context(|| format!("moving {} to {}", pending.display(), target.display()))?;
+    println!("re-encrypted {} secret(s): key {} replaced by key {}", rows.len(), old.id(), new.id());
+    match origin {
+        KeyOrigin::Env => println!(
+            "the key came from ROTA_MASTER_KEY: set it to the content of {} (0600) before the next start, then delete the file",
+            target.display()
+        ),
+        _ => println!("new key in {}; the old key no longer opens anything", target.display()),
+    }
+    Ok(())
+}
+
+/// `rota login <provider> [--device]`: an OAuth login from the terminal. The device flow prints
+/// a code to enter elsewhere; the browser flow needs the provider's `redirect_uri` and reads
+/// the address the browser ended on from stdin.
+pub async fn login(config: &Config, provider: &str, device: bool) -> Result<()> {
+    let cfg = config
+        .providers
+        .get(provider)
+        .ok_or_else(|| anyhow!("unknown provider `{provider}`"))?
+        .oauth
+        .as_ref()
+        .ok_or_else(|| anyhow!("provider {provider} has no [providers.{provider}.oauth] section"))?;
+    let http = oauth::Http::default();
+    let now = || chrono::Utc::now().timestamp_millis();
+    let granted = if device {
+        let d = oauth::device_start(&http, provider, cfg).await?;
+        let link = d.verification_uri_complete().map(|u| u.secret().clone()).unwrap_or_else(|| d.verification_uri().to_string());
+        eprintln!("Open {link}\nand enter the code {}\nWaiting for the login…", d.user_code().secret());
+        oauth::device_finish(&http, provider, cfg, &d, now).await?
+    } else {
+        let redirect = cfg.redirect_uri.as_deref().ok_or_else(|| {
+            anyhow!("[providers.{provider}.oauth] has no redirect_uri: use `rota login {provider} --device` or the web console")
+        })?;
+        let (url, pending) = oauth::authorize(provider, cfg, redirect, now())?;
+        eprintln!("Open this address, sign in, then paste the address the browser ends on ({redirect}?code=…):\n{url}");
+        if std::io::stdin().is_terminal() {
+            eprint!("> ");
+        }
+        let mut line = String::new();
+        std::io::stdin().lock().read_line(&mut line).context("reading the pasted address")?;
+        let code = oauth::code_from_pasted(&line, &pending.state).map_err(|e| anyhow!(e))?;
+        oauth::exchange(&http, cfg, pending, &code, now()).await?
+    };
+    let email = oauth::email(&http, cfg, &granted).await;
+    let id = ProfileId::new(provider, email.as_deref().unwrap_or("default"))?;
+    let store = open(config).await?;
+    let (key, _) = resolve_key(&config.database_path()?, &store.secret_key_ids().await?)?;
+    let mut sealed = vec![key.seal(&id, SecretField::AccessToken, &granted.access)];
+    if let Some(r) = &granted.refresh {
+        sealed.push(key.seal(&id, SecretField::RefreshToken, r));
+    }
+    let mut profile = StoredProfile::stored(id.clone(), ProfileType::OAuth, granted.expires_at, now());
+    profile.email = email;
+    let added = store.save_login(&profile, &sealed).await?;
+    // A new login ends "needs re-login" and any cooldown.
+    if let Some(mut stats) = store.snapshot().await?.stats.remove(&id) {
+        stats.clear_errors();
+        store.save_stats(&[(id.clone(), stats)]).await?;
+    }
+    println!("{} {id}{}", if added { "added" } else { "updated" }, if granted.refresh.is_none() { " (no refresh token: it will need a new login when the access token expires)" } else { "" });
+    Ok(())
+}
