@@ -20,7 +20,7 @@ pub const DEFAULT_FILE: &str = "rota.toml";
 
 /// The top-level sections a `ROTA_` variable may override (`ROTA_SECTION__KEY`). Other `ROTA_`
 /// variables (`ROTA_CONFIG`, `ROTA_MASTER_KEY`, `ROTA_LOG`, an operator's own) are not config.
-const SECTIONS: [&str; 17] = [
+const SECTIONS: [&str; 18] = [
     "server",
     "database",
     "providers",
@@ -38,6 +38,7 @@ const SECTIONS: [&str; 17] = [
     "limits",
     "leases",
     "refresh",
+    "secrets",
 ];
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -77,6 +78,18 @@ pub struct Config {
     pub leases: Leases,
     #[serde(default)]
     pub refresh: Refresh,
+    #[serde(default)]
+    pub secrets: Secrets,
+}
+
+/// Where the master key lives (SPEC §8, Secrets).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Secrets {
+    /// `auto` (the Secret Service when a DBus session offers one), `secret-service`, `keyutils`
+    /// (survives no reboot) or `off`. `ROTA_MASTER_KEY` always comes first.
+    #[serde(default)]
+    pub keyring: crate::keyring::Choice,
 }
 
 /// Upstream timeouts (SPEC §6).

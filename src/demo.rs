@@ -63,7 +63,7 @@ fast = "beta/sim-small"
         db = db.display()
     ))?;
     let store = SqliteStore::open(db).await.with_context(|| format!("opening {}", db.display()))?;
-    let (key, _) = resolve_key(db, &store.secret_key_ids().await?)?;
+    let (key, _) = resolve_key(db, &store.secret_key_ids().await?, crate::secrets::Choice::Off)?;
     for (i, (id, secret)) in PROFILES.iter().enumerate() {
         let pid: ProfileId = id.parse()?;
         let sealed = key.seal(&pid, SecretField::ApiKey, &SecretString::from(*secret));

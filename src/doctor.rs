@@ -5,7 +5,7 @@
 use crate::book::Roster;
 use crate::config::Config;
 use crate::engine::chain::{ChainRequest, FallbackOverride};
-use crate::secrets::{check_key, find_key, key_file_for};
+use crate::secrets::{check_key, find_key_with, key_file_for};
 use crate::status::Status;
 use crate::store::{Snapshot, SqliteStore, Store};
 use anyhow::Result;
@@ -75,7 +75,7 @@ async fn build(config: &Config, file: Option<String>) -> Report {
                 Some(format!("{} (not created yet; `rota serve` or `rota migrate` creates it)", path.display()));
             Snapshot::default()
         }
-        Ok(path) => match inspect_database(&path, &mut report).await {
+        Ok(path) => match inspect_database(&path, config.secrets.keyring, &mut report).await {
             Ok(s) => s,
             Err(e) => {
                 report.problems.push(format!("database {}: {e:#}", path.display()));
@@ -165,12 +165,12 @@ async fn build(config: &Config, file: Option<String>) -> Report {
 }
 
 /// Opens the database without creating anything, and checks the key against its secrets.
-async fn inspect_database(path: &Path, report: &mut Report) -> Result<Snapshot> {
+async fn inspect_database(path: &Path, keyring: crate::secrets::Choice, report: &mut Report) -> Result<Snapshot> {
     let store = SqliteStore::open(path).await?;
     let applied = store.applied_migrations().await?;
     report.database = Some(format!("{} ({applied} migration(s) applied)", path.display()));
     let ids = store.secret_key_ids().await?;
-    report.key = Some(match find_key(path) {
+    report.key = Some(match find_key_with(path, keyring) {
         Err(e) => {
             report.problems.push(e.to_string());
             "invalid".into()

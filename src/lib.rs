@@ -11,6 +11,7 @@ pub mod demo;
 pub mod doctor;
 pub mod engine;
 pub mod gateway;
+pub mod keyring;
 pub mod metrics;
 pub mod oauth;
 pub mod openclaw;

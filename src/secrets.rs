@@ -5,6 +5,8 @@
 //! or opened with another key, fails to decrypt instead of yielding the wrong secret.
 
 use crate::engine::ProfileId;
+pub use crate::keyring::Choice;
+use crate::keyring::Keyring;
 use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use chacha20poly1305::aead::{Aead, AeadCore, KeyInit, OsRng, Payload};
@@ -88,6 +90,10 @@ pub enum KeyError {
         "the database's secrets were sealed with key id {stored}, but the key from {origin} has id {found}: set {MASTER_KEY_ENV} to the key that sealed them (or restore that key file)"
     )]
     Mismatch { stored: String, found: String, origin: String },
+    #[error("{0}")]
+    Keyring(String),
+    #[error("the {0} keyring holds something that is not a valid key")]
+    BadKeyring(&'static str),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -101,6 +107,10 @@ pub struct OpenError {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum KeyOrigin {
     Env,
+    /// The OS keyring (its store's name).
+    Keyring(&'static str),
+    /// A key created at this start in the OS keyring.
+    NewKeyring(&'static str),
     File(PathBuf),
     /// A key file created at this start.
     NewFile(PathBuf),
@@ -110,6 +120,8 @@ impl fmt::Display for KeyOrigin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             KeyOrigin::Env => write!(f, "{MASTER_KEY_ENV}"),
+            KeyOrigin::Keyring(s) => write!(f, "the {s} keyring"),
+            KeyOrigin::NewKeyring(s) => write!(f, "a new key in the {s} keyring"),
             KeyOrigin::File(p) => write!(f, "key file {}", p.display()),
             KeyOrigin::NewFile(p) => write!(f, "new key file {}", p.display()),
         }
@@ -167,13 +179,18 @@ pub fn key_file_for(db_path: &Path) -> PathBuf {
     db_path.with_extension("key")
 }
 
-/// The master key from `ROTA_MASTER_KEY` or the key file beside the database, if either is
-/// there. Creates nothing.
-pub fn find_key(db_path: &Path) -> Result<Option<(MasterKey, KeyOrigin)>, KeyError> {
+/// The master key from `ROTA_MASTER_KEY`, the keyring or the key file beside the database, in
+/// that order, if any is there. Creates nothing.
+pub fn find_key(db_path: &Path, keyring: Option<&Keyring>) -> Result<Option<(MasterKey, KeyOrigin)>, KeyError> {
     if let Ok(v) = std::env::var(MASTER_KEY_ENV).map(|v| v.trim().to_string())
         && !v.is_empty()
     {
         return Ok(Some((MasterKey::decode(&v).ok_or(KeyError::BadEnv)?, KeyOrigin::Env)));
+    }
+    if let Some(k) = keyring
+        && let Some(text) = k.get().map_err(KeyError::Keyring)?
+    {
+        return Ok(Some((MasterKey::decode(&text).ok_or(KeyError::BadKeyring(k.store))?, KeyOrigin::Keyring(k.store))));
     }
     let file = key_file_for(db_path);
     if !file.exists() {
@@ -183,6 +200,12 @@ pub fn find_key(db_path: &Path) -> Result<Option<(MasterKey, KeyOrigin)>, KeyErr
         std::fs::read_to_string(&file).map_err(|source| KeyError::Io { action: "read", path: file.clone(), source })?;
     let key = MasterKey::decode(&text).ok_or_else(|| KeyError::BadFile(file.clone()))?;
     Ok(Some((key, KeyOrigin::File(file))))
+}
+
+/// `find_key` with the keyring `choice` opens (creates nothing).
+pub fn find_key_with(db_path: &Path, choice: Choice) -> Result<Option<(MasterKey, KeyOrigin)>, KeyError> {
+    let (keyring, _) = crate::keyring::open(choice, db_path).map_err(KeyError::Keyring)?;
+    find_key(db_path, keyring.as_ref())
 }
 
 /// Checks that `key` sealed every stored secret.
@@ -220,11 +243,13 @@ pub fn write_key_file(path: &Path, text: &str) -> Result<(), KeyError> {
     f.sync_all().map_err(|e| io("write", e))
 }
 
-/// Finds the master key: `ROTA_MASTER_KEY`, else the key file beside the database, else a new
-/// `0600` key file — but never a new key while the database holds secrets sealed by another.
-/// A rotation interrupted after it re-sealed leaves the new key in `rota.key.new`: it is
-/// adopted when it is the key the secrets need.
-pub fn resolve_key(db_path: &Path, stored_key_ids: &[String]) -> Result<(MasterKey, KeyOrigin), KeyError> {
+/// Finds the master key: `ROTA_MASTER_KEY`, else the OS keyring (per `[secrets] keyring`), else
+/// the key file beside the database; else makes a new one, in the keyring when one is in use,
+/// else in a new `0600` key file — but never a new key while the database holds secrets sealed
+/// by another. A rotation interrupted after it re-sealed leaves the new key in `rota.key.new`:
+/// it is adopted when it is the key the secrets need.
+pub fn resolve_key(db_path: &Path, stored_key_ids: &[String], choice: Choice) -> Result<(MasterKey, KeyOrigin), KeyError> {
+    let (keyring, why_not) = crate::keyring::open(choice, db_path).map_err(KeyError::Keyring)?;
     let file = key_file_for(db_path);
     let pending = pending_key_file(&file);
     if pending.exists()
@@ -234,18 +259,34 @@ pub fn resolve_key(db_path: &Path, stored_key_ids: &[String]) -> Result<(MasterK
         && !stored_key_ids.is_empty()
         && stored_key_ids.iter().all(|id| id == key.id())
     {
-        std::fs::rename(&pending, &file).map_err(|source| KeyError::Io { action: "rename", path: pending, source })?;
-        tracing::warn!(file = %file.display(), "adopted the key of an interrupted `rota rotate-key`");
+        let failed = |source| KeyError::Io { action: "adopt", path: pending.clone(), source };
+        match &keyring {
+            Some(k) if k.get().map_err(KeyError::Keyring)?.is_some() => {
+                k.set(text.trim()).map_err(KeyError::Keyring)?;
+                std::fs::remove_file(&pending).map_err(failed)?;
+            }
+            _ => std::fs::rename(&pending, &file).map_err(failed)?,
+        }
+        tracing::warn!("adopted the key of an interrupted `rota rotate-key`");
     }
-    let (key, origin) = match find_key(db_path)? {
+    let (key, origin) = match find_key(db_path, keyring.as_ref())? {
         Some(found) => found,
         None if !stored_key_ids.is_empty() => {
             return Err(KeyError::Missing { ids: stored_key_ids.join(", "), file: key_file_for(db_path) });
         }
-        None => {
-            let file = key_file_for(db_path);
-            (create_key_file(&file)?, KeyOrigin::NewFile(file))
-        }
+        None => match &keyring {
+            Some(k) => {
+                let (key, text) = new_key();
+                k.set(&text).map_err(KeyError::Keyring)?;
+                (key, KeyOrigin::NewKeyring(k.store))
+            }
+            None => {
+                if let Some(why) = why_not {
+                    tracing::info!("the master key goes in a key file, not the OS keyring: {why}");
+                }
+                (create_key_file(&file)?, KeyOrigin::NewFile(file))
+            }
+        },
     };
     check_key(&key, &origin, stored_key_ids)?;
     Ok((key, origin))

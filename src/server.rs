@@ -68,7 +68,7 @@ impl App {
         let db_path = config.database_path()?;
         let store =
             SqliteStore::open(&db_path).await.with_context(|| format!("opening database {}", db_path.display()))?;
-        let (key, origin) = resolve_key(&db_path, &store.secret_key_ids().await?)?;
+        let (key, origin) = resolve_key(&db_path, &store.secret_key_ids().await?, config.secrets.keyring)?;
         tracing::info!(key_id = key.id(), from = %origin, database = %db_path.display(), "master key ready");
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let store: Arc<dyn Store> = Arc::new(store);

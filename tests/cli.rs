@@ -534,7 +534,7 @@ fn open_all(env: &Env, key_file: &str) -> Result<Vec<String>, String> {
         let dir = tempfile::tempdir().unwrap();
         let probe_db = dir.path().join("probe.db");
         std::fs::write(dir.path().join("probe.key"), &key_text).unwrap();
-        let (key, _) = rota::secrets::resolve_key(&probe_db, &[]).unwrap();
+        let (key, _) = rota::secrets::resolve_key(&probe_db, &[], rota::secrets::Choice::Off).unwrap();
         let mut out = Vec::new();
         for (id, sealed) in store.snapshot().await.unwrap().secrets {
             for s in sealed {
@@ -590,4 +590,34 @@ fn an_interrupted_rotation_leaves_a_key_that_opens_the_secrets() {
     assert_ok(&out);
     assert!(!env.path("rota.key.new").exists(), "the pending key was adopted");
     assert_eq!(open_all(&env, "rota.key").unwrap(), ["sk-after", "sk-interrupted"]);
+}
+
+#[test]
+fn the_keyring_is_used_only_where_it_works_and_says_why_not() {
+    // `auto` without a DBus session: the key goes to the key file, and the log says why.
+    let env = Env::new(BASE);
+    let mut cmd = env.cmd(&["profiles", "add", "openai", "--name", "a"]);
+    cmd.env_remove("DBUS_SESSION_BUS_ADDRESS").env("ROTA_LOG", "info");
+    let out = env.run_with(cmd, "sk-keyring-auto");
+    assert_ok(&out);
+    assert!(env.path("rota.key").exists());
+    let log = text(&out.stderr);
+    assert!(log.contains("no DBus session") && log.contains("keyutils store does not survive a reboot"), "{log}");
+
+    // keyutils chosen explicitly: either the kernel store holds the key (no key file), or rota
+    // refuses with the reason and writes no key anywhere.
+    let env = Env::new(&format!("{BASE}\n[secrets]\nkeyring = \"keyutils\"\n"));
+    let out = env.run_stdin(&["profiles", "add", "openai", "--name", "a"], "sk-keyring-kernel");
+    if out.status.success() {
+        assert!(!env.path("rota.key").exists(), "the key lives in the kernel keyring, not in a file");
+        let listed = env.run(&["profiles", "list", "--json"]);
+        assert_ok(&listed);
+        assert!(text(&listed.stdout).contains("openai:a"));
+        assert_ok(&env.run(&["rotate-key"]));
+        assert_ok(&env.run_stdin(&["profiles", "add", "openai", "--name", "b"], "sk-keyring-kernel-b"));
+    } else {
+        let err = text(&out.stderr);
+        assert!(err.contains("keyutils keyring") && err.contains("ROTA_MASTER_KEY"), "{err}");
+        assert!(!env.path("rota.key").exists(), "no key file behind the operator's back");
+    }
 }

@@ -2,7 +2,7 @@
 
 use crate::config::Config;
 use crate::openclaw::{self, File};
-use crate::secrets::{check_key, find_key, resolve_key};
+use crate::secrets::{check_key, find_key_with, resolve_key};
 use crate::store::{SqliteStore, Store, StoreError};
 use anyhow::{Context, Result, anyhow, bail};
 use std::io::Write;
@@ -18,7 +18,7 @@ pub async fn import(config: &Config, path: &Path) -> Result<()> {
     let file: File = serde_json::from_str(&text)
         .with_context(|| format!("{} is not an OpenClaw auth-profiles.json", path.display()))?;
     let store = open(config).await?;
-    let (key, _) = resolve_key(&config.database_path()?, &store.secret_key_ids().await?)?;
+    let (key, _) = resolve_key(&config.database_path()?, &store.secret_key_ids().await?, config.secrets.keyring)?;
     let now = chrono::Utc::now().timestamp_millis();
     let (profiles, orders) = openclaw::import(&file, &key, |p| config.has_provider(p), now)
         .map_err(|e| anyhow!("{}: {e}; nothing was imported", path.display()))?;
@@ -40,7 +40,7 @@ pub async fn export(config: &Config, output: &Path) -> Result<()> {
     let store = open(config).await?;
     let ids = store.secret_key_ids().await?;
     let (key, origin) =
-        find_key(&db)?.ok_or_else(|| anyhow!("no key can open the stored secrets: set ROTA_MASTER_KEY"))?;
+        find_key_with(&db, config.secrets.keyring)?.ok_or_else(|| anyhow!("no key can open the stored secrets: set ROTA_MASTER_KEY"))?;
     check_key(&key, &origin, &ids)?;
     let file = openclaw::export(&store.snapshot().await?, &key).map_err(|e| anyhow!(e))?;
     let mut opts = std::fs::OpenOptions::new();

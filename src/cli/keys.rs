@@ -3,7 +3,9 @@
 use crate::config::Config;
 use crate::engine::{ProfileId, ProfileType};
 use crate::oauth;
-use crate::secrets::{KeyOrigin, SecretField, check_key, find_key, key_file_for, new_key, pending_key_file, resolve_key, write_key_file};
+use crate::secrets::{
+    KeyOrigin, SecretField, check_key, find_key, key_file_for, new_key, pending_key_file, resolve_key, write_key_file,
+};
 use crate::store::{SqliteStore, Store, StoredProfile};
 use anyhow::{Context, Result, anyhow, bail};
 use std::io::{BufRead, IsTerminal};
@@ -20,7 +22,9 @@ pub async fn rotate_key(config: &Config) -> Result<()> {
     let db = config.database_path()?;
     let store = open(config).await?;
     let ids = store.secret_key_ids().await?;
-    let (old, origin) = find_key(&db)?.ok_or_else(|| anyhow!("no master key found (ROTA_MASTER_KEY or {})", key_file_for(&db).display()))?;
+    let (keyring, _) = crate::keyring::open(config.secrets.keyring, &db).map_err(|e| anyhow!(e))?;
+    let (old, origin) = find_key(&db, keyring.as_ref())?
+        .ok_or_else(|| anyhow!("no master key found (ROTA_MASTER_KEY, the keyring or {})", key_file_for(&db).display()))?;
     check_key(&old, &origin, &ids)?;
     let snapshot = store.snapshot().await?;
     let (new, text) = new_key();
@@ -31,8 +35,11 @@ pub async fn rotate_key(config: &Config) -> Result<()> {
             rows.push((id.clone(), new.seal(id, s.field, &plain)));
         }
     }
+    // Where the new key goes: over the key file, or (for the keyring and the environment) a
+    // file that guards the rotation until the new key is in place.
     let target = match &origin {
         KeyOrigin::File(f) | KeyOrigin::NewFile(f) => f.clone(),
+        KeyOrigin::Keyring(_) | KeyOrigin::NewKeyring(_) => key_file_for(&db),
         KeyOrigin::Env => db.with_extension("key.rotated"),
     };
     let pending = pending_key_file(&target);
@@ -44,9 +51,16 @@ pub async fn rotate_key(config: &Config) -> Result<()> {
         let _ = std::fs::remove_file(&pending);
         return Err(e).context("re-encrypting the secrets (nothing was changed)");
     }
-    std::fs::rename(&pending, &target).with_context(|| format!("moving {} to {}", pending.display(), target.display()))?;
+    if let (KeyOrigin::Keyring(_) | KeyOrigin::NewKeyring(_), Some(k)) = (&origin, &keyring) {
+        k.set(&text).map_err(|e| anyhow!("{e}: the new key is in {}; put it in the keyring by hand", pending.display()))?;
+        std::fs::remove_file(&pending).with_context(|| format!("removing {}", pending.display()))?;
+    } else {
+        std::fs::rename(&pending, &target)
+            .with_context(|| format!("moving {} to {}", pending.display(), target.display()))?;
+    }
     println!("re-encrypted {} secret(s): key {} replaced by key {}", rows.len(), old.id(), new.id());
     match origin {
+        KeyOrigin::Keyring(s) | KeyOrigin::NewKeyring(s) => println!("new key in the {s} keyring; the old key no longer opens anything"),
         KeyOrigin::Env => println!(
             "the key came from ROTA_MASTER_KEY: set it to the content of {} (0600) before the next start, then delete the file",
             target.display()
@@ -91,7 +105,7 @@ pub async fn login(config: &Config, provider: &str, device: bool) -> Result<()> 
     let email = oauth::email(&http, cfg, &granted).await;
     let id = ProfileId::new(provider, email.as_deref().unwrap_or("default"))?;
     let store = open(config).await?;
-    let (key, _) = resolve_key(&config.database_path()?, &store.secret_key_ids().await?)?;
+    let (key, _) = resolve_key(&config.database_path()?, &store.secret_key_ids().await?, config.secrets.keyring)?;
     let mut sealed = vec![key.seal(&id, SecretField::AccessToken, &granted.access)];
     if let Some(r) = &granted.refresh {
         sealed.push(key.seal(&id, SecretField::RefreshToken, r));

@@ -230,7 +230,7 @@ impl Rota {
         std::fs::write(&file, &text).unwrap();
         let (config, _) = Config::load(Some(&file)).unwrap_or_else(|e| panic!("{e}"));
         let store = SqliteStore::open(&db).await.unwrap();
-        let (key, _) = resolve_key(&db, &[]).unwrap();
+        let (key, _) = resolve_key(&db, &[], rota::secrets::Choice::Off).unwrap();
         for (i, (id, secret)) in profiles.iter().enumerate() {
             let pid: ProfileId = id.parse().unwrap();
             let sealed = key.seal(&pid, SecretField::ApiKey, &SecretString::from(secret.to_string()));
