@@ -51,6 +51,11 @@ ROUTES: dict[str, set[str]] = {
     "/api/v1/usage": {"GET"},
     "/api/v1/attempts": {"GET"},
     "/api/v1/requests": {"GET"},
+    "/api/v1/session": {"GET", "POST", "DELETE"},
+    "/api/v1/oauth/{provider}/authorize": {"POST"},
+    "/api/v1/oauth/{provider}/paste": {"POST"},
+    "/api/v1/oauth/{provider}/device": {"POST"},
+    "/api/v1/oauth/flows/{id}": {"GET"},
 }
 # Path parameters that harm no fixture state: no such profile, agent or lease; a known provider.
 HARMLESS = {"id": "openai:nope", "name": "nobody", "provider": "openai"}
