@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's full test command: Rust tests, then the peer tests (real client SDKs against the
-# built binary, with llmock as the upstream). Installs its Python peers into ./.venv on first use
-# and again whenever tests/peers/requirements.txt changes.
+# built binary, with llmock as the upstream), then the browser tests (Chromium against rota and a
+# real OpenID provider). Installs its Python peers into ./.venv and its npm peers into
+# tests/browser/node_modules on first use and again whenever their lock files change.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,4 +22,15 @@ fi
 
 export PYTHONDONTWRITEBYTECODE=1  # no __pycache__ left in tests/peers
 target_dir=${CARGO_TARGET_DIR:-target}
-ROTA_BIN="$(realpath "$target_dir")/debug/rota" exec .venv/bin/python -m pytest -q tests/peers
+export ROTA_BIN="$(realpath "$target_dir")/debug/rota"
+.venv/bin/python -m pytest -q tests/peers
+
+# Browser and OAuth end-to-end tests: Debian Chromium (installed here when missing), a real
+# OpenID provider and playwright-core from npm (tests/browser/run.sh installs node_modules).
+if [[ ! -x /usr/bin/chromium ]]; then
+    sudo=""
+    [[ $(id -u) -eq 0 ]] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends chromium >/dev/null
+fi
+exec tests/browser/run.sh

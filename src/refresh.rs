@@ -99,10 +99,21 @@ impl Refresher {
         let lock = self.lock_for(id);
         let _one_at_a_time = lock.lock().await;
         let fail = |reason: Reason, message: String| RefreshFailure { reason, message };
-        let (cred, _, version) =
+        let (mut cred, mut expires, mut version) =
             self.book.tokens(id).ok_or_else(|| fail(Reason::NoProfile, format!("{id} is not an OAuth profile")))?;
         if access_of(&cred).as_deref() != seen {
             return Ok(cred); // refreshed while this caller waited
+        }
+        // A sibling instance sharing the database may have refreshed already: use its tokens
+        // rather than send the provider a spent refresh token (which many providers answer by
+        // revoking the whole grant).
+        if let Some(stored) = self.reread(id, version.as_deref()).await {
+            (cred, expires, version) = self.book.tokens(id).unwrap_or((stored, expires, version));
+            let lead = config.refresh.lead.as_millis() as Millis;
+            if expires.is_some_and(|e| e - self.clock.now() > lead) && access_of(&cred).as_deref() != seen {
+                tracing::info!(profile = %id, "a sibling had refreshed the tokens: using the stored ones");
+                return Ok(cred);
+            }
         }
         let provider = id.provider();
         let cfg = config

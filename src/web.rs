@@ -71,7 +71,7 @@ pub fn random_token() -> String {
     URL_SAFE_NO_PAD.encode(bytes)
 }
 
-fn digest(token: &str) -> String {
+pub fn digest(token: &str) -> String {
     Sha256::digest(token.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
 }
 
@@ -145,6 +145,32 @@ pub fn set_cookie(token: Option<&str>) -> HeaderValue {
         None => format!("{COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0"),
     };
     HeaderValue::from_str(&v).expect("a session token is URL-safe base64")
+}
+
+/// Binds an OAuth login to the browser that started it. The provider's redirect back is a
+/// cross-site navigation, which carries `SameSite=Lax` cookies but not the Strict session
+/// cookie, so the login has a cookie of its own, sent only to the callback.
+pub const LOGIN_COOKIE: &str = "rota_login";
+
+pub fn login_cookie(nonce: Option<&str>) -> HeaderValue {
+    let v = match nonce {
+        Some(n) => format!("{LOGIN_COOKIE}={n}; HttpOnly; SameSite=Lax; Path=/oauth/callback; Max-Age=900"),
+        None => format!("{LOGIN_COOKIE}=; HttpOnly; SameSite=Lax; Path=/oauth/callback; Max-Age=0"),
+    };
+    HeaderValue::from_str(&v).expect("a login nonce is URL-safe base64")
+}
+
+/// The callback's success page: it moves on to the console itself, so that the navigation
+/// starts on rota's own site and carries the session cookie.
+pub fn continue_page(target: &str) -> Response {
+    let escaped = target.replace('&', "&amp;").replace('"', "&quot;").replace('<', "&lt;");
+    let html = format!(
+        "<!doctype html><meta charset=utf-8><meta http-equiv=refresh content=\"0;url={escaped}\"><title>rota: logged in</title>\
+         <link rel=stylesheet href=/ui/style.css><main class=narrow><h1>Logged in</h1><p><a id=continue href=\"{escaped}\">Back to the console</a></p></main>"
+    );
+    let mut resp = Html(html).into_response();
+    resp.headers_mut().insert(header::SET_COOKIE, login_cookie(None));
+    resp
 }
 
 /// An error page for the browser (the OAuth callback).

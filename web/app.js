@@ -140,7 +140,7 @@ function profileRow(p, provider, rows, index) {
   const state = el("td", { className: "state", "data-state": p.status.state }, stateText(p));
   tr.append(state);
   const s = p.usage_stats;
-  tr.append(el("td", { className: "counters" }, `${s.success_count} / ${s.failure_total} / ${s.error_count}`));
+  tr.append(el("td", { className: "counters" }, `${s.success_count} · ${s.failure_total} · ${s.error_count}`));
   const actions = el("td", { className: "row-actions" });
   const button = (action, label, enabled = true) => {
     const b = el("button", { "data-action": action, title: label, disabled: !enabled }, label);

@@ -13,7 +13,7 @@ use crate::store::{StoreError, StoredProfile};
 use axum::Json;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Redirect, Response};
+use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -32,10 +32,11 @@ pub fn routes() -> OpenApiRouter<AppState> {
 /// A browser login must come back within this time.
 const PENDING_TTL: Millis = 15 * 60_000;
 
-/// A started login: the PKCE verifier and state, bound to the console session that started it.
+/// A started login: the PKCE verifier and state, bound to the browser that started it (the
+/// digest of its login cookie) when a console session started it.
 struct Started {
     pending: Pending,
-    session: Option<String>,
+    browser: Option<String>,
 }
 
 #[derive(Clone, Serialize, ToSchema)]
@@ -133,7 +134,7 @@ async fn authorize(
     _: Admin,
     headers: HeaderMap,
     Path(provider): Path<String>,
-) -> Result<Json<Authorization>, ApiError> {
+) -> Result<Response, ApiError> {
     let settings = state.engine.settings();
     let cfg = oauth_config(&settings.config, &provider)?;
     let (redirect_uri, paste) = match &cfg.redirect_uri {
@@ -145,10 +146,15 @@ async fn authorize(
     };
     let now = state.engine.clock.now();
     let (url, pending) = oauth::authorize(&provider, cfg, &redirect_uri, now).map_err(login_error)?;
-    let session = state.sessions.find(&headers, now).map(|s| s.id);
+    let nonce = state.sessions.find(&headers, now).map(|_| crate::web::random_token());
+    let browser = nonce.as_deref().map(crate::web::digest);
     let answer = Authorization { authorize_url: url, state: pending.state.clone(), redirect_uri, paste };
-    state.logins.started.lock().unwrap_or_else(|e| e.into_inner()).insert(pending.state.clone(), Started { pending, session });
-    Ok(Json(answer))
+    state.logins.started.lock().unwrap_or_else(|e| e.into_inner()).insert(pending.state.clone(), Started { pending, browser });
+    let mut resp = Json(answer).into_response();
+    if let Some(n) = nonce {
+        resp.headers_mut().insert(axum::http::header::SET_COOKIE, crate::web::login_cookie(Some(&n)));
+    }
+    Ok(resp)
 }
 
 /// The provider sends the browser here after consent: `?code=…&state=…`.
@@ -161,9 +167,9 @@ pub async fn callback(State(state): State<AppState>, headers: HeaderMap, RawQuer
     let Some(started) = state.logins.take(&state_param, now) else {
         return page(StatusCode::BAD_REQUEST, "unknown or expired login state: start the login again from the console");
     };
-    let session = state.sessions.find(&headers, now).map(|s| s.id);
-    if started.session.is_some() && started.session != session {
-        return page(StatusCode::BAD_REQUEST, "this login was started in another session: start it again");
+    let browser = crate::web::cookie(&headers, crate::web::LOGIN_COOKIE).map(crate::web::digest);
+    if started.browser.is_some() && started.browser != browser {
+        return page(StatusCode::BAD_REQUEST, "this login was started in another browser: start it again from the console");
     }
     let code = match oauth::code_from_pasted(&format!("?{query}"), &started.pending.state) {
         Ok(c) => c,
@@ -171,8 +177,10 @@ pub async fn callback(State(state): State<AppState>, headers: HeaderMap, RawQuer
     };
     let provider = started.pending.provider.clone();
     match finish_code(&state, started.pending, &code).await {
-        Ok(id) => Redirect::to(&format!("/ui/?added={}", url::form_urlencoded::byte_serialize(id.as_str().as_bytes()).collect::<String>()))
-            .into_response(),
+        Ok(id) => crate::web::continue_page(&format!(
+            "/ui/?added={}",
+            url::form_urlencoded::byte_serialize(id.as_str().as_bytes()).collect::<String>()
+        )),
         Err(e) => page(e.status, &format!("{provider}: {}", e.message)),
     }
 }

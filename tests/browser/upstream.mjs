@@ -1,0 +1,143 @@
+#!/usr/bin/env node
+// A tiny OpenAI-compatible upstream for rota's end-to-end tests, on 127.0.0.1 only.
+//
+//   node upstream.mjs [--port P]
+//
+// prints {"url": "http://127.0.0.1:P"} on stdout once it listens.
+//
+//   POST /v1/chat/completions   a chat completion with usage (an SSE stream when "stream": true),
+//                               unless a scripted reply is queued for the caller's token
+//   GET  /v1/models             one model list
+//   POST /__script {"token_prefix"?: "...", "replies": [{"status", "headers"?, "body"?}]}
+//                               queues replies for calls whose bearer token starts with
+//                               token_prefix (any call without it); when the queue is empty, 200s
+//   DELETE /__script            drops every queued reply
+//   GET  /__seen                [{authorization, model, status, at}] of every completion call,
+//                               oldest first (status: what this upstream answered)
+//   DELETE /__seen              forgets them
+
+import http from 'node:http';
+import { parseArgs } from 'node:util';
+
+const { values: argv } = parseArgs({ options: { port: { type: 'string', default: '0' } } });
+
+const scripts = []; // [{prefix: string|undefined, replies: [...]}], checked in order
+const seen = [];
+let nextId = 1;
+
+function json(res, status, value, headers = {}) {
+  const body = JSON.stringify(value);
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), ...headers });
+  res.end(body);
+}
+
+async function readJson(req) {
+  const chunks = [];
+  for await (const chunk of req) chunks.push(chunk);
+  const text = Buffer.concat(chunks).toString('utf8');
+  return text ? JSON.parse(text) : {};
+}
+
+function bearer(authorization) {
+  const m = /^Bearer\s+(.+)$/i.exec(authorization ?? '');
+  return m ? m[1].trim() : '';
+}
+
+// The first queued reply whose prefix matches the token, taken off its queue.
+function scripted(token) {
+  for (const s of scripts) {
+    if (s.replies.length && (s.prefix === undefined || token.startsWith(s.prefix))) {
+      return s.replies.shift();
+    }
+  }
+  return undefined;
+}
+
+function completion(model, content) {
+  return {
+    id: `chatcmpl-test-${nextId++}`,
+    object: 'chat.completion',
+    created: Math.floor(Date.now() / 1000),
+    model,
+    choices: [{ index: 0, message: { role: 'assistant', content }, finish_reason: 'stop', logprobs: null }],
+    usage: { prompt_tokens: 7, completion_tokens: 3, total_tokens: 10 },
+  };
+}
+
+function stream(res, model, content) {
+  const id = `chatcmpl-test-${nextId++}`;
+  const created = Math.floor(Date.now() / 1000);
+  const chunk = (delta, finish, usage) => `data: ${JSON.stringify({
+    id, object: 'chat.completion.chunk', created, model,
+    choices: usage ? [] : [{ index: 0, delta, finish_reason: finish }],
+    ...(usage ? { usage } : {}),
+  })}\n\n`;
+  res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
+  res.write(chunk({ role: 'assistant', content: '' }, null));
+  res.write(chunk({ content }, null));
+  res.write(chunk({}, 'stop'));
+  res.write(chunk(null, null, { prompt_tokens: 7, completion_tokens: 3, total_tokens: 10 }));
+  res.end('data: [DONE]\n\n');
+}
+
+async function handle(req, res) {
+  const url = new URL(req.url, 'http://127.0.0.1');
+  if (req.method === 'POST' && url.pathname === '/v1/chat/completions') {
+    let body;
+    try {
+      body = await readJson(req);
+    } catch {
+      return json(res, 400, { error: { message: 'body is not JSON', type: 'invalid_request_error' } });
+    }
+    const token = bearer(req.headers.authorization);
+    const reply = scripted(token);
+    const status = reply?.status ?? 200;
+    seen.push({ authorization: req.headers.authorization ?? null, model: body.model ?? null, status, at: Date.now() });
+    if (reply) {
+      const payload = reply.body ?? { error: { message: `scripted ${status}`, type: 'scripted' } };
+      return json(res, status, payload, reply.headers ?? {});
+    }
+    if (!token) {
+      return json(res, 401, { error: { message: 'no bearer token', type: 'invalid_request_error', code: 'invalid_api_key' } });
+    }
+    const content = `hello from the test upstream (${body.model})`;
+    return body.stream ? stream(res, body.model, content) : json(res, 200, completion(body.model, content));
+  }
+  if (req.method === 'GET' && url.pathname === '/v1/models') {
+    return json(res, 200, { object: 'list', data: [{ id: 'gpt-4o-mini', object: 'model', owned_by: 'test' }] });
+  }
+  if (url.pathname === '/__script') {
+    if (req.method === 'DELETE') {
+      scripts.length = 0;
+      return json(res, 200, { ok: true });
+    }
+    if (req.method === 'POST') {
+      const s = await readJson(req);
+      if (!Array.isArray(s.replies)) return json(res, 400, { error: 'replies must be an array' });
+      scripts.push({ prefix: s.token_prefix, replies: [...s.replies] });
+      return json(res, 200, { queued: s.replies.length });
+    }
+  }
+  if (url.pathname === '/__seen') {
+    if (req.method === 'GET') return json(res, 200, seen);
+    if (req.method === 'DELETE') {
+      seen.length = 0;
+      return json(res, 200, { ok: true });
+    }
+  }
+  return json(res, 404, { error: { message: `no route ${req.method} ${url.pathname}`, type: 'not_found' } });
+}
+
+const server = http.createServer((req, res) => {
+  handle(req, res).catch((err) => json(res, 500, { error: { message: String(err), type: 'test_upstream' } }));
+});
+server.listen(Number(argv.port), '127.0.0.1', () => {
+  process.stdout.write(`${JSON.stringify({ url: `http://127.0.0.1:${server.address().port}` })}\n`);
+});
+for (const signal of ['SIGTERM', 'SIGINT']) {
+  process.on(signal, () => {
+    server.close();
+    server.closeAllConnections();
+    process.exit(0);
+  });
+}
