@@ -213,7 +213,9 @@ impl Book {
         let token_versions = snapshot
             .secrets
             .iter()
-            .filter_map(|(id, s)| Some((id.clone(), s.iter().find(|s| s.field == SecretField::RefreshToken)?.nonce.clone())))
+            .filter_map(|(id, s)| {
+                Some((id.clone(), s.iter().find(|s| s.field == SecretField::RefreshToken)?.nonce.clone()))
+            })
             .collect();
         let inner = Inner {
             roster,

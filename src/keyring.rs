@@ -69,7 +69,9 @@ pub fn open(choice: Choice, db: &Path) -> Result<(Option<Keyring>, Option<String
 fn open_here(choice: Choice, db: &Path) -> Result<(Option<Keyring>, Option<String>), String> {
     let secret_service = || -> Result<Keyring, String> {
         if std::env::var_os("DBUS_SESSION_BUS_ADDRESS").is_none() {
-            return Err("no DBus session (DBUS_SESSION_BUS_ADDRESS is not set), so the Secret Service is unreachable".into());
+            return Err(
+                "no DBus session (DBUS_SESSION_BUS_ADDRESS is not set), so the Secret Service is unreachable".into()
+            );
         }
         let store = zbus_secret_service_keyring_store::Store::new().map_err(|e| format!("the Secret Service: {e}"))?;
         let entry = entry(store, db).map_err(|e| format!("the Secret Service: {e}"))?;
@@ -109,7 +111,9 @@ impl Keyring {
         off_runtime(|| match self.entry.get_password() {
             Ok(t) => Ok(Some(t)),
             Err(Error::NoEntry) => Ok(None),
-            Err(e) => Err(format!("reading the master key from the {} keyring: {e}{}", self.store, hint(self.store, &e))),
+            Err(e) => {
+                Err(format!("reading the master key from the {} keyring: {e}{}", self.store, hint(self.store, &e)))
+            }
         })
     }
 

@@ -4,7 +4,10 @@
 
 use crate::config::OAuth as OAuthConfig;
 use crate::engine::Millis;
-use oauth2::basic::{BasicErrorResponse, BasicErrorResponseType, BasicRevocationErrorResponse, BasicTokenIntrospectionResponse, BasicTokenType};
+use oauth2::basic::{
+    BasicErrorResponse, BasicErrorResponseType, BasicRevocationErrorResponse, BasicTokenIntrospectionResponse,
+    BasicTokenType,
+};
 use oauth2::{
     AuthUrl, AuthorizationCode, Client, ClientId, ClientSecret, CsrfToken, DeviceAuthorizationUrl, EndpointMaybeSet,
     EndpointNotSet, EndpointSet, ExtraTokenFields, HttpRequest, HttpResponse, PkceCodeChallenge, PkceCodeVerifier,
@@ -203,7 +206,13 @@ pub fn authorize(
 }
 
 /// Exchanges the authorization code (with the PKCE verifier) for tokens.
-pub async fn exchange(http: &Http, cfg: &OAuthConfig, pending: Pending, code: &str, now: Millis) -> Result<Granted, OAuthError> {
+pub async fn exchange(
+    http: &Http,
+    cfg: &OAuthConfig,
+    pending: Pending,
+    code: &str,
+    now: Millis,
+) -> Result<Granted, OAuthError> {
     let c = client(&pending.provider, cfg, Some(&pending.redirect_uri))?;
     let tokens = c
         .exchange_code(AuthorizationCode::new(code.to_string()))
@@ -215,9 +224,14 @@ pub async fn exchange(http: &Http, cfg: &OAuthConfig, pending: Pending, code: &s
 }
 
 /// Starts a device login: the code the user types and where.
-pub async fn device_start(http: &Http, provider: &str, cfg: &OAuthConfig) -> Result<StandardDeviceAuthorizationResponse, OAuthError> {
+pub async fn device_start(
+    http: &Http,
+    provider: &str,
+    cfg: &OAuthConfig,
+) -> Result<StandardDeviceAuthorizationResponse, OAuthError> {
     let c = client(provider, cfg, None)?;
-    let mut req = c.exchange_device_code().map_err(|_| bad(provider, "device_url", "not set: the device flow needs it"))?;
+    let mut req =
+        c.exchange_device_code().map_err(|_| bad(provider, "device_url", "not set: the device flow needs it"))?;
     for s in &cfg.scopes {
         req = req.add_scope(Scope::new(s.clone()));
     }
@@ -237,21 +251,28 @@ pub async fn device_finish(
 ) -> Result<Granted, OAuthError> {
     let c = client(provider, cfg, None)?;
     let req = c.exchange_device_access_token(details);
-    let tokens = req.request_async(http, tokio::time::sleep, Some(details.expires_in())).await.map_err(|e| match e {
-        RequestTokenError::ServerResponse(r) => match r.error() {
-            oauth2::DeviceCodeErrorResponseType::ExpiredToken => OAuthError::DeviceExpired,
-            other => OAuthError::Refused { code: other.to_string(), detail: r.error_description().cloned() },
-        },
-        RequestTokenError::Request(e) => OAuthError::Transport(e.to_string()),
-        RequestTokenError::Parse(e, _) => OAuthError::Malformed(e.to_string()),
-        RequestTokenError::Other(e) if e.contains("timed out") || e.contains("imeout") => OAuthError::DeviceExpired,
-        RequestTokenError::Other(e) => OAuthError::Malformed(e),
-    })?;
+    let tokens =
+        req.request_async(http, tokio::time::sleep, Some(details.expires_in())).await.map_err(|e| match e {
+            RequestTokenError::ServerResponse(r) => match r.error() {
+                oauth2::DeviceCodeErrorResponseType::ExpiredToken => OAuthError::DeviceExpired,
+                other => OAuthError::Refused { code: other.to_string(), detail: r.error_description().cloned() },
+            },
+            RequestTokenError::Request(e) => OAuthError::Transport(e.to_string()),
+            RequestTokenError::Parse(e, _) => OAuthError::Malformed(e.to_string()),
+            RequestTokenError::Other(e) if e.contains("timed out") || e.contains("imeout") => OAuthError::DeviceExpired,
+            RequestTokenError::Other(e) => OAuthError::Malformed(e),
+        })?;
     Ok(Granted::of(&tokens, now()))
 }
 
 /// Exchanges a refresh token for new tokens.
-pub async fn refresh(http: &Http, provider: &str, cfg: &OAuthConfig, token: &SecretString, now: Millis) -> Result<Granted, OAuthError> {
+pub async fn refresh(
+    http: &Http,
+    provider: &str,
+    cfg: &OAuthConfig,
+    token: &SecretString,
+    now: Millis,
+) -> Result<Granted, OAuthError> {
     let c = client(provider, cfg, None)?;
     let t = RefreshToken::new(token.expose_secret().to_string());
     let tokens = c.exchange_refresh_token(&t).request_async(http).await.map_err(token_error)?;
@@ -286,7 +307,11 @@ pub fn id_token_email(jwt: &str) -> Option<String> {
 /// parsed, never fetched. A duplicated parameter, a missing code or a state that does not
 /// match is refused; an `error` parameter is reported as the provider's refusal.
 pub fn code_from_pasted(url: &str, expected_state: &str) -> Result<String, String> {
-    let query = url.trim().split_once('?').map(|(_, q)| q).ok_or("the pasted text is not a redirect URL with a query (…?code=…&state=…)")?;
+    let query = url
+        .trim()
+        .split_once('?')
+        .map(|(_, q)| q)
+        .ok_or("the pasted text is not a redirect URL with a query (…?code=…&state=…)")?;
     let query = query.split('#').next().unwrap_or("");
     let mut seen: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
     for (k, v) in url::form_urlencoded::parse(query.as_bytes()) {

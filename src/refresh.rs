@@ -46,7 +46,10 @@ impl Refresher {
 
     /// Refreshes, every few seconds, the tokens of profiles about to expire, so that idle
     /// profiles are fresh when traffic comes. `settings` gives the config in force.
-    pub fn sweep(self: &Arc<Self>, settings: impl Fn() -> Option<Arc<crate::gateway::failover::Settings>> + Send + 'static) {
+    pub fn sweep(
+        self: &Arc<Self>,
+        settings: impl Fn() -> Option<Arc<crate::gateway::failover::Settings>> + Send + 'static,
+    ) {
         let weak: Weak<Refresher> = Arc::downgrade(self);
         tokio::spawn(async move {
             loop {
@@ -95,7 +98,12 @@ impl Refresher {
     /// Refreshes the profile's tokens, unless another caller did since `seen` (the access token
     /// the caller holds) was read: then that caller's result is returned. A failure is for the
     /// caller to record (the walk records it as the attempt's failure).
-    pub async fn refresh(&self, config: &Config, id: &ProfileId, seen: Option<&str>) -> Result<Credential, RefreshFailure> {
+    pub async fn refresh(
+        &self,
+        config: &Config,
+        id: &ProfileId,
+        seen: Option<&str>,
+    ) -> Result<Credential, RefreshFailure> {
         let lock = self.lock_for(id);
         let _one_at_a_time = lock.lock().await;
         let fail = |reason: Reason, message: String| RefreshFailure { reason, message };
@@ -159,13 +167,16 @@ impl Refresher {
         version: Option<Vec<u8>>,
     ) -> Result<Credential, RefreshFailure> {
         let refresh = granted.refresh.unwrap_or_else(|| used.clone());
-        let sealed =
-            vec![self.key.seal(id, SecretField::AccessToken, &granted.access), self.key.seal(id, SecretField::RefreshToken, &refresh)];
+        let sealed = vec![
+            self.key.seal(id, SecretField::AccessToken, &granted.access),
+            self.key.seal(id, SecretField::RefreshToken, &refresh),
+        ];
         let new_version = sealed[1].nonce.clone();
         match self.store.swap_tokens(id, version.as_deref(), &sealed, granted.expires_at).await {
             Ok(true) => {
                 let cred = Credential::OAuth { access: Some(granted.access), refresh: Some(refresh) };
-                let profile = StoredProfile::stored(id.clone(), crate::engine::ProfileType::OAuth, granted.expires_at, 0);
+                let profile =
+                    StoredProfile::stored(id.clone(), crate::engine::ProfileType::OAuth, granted.expires_at, 0);
                 self.book.set_tokens(&profile, cred.clone(), Some(new_version));
                 tracing::info!(profile = %id, "access token refreshed");
                 Ok(cred)
@@ -174,7 +185,10 @@ impl Refresher {
                 reason: Reason::Auth,
                 message: format!("{id}: the stored tokens changed during the refresh and could not be read"),
             }),
-            Err(e) => Err(RefreshFailure { reason: Reason::ServerError, message: format!("storing refreshed tokens failed: {e}") }),
+            Err(e) => Err(RefreshFailure {
+                reason: Reason::ServerError,
+                message: format!("storing refreshed tokens failed: {e}"),
+            }),
         }
     }
 
@@ -186,7 +200,8 @@ impl Refresher {
             return None;
         }
         let open = |f: SecretField| sealed.iter().find(|s| s.field == f).and_then(|s| self.key.open(id, s).ok());
-        let cred = Credential::OAuth { access: open(SecretField::AccessToken), refresh: open(SecretField::RefreshToken) };
+        let cred =
+            Credential::OAuth { access: open(SecretField::AccessToken), refresh: open(SecretField::RefreshToken) };
         let profile = StoredProfile::stored(id.clone(), crate::engine::ProfileType::OAuth, expires_at, 0);
         self.book.set_tokens(&profile, cred.clone(), Some(refresh.nonce.clone()));
         Some(cred)

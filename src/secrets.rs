@@ -248,7 +248,11 @@ pub fn write_key_file(path: &Path, text: &str) -> Result<(), KeyError> {
 /// else in a new `0600` key file — but never a new key while the database holds secrets sealed
 /// by another. A rotation interrupted after it re-sealed leaves the new key in `rota.key.new`:
 /// it is adopted when it is the key the secrets need.
-pub fn resolve_key(db_path: &Path, stored_key_ids: &[String], choice: Choice) -> Result<(MasterKey, KeyOrigin), KeyError> {
+pub fn resolve_key(
+    db_path: &Path,
+    stored_key_ids: &[String],
+    choice: Choice,
+) -> Result<(MasterKey, KeyOrigin), KeyError> {
     let (keyring, why_not) = crate::keyring::open(choice, db_path).map_err(KeyError::Keyring)?;
     let file = key_file_for(db_path);
     let pending = pending_key_file(&file);

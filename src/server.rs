@@ -2,7 +2,6 @@
 //! until SIGTERM or Ctrl-C, then flushes every pending write.
 
 use crate::api::{self, leases::Leases, oauth::Logins};
-use crate::web::{self, Sessions};
 use crate::audit::Audit;
 use crate::book::Book;
 use crate::config::Config;
@@ -14,6 +13,7 @@ use crate::metrics::Snapshot;
 use crate::refresh::Refresher;
 use crate::secrets::{MasterKey, resolve_key};
 use crate::store::{SqliteStore, Store};
+use crate::web::{self, Sessions};
 use anyhow::{Context, Result};
 use axum::extract::State;
 use axum::routing::get;
@@ -77,8 +77,14 @@ impl App {
         let upstream = Upstream::new(&config.timeouts);
         let key = Arc::new(key);
         let refresher = Arc::new(Refresher::new(book.clone(), store.clone(), key.clone(), clock.clone()));
-        let engine =
-            Arc::new(Engine::new(Settings::new(config), book.clone(), upstream, audit.clone(), clock, refresher.clone()));
+        let engine = Arc::new(Engine::new(
+            Settings::new(config),
+            book.clone(),
+            upstream,
+            audit.clone(),
+            clock,
+            refresher.clone(),
+        ));
         let weak = Arc::downgrade(&engine);
         refresher.sweep(move || weak.upgrade().map(|e| e.settings()));
         if let Some(path) = watched {

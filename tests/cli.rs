@@ -560,7 +560,10 @@ fn rotate_key_re_encrypts_every_secret_and_retires_the_old_key() {
     assert_ok(&out);
     assert!(text(&out.stdout).contains("re-encrypted 2 secret(s)"), "{}", text(&out.stdout));
     assert!(!env.path("rota.key.new").exists(), "the pending key was moved into place");
-    assert_ne!(std::fs::read_to_string(env.path("rota.key")).unwrap(), std::fs::read_to_string(env.path("old.key")).unwrap());
+    assert_ne!(
+        std::fs::read_to_string(env.path("rota.key")).unwrap(),
+        std::fs::read_to_string(env.path("old.key")).unwrap()
+    );
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;

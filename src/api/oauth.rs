@@ -22,11 +22,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 pub fn routes() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new()
-        .routes(routes!(authorize))
-        .routes(routes!(paste))
-        .routes(routes!(device))
-        .routes(routes!(flow))
+    OpenApiRouter::new().routes(routes!(authorize)).routes(routes!(paste)).routes(routes!(device)).routes(routes!(flow))
 }
 
 /// A browser login must come back within this time.
@@ -68,9 +64,12 @@ impl Logins {
 }
 
 fn oauth_config<'a>(config: &'a Config, provider: &str) -> Result<&'a OAuthConfig, ApiError> {
-    let p = config.providers.get(provider).ok_or_else(|| ApiError::not_found(format!("unknown provider `{provider}`")))?;
+    let p =
+        config.providers.get(provider).ok_or_else(|| ApiError::not_found(format!("unknown provider `{provider}`")))?;
     p.oauth.as_ref().ok_or_else(|| {
-        ApiError::bad_request(format!("provider {provider} has no [providers.{provider}.oauth] section: add API keys instead"))
+        ApiError::bad_request(format!(
+            "provider {provider} has no [providers.{provider}.oauth] section: add API keys instead"
+        ))
     })
 }
 
@@ -149,7 +148,12 @@ async fn authorize(
     let nonce = state.sessions.find(&headers, now).map(|_| crate::web::random_token());
     let browser = nonce.as_deref().map(crate::web::digest);
     let answer = Authorization { authorize_url: url, state: pending.state.clone(), redirect_uri, paste };
-    state.logins.started.lock().unwrap_or_else(|e| e.into_inner()).insert(pending.state.clone(), Started { pending, browser });
+    state
+        .logins
+        .started
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(pending.state.clone(), Started { pending, browser });
     let mut resp = Json(answer).into_response();
     if let Some(n) = nonce {
         resp.headers_mut().insert(axum::http::header::SET_COOKIE, crate::web::login_cookie(Some(&n)));
@@ -161,7 +165,8 @@ async fn authorize(
 pub async fn callback(State(state): State<AppState>, headers: HeaderMap, RawQuery(query): RawQuery) -> Response {
     let page = |status: StatusCode, msg: &str| crate::web::error_page(status, msg);
     let query = query.unwrap_or_default();
-    let state_param = url::form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == "state").map(|(_, v)| v.to_string());
+    let state_param =
+        url::form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == "state").map(|(_, v)| v.to_string());
     let Some(state_param) = state_param else { return page(StatusCode::BAD_REQUEST, "the callback has no state") };
     let now = state.engine.clock.now();
     let Some(started) = state.logins.take(&state_param, now) else {
@@ -169,7 +174,10 @@ pub async fn callback(State(state): State<AppState>, headers: HeaderMap, RawQuer
     };
     let browser = crate::web::cookie(&headers, crate::web::LOGIN_COOKIE).map(crate::web::digest);
     if started.browser.is_some() && started.browser != browser {
-        return page(StatusCode::BAD_REQUEST, "this login was started in another browser: start it again from the console");
+        return page(
+            StatusCode::BAD_REQUEST,
+            "this login was started in another browser: start it again from the console",
+        );
     }
     let code = match oauth::code_from_pasted(&format!("?{query}"), &started.pending.state) {
         Ok(c) => c,
@@ -189,7 +197,8 @@ async fn finish_code(state: &AppState, pending: Pending, code: &str) -> Result<P
     let settings = state.engine.settings();
     let provider = pending.provider.clone();
     let cfg = oauth_config(&settings.config, &provider)?;
-    let granted = oauth::exchange(&state.logins.http, cfg, pending, code, state.engine.clock.now()).await.map_err(login_error)?;
+    let granted =
+        oauth::exchange(&state.logins.http, cfg, pending, code, state.engine.clock.now()).await.map_err(login_error)?;
     complete(state, &provider, granted).await
 }
 

@@ -39,8 +39,8 @@ pub async fn export(config: &Config, output: &Path) -> Result<()> {
     }
     let store = open(config).await?;
     let ids = store.secret_key_ids().await?;
-    let (key, origin) =
-        find_key_with(&db, config.secrets.keyring)?.ok_or_else(|| anyhow!("no key can open the stored secrets: set ROTA_MASTER_KEY"))?;
+    let (key, origin) = find_key_with(&db, config.secrets.keyring)?
+        .ok_or_else(|| anyhow!("no key can open the stored secrets: set ROTA_MASTER_KEY"))?;
     check_key(&key, &origin, &ids)?;
     let file = openclaw::export(&store.snapshot().await?, &key).map_err(|e| anyhow!(e))?;
     let mut opts = std::fs::OpenOptions::new();

@@ -23,8 +23,9 @@ pub async fn rotate_key(config: &Config) -> Result<()> {
     let store = open(config).await?;
     let ids = store.secret_key_ids().await?;
     let (keyring, _) = crate::keyring::open(config.secrets.keyring, &db).map_err(|e| anyhow!(e))?;
-    let (old, origin) = find_key(&db, keyring.as_ref())?
-        .ok_or_else(|| anyhow!("no master key found (ROTA_MASTER_KEY, the keyring or {})", key_file_for(&db).display()))?;
+    let (old, origin) = find_key(&db, keyring.as_ref())?.ok_or_else(|| {
+        anyhow!("no master key found (ROTA_MASTER_KEY, the keyring or {})", key_file_for(&db).display())
+    })?;
     check_key(&old, &origin, &ids)?;
     let snapshot = store.snapshot().await?;
     let (new, text) = new_key();
@@ -44,7 +45,10 @@ pub async fn rotate_key(config: &Config) -> Result<()> {
     };
     let pending = pending_key_file(&target);
     if pending.exists() {
-        bail!("{} exists: an earlier rotation was interrupted; move it away after checking which key opens the secrets", pending.display());
+        bail!(
+            "{} exists: an earlier rotation was interrupted; move it away after checking which key opens the secrets",
+            pending.display()
+        );
     }
     write_key_file(&pending, &text)?;
     if let Err(e) = store.reseal_all(&rows).await {
@@ -52,7 +56,8 @@ pub async fn rotate_key(config: &Config) -> Result<()> {
         return Err(e).context("re-encrypting the secrets (nothing was changed)");
     }
     if let (KeyOrigin::Keyring(_) | KeyOrigin::NewKeyring(_), Some(k)) = (&origin, &keyring) {
-        k.set(&text).map_err(|e| anyhow!("{e}: the new key is in {}; put it in the keyring by hand", pending.display()))?;
+        k.set(&text)
+            .map_err(|e| anyhow!("{e}: the new key is in {}; put it in the keyring by hand", pending.display()))?;
         std::fs::remove_file(&pending).with_context(|| format!("removing {}", pending.display()))?;
     } else {
         std::fs::rename(&pending, &target)
@@ -60,7 +65,9 @@ pub async fn rotate_key(config: &Config) -> Result<()> {
     }
     println!("re-encrypted {} secret(s): key {} replaced by key {}", rows.len(), old.id(), new.id());
     match origin {
-        KeyOrigin::Keyring(s) | KeyOrigin::NewKeyring(s) => println!("new key in the {s} keyring; the old key no longer opens anything"),
+        KeyOrigin::Keyring(s) | KeyOrigin::NewKeyring(s) => {
+            println!("new key in the {s} keyring; the old key no longer opens anything")
+        }
         KeyOrigin::Env => println!(
             "the key came from ROTA_MASTER_KEY: set it to the content of {} (0600) before the next start, then delete the file",
             target.display()
@@ -85,7 +92,10 @@ pub async fn login(config: &Config, provider: &str, device: bool) -> Result<()> 
     let now = || chrono::Utc::now().timestamp_millis();
     let granted = if device {
         let d = oauth::device_start(&http, provider, cfg).await?;
-        let link = d.verification_uri_complete().map(|u| u.secret().clone()).unwrap_or_else(|| d.verification_uri().to_string());
+        let link = d
+            .verification_uri_complete()
+            .map(|u| u.secret().clone())
+            .unwrap_or_else(|| d.verification_uri().to_string());
         eprintln!("Open {link}\nand enter the code {}\nWaiting for the login…", d.user_code().secret());
         oauth::device_finish(&http, provider, cfg, &d, now).await?
     } else {
@@ -118,6 +128,14 @@ pub async fn login(config: &Config, provider: &str, device: bool) -> Result<()> 
         stats.clear_errors();
         store.save_stats(&[(id.clone(), stats)]).await?;
     }
-    println!("{} {id}{}", if added { "added" } else { "updated" }, if granted.refresh.is_none() { " (no refresh token: it will need a new login when the access token expires)" } else { "" });
+    println!(
+        "{} {id}{}",
+        if added { "added" } else { "updated" },
+        if granted.refresh.is_none() {
+            " (no refresh token: it will need a new login when the access token expires)"
+        } else {
+            ""
+        }
+    );
     Ok(())
 }

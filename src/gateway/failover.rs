@@ -4,7 +4,6 @@
 use super::sse::{Event, Splitter};
 use super::upstream::Upstream;
 use super::walk::{Attempt, Step, Trail, Verdict, Walk};
-use crate::refresh::{Refresher, access_of};
 use super::wire::{self, Api, Seen};
 use crate::agents::Agent;
 use crate::audit::{AttemptRow, Audit, Outcome};
@@ -15,6 +14,7 @@ use crate::engine::classify::{Classified, Classifier, Observed};
 use crate::engine::{Clock, Failure, Millis, ProfileId, Reason};
 use crate::metrics::Metrics;
 use crate::redact::{redact, truncate};
+use crate::refresh::{Refresher, access_of};
 use crate::status::until_ms;
 use crate::translate::{self, StreamTranslator};
 use axum::body::Body;
@@ -191,7 +191,15 @@ impl Engine {
         refresher: Arc<Refresher>,
     ) -> Engine {
         let metrics = Arc::new(Metrics::default());
-        Engine { settings: std::sync::RwLock::new(Arc::new(settings)), book, upstream, audit, metrics, clock, refresher }
+        Engine {
+            settings: std::sync::RwLock::new(Arc::new(settings)),
+            book,
+            upstream,
+            audit,
+            metrics,
+            clock,
+            refresher,
+        }
     }
 
     /// The attempt's credential, refreshed first if it is an OAuth token about to expire. A

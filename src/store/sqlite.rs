@@ -448,8 +448,10 @@ impl Store for SqliteStore {
 
     async fn save_login(&self, p: &StoredProfile, secrets: &[Sealed]) -> Result<bool, StoreError> {
         let mut tx = self.pool.begin().await?;
-        let kind: Option<String> =
-            sqlx::query_scalar("SELECT type FROM profiles WHERE id = ?").bind(p.id.as_str()).fetch_optional(&mut *tx).await?;
+        let kind: Option<String> = sqlx::query_scalar("SELECT type FROM profiles WHERE id = ?")
+            .bind(p.id.as_str())
+            .fetch_optional(&mut *tx)
+            .await?;
         let created = match kind.as_deref() {
             None => {
                 insert_profile(&mut tx, p, secrets).await?;
@@ -504,7 +506,10 @@ impl Store for SqliteStore {
         let mut tx = self.pool.begin().await?;
         let stored: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM secrets").fetch_one(&mut *tx).await?;
         if stored != rows.len() as i64 {
-            return Err(corrupt("secrets", format!("{stored} secrets stored, {} re-sealed: changed meanwhile", rows.len())));
+            return Err(corrupt(
+                "secrets",
+                format!("{stored} secrets stored, {} re-sealed: changed meanwhile", rows.len()),
+            ));
         }
         let now = chrono::Utc::now().timestamp_millis();
         for (id, s) in rows {
@@ -528,8 +533,10 @@ impl Store for SqliteStore {
     }
 
     async fn profile_secrets(&self, id: &ProfileId) -> Result<(Vec<Sealed>, Option<Millis>), StoreError> {
-        let expires: Option<Option<Millis>> =
-            sqlx::query_scalar("SELECT expires_at FROM profiles WHERE id = ?").bind(id.as_str()).fetch_optional(&self.pool).await?;
+        let expires: Option<Option<Millis>> = sqlx::query_scalar("SELECT expires_at FROM profiles WHERE id = ?")
+            .bind(id.as_str())
+            .fetch_optional(&self.pool)
+            .await?;
         let Some(expires) = expires else { return Err(StoreError::NotFound(id.clone())) };
         let rows = sqlx::query("SELECT field, key_id, nonce, ciphertext FROM secrets WHERE profile_id = ?")
             .bind(id.as_str())
