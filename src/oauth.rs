@@ -64,8 +64,6 @@ impl Granted {
 
 #[derive(Debug, thiserror::Error)]
 pub enum OAuthError {
-    #[error("provider {0} has no [providers.{0}.oauth] section")]
-    NotConfigured(String),
     #[error("[providers.{provider}.oauth].{key}: {why}")]
     Config { provider: String, key: &'static str, why: String },
     #[error("the client secret variable {0} is not set")]
