@@ -76,9 +76,7 @@ fn oauth_config<'a>(config: &'a Config, provider: &str) -> Result<&'a OAuthConfi
 fn login_error(e: OAuthError) -> ApiError {
     match e {
         OAuthError::Transport(_) => ApiError::new(502, "provider_unreachable", e.to_string()),
-        OAuthError::Config { .. } | OAuthError::NoSecret(_) => {
-            ApiError::new(500, "oauth_config", e.to_string())
-        }
+        OAuthError::Config { .. } | OAuthError::NoSecret(_) => ApiError::new(500, "oauth_config", e.to_string()),
         _ => ApiError::new(400, "login_refused", e.to_string()),
     }
 }
