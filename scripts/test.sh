@@ -25,6 +25,9 @@ target_dir=${CARGO_TARGET_DIR:-target}
 export ROTA_BIN="$(realpath "$target_dir")/debug/rota"
 .venv/bin/python -m pytest -q tests/peers
 
+# The benchmark, CI-sized (seconds, debug build), so that it never rots (docs/performance.md).
+scripts/bench.sh --smoke
+
 # Browser and OAuth end-to-end tests: Debian Chromium (installed here when missing), a real
 # OpenID provider and playwright-core from npm (tests/browser/run.sh installs node_modules).
 if [[ ! -x /usr/bin/chromium ]]; then

@@ -11,7 +11,7 @@ use crate::engine::gate::{self, Availability, Gate, Position, ProbeThrottle};
 use crate::engine::order::{self, OrderRequest, Ordered, PinError};
 use crate::engine::recent::Recent;
 use crate::engine::{
-    CooldownPolicy, Failure, Millis, ModelCooldown, ProfileId, ProfileType, ProfileView, Until, UsageStats,
+    CooldownPolicy, Failure, Millis, ModelCooldown, ProfileId, ProfileType, ProfileView, Until, UsageStats, Views,
 };
 use crate::secrets::{MasterKey, OpenError, SecretField};
 use crate::store::{Origin, Snapshot, Store, StoreError, StoredProfile};
@@ -35,8 +35,8 @@ pub enum Credential {
 /// Builds the profile views ordering works on, from what is stored plus the config file.
 /// A stored profile has a usable secret when the right sealed field exists (decryption is
 /// checked at load); a declared one when its environment variable is set.
-pub fn views(snapshot: &Snapshot, config: &Config) -> HashMap<ProfileId, ProfileView> {
-    let mut out = HashMap::new();
+pub fn views(snapshot: &Snapshot, config: &Config) -> Views {
+    let mut out = Views::default();
     for p in &snapshot.profiles {
         let declared = config.auth.profiles.get(&p.id);
         if p.origin == Origin::Config && declared.is_none() {
@@ -107,7 +107,7 @@ enum Write {
 /// explicit orders. Shared by the book and by read-only reports (`doctor`, `profiles list`).
 #[derive(Clone, Debug, Default)]
 pub struct Roster {
-    pub views: HashMap<ProfileId, ProfileView>,
+    pub views: Views,
     /// The account's email, for OAuth profiles.
     pub emails: HashMap<ProfileId, String>,
     pub stored_ids: BTreeMap<String, Vec<ProfileId>>,

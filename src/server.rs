@@ -105,6 +105,12 @@ impl App {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<()> {
         let (leases, clock) = (self.state.leases.clone(), self.state.engine.clock.clone());
+        // Small writes (a stream's events, a short answer) go out at once, not after Nagle's delay.
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!(error = %e, "TCP_NODELAY not set");
+            }
+        });
         axum::serve(listener, router(self.state)).with_graceful_shutdown(shutdown).await?;
         leases.expire(clock.now(), true);
         self.book.flush().await;

@@ -10,7 +10,7 @@ use rota::engine::order::{OrderRequest, Ordered, Rotation, Slot, order};
 use rota::engine::{
     Cooldown, CooldownPolicy, Disabled, Failure, Millis, ProfileId, ProfileType, ProfileView, Reason, Until, UsageStats,
 };
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::time::Duration;
 
 const PROVIDER: &str = "openai";
@@ -164,7 +164,7 @@ fn view_of(id: ProfileId, s: &ProfileSpec) -> ProfileView {
 }
 
 struct World {
-    book: HashMap<ProfileId, ProfileView>,
+    book: rota::engine::Views,
     stored: Vec<ProfileId>,
     configured: Vec<ProfileId>,
     stored_order: Option<Vec<ProfileId>>,
@@ -176,7 +176,7 @@ impl World {
     fn new(sc: &Scenario) -> World {
         let ids = universe(sc.specs.len());
         let pick = |v: &Vec<usize>| v.iter().map(|&i| ids[i].clone()).collect::<Vec<_>>();
-        let mut book: HashMap<ProfileId, ProfileView> =
+        let mut book: rota::engine::Views =
             sc.specs.iter().enumerate().map(|(i, s)| (own(i), view_of(own(i), s))).collect();
         let foreign_spec = ProfileSpec {
             kind: ProfileType::OAuth,

@@ -12,7 +12,7 @@ pub mod reason;
 pub mod recent;
 pub mod stats;
 
-pub use profile::{BadProfileId, ProfileId, ProfileType, ProfileView, Unusable};
+pub use profile::{BadProfileId, ProfileId, ProfileType, ProfileView, Unusable, Views};
 pub use reason::{Mark, Next, Reason};
 pub use stats::{Cooldown, CooldownPolicy, Disabled, Failure, ModelCooldown, Until, UsageStats};
 

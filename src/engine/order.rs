@@ -1,8 +1,8 @@
 //! Stage 1: the order in which a provider's profiles are tried (SPEC §2).
 
+use super::Views;
 use super::{Millis, ProfileId, ProfileView, Reason, Until, Unusable};
 use serde::Deserialize;
-use std::collections::HashMap;
 
 /// Round-robin keys: `lru` = last used first, then type; `type_first` swaps them so that
 /// subscription accounts are used before pay-per-use keys.
@@ -90,7 +90,7 @@ fn explicit<'a>(req: &OrderRequest<'a>) -> Option<&'a [ProfileId]> {
 }
 
 /// Resolves the order of `req.provider`'s profiles for `req.model`.
-pub fn order(req: &OrderRequest<'_>, profiles: &HashMap<ProfileId, ProfileView>) -> Result<Ordered, PinError> {
+pub fn order(req: &OrderRequest<'_>, profiles: &Views) -> Result<Ordered, PinError> {
     if let Some(pin) = req.pin.filter(|p| p.provider() == req.provider) {
         let view = profiles.get(pin).ok_or_else(|| PinError::Unknown(pin.clone()))?;
         if let Some(why) = view.unusable(req.now) {
@@ -103,7 +103,8 @@ pub fn order(req: &OrderRequest<'_>, profiles: &HashMap<ProfileId, ProfileView>)
     let explicit = explicit(req);
     let base = explicit.or((!req.configured.is_empty()).then_some(req.configured)).unwrap_or(req.stored);
 
-    let mut seen = std::collections::HashSet::with_capacity(base.len());
+    let mut seen: std::collections::HashSet<&ProfileId, foldhash::fast::RandomState> =
+        std::collections::HashSet::with_capacity_and_hasher(base.len(), Default::default());
     let mut usable: Vec<&ProfileView> = Vec::with_capacity(base.len());
     let mut cooled: Vec<(&ProfileView, (Until, Reason))> = Vec::new();
     for id in base {
@@ -118,11 +119,19 @@ pub fn order(req: &OrderRequest<'_>, profiles: &HashMap<ProfileId, ProfileView>)
     }
 
     if explicit.is_none() {
+        // Sort keys computed once, inline (no pointer chasing while sorting); the position in
+        // `base` breaks ties, so the unstable sort orders exactly as a stable one would.
         let lru = |v: &ProfileView| v.stats.last_used.unwrap_or(0);
-        match req.rotation {
-            Rotation::Lru => usable.sort_by_key(|v| (lru(v), v.kind)),
-            Rotation::TypeFirst => usable.sort_by_key(|v| (v.kind, lru(v))),
-        }
+        let mut keyed: Vec<((Millis, Millis, usize), &ProfileView)> = usable
+            .iter()
+            .enumerate()
+            .map(|(i, v)| match req.rotation {
+                Rotation::Lru => ((lru(v), v.kind as Millis, i), *v),
+                Rotation::TypeFirst => ((v.kind as Millis, lru(v), i), *v),
+            })
+            .collect();
+        keyed.sort_unstable_by_key(|(k, _)| *k);
+        usable = keyed.into_iter().map(|(_, v)| v).collect();
     }
     if let Some(pos) = req.sticky.and_then(|s| usable.iter().position(|v| &v.id == s)) {
         let v = usable.remove(pos);
@@ -165,7 +174,7 @@ mod tests {
         }
     }
 
-    fn book(views: Vec<ProfileView>) -> HashMap<ProfileId, ProfileView> {
+    fn book(views: Vec<ProfileView>) -> Views {
         views.into_iter().map(|v| (v.id.clone(), v)).collect()
     }
 

@@ -5,10 +5,15 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
-/// `provider:name`, e.g. `openai:work` or `corp:ana@example.com`.
+/// Every profile's view by id, as ordering reads it. foldhash rather than SipHash: the keys are
+/// operator-chosen profile ids, and lookups are most of an ordering's cost.
+pub type Views = std::collections::HashMap<ProfileId, ProfileView, foldhash::fast::RandomState>;
+
+/// `provider:name`, e.g. `openai:work` or `corp:ana@example.com`. Shared, so that a clone (each
+/// ordering hands out many) does not allocate.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
-pub struct ProfileId(String);
+pub struct ProfileId(std::sync::Arc<str>);
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum BadProfileId {
@@ -58,7 +63,7 @@ impl FromStr for ProfileId {
         if name.chars().any(|c| c.is_whitespace() || c.is_control()) {
             return Err(BadProfileId::Name(s.to_string()));
         }
-        Ok(ProfileId(s.to_string()))
+        Ok(ProfileId(s.into()))
     }
 }
 
@@ -71,7 +76,7 @@ impl TryFrom<String> for ProfileId {
 
 impl From<ProfileId> for String {
     fn from(id: ProfileId) -> String {
-        id.0
+        id.0.to_string()
     }
 }
 

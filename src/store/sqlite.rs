@@ -633,55 +633,58 @@ impl Store for SqliteStore {
     }
 
     async fn insert_audit(&self, requests: &[RequestRow], attempts: &[AttemptRow]) -> Result<(), StoreError> {
+        // Multi-row INSERTs: one statement per chunk rather than per row, since every statement
+        // is a round trip to the SQLite worker thread. Chunks stay under SQLite's 32,766
+        // bound parameters.
         let mut tx = self.pool.begin().await?;
-        for a in attempts {
-            sqlx::query(
+        for chunk in attempts.chunks(1000) {
+            let mut q = sqlx::QueryBuilder::new(
                 "INSERT INTO attempts (request_id, seq, kind, agent, provider, model, profile_id, started_at, duration_ms,
-                     ttfb_ms, http_status, outcome, reason, retry_after_ms, cooldown_until, error, tokens_in, tokens_out)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            )
-            .bind(&a.request_id)
-            .bind(a.seq as i64)
-            .bind(a.kind.as_str())
-            .bind(&a.agent)
-            .bind(&a.provider)
-            .bind(&a.model)
-            .bind(&a.profile_id)
-            .bind(a.started_at)
-            .bind(a.duration_ms)
-            .bind(a.ttfb_ms)
-            .bind(a.http_status.map(i64::from))
-            .bind(a.outcome.as_str())
-            .bind(a.reason.map(|r| r.as_str()))
-            .bind(a.retry_after_ms)
-            .bind(a.cooldown_until)
-            .bind(&a.error)
-            .bind(a.tokens_in)
-            .bind(a.tokens_out)
-            .execute(&mut *tx)
-            .await?;
+                     ttfb_ms, http_status, outcome, reason, retry_after_ms, cooldown_until, error, tokens_in, tokens_out) ",
+            );
+            q.push_values(chunk, |mut b, a| {
+                b.push_bind(&a.request_id)
+                    .push_bind(a.seq as i64)
+                    .push_bind(a.kind.as_str())
+                    .push_bind(&a.agent)
+                    .push_bind(&a.provider)
+                    .push_bind(&a.model)
+                    .push_bind(&a.profile_id)
+                    .push_bind(a.started_at)
+                    .push_bind(a.duration_ms)
+                    .push_bind(a.ttfb_ms)
+                    .push_bind(a.http_status.map(i64::from))
+                    .push_bind(a.outcome.as_str())
+                    .push_bind(a.reason.map(|r| r.as_str()))
+                    .push_bind(a.retry_after_ms)
+                    .push_bind(a.cooldown_until)
+                    .push_bind(&a.error)
+                    .push_bind(a.tokens_in)
+                    .push_bind(a.tokens_out);
+            });
+            q.build().execute(&mut *tx).await?;
         }
-        for r in requests {
-            sqlx::query(
+        for chunk in requests.chunks(1000) {
+            let mut q = sqlx::QueryBuilder::new(
                 "INSERT INTO requests (id, agent, api, requested_model, served_model, served_profile, status, attempts,
-                     started_at, duration_ms, stream, tokens_in, tokens_out)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            )
-            .bind(&r.id)
-            .bind(&r.agent)
-            .bind(r.api)
-            .bind(&r.requested_model)
-            .bind(&r.served_model)
-            .bind(&r.served_profile)
-            .bind(i64::from(r.status))
-            .bind(r.attempts as i64)
-            .bind(r.started_at)
-            .bind(r.duration_ms)
-            .bind(r.stream)
-            .bind(r.tokens_in)
-            .bind(r.tokens_out)
-            .execute(&mut *tx)
-            .await?;
+                     started_at, duration_ms, stream, tokens_in, tokens_out) ",
+            );
+            q.push_values(chunk, |mut b, r| {
+                b.push_bind(&r.id)
+                    .push_bind(&r.agent)
+                    .push_bind(r.api)
+                    .push_bind(&r.requested_model)
+                    .push_bind(&r.served_model)
+                    .push_bind(&r.served_profile)
+                    .push_bind(i64::from(r.status))
+                    .push_bind(r.attempts as i64)
+                    .push_bind(r.started_at)
+                    .push_bind(r.duration_ms)
+                    .push_bind(r.stream)
+                    .push_bind(r.tokens_in)
+                    .push_bind(r.tokens_out);
+            });
+            q.build().execute(&mut *tx).await?;
         }
         tx.commit().await?;
         Ok(())

@@ -1,0 +1,109 @@
+//! Micro-benchmarks of the engine (divan): ordering 10 to 10,000 profiles, classifying a
+//! provider error, and one whole failover decision. `cargo bench --bench engine`.
+
+use rota::engine::classify::{Classifier, Observed};
+use rota::engine::order::{OrderRequest, Rotation, order};
+use rota::engine::{CooldownPolicy, Failure, ProfileId, ProfileType, ProfileView, UsageStats, Views};
+
+const NOW: i64 = 1_800_000_000_000;
+
+fn main() {
+    divan::main();
+}
+
+/// `n` API-key profiles of one provider, used at different times; every tenth one cooling.
+fn profiles(n: usize) -> (Vec<ProfileId>, Views) {
+    let ids: Vec<ProfileId> = (0..n).map(|i| format!("openai:key-{i:05}").parse().unwrap()).collect();
+    let mut views = Views::with_capacity_and_hasher(n, Default::default());
+    for (i, id) in ids.iter().enumerate() {
+        let mut stats = UsageStats { last_used: Some(NOW - ((i * 7919) % 100_000) as i64), ..Default::default() };
+        if i % 10 == 0 {
+            let f = Failure {
+                reason: rota::engine::Reason::RateLimit,
+                model: "gpt-4.1".into(),
+                hint_ms: None,
+                account_wide: false,
+                started_at: NOW - 1,
+            };
+            stats.record_failure(&f, NOW - 1, &CooldownPolicy::default());
+        }
+        views.insert(
+            id.clone(),
+            ProfileView {
+                id: id.clone(),
+                kind: ProfileType::ApiKey,
+                enabled: true,
+                has_secret: true,
+                expires_at: None,
+                stats,
+            },
+        );
+    }
+    (ids, views)
+}
+
+fn request<'a>(ids: &'a [ProfileId]) -> OrderRequest<'a> {
+    OrderRequest {
+        provider: "openai",
+        model: "gpt-4.1",
+        now: NOW,
+        stored_order: None,
+        config_order: None,
+        configured: &[],
+        stored: ids,
+        rotation: Rotation::Lru,
+        sticky: None,
+        pin: None,
+    }
+}
+
+#[divan::bench(args = [10, 100, 1_000, 10_000])]
+fn order_profiles(bencher: divan::Bencher, n: usize) {
+    let (ids, views) = profiles(n);
+    bencher.bench_local(|| order(divan::black_box(&request(&ids)), divan::black_box(&views)).unwrap());
+}
+
+const BODY: &str = r#"{"error":{"message":"Rate limit reached for gpt-4.1 in organization org-x on requests per min (RPM): Limit 500, Used 500. Please try again in 1.2s.","type":"requests","code":"rate_limit_exceeded"}}"#;
+
+fn headers() -> Vec<(String, String)> {
+    vec![
+        ("content-type".into(), "application/json".into()),
+        ("retry-after".into(), "2".into()),
+        ("x-ratelimit-remaining-requests".into(), "0".into()),
+        ("x-ratelimit-reset-requests".into(), "1.2s".into()),
+    ]
+}
+
+#[divan::bench]
+fn classify_429(bencher: divan::Bencher) {
+    let classifier = Classifier::with_overrides(vec![]);
+    let headers = headers();
+    bencher.bench_local(|| {
+        let seen = Observed { status: Some(429), headers: &headers, body: BODY, transport: None };
+        classifier.classify(divan::black_box(&seen), NOW)
+    });
+}
+
+/// One failover decision: classify the 429, record it on the profile, order the provider's
+/// 100 profiles again for the next attempt.
+#[divan::bench]
+fn failover_decision(bencher: divan::Bencher) {
+    let classifier = Classifier::with_overrides(vec![]);
+    let headers = headers();
+    let (ids, views) = profiles(100);
+    let policy = CooldownPolicy::default();
+    bencher.bench_local(|| {
+        let seen = Observed { status: Some(429), headers: &headers, body: BODY, transport: None };
+        let class = classifier.classify(&seen, NOW);
+        let mut stats = views[&ids[1]].stats.clone();
+        let f = Failure {
+            reason: class.reason,
+            model: "gpt-4.1".into(),
+            hint_ms: class.hint.map(|h| h.wait_ms),
+            account_wide: class.account_wide,
+            started_at: NOW,
+        };
+        stats.record_failure(&f, NOW, &policy);
+        order(&request(&ids), divan::black_box(&views)).unwrap()
+    });
+}

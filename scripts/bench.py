@@ -1,0 +1,362 @@
+#!/usr/bin/env python3
+"""rota's benchmark: the direct call to the mock upstream and the same call through rota, side
+by side, in one run, with `hey` driving the load (see docs/performance.md).
+
+    scripts/bench.sh [--smoke] [--peers]
+
+For each scenario: requests/s, p50/p99 latency, the latency rota adds (rota minus direct),
+rota's CPU time per request (utime+stime from /proc) and its peak RSS (VmHWM, reset before each
+scenario). `--peers` adds LiteLLM's proxy and Portkey's gateway in front of the same mock.
+Everything listens on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import os
+import platform
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TICKS = os.sysconf("SC_CLK_TCK")
+CHAT = {"model": "MODEL", "messages": [{"role": "user", "content": "Say hello."}]}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
+
+
+def status_kb(pid: int, key: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    raise KeyError(key)
+
+
+def reset_peak(pid: int) -> None:
+    try:
+        Path(f"/proc/{pid}/clear_refs").write_text("5")  # resets VmHWM to the current RSS
+    except OSError:
+        pass
+
+
+def wait_http(url: str, deadline_s: float = 20.0) -> None:
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        try:
+            with urllib.request.urlopen(url, timeout=1):
+                return
+        except Exception:  # noqa: BLE001 (not up yet)
+            time.sleep(0.002)
+    raise TimeoutError(url)
+
+
+@dataclass
+class Run:
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    ttfb_p50_ms: float
+    n: int
+    errors: int
+    cpu_ms_per_req: float | None = None
+    peak_rss_mb: float | None = None
+
+
+def pct(values: list[float], p: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))] if s else float("nan")
+
+
+def hey(url: str, body: dict, n: int, c: int, headers: dict[str, str], pid: int | None = None,
+        duration: str | None = None) -> Run:
+    """`n` requests (or as many as fit in `duration`) at concurrency `c`; each times out at 20 s."""
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(body, f, separators=(",", ":"))
+    amount = ["-z", duration] if duration else ["-n", str(n)]
+    args = ["hey", *amount, "-c", str(c), "-t", "20", "-m", "POST", "-T", "application/json", "-D", f.name, "-o", "csv"]
+    for k, v in headers.items():
+        args += ["-H", f"{k}: {v}"]
+    if pid:
+        reset_peak(pid)
+        cpu0 = cpu_seconds(pid)
+    t0 = time.monotonic()
+    out = subprocess.run(args + [url], capture_output=True, text=True, check=True).stdout
+    wall = time.monotonic() - t0
+    os.unlink(f.name)
+    rows = list(csv.DictReader(io.StringIO(out)))
+    ok = [r for r in rows if r["status-code"] == "200"]
+    lat = [float(r["response-time"]) * 1000 for r in ok]
+    ttfb = [float(r["Response-delay"]) * 1000 for r in ok]
+    run = Run(len(rows) / wall, pct(lat, 50), pct(lat, 99), pct(ttfb, 50), len(rows), len(rows) - len(ok))
+    if pid:
+        run.cpu_ms_per_req = (cpu_seconds(pid) - cpu0) * 1000 / max(1, len(rows))
+        run.peak_rss_mb = status_kb(pid, "VmHWM") / 1024
+    return run
+
+
+@dataclass
+class Proc:
+    proc: subprocess.Popen
+    url: str
+    log: Path
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+@dataclass
+class Bench:
+    bins: Path
+    dir: Path
+    smoke: bool
+    procs: list[Proc] = field(default_factory=list)
+
+    def n(self, full: int) -> int:
+        return max(50, full // 40) if self.smoke else full
+
+    @property
+    def peer_time(self) -> str:
+        """Peers are slow: they get a fixed time per scenario rather than a request count."""
+        return "3s" if self.smoke else "20s"
+
+    def start(self, name: str, args: list[str], env: dict | None = None, ready: str | None = None) -> Proc:
+        log = self.dir / f"{name}.log"
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=open(log, "wb"), cwd=self.dir,
+                                env={**os.environ, **(env or {})}, text=True)
+        p = Proc(proc, "", log)
+        self.procs.append(p)
+        if ready is None:
+            line = proc.stdout.readline()
+            p.url = line.strip().rsplit(" ", 1)[-1]
+        else:
+            p.url = ready
+        return p
+
+    def stop_all(self) -> None:
+        for p in reversed(self.procs):
+            p.stop()
+
+
+def rota_config(mock: str, db: Path) -> str:
+    # The mix provider tries its rate-limited profiles first and cools them for 1 ms only, so
+    # most requests meet a 429 and rotate: the scenario measures rotation, not skipping.
+    return f"""
+[database]
+url = "sqlite://{db}"
+[providers.bench]
+api = "openai"
+base_url = "{mock}/v1"
+[providers.mix]
+api = "openai"
+base_url = "{mock}/v1"
+[models]
+primary = "bench/m"
+[auth.order]
+mix = ["mix:bad1", "mix:bad2", "mix:ok1", "mix:ok2"]
+[cooldown]
+base = "1ms"
+factor = 1
+max = "1ms"
+failure_window = "1s"
+"""
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", default="target/release", help="folder holding rota and rota-mock")
+    ap.add_argument("--smoke", action="store_true", help="a few seconds: small request counts")
+    ap.add_argument("--peers", action="store_true", help="add LiteLLM's proxy and Portkey's gateway")
+    ap.add_argument("--out", help="also write the table (markdown) to this file")
+    a = ap.parse_args()
+    bins = Path(a.bin).resolve()
+    work = Path(tempfile.mkdtemp(prefix="rota-bench-"))
+    b = Bench(bins, work, a.smoke)
+    try:
+        return run(a, b)
+    finally:
+        b.stop_all()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run(a, b: Bench) -> int:
+    rota_bin = str(b.bins / "rota")
+    mock = b.start("mock", [str(b.bins / "rota-mock")])
+    db = b.dir / "bench.db"
+    (b.dir / "rota.toml").write_text(rota_config(mock.url, db))
+    env = {"ROTA_LOG": "warn", "ROTA_SECRETS__KEYRING": "off"}
+    for name, key in [("ok1", "sk-ok-1"), ("ok2", "sk-ok-2")]:
+        subprocess.run([rota_bin, "--config", "rota.toml", "profiles", "add", "bench", "--name", name], input=key,
+                       text=True, cwd=b.dir, env={**os.environ, **env}, check=True, capture_output=True)
+    for name, key in [("ok1", "sk-ok-1"), ("ok2", "sk-ok-2"), ("bad1", "sk-limited-1"), ("bad2", "sk-limited-2")]:
+        subprocess.run([rota_bin, "--config", "rota.toml", "profiles", "add", "mix", "--name", name], input=key,
+                       text=True, cwd=b.dir, env={**os.environ, **env}, check=True, capture_output=True)
+    agent = subprocess.run([rota_bin, "--config", "rota.toml", "agents", "create", "bench"], text=True, cwd=b.dir,
+                           env={**os.environ, **env}, check=True, capture_output=True).stdout.strip().splitlines()[-1]
+
+    port = free_port()
+    t0 = time.monotonic()
+    rota = b.start("rota", [rota_bin, "--config", "rota.toml", "serve", "--listen", f"127.0.0.1:{port}"], env=env,
+                   ready=f"http://127.0.0.1:{port}")
+    wait_http(f"{rota.url}/healthz")
+    startup_ms = (time.monotonic() - t0) * 1000
+    time.sleep(0.3)
+    idle_mb = status_kb(rota.pid, "VmRSS") / 1024
+
+    direct_h = {"Authorization": "Bearer sk-ok-1"}
+    rota_h = {"Authorization": f"Bearer {agent}"}
+    chat = lambda model, stream=False: {**CHAT, "model": model, **({"stream": True} if stream else {})}  # noqa: E731
+    up = f"{mock.url}/v1/chat/completions"
+    gw = f"{rota.url}/v1/chat/completions"
+
+    # Warm both paths (connection pools, page cache, SQLite).
+    hey(up, chat("m"), 200, 8, direct_h)
+    hey(gw, chat("bench/m"), 200, 8, rota_h)
+
+    scenarios = [
+        ("chat, 1 concurrent", chat("m"), chat("bench/m"), 1, b.n(4000)),
+        ("chat, 32 concurrent", chat("m"), chat("bench/m"), 32, b.n(40000)),
+        ("stream, 32 concurrent", chat("m", True), chat("bench/m", True), 32, b.n(20000)),
+        ("failover mix, 32 concurrent", chat("m"), chat("mix/m"), 32, b.n(40000)),
+    ]
+    results = []
+    for name, direct_body, rota_body, c, n in scenarios:
+        d = hey(up, direct_body, n, c, direct_h)
+        r = hey(gw, rota_body, n, c, rota_h, pid=rota.pid)
+        results.append((name, d, r))
+        progress(name, r)
+
+    # 1,000 concurrent open streams (each 10 events over ~1 s).
+    n_streams = 200 if b.smoke else 1000
+    d = hey(up, chat("slow", True), n_streams, n_streams, direct_h)
+    r = hey(gw, chat("bench/slow", True), n_streams, n_streams, rota_h, pid=rota.pid)
+    results.append((f"{n_streams} open streams", d, r))
+    progress(f"{n_streams} open streams", r)
+
+    rotated = sqlite_scalar(db, "SELECT round(100.0 * SUM(attempts > 1) / COUNT(*)) FROM requests WHERE requested_model = 'mix/m'")
+
+    peers = []
+    if a.peers:
+        peers = run_peers(b, mock, results, direct_h, chat)
+
+    table = render(results, peers, startup_ms, idle_mb, rotated, b.smoke)
+    print(table)
+    if a.out:
+        Path(a.out).write_text(table)
+    bad = [(n, r.errors) for n, _, r in results if r.errors]
+    if bad:
+        print(f"errors (non-200 answers): {bad}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def progress(name: str, r: Run) -> None:
+    print(f"  {name}: {r.rps:,.0f} req/s, p50 {r.p50_ms:.2f} ms, {r.errors} errors", file=sys.stderr, flush=True)
+
+
+def sqlite_scalar(db: Path, sql: str):
+    import sqlite3
+
+    time.sleep(0.5)  # the audit writer batches
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+    try:
+        return con.execute(sql).fetchone()[0]
+    finally:
+        con.close()
+
+
+def run_peers(b: Bench, mock: Proc, results, direct_h, chat) -> list:
+    """LiteLLM's proxy and Portkey's gateway in front of the same mock, same load."""
+    peers = []
+    venv = Path(".venv-bench")
+    if not (venv / "bin" / "litellm").exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "litellm[proxy]==1.74.9"], check=True)
+    port = free_port()
+    (b.dir / "litellm.yaml").write_text(
+        "model_list:\n  - model_name: m\n    litellm_params:\n      model: openai/m\n"
+        f"      api_base: {mock.url}/v1\n      api_key: sk-ok-1\n"
+    )
+    master = "sk-" + secrets.token_hex(24)
+    ll = b.start("litellm", [str((venv / "bin" / "litellm").resolve()), "--config", "litellm.yaml", "--port", str(port),
+                             "--host", "127.0.0.1", "--num_workers", "1"],
+                 env={"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_MASTER_KEY": master, "LITELLM_LOG": "ERROR"},
+                 ready=f"http://127.0.0.1:{port}")
+    wait_http(f"{ll.url}/health/liveliness", 120)
+    h = {"Authorization": f"Bearer {master}"}
+    hey(f"{ll.url}/v1/chat/completions", chat("m"), 100, 8, h)
+    for name, c in [("chat, 1 concurrent", 1), ("chat, 32 concurrent", 32)]:
+        r = hey(f"{ll.url}/v1/chat/completions", chat("m"), 0, c, h, pid=ll.pid, duration=b.peer_time)
+        peers.append(("LiteLLM", name, r))
+        progress(f"LiteLLM {name}", r)
+    ll.stop()
+
+    pk_dir = Path("bench/portkey")
+    if not (pk_dir / "node_modules").exists():
+        subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--prefix", str(pk_dir)], check=True)
+    port = free_port()
+    entry = (pk_dir / "node_modules" / "@portkey-ai" / "gateway" / "build" / "start-server.js").resolve()
+    pk = b.start("portkey", ["node", str(entry), "--port", str(port)], ready=f"http://127.0.0.1:{port}")
+    time.sleep(2)
+    h = {"x-portkey-provider": "openai", "x-portkey-custom-host": f"{mock.url}/v1", "Authorization": "Bearer sk-ok-1"}
+    hey(f"{pk.url}/v1/chat/completions", chat("m"), 100, 8, h)
+    for name, c in [("chat, 1 concurrent", 1), ("chat, 32 concurrent", 32)]:
+        r = hey(f"{pk.url}/v1/chat/completions", chat("m"), 0, c, h, pid=pk.pid, duration=b.peer_time)
+        peers.append(("Portkey", name, r))
+        progress(f"Portkey {name}", r)
+    pk.stop()
+    return peers
+
+
+def render(results, peers, startup_ms, idle_mb, rotated, smoke) -> str:
+    out = []
+    out.append(f"machine: {platform.machine()}, {os.cpu_count()} cores, {platform.platform()}; "
+               f"{'SMOKE RUN (small counts)' if smoke else 'full run'}")
+    out.append("")
+    out.append("| scenario | path | req/s | p50 ms | p99 ms | TTFB p50 ms | added p50 ms | added p99 ms | CPU ms/req | peak RSS MB |")
+    out.append("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    f = lambda x, d=3: "—" if x is None else f"{x:.{d}f}"  # noqa: E731
+    for name, d, r in results:
+        out.append(f"| {name} | direct | {d.rps:,.0f} | {f(d.p50_ms)} | {f(d.p99_ms)} | {f(d.ttfb_p50_ms)} | | | | |")
+        out.append(f"| {name} | rota | {r.rps:,.0f} | {f(r.p50_ms)} | {f(r.p99_ms)} | {f(r.ttfb_p50_ms)} | "
+                   f"{f(r.p50_ms - d.p50_ms)} | {f(r.p99_ms - d.p99_ms)} | {f(r.cpu_ms_per_req)} | {f(r.peak_rss_mb, 1)} |")
+    for peer, name, r in peers:
+        base = next(d for n, d, _ in results if n == name)
+        out.append(f"| {name} | {peer} | {r.rps:,.0f} | {f(r.p50_ms)} | {f(r.p99_ms)} | {f(r.ttfb_p50_ms)} | "
+                   f"{f(r.p50_ms - base.p50_ms)} | {f(r.p99_ms - base.p99_ms)} | {f(r.cpu_ms_per_req)} | {f(r.peak_rss_mb, 1)} |")
+    out.append("")
+    out.append(f"rota start-up to ready: {startup_ms:.0f} ms; idle RSS: {idle_mb:.1f} MB; "
+               f"failover mix: {rotated}% of requests rotated past a 429")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# rota's benchmark (docs/performance.md): the direct call to the mock upstream and the same call
+# through rota, side by side, in one run, load from `hey`.
+#
+#   scripts/bench.sh            release build, full counts (a few minutes)
+#   scripts/bench.sh --peers    also LiteLLM's proxy (PyPI) and Portkey's gateway (npm)
+#   scripts/bench.sh --smoke    seconds: debug build, small counts (run by scripts/test.sh)
+#   scripts/bench.sh --out F    also write the table to F
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+profile=release
+for a in "$@"; do
+    [[ $a == --smoke ]] && profile=debug
+done
+if [[ $profile == release ]]; then
+    cargo build --release --locked --bin rota --bin rota-mock
+else
+    cargo build --locked --bin rota --bin rota-mock
+fi
+
+if ! command -v hey >/dev/null; then
+    sudo=""
+    [[ $(id -u) -eq 0 ]] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends hey >/dev/null
+fi
+
+ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+target_dir=${CARGO_TARGET_DIR:-target}
+exec python3 scripts/bench.py --bin "$target_dir/$profile" "$@"
