@@ -324,7 +324,7 @@ def run_peers(b: Bench, mock: Proc, results, direct_h, chat) -> list:
         subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--prefix", str(pk_dir)], check=True)
     port = free_port()
     entry = (pk_dir / "node_modules" / "@portkey-ai" / "gateway" / "build" / "start-server.js").resolve()
-    pk = b.start("portkey", ["node", str(entry), "--port", str(port)], ready=f"http://127.0.0.1:{port}")
+    pk = b.start("portkey", ["node", str(entry), f"--port={port}", "--headless"], ready=f"http://127.0.0.1:{port}")
     time.sleep(2)
     h = {"x-portkey-provider": "openai", "x-portkey-custom-host": f"{mock.url}/v1", "Authorization": "Bearer sk-ok-1"}
     hey(f"{pk.url}/v1/chat/completions", chat("m"), 100, 8, h)
@@ -350,6 +350,9 @@ def render(results, peers, startup_ms, idle_mb, rotated, smoke) -> str:
                    f"{f(r.p50_ms - d.p50_ms)} | {f(r.p99_ms - d.p99_ms)} | {f(r.cpu_ms_per_req)} | {f(r.peak_rss_mb, 1)} |")
     for peer, name, r in peers:
         base = next(d for n, d, _ in results if n == name)
+        if r.n == 0:
+            out.append(f"| {name} | {peer} | 0 | no answer within the run's time: stalled | | | | | | {f(r.peak_rss_mb, 1)} |")
+            continue
         out.append(f"| {name} | {peer} | {r.rps:,.0f} | {f(r.p50_ms)} | {f(r.p99_ms)} | {f(r.ttfb_p50_ms)} | "
                    f"{f(r.p50_ms - base.p50_ms)} | {f(r.p99_ms - base.p99_ms)} | {f(r.cpu_ms_per_req)} | {f(r.peak_rss_mb, 1)} |")
     out.append("")
