@@ -78,17 +78,21 @@ impl Refresher {
         });
     }
 
-    /// The credential to call with now: refreshed first when it is an OAuth access token
-    /// inside the lead window (or missing).
-    pub async fn fresh(&self, config: &Config, id: &ProfileId, cred: Credential) -> Result<Credential, RefreshFailure> {
-        let Credential::OAuth { access, .. } = &cred else { return Ok(cred) };
+    /// A refreshed credential when `cred` is an OAuth access token inside the lead window (or
+    /// missing); `None` when `cred` is good to call with as it is.
+    pub async fn fresh(
+        &self,
+        config: &Config,
+        id: &ProfileId,
+        cred: &Credential,
+    ) -> Result<Option<Credential>, RefreshFailure> {
+        let Credential::OAuth { access, .. } = cred else { return Ok(None) };
         let lead = config.refresh.lead.as_millis() as Millis;
         let expires = self.book.tokens(id).and_then(|t| t.1);
-        let now = self.clock.now();
-        if access.is_some() && expires.is_none_or(|e| e - now > lead) {
-            return Ok(cred);
+        if access.is_some() && expires.is_none_or(|e| e - self.clock.now() > lead) {
+            return Ok(None);
         }
-        self.refresh(config, id, access_of(&cred).as_deref()).await
+        self.refresh(config, id, access_of(cred).as_deref()).await.map(Some)
     }
 
     fn lock_for(&self, id: &ProfileId) -> Arc<tokio::sync::Mutex<()>> {

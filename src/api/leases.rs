@@ -17,7 +17,6 @@ use crate::engine::{Millis, ProfileId, Reason};
 use crate::gateway::failover::{Engine, Settings, secrets_of};
 use crate::gateway::walk::{Attempt, Step, Trail, Verdict, Walk};
 use crate::redact::redact;
-use crate::refresh::access_of;
 use crate::server::AppState;
 use axum::Json;
 use axum::extract::{Path, State};
@@ -221,7 +220,7 @@ async fn issue(
     mut walk: Walk,
     retry_in: Duration,
 ) -> Result<Lease, ApiError> {
-    let (att, cred) = loop {
+    let att = loop {
         let att = match walk.next(&engine.book, &settings.config, agent, engine.clock.now(), |_, _| Ok(())) {
             Step::Try(att) => att,
             Step::Refuse(message) => {
@@ -238,14 +237,13 @@ async fn issue(
                 return Err(err);
             }
         };
-        match engine.credential(&mut walk, &settings.config, &att).await {
-            Ok(cred) => break (att, cred),
-            Err((row, class)) => {
-                if walk.failed(&engine.book, row, &class, None, false, engine.clock.now()) == Verdict::Stop {
-                    walk.trail.finish(502, None, (None, None));
-                    return Err(ApiError::new(502, "not_retryable", class.message));
-                }
+        match engine.ready(&mut walk, &settings.config, att).await {
+            Ok(att) => break att,
+            Err((Verdict::Stop, message)) => {
+                walk.trail.finish(502, None, (None, None));
+                return Err(ApiError::new(502, "not_retryable", message));
             }
+            Err(_) => {}
         }
     };
     let now = engine.clock.now();
@@ -261,7 +259,7 @@ async fn issue(
     let row = walk.trail.row(att.kind, &att.cand, Some(&att.pid), now);
     let expires_at = now + settings.config.leases.ttl.as_millis() as Millis;
     let id = Uuid::new_v4();
-    let (kind, secret) = match &cred {
+    let (kind, secret) = match &att.cred {
         Credential::ApiKey(s) => ("api_key", s.expose_secret().to_string()),
         Credential::Token(s) => ("token", s.expose_secret().to_string()),
         Credential::OAuth { access, .. } => {
@@ -289,8 +287,7 @@ async fn issue(
             expires_at: engine.book.expires_at(&att.pid).map(rfc3339),
         },
     };
-    let attempt = Attempt { cred, ..att };
-    let live = Live { agent: agent.to_string(), walk, settings, attempt, row, issued_at: now, expires_at };
+    let live = Live { agent: agent.to_string(), walk, settings, attempt: att, row, issued_at: now, expires_at };
     leases.lock().live.insert(id, live);
     Ok(lease)
 }
@@ -445,22 +442,10 @@ async fn report(
     };
     let mut class = settings.classifier.classify(&observed, now);
     class.message = redact(&class.message, &secrets);
-    // An OAuth token refused with 401: refresh it, then lease the same profile once more.
-    if class.reason == Reason::Auth && matches!(attempt.cred, Credential::OAuth { .. }) && walk.first_try() {
-        match engine.refresher.refresh(&settings.config, &attempt.pid, access_of(&attempt.cred).as_deref()).await {
-            Ok(_) => {
-                walk.retry_refreshed(row, &class, report.http_status);
-                let recorded = Recorded { outcome: "failure".into(), reason: Some(class.reason.to_string()) };
-                let next = issue(engine, &state.leases, &name, settings, walk, Duration::ZERO).await?;
-                return Ok(Json(ReportAnswer { request_id, recorded, next: Some(next) }));
-            }
-            Err(r) if r.reason == Reason::AuthPermanent => (class.reason, class.message) = (r.reason, r.message),
-            Err(_) => {}
-        }
-    }
+    let verdict = engine.settle(&mut walk, &settings.config, &attempt, row, &mut class, report.http_status, true).await;
     let reason = class.reason;
     let recorded = Recorded { outcome: "failure".into(), reason: Some(reason.to_string()) };
-    match walk.failed(book, row, &class, report.http_status, true, now) {
+    match verdict {
         Verdict::Stop => {
             let status = report.http_status.unwrap_or(502);
             walk.trail.finish(status, None, (None, None));

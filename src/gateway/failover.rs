@@ -25,6 +25,7 @@ use futures_util::StreamExt;
 use secrecy::ExposeSecret;
 use serde_json::Value;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::time::{Instant, timeout_at};
 
 /// The configuration in force and what is derived from it. A request keeps the one it started
@@ -202,24 +203,57 @@ impl Engine {
         }
     }
 
-    /// The attempt's credential, refreshed first if it is an OAuth token about to expire. A
-    /// refresh that fails is the attempt's failure: it is recorded as such and the walk moves on.
-    pub async fn credential(
+    /// The attempt with a credential to call with: an OAuth token about to expire is refreshed
+    /// first. A refresh that fails is the attempt's failure, recorded as such; the error holds
+    /// what it led to and its message.
+    pub async fn ready(
         &self,
         walk: &mut Walk,
         config: &Config,
-        att: &Attempt,
-    ) -> Result<Credential, (AttemptRow, Classified)> {
-        match self.refresher.fresh(config, &att.pid, att.cred.clone()).await {
-            Ok(c) => Ok(c),
+        mut att: Attempt,
+    ) -> Result<Attempt, (Verdict, String)> {
+        match self.refresher.fresh(config, &att.pid, &att.cred).await {
+            Ok(None) => Ok(att),
+            Ok(Some(cred)) => {
+                att.cred = cred;
+                Ok(att)
+            }
             Err(f) => {
                 let now = self.now();
                 let mut row = walk.trail.row(att.kind, &att.cand, Some(&att.pid), now);
                 row.duration_ms = Some(0);
                 let class = Classified { reason: f.reason, hint: None, account_wide: true, message: f.message };
-                Err((row, class))
+                Err((walk.failed(&self.book, row, &class, None, false, now), class.message))
             }
         }
+    }
+
+    /// What a failed attempt leads to (SPEC §4), for the gateway and leases alike. An OAuth
+    /// token the upstream refused (401) is refreshed first, and the same profile is then tried
+    /// once more (`Retry` without backoff); a refresh token refused for good makes the failure
+    /// `auth_permanent`. `class` ends as recorded.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn settle(
+        &self,
+        walk: &mut Walk,
+        config: &Config,
+        att: &Attempt,
+        row: AttemptRow,
+        class: &mut Classified,
+        status: Option<u16>,
+        may_retry: bool,
+    ) -> Verdict {
+        if class.reason == Reason::Auth && matches!(att.cred, Credential::OAuth { .. }) && walk.first_try() {
+            match self.refresher.refresh(config, &att.pid, access_of(&att.cred).as_deref()).await {
+                Ok(_) => {
+                    walk.retry_refreshed(row, class, status);
+                    return Verdict::Retry(Duration::ZERO);
+                }
+                Err(r) if r.reason == Reason::AuthPermanent => (class.reason, class.message) = (r.reason, r.message),
+                Err(_) => {}
+            }
+        }
+        walk.failed(&self.book, row, class, status, may_retry, self.now())
     }
 
     /// The settings in force now.
@@ -278,22 +312,20 @@ impl Engine {
                 }
             };
             let plan = &planned.as_ref().expect("next admitted the candidate").1;
-            let (cand, pid) = (&att.cand, &att.pid);
-            let cred = match self.credential(&mut walk, config, &att).await {
-                Ok(c) => c,
-                Err((row, class)) => {
-                    if walk.failed(&self.book, row, &class, None, false, self.now()) == Verdict::Stop {
-                        walk.trail.finish(502, None, (None, None));
-                        return json_response(inc.api, 502, &class.message, None, &inc.request_id);
-                    }
-                    continue;
+            let att = match self.ready(&mut walk, config, att).await {
+                Ok(att) => att,
+                Err((Verdict::Stop, message)) => {
+                    walk.trail.finish(502, None, (None, None));
+                    return json_response(inc.api, 502, &message, None, &inc.request_id);
                 }
+                Err(_) => continue,
             };
+            let (cand, pid, cred) = (&att.cand, &att.pid, &att.cred);
             let started_at = self.now();
             self.book.mark_used(pid, inc.session.as_deref(), started_at);
             let row = walk.trail.row(att.kind, cand, Some(pid), started_at);
             let guard = InFlight { row: Some(row), trail: walk.trail.clone(), started: Instant::now() };
-            let called = self.call(&inc, cand, &cred, plan, deadline).await;
+            let called = self.call(&inc, cand, cred, plan, deadline).await;
             let mut row = guard.done();
             row.duration_ms = Some(self.now() - started_at);
             match called {
@@ -313,7 +345,7 @@ impl Engine {
                         inc.api,
                         cand,
                         pid,
-                        &cred,
+                        cred,
                         row,
                         walk.trail.clone(),
                         *open,
@@ -327,21 +359,9 @@ impl Engine {
                     return with_rota_headers(resp, &walk.trail, cand, pid);
                 }
                 Called::Failed(f) => {
-                    // An OAuth token refused with 401: refresh it, then the same profile once more.
                     let mut class = f.class.clone();
-                    if class.reason == Reason::Auth && matches!(cred, Credential::OAuth { .. }) && walk.first_try() {
-                        match self.refresher.refresh(config, pid, access_of(&cred).as_deref()).await {
-                            Ok(_) => {
-                                walk.retry_refreshed(row, &f.class, f.status);
-                                continue;
-                            }
-                            Err(r) if r.reason == Reason::AuthPermanent => {
-                                (class.reason, class.message) = (r.reason, r.message);
-                            }
-                            Err(_) => {}
-                        }
-                    }
-                    match walk.failed(&self.book, row, &class, f.status, Instant::now() < deadline, self.now()) {
+                    let may_retry = Instant::now() < deadline;
+                    match self.settle(&mut walk, config, &att, row, &mut class, f.status, may_retry).await {
                         Verdict::Retry(backoff) => tokio::time::sleep(backoff).await,
                         Verdict::Moved => {}
                         Verdict::Stop => {
