@@ -139,17 +139,35 @@ async fn simulate(State(sim): State<Sim>, uri: Uri, headers: HeaderMap, body: By
     let text = format!("Hello from the simulated {model}.");
     let anthropic = uri.path() == "/v1/messages";
     if req["stream"].as_bool() == Some(true) {
+        // A whole answer in one write, as a fast server sends a short one.
         let events = if anthropic {
+            let start = json!({"type": "message_start", "message": {"id": "msg_sim", "type": "message", "role": "assistant",
+                "model": model, "content": [], "stop_reason": null, "stop_sequence": null,
+                "usage": {"input_tokens": 5, "output_tokens": 1}}});
+            let block =
+                json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}});
+            let delta =
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}});
+            let end = json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null},
+                "usage": {"output_tokens": 7}});
             format!(
-                "event: message_start\ndata: {{\"type\":\"message_start\",\"message\":{{\"model\":\"{model}\",\"usage\":{{\"input_tokens\":5}}}}}}\n\n\
-                 event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"{text}\"}}}}\n\n\
-                 event: message_delta\ndata: {{\"type\":\"message_delta\",\"usage\":{{\"output_tokens\":7}}}}\n\n\
-                 event: message_stop\ndata: {{\"type\":\"message_stop\"}}\n\n"
+                "event: message_start\ndata: {start}\n\nevent: content_block_start\ndata: {block}\n\n\
+                 event: content_block_delta\ndata: {delta}\n\n\
+                 event: content_block_stop\ndata: {{\"type\":\"content_block_stop\",\"index\":0}}\n\n\
+                 event: message_delta\ndata: {end}\n\nevent: message_stop\ndata: {{\"type\":\"message_stop\"}}\n\n"
             )
         } else {
+            let chunk = |delta: Value, finish: Value| {
+                json!({"id": "chatcmpl-sim", "object": "chat.completion.chunk", "created": 0, "model": model,
+                       "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+            };
+            let usage = json!({"id": "chatcmpl-sim", "object": "chat.completion.chunk", "created": 0, "model": model,
+                               "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}});
             format!(
-                "data: {{\"object\":\"chat.completion.chunk\",\"model\":\"{model}\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{text}\"}}}}]}}\n\n\
-                 data: {{\"object\":\"chat.completion.chunk\",\"choices\":[],\"usage\":{{\"prompt_tokens\":5,\"completion_tokens\":7}}}}\n\ndata: [DONE]\n\n"
+                "data: {}\n\ndata: {}\n\ndata: {}\n\ndata: {usage}\n\ndata: [DONE]\n\n",
+                chunk(json!({"role": "assistant", "content": ""}), Value::Null),
+                chunk(json!({"content": text}), Value::Null),
+                chunk(json!({}), json!("stop")),
             )
         };
         return ([("content-type", "text/event-stream")], Body::from(events)).into_response();

@@ -5,7 +5,7 @@ mod support;
 
 use rota::store::Store;
 use serde_json::{Value, json};
-use support::{Mock, Reply, Rota};
+use support::{Mock, Reply, Rota, Writes, recorded};
 
 fn config(openai: &str, extra: &str) -> String {
     format!(
@@ -374,7 +374,7 @@ async fn stream_failing_before_its_first_event_fails_over_invisibly() {
     assert_eq!(r.headers()["x-rota-profile"], "openai:k2");
     let text = r.text().await.unwrap();
     assert!(!text.contains("Rate limit"), "the failed stream is not visible: {text}");
-    assert_eq!(text.matches("chat.completion.chunk").count(), 3);
+    assert_eq!(text.matches("chat.completion.chunk").count(), 4, "three deltas and the finish: {text}");
     assert!(text.ends_with("data: [DONE]\n\n"));
     let a = rota.attempts().await;
     assert_eq!(a[0], row("primary", "openai/gpt-4.1", Some("openai:k1"), "failure", Some("rate_limit"), None));
@@ -1055,4 +1055,293 @@ async fn metrics_count_the_traffic_sent() {
     assert!((25..=30).contains(&k2_left), "{k2_left}");
     assert!(text.lines().any(|l| l.starts_with("rota_audit_queue_depth ")), "{text}");
     assert_eq!(mock.seen().len(), 7, "one upstream call per attempt counted above");
+}
+
+// -- streams: every event, whatever the chunking; cut streams; timings; deadline; redirects -------
+
+/// The events of an SSE body, with `created` (the translator's clock) left out.
+fn events_of(text: &str) -> Vec<(Option<String>, String)> {
+    let mut split = rota::gateway::sse::Splitter::default();
+    let evs = split.push(text.as_bytes());
+    assert!(split.rest().is_empty(), "half an event reached the client: {text}");
+    evs.into_iter()
+        .map(|e| {
+            let data = match serde_json::from_str::<Value>(&e.data) {
+                Ok(mut v) => {
+                    v.as_object_mut().map(|o| o.remove("created"));
+                    v.to_string()
+                }
+                Err(_) => e.data,
+            };
+            (e.name, data)
+        })
+        .collect()
+}
+
+fn streaming(mut body: Value, model: &str) -> Value {
+    body["model"] = json!(model);
+    body["stream"] = json!(true);
+    body["max_tokens"] = json!(16);
+    body
+}
+
+#[tokio::test]
+async fn every_event_reaches_the_client_whatever_the_upstream_chunking() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let rota = Rota::start(&config(&base, ""), &[KEYS[0], ("anthropic:main", "sk-ant-test-0005")]).await;
+    let chat_req = |model: &str| streaming(chat(), model);
+    let messages_req = |model: &str| streaming(json!({"messages": [{"role": "user", "content": "hi"}]}), model);
+    // (upstream key, client API, model, the upstream's recorded stream)
+    let cases = [
+        (KEYS[0].1, "chat", "openai/gpt-4.1", "openai-chat-text"),
+        (KEYS[0].1, "chat", "openai/gpt-4.1", "openai-chat-tool"),
+        (KEYS[0].1, "chat", "openai/gpt-4.1", "openai-chat-preamble"),
+        (KEYS[0].1, "messages", "openai/gpt-4.1", "openai-chat-text"),
+        (KEYS[0].1, "messages", "openai/gpt-4.1", "openai-chat-tool"),
+        ("sk-ant-test-0005", "messages", "anthropic/claude-sonnet-4-5", "anthropic-text"),
+        ("sk-ant-test-0005", "messages", "anthropic/claude-sonnet-4-5", "anthropic-thinking"),
+        ("sk-ant-test-0005", "chat", "anthropic/claude-sonnet-4-5", "anthropic-text"),
+        ("sk-ant-test-0005", "chat", "anthropic/claude-sonnet-4-5", "anthropic-tool"),
+    ];
+    for (key, api, model, name) in cases {
+        let upstream = recorded(name);
+        let mut seen = Vec::new();
+        for how in [Writes::Whole, Writes::PerEvent, Writes::Bytes(5), Writes::Bytes(1)] {
+            mock.script(key, vec![Reply::Raw(upstream.clone(), how)]);
+            let r = if api == "chat" {
+                rota.chat(chat_req(model), &[]).await
+            } else {
+                rota.messages(messages_req(model)).await
+            };
+            assert_eq!(r.status(), 200, "{name} {how:?}");
+            let text = r.text().await.unwrap();
+            let passthrough = (api == "chat") == model.starts_with("openai");
+            if passthrough {
+                assert_eq!(text, upstream, "{name} written {how:?} passes through unchanged");
+            }
+            seen.push((how, events_of(&text)));
+        }
+        let (_, first) = &seen[0];
+        let last = &first.last().unwrap().1;
+        assert!(last == "[DONE]" || last.contains("message_stop"), "{name} → {api}: ends cleanly: {first:?}");
+        for (how, evs) in &seen[1..] {
+            assert_eq!(evs, first, "{name} → {api}: written {how:?}, the client's events are those of one write");
+        }
+    }
+    let a = rota.attempts().await;
+    assert!(a.iter().all(|r| r.3 == "success"), "{a:?}");
+}
+
+#[tokio::test]
+async fn a_stream_cut_before_its_terminal_event_fails_with_an_in_band_error_and_no_clean_end() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let rota = Rota::start(&config(&base, ""), &[KEYS[0], ("anthropic:main", "sk-ant-test-0005")]).await;
+    let anthropic = recorded("anthropic-truncated");
+    let chat_cut = recorded("openai-chat-truncated");
+    let responses_cut = recorded("openai-responses-truncated");
+    // The last event cut in the middle, too.
+    let mid_event = &recorded("anthropic-text")[..700];
+    let cases: [(&str, &str, &str, String); 5] = [
+        ("sk-ant-test-0005", "messages", "anthropic/claude-sonnet-4-5", anthropic.clone()),
+        ("sk-ant-test-0005", "messages", "anthropic/claude-sonnet-4-5", mid_event.to_string()),
+        ("sk-ant-test-0005", "chat", "anthropic/claude-sonnet-4-5", anthropic),
+        (KEYS[0].1, "chat", "openai/gpt-4.1", chat_cut),
+        (KEYS[0].1, "responses", "openai/gpt-4.1", responses_cut),
+    ];
+    for (i, (key, api, model, body)) in cases.into_iter().enumerate() {
+        // Each cut cools its profile (`network`): start each case from a usable one.
+        for p in ["openai:k1", "anthropic:main"] {
+            assert_eq!(
+                rota.api("POST", &format!("/api/v1/profiles/{p}/clear"), Some(&rota.admin_key), None).await.0,
+                200
+            );
+        }
+        mock.script(key, vec![Reply::Raw(body, Writes::Whole)]);
+        let req = match api {
+            "responses" => json!({"model": model, "input": "hi", "stream": true}),
+            _ => streaming(chat(), model),
+        };
+        let r = match api {
+            "chat" => rota.chat(req, &[]).await,
+            "messages" => rota.messages(req).await,
+            _ => Rota::client()
+                .post(format!("{}/v1/responses", rota.url))
+                .bearer_auth(&rota.agent_key)
+                .json(&req)
+                .send()
+                .await
+                .unwrap(),
+        };
+        assert_eq!(r.status(), 200, "case {i}: committed before the cut");
+        let text = r.text().await.unwrap();
+        let evs = events_of(&text);
+        let (name, data) = evs.last().unwrap();
+        let in_band = match api {
+            "chat" => name.is_none() && data.contains("\"error\"") && data.contains("upstream stream failed"),
+            _ => name.as_deref() == Some("error") && data.contains("upstream stream failed"),
+        };
+        assert!(in_band, "case {i} ({api}): ends with rota's in-band error: {text}");
+        let clean = |(name, data): &(Option<String>, String)| {
+            data == "[DONE]" || matches!(name.as_deref(), Some("message_stop" | "response.completed"))
+        };
+        assert!(!evs.iter().any(clean), "case {i}: no clean end: {text}");
+    }
+    let a = rota.attempts().await;
+    assert_eq!(a.len(), 5);
+    assert!(a.iter().all(|r| r.3 == "failure" && r.4.as_deref() == Some("network")), "{a:?}");
+    let errors: Vec<String> = sqlx::query_scalar("SELECT error FROM attempts ORDER BY started_at, seq")
+        .fetch_all(rota.store.pool())
+        .await
+        .unwrap();
+    assert!(errors[1].contains("in the middle of an event"), "{errors:?}");
+    assert!(errors[0].contains("before its terminal event `message_stop`"), "{errors:?}");
+}
+
+#[tokio::test]
+async fn an_anthropic_error_after_message_start_fails_over_and_the_client_sees_only_the_next_stream() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let cfg = format!("[providers.anthropic]\napi = \"anthropic\"\nbase_url = \"{base}\"\n");
+    let rota = Rota::start(&cfg, &[("anthropic:a", "sk-ant-test-000a"), ("anthropic:b", "sk-ant-test-000b")]).await;
+    let served = recorded("anthropic-text");
+    // The first profile's stream: `message_start`, a `ping`, then `overloaded_error`, in one write.
+    mock.script("sk-ant-test-000a", vec![Reply::Raw(recorded("anthropic-error-before-content"), Writes::Whole); 3]);
+    mock.script("sk-ant-test-000b", vec![Reply::Raw(served.clone(), Writes::PerEvent)]);
+    let r = rota.messages(streaming(json!({"messages": []}), "anthropic/claude-sonnet-4-5")).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-rota-profile"], "anthropic:b");
+    assert_eq!(r.text().await.unwrap(), served, "only the second profile's stream, byte for byte");
+    let a = rota.attempts().await;
+    let kinds: Vec<(&str, &str, Option<&str>)> =
+        a.iter().map(|r| (r.0.as_str(), r.3.as_str(), r.4.as_deref())).collect();
+    assert_eq!(
+        kinds,
+        [
+            ("primary", "failure", Some("overloaded")),
+            ("retry", "failure", Some("overloaded")),
+            ("retry", "failure", Some("overloaded")),
+            ("rotate", "success", None)
+        ]
+    );
+}
+
+#[tokio::test]
+async fn attempt_timings_run_from_the_moment_the_request_is_sent() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let rota = Rota::start(&config(&base, ""), &[KEYS[0]]).await;
+    let first = std::time::Duration::from_millis(300);
+    mock.script(KEYS[0].1, vec![Reply::SlowStream { first, total: std::time::Duration::from_millis(600) }]);
+    let text = rota.chat(streaming(chat(), "openai/gpt-4.1"), &[]).await.text().await.unwrap();
+    assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+    mock.script(KEYS[0].1, vec![Reply::Delay(std::time::Duration::from_millis(200))]);
+    assert_eq!(rota.chat(chat(), &[]).await.status(), 200);
+    rota.flush().await;
+    let rows: Vec<(i64, Option<i64>, Option<i64>)> =
+        sqlx::query_as("SELECT stream, ttfb_ms, attempts.duration_ms FROM attempts JOIN requests ON requests.id = request_id ORDER BY attempts.started_at")
+            .fetch_all(rota.store.pool())
+            .await
+            .unwrap();
+    let (stream, ttfb, duration) = rows[0];
+    assert_eq!(stream, 1);
+    assert!(ttfb.unwrap() >= 300 && duration.unwrap() >= 600, "stream: ttfb {ttfb:?}, duration {duration:?}");
+    let (stream, ttfb, duration) = rows[1];
+    assert_eq!(stream, 0);
+    assert!(
+        ttfb.unwrap() >= 200 && duration.unwrap() >= ttfb.unwrap(),
+        "buffered: ttfb {ttfb:?}, duration {duration:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_request_deadline_stops_the_walk_and_leaves_untried_profiles_alone() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let extra = "[providers.third]\napi = \"openai\"\nbase_url = \"BASE/v1\"\n".replace("BASE", &base);
+    let cfg = config(&base, &format!("total = \"2s\"\n{extra}")).replace(
+        "fallbacks = [\"backup/gpt-4.1-mini\"]",
+        "fallbacks = [\"backup/gpt-4.1-mini\", \"third/gpt-4.1-nano\"]",
+    );
+    let rota = Rota::start(&cfg, &[KEYS[0], KEYS[3], ("third:t1", "sk-test-third-0007")]).await;
+    let slow = || Reply::SlowStatus(std::time::Duration::from_millis(1500), 500);
+    for key in [KEYS[0].1, KEYS[3].1, "sk-test-third-0007"] {
+        mock.script(key, vec![slow(), slow(), slow()]);
+    }
+    let started = std::time::Instant::now();
+    let r = rota.chat(chat(), &[]).await;
+    let took = started.elapsed();
+    assert_eq!(r.status(), 504);
+    assert!(took < std::time::Duration::from_millis(2800), "answered at the deadline: {took:?}");
+    let v: Value = r.json().await.unwrap();
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.contains("2s limit (timeouts.total) after 2 attempt(s)"), "{message}");
+    assert!(message.contains("openai/gpt-4.1 via openai:k1: server_error"), "{message}");
+    // The first call failed (500) and was retried; the deadline cut the retry. No other profile
+    // was called: no row, no stats.
+    let a = rota.attempts().await;
+    assert_eq!(
+        a,
+        [
+            row("primary", "openai/gpt-4.1", Some("openai:k1"), "failure", Some("server_error"), Some(500)),
+            row("retry", "openai/gpt-4.1", Some("openai:k1"), "failure", Some("timeout"), None),
+        ]
+    );
+    assert_eq!(mock.keys(), [KEYS[0].1, KEYS[0].1]);
+    let touched: Vec<(String, Option<i64>, Option<i64>, i64)> = sqlx::query_as(
+        "SELECT profile_id, last_used, cooldown_until, error_count FROM usage_stats WHERE last_used IS NOT NULL OR error_count > 0 OR cooldown_until IS NOT NULL",
+    )
+    .fetch_all(rota.store.pool())
+    .await
+    .unwrap();
+    assert_eq!(touched.len(), 1, "{touched:?}");
+    assert_eq!(
+        (touched[0].0.as_str(), touched[0].2, touched[0].3),
+        ("openai:k1", None, 0),
+        "the cut call is not the profile's fault"
+    );
+    assert_eq!(rota.scalar("SELECT status FROM requests").await, Some(504));
+}
+
+#[tokio::test]
+async fn failover_disabled_serves_the_first_choice_only() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let rota = Rota::start(&config(&base, "[failover]\nenabled = false\n"), &KEYS).await;
+    let body = r#"{"error":{"message":"The server is overloaded","type":"server_error"}}"#;
+    mock.script(KEYS[0].1, vec![Reply::Status(503, vec![], body.into())]);
+    let r = rota.chat(chat(), &[]).await;
+    assert_eq!(r.status(), 503);
+    assert_eq!(r.text().await.unwrap(), body, "the upstream's own answer");
+    assert_eq!(mock.keys(), [KEYS[0].1], "one upstream call: no retry, rotation or fallback");
+    let a = rota.attempts().await;
+    assert_eq!(a, [row("primary", "openai/gpt-4.1", Some("openai:k1"), "failure", Some("overloaded"), Some(503))]);
+}
+
+#[tokio::test]
+async fn an_upstream_redirect_is_never_followed() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let elsewhere = Mock::default();
+    let other = elsewhere.start().await;
+    let cfg = format!("[providers.anthropic]\napi = \"anthropic\"\nbase_url = \"{base}\"\n");
+    let rota = Rota::start(&cfg, &[("anthropic:a", "sk-ant-test-000a"), ("anthropic:b", "sk-ant-test-000b")]).await;
+    let location = format!("{other}/v1/messages");
+    let redirect = Reply::Status(307, vec![("location", location.clone())], String::new());
+    // A redirect is a server error: retried once, then the next profile.
+    mock.script("sk-ant-test-000a", vec![redirect.clone(), redirect]);
+    let r = rota.messages(json!({"model": "anthropic/claude-sonnet-4-5", "max_tokens": 10, "messages": []})).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-rota-profile"], "anthropic:b");
+    assert!(elsewhere.seen().is_empty(), "the other host saw: {:?}", elsewhere.seen());
+    let a = rota.attempts().await;
+    assert_eq!(a[0].3, "failure");
+    assert_eq!((a[0].4.as_deref(), a[0].5), (Some("server_error"), Some(307)));
+    let error: String =
+        sqlx::query_scalar("SELECT error FROM attempts WHERE seq = 1").fetch_one(rota.store.pool()).await.unwrap();
+    assert!(
+        error.contains(&format!("redirecting to {location}")) && error.contains("does not follow redirects"),
+        "{error}"
+    );
 }

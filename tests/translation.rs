@@ -71,10 +71,9 @@ fn client_events(bytes: &[u8]) -> Vec<(Option<String>, Value)> {
         .collect()
 }
 
-/// Feeds an upstream SSE body to a translator in awkward 7-byte pieces (as the network would),
-/// optionally calls `finish()` (the gateway does when the upstream ended without an error), and
-/// returns the client's events.
-fn translate_stream(mut t: StreamTranslator, upstream: &str, finish: bool) -> Vec<(Option<String>, Value)> {
+/// Feeds an upstream SSE body to a translator in awkward 7-byte pieces (as the network would)
+/// and returns the client's events.
+fn translate_stream(mut t: StreamTranslator, upstream: &str) -> Vec<(Option<String>, Value)> {
     let mut split = Splitter::default();
     let mut out = Vec::new();
     for piece in upstream.as_bytes().chunks(7) {
@@ -83,9 +82,6 @@ fn translate_stream(mut t: StreamTranslator, upstream: &str, finish: bool) -> Ve
         }
     }
     assert!(split.rest().is_empty(), "the upstream fixture ends mid-event");
-    if finish {
-        out.extend(t.finish());
-    }
     client_events(&out)
 }
 
@@ -1090,7 +1086,7 @@ fn anthropic_text_stream_becomes_chat_chunks() {
     ]);
 
     let (id, model) = ("msg_1nZdL29xx5MUA1yADyHTEsnR8uuvGzszyY", "claude-sonnet-4-5-20250929");
-    let got = translate_stream(StreamTranslator::anthropic_to_chat(true), &upstream, true);
+    let got = translate_stream(StreamTranslator::anthropic_to_chat(true), &upstream);
     assert_eq!(
         got,
         vec![
@@ -1130,7 +1126,7 @@ fn chat_text_stream_becomes_anthropic_events() {
         ],
         true,
     );
-    let got = translate_stream(StreamTranslator::chat_to_anthropic(), &upstream, true);
+    let got = translate_stream(StreamTranslator::chat_to_anthropic(), &upstream);
     assert_eq!(
         got,
         vec![
@@ -1196,7 +1192,7 @@ fn anthropic_streamed_tool_input_becomes_chat_tool_call_argument_deltas() {
         json!({"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": null}, "usage": {"output_tokens": 89}}),
         json!({"type": "message_stop"}),
     ]);
-    let got = translate_stream(StreamTranslator::anthropic_to_chat(true), &upstream, true);
+    let got = translate_stream(StreamTranslator::anthropic_to_chat(true), &upstream);
     let args = |n: u64, s: &str| json!({"tool_calls": [{"index": n, "function": {"arguments": s}}]});
     assert_eq!(
         got,
@@ -1260,7 +1256,7 @@ fn chat_streamed_tool_call_arguments_become_input_json_deltas() {
         ],
         true,
     );
-    let got = translate_stream(StreamTranslator::chat_to_anthropic(), &upstream, true);
+    let got = translate_stream(StreamTranslator::chat_to_anthropic(), &upstream);
     let json_delta = |index: u64, s: &str| {
         ev(
             "content_block_delta",
@@ -1314,8 +1310,7 @@ fn anthropic_error_event_mid_stream_becomes_chat_error_chunk() {
     ]);
     upstream += PING;
     upstream += "event: error\ndata: {\"type\": \"error\", \"error\": {\"type\": \"overloaded_error\", \"message\": \"Overloaded\"}}\n\n";
-    // The gateway stops on the upstream's error and does not call finish().
-    let got = translate_stream(StreamTranslator::anthropic_to_chat(true), &upstream, false);
+    let got = translate_stream(StreamTranslator::anthropic_to_chat(true), &upstream);
     assert_eq!(
         got,
         vec![
@@ -1342,7 +1337,7 @@ fn chat_error_chunk_mid_stream_becomes_anthropic_error_event() {
         ],
         false,
     );
-    let got = translate_stream(StreamTranslator::chat_to_anthropic(), &upstream, false);
+    let got = translate_stream(StreamTranslator::chat_to_anthropic(), &upstream);
     assert_eq!(
         got,
         vec![
@@ -1370,57 +1365,33 @@ fn chat_error_chunk_mid_stream_becomes_anthropic_error_event() {
 }
 
 #[test]
-fn streams_cut_without_end_marker_are_closed_by_finish() {
-    // Anthropic upstream that ended after content: the chat client still gets [DONE].
+fn streams_cut_without_end_marker_get_no_clean_end() {
+    // Anthropic upstream that ended after content: no [DONE] is made up for the chat client (the
+    // relay adds its in-band error; see src/gateway/relay.rs).
     let upstream = anthropic_sse(&[
         json!({"type": "message_start", "message": {"id": "msg_cut", "type": "message", "role": "assistant", "content": [],
             "model": "m", "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 1, "output_tokens": 1}}}),
         json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
         json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hi"}}),
     ]);
-    let got = translate_stream(StreamTranslator::anthropic_to_chat(true), &upstream, true);
+    let got = translate_stream(StreamTranslator::anthropic_to_chat(true), &upstream);
     assert_eq!(
         got,
         vec![
             chat_chunk("msg_cut", "m", json!({"role": "assistant", "content": ""}), Value::Null),
             chat_chunk("msg_cut", "m", json!({"content": "Hi"}), Value::Null),
-            done(),
         ]
     );
 
-    // Chat upstream without [DONE]: the Anthropic client gets the block and message closed.
+    // Chat upstream without [DONE]: no `message_stop` for the Anthropic client.
     let upstream = openai_sse(
         &[json!({"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m",
                  "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hi"}, "finish_reason": null}]})],
         false,
     );
-    let got = translate_stream(StreamTranslator::chat_to_anthropic(), &upstream, true);
-    assert_eq!(
-        got,
-        vec![
-            ev(
-                "message_start",
-                json!({"type": "message_start", "message": {
-                "id": "c1", "type": "message", "role": "assistant", "model": "m", "content": [],
-                "stop_reason": null, "stop_sequence": null, "usage": {"input_tokens": 0, "output_tokens": 0}}})
-            ),
-            ev(
-                "content_block_start",
-                json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}})
-            ),
-            ev(
-                "content_block_delta",
-                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hi"}})
-            ),
-            ev("content_block_stop", json!({"type": "content_block_stop", "index": 0})),
-            ev(
-                "message_delta",
-                json!({"type": "message_delta",
-                "delta": {"stop_reason": "end_turn", "stop_sequence": null}, "usage": {"input_tokens": 0, "output_tokens": 0}})
-            ),
-            ev("message_stop", json!({"type": "message_stop"})),
-        ]
-    );
+    let got = translate_stream(StreamTranslator::chat_to_anthropic(), &upstream);
+    let names: Vec<&str> = got.iter().filter_map(|(n, _)| n.as_deref()).collect();
+    assert_eq!(names, ["message_start", "content_block_start", "content_block_delta"]);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -14,7 +14,8 @@ use crate::engine::chain::FallbackOverride;
 use crate::engine::classify::Observed;
 use crate::engine::recent::Recent;
 use crate::engine::{Millis, ProfileId, Reason};
-use crate::gateway::failover::{Engine, Settings, secrets_of};
+use crate::gateway::failover::{Engine, Settings};
+use crate::gateway::secrets_of;
 use crate::gateway::walk::{Attempt, Step, Trail, Verdict, Walk};
 use crate::redact::redact;
 use crate::server::AppState;
@@ -339,7 +340,7 @@ async fn create(
         false,
         engine.clock.now(),
     );
-    let walk = Walk::new(chain, req.session, pin, trail).excluding(exclude);
+    let walk = Walk::new(chain, req.session, pin, trail).excluding(exclude).failover(settings.config.failover.enabled);
     let lease = issue(engine, &state.leases, &agent.name, settings, walk, Duration::ZERO).await?;
     Ok((axum::http::StatusCode::CREATED, Json(lease)))
 }
@@ -449,8 +450,12 @@ async fn report(
         Verdict::Stop => {
             let status = report.http_status.unwrap_or(502);
             walk.trail.finish(status, None, (None, None));
-            let mut err =
-                ApiError::new(status, "not_retryable", format!("{reason} does not fail over: {}", class.message));
+            let why = if settings.config.failover.enabled {
+                format!("{reason} does not fail over")
+            } else {
+                format!("{reason}, and failover is off (failover.enabled = false)")
+            };
+            let mut err = ApiError::new(status, "not_retryable", format!("{why}: {}", class.message));
             err.reason = Some(reason.to_string());
             Err(err)
         }

@@ -78,6 +78,9 @@ pub fn default_rules() -> Vec<Rule> {
     const WORDLESS: &[&str] = &[];
     const AUTH: &[(u16, u16)] = &[(401, 401), (403, 403)];
     vec![
+        // rota never follows a redirect (a credential must not travel to another host): the
+        // provider answered, but not with the answer.
+        rule(ServerError, &[(300, 399)], WORDLESS),
         // The prompt does not fit: another profile of the same model would fail the same way.
         rule(
             ContextOverflow,

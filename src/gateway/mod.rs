@@ -1,6 +1,10 @@
 //! The LLM gateway: OpenAI- and Anthropic-compatible endpoints for agents (SPEC §8).
 
+mod answer;
+mod call;
 pub mod failover;
+mod plan;
+pub mod relay;
 pub mod sse;
 pub mod upstream;
 pub mod walk;
@@ -11,13 +15,15 @@ use crate::engine::ProfileId;
 use crate::engine::chain::FallbackOverride;
 use crate::server::AppState;
 use crate::store::{Store, StoreError};
+use answer::refuse;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use failover::{Incoming, refuse};
+pub(crate) use call::secrets_of;
+use failover::Incoming;
 use secrecy::SecretString;
 use serde_json::{Value, json};
 use std::collections::{BTreeSet, HashMap};

@@ -23,6 +23,9 @@ impl Event {
 #[derive(Default, Debug)]
 pub struct Splitter {
     buf: Vec<u8>,
+    /// How far `buf` is known to hold no event end, so a long event that arrives a few bytes at
+    /// a time is not searched again from its start on every push.
+    scanned: usize,
 }
 
 impl Splitter {
@@ -30,10 +33,15 @@ impl Splitter {
     pub fn push(&mut self, bytes: &[u8]) -> Vec<Event> {
         self.buf.extend_from_slice(bytes);
         let mut out = Vec::new();
-        while let Some(end) = event_end(&self.buf) {
+        // An end is found from its first `\n` on, which is at most 3 bytes long: it may have
+        // begun in the last 2 bytes searched.
+        let mut from = self.scanned.saturating_sub(2);
+        while let Some(end) = event_end(&self.buf[from..]).map(|e| e + from) {
             let raw: Vec<u8> = self.buf.drain(..end).collect();
             out.push(parse(raw));
+            from = 0;
         }
+        self.scanned = self.buf.len();
         out
     }
 
@@ -43,14 +51,19 @@ impl Splitter {
     }
 }
 
-/// The end (exclusive) of the first complete event: after `\n\n` or `\r\n\r\n`.
+/// The end (exclusive) of the first complete event: after a blank line, whatever mix of `\n`
+/// and `\r\n` ends its lines (`\n\n`, `\r\n\r\n`, `\r\n\n`, `\n\r\n`).
 fn event_end(buf: &[u8]) -> Option<usize> {
-    let lf = buf.windows(2).position(|w| w == b"\n\n").map(|i| i + 2);
-    let crlf = buf.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4);
-    match (lf, crlf) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
+    let mut i = 0;
+    while let Some(p) = buf[i..].iter().position(|&b| b == b'\n') {
+        let n = i + p;
+        match buf.get(n + 1) {
+            Some(b'\n') => return Some(n + 2),
+            Some(b'\r') if buf.get(n + 2) == Some(&b'\n') => return Some(n + 3),
+            _ => i = n + 1,
+        }
     }
+    None
 }
 
 fn parse(raw: Vec<u8>) -> Event {
@@ -82,6 +95,25 @@ mod tests {
         assert!(evs[1].is_keepalive());
         assert_eq!(evs[2].data, "[DONE]");
         assert_eq!(s.rest(), b"data: par");
+    }
+
+    #[test]
+    fn mixed_line_ends_end_events() {
+        let evs = Splitter::default().push(b"data: a\r\n\ndata: b\n\r\ndata: c\r\n\r\n");
+        let data: Vec<&str> = evs.iter().map(|e| e.data.as_str()).collect();
+        assert_eq!(data, ["a", "b", "c"]);
+    }
+
+    #[test]
+    fn an_event_dribbled_byte_by_byte_ends_where_it_ends() {
+        let mut s = Splitter::default();
+        let text = b"event: x\r\ndata: 1\r\n\r\ndata: 2\n\n";
+        let mut evs = Vec::new();
+        for b in text {
+            evs.extend(s.push(std::slice::from_ref(b)));
+        }
+        assert_eq!(evs.iter().map(|e| e.raw.len()).sum::<usize>(), text.len());
+        assert_eq!((evs[0].name.as_deref(), evs[1].data.as_str()), (Some("x"), "2"));
     }
 
     #[test]

@@ -24,6 +24,9 @@ impl Upstream {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let client = reqwest::Client::builder()
             .connect_timeout(timeouts.connect)
+            // A credential must not travel to another host (reqwest keeps `x-api-key` across
+            // a cross-host redirect): a 3xx is the attempt's answer, a failure.
+            .redirect(reqwest::redirect::Policy::none())
             .pool_idle_timeout(std::time::Duration::from_secs(90))
             .user_agent(concat!("rota/", env!("CARGO_PKG_VERSION")))
             .build()

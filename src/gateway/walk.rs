@@ -30,6 +30,8 @@ pub struct Trail {
     first_candidate: Option<String>,
     /// Time spent in upstream calls, to tell rota's own overhead.
     upstream_ms: Millis,
+    /// `provider/model via profile: reason` of each failed upstream call, for a timeout's answer.
+    tried: Vec<String>,
     pub request_id: String,
     agent: String,
     api: &'static str,
@@ -57,6 +59,7 @@ impl Trail {
             metrics,
             first_candidate: None,
             upstream_ms: 0,
+            tried: Vec::new(),
             request_id,
             agent,
             api,
@@ -98,11 +101,20 @@ impl Trail {
         if self.first_candidate.is_none() {
             self.first_candidate = Some(format!("{}/{}", row.provider, row.model));
         }
-        if row.profile_id.is_some() {
+        if let Some(profile) = &row.profile_id {
             self.upstream_ms += row.duration_ms.unwrap_or(0);
+            if row.outcome == Outcome::Failure {
+                let reason = row.reason.map_or("failure", Reason::as_str);
+                self.tried.push(format!("{}/{} via {profile}: {reason}", row.provider, row.model));
+            }
         }
         self.metrics.observe_attempt(&row);
         self.audit.attempt(row);
+    }
+
+    /// The failed upstream calls so far.
+    pub fn tried(&self) -> &[String] {
+        &self.tried
     }
 
     /// Writes the `requests` row.
@@ -161,6 +173,18 @@ pub enum Verdict {
     Stop,
 }
 
+/// How a committed stream ended.
+pub enum Ended {
+    Whole,
+    /// `said`: the upstream sent its own error event (already forwarded to the client).
+    Failed {
+        class: Classified,
+        said: bool,
+    },
+    /// rota's own request deadline (`timeouts.total`) cut the stream: not the profile's fault.
+    Deadline(String),
+}
+
 /// The profiles of the candidate under way.
 struct Cursor {
     slots: Vec<ProfileId>,
@@ -174,6 +198,8 @@ struct Cursor {
 
 pub struct Walk {
     chain: Vec<Candidate>,
+    /// `failover.enabled = false`: the first choice only, no retry, rotation or fallback.
+    single: bool,
     session: Option<String>,
     pin: Option<ProfileId>,
     /// Profiles this request must not use (a lease's `exclude`).
@@ -184,9 +210,32 @@ pub struct Walk {
     pub trail: Trail,
 }
 
+/// The row's reason, retry hint and error, from the classified failure.
+fn describe(row: &mut AttemptRow, class: &Classified) {
+    row.reason = Some(class.reason);
+    row.retry_after_ms = class.hint.map(|h| h.wait_ms);
+    row.error = Some(truncate(&class.message, 500));
+}
+
 impl Walk {
     pub fn new(chain: Vec<Candidate>, session: Option<String>, pin: Option<ProfileId>, trail: Trail) -> Walk {
-        Walk { chain, session, pin, exclude: Vec::new(), index: 0, cur: None, failures: Vec::new(), trail }
+        Walk {
+            chain,
+            single: false,
+            session,
+            pin,
+            exclude: Vec::new(),
+            index: 0,
+            cur: None,
+            failures: Vec::new(),
+            trail,
+        }
+    }
+
+    /// `failover.enabled`: when false, the first failure ends the walk (SPEC §5).
+    pub fn failover(mut self, enabled: bool) -> Walk {
+        self.single = !enabled;
+        self
     }
 
     pub fn excluding(mut self, exclude: Vec<ProfileId>) -> Walk {
@@ -315,38 +364,24 @@ impl Walk {
         may_retry: bool,
         now: Millis,
     ) -> Verdict {
-        let cur = self.cur.as_mut().expect("a failure is reported for an attempt under way");
-        let cand = &self.chain[self.index];
         let reason = class.reason;
-        row.reason = Some(reason);
         row.http_status = status;
-        row.retry_after_ms = class.hint.map(|h| h.wait_ms);
-        row.error = Some(truncate(&class.message, 500));
-        if cur.tries < reason.same_profile_retries() && may_retry {
+        let cur = self.cur.as_mut().expect("a failure is reported for an attempt under way");
+        if cur.tries < reason.same_profile_retries() && may_retry && !self.single {
+            describe(&mut row, class);
             self.trail.record(row);
             cur.tries += 1;
             let backoff = 100 * u64::from(cur.tries) + fastrand::u64(0..100);
             return Verdict::Retry(Duration::from_millis(backoff));
         }
-        let until = match reason.next() {
-            After::Stop => {
-                self.trail.record(row);
-                return Verdict::Stop;
-            }
-            After::NextModel => Some(Until::At(book.record_model_not_found(&cand.provider, &cand.model, now))),
-            After::Rotate => {
-                let failure = Failure {
-                    reason,
-                    model: cand.model.clone(),
-                    hint_ms: class.hint.map(|h| h.wait_ms),
-                    account_wide: class.account_wide,
-                    started_at: row.started_at,
-                };
-                book.record_failure(&cur.slots[cur.j], &failure, now)
-            }
-        };
-        row.cooldown_until = until.and_then(until_ms);
-        self.trail.record(row);
+        if reason.next() == After::Stop {
+            describe(&mut row, class);
+            self.trail.record(row);
+            return Verdict::Stop;
+        }
+        let until = self.mark(book, row, class, now);
+        let cur = self.cur.as_mut().expect("checked above");
+        let cand = &self.chain[self.index];
         cur.last = Some(ModelFailure {
             label: cand.label(),
             reason,
@@ -355,14 +390,92 @@ impl Walk {
             until,
             skipped: false,
         });
+        if self.single {
+            return Verdict::Stop;
+        }
         cur.j = if reason.next() == After::NextModel || cur.pinned { cur.slots.len() } else { cur.j + 1 };
         cur.tries = 0;
         Verdict::Moved
     }
 
-    /// Whether the attempt under way is the profile's first try in this request.
+    /// Records a failure of the attempt under way where it leaves its mark (the profile's
+    /// windows, or the model's), and its row; returns the window it set.
+    fn mark(&mut self, book: &Book, mut row: AttemptRow, class: &Classified, now: Millis) -> Option<Until> {
+        let cur = self.cur.as_ref().expect("a failure is reported for an attempt under way");
+        let cand = &self.chain[self.index];
+        let until = match class.reason.next() {
+            After::Stop => None,
+            After::NextModel => Some(Until::At(book.record_model_not_found(&cand.provider, &cand.model, now))),
+            After::Rotate => {
+                let failure = Failure {
+                    reason: class.reason,
+                    model: cand.model.clone(),
+                    hint_ms: class.hint.map(|h| h.wait_ms),
+                    account_wide: class.account_wide,
+                    started_at: row.started_at,
+                };
+                book.record_failure(&cur.slots[cur.j], &failure, now)
+            }
+        };
+        describe(&mut row, class);
+        row.cooldown_until = until.and_then(until_ms);
+        self.trail.record(row);
+        until
+    }
+
+    /// rota's own request deadline cut the attempt under way: a failed row (`timeout`) that
+    /// leaves no mark on the profile, which was not given the time it needed.
+    pub fn abandoned(&mut self, mut row: AttemptRow, message: &str) {
+        row.reason = Some(Reason::Timeout);
+        row.error = Some(truncate(message, 500));
+        self.trail.record(row);
+    }
+
+    /// The answer when the request's deadline (`timeouts.total`) stopped the walk: what was
+    /// tried, in order. No further candidate is tried and nothing else is recorded.
+    pub fn timed_out(&self, limit: Duration) -> String {
+        let tried = self.trail.tried();
+        let what = if tried.is_empty() { "no upstream call".to_string() } else { tried.join(" | ") };
+        format!(
+            "the request passed its {}s limit (timeouts.total) after {} attempt(s): {what}",
+            limit.as_secs_f64(),
+            tried.len()
+        )
+    }
+
+    /// The committed stream of the attempt under way ended: it served the request, or failed
+    /// after commit (no failover then: the client has the in-band error).
+    pub fn stream_ended(
+        &mut self,
+        book: &Book,
+        mut row: AttemptRow,
+        ended: Ended,
+        tokens: (Option<i64>, Option<i64>),
+        now: Millis,
+    ) {
+        (row.tokens_in, row.tokens_out) = tokens;
+        let pid = {
+            let cur = self.cur.as_ref().expect("a stream is reported for an attempt under way");
+            cur.slots[cur.j].clone()
+        };
+        match ended {
+            Ended::Whole => {
+                book.record_success(&pid, now);
+                row.outcome = Outcome::Success;
+                self.trail.record(row);
+            }
+            Ended::Failed { class, .. } => {
+                self.mark(book, row, &class, now);
+            }
+            Ended::Deadline(message) => self.abandoned(row, &message),
+        }
+        self.trail.finish(200, Some((&self.chain[self.index], &pid)), tokens);
+    }
+
+    /// Whether the attempt under way is the profile's first try in this request, and another
+    /// may follow (not when failover is off).
     pub fn first_try(&self) -> bool {
-        self.cur.as_ref().is_some_and(|c| c.tries == 0)
+        !self.single && self.cur.as_ref().is_some_and(|c| c.tries == 0)
     }
 
     /// The attempt under way failed with an expired OAuth token that has since been refreshed:

@@ -124,51 +124,61 @@ pub fn usage(v: &Value) -> (Option<i64>, Option<i64>) {
     (input, field(&["completion_tokens", "output_tokens"]))
 }
 
-/// How a streamed event bears on the commit decision.
+/// What a streamed event means to the relay (SPEC §6).
 #[derive(Debug, PartialEq, Eq)]
 pub enum Seen {
-    /// Content started: the response can be committed to the client.
+    /// Content: the first one commits the response to the client.
     Content,
-    /// The upstream reported an error instead of content.
+    /// The upstream reported an error.
     Error,
-    /// The stream ended without content.
+    /// The terminal event: the stream is whole.
     End,
-    /// Neither (keep-alive, ping, metadata).
+    /// Neither (keep-alive, ping, `message_start`, `response.created`, a chunk with no choice).
     Other,
 }
 
-pub fn classify_event(wire: WireFormat, ev: &Event) -> Seen {
+impl Api {
+    /// The event that ends a whole stream of this API, for messages about cut streams.
+    pub fn terminal_event(self) -> &'static str {
+        match self {
+            Api::Chat => "data: [DONE]",
+            Api::Responses => "response.completed",
+            Api::Messages => "message_stop",
+        }
+    }
+}
+
+/// What `ev` (with its data parsed as JSON, when it is) means in a stream of the `upstream` API:
+/// Anthropic commits on the first `content_block_*` event (`message_start` and `ping` are held),
+/// OpenAI chat on the first chunk with a choice, Responses on the first `response.output_*` event.
+pub fn classify_event(upstream: Api, ev: &Event, json: Option<&Value>) -> Seen {
     if ev.is_keepalive() {
         return Seen::Other;
     }
-    let name = ev.name.as_deref().unwrap_or("");
+    let kind = json.and_then(|v| v.get("type")).and_then(Value::as_str);
+    let name = ev.name.as_deref().or(kind).unwrap_or("");
     if name == "error" {
         return Seen::Error;
     }
-    match wire {
-        WireFormat::Anthropic => match name {
-            "message_start" | "content_block_start" | "content_block_delta" => Seen::Content,
+    match upstream {
+        Api::Messages => match name {
+            "content_block_start" | "content_block_delta" | "content_block_stop" => Seen::Content,
             "message_stop" => Seen::End,
             _ => Seen::Other,
         },
-        WireFormat::Openai => {
-            if ev.data.trim() == "[DONE]" {
-                return Seen::End;
-            }
-            match ev.json() {
-                Some(v) if v.get("error").is_some() || v.get("type").and_then(Value::as_str) == Some("error") => {
-                    Seen::Error
-                }
-                Some(v) if v.get("type").and_then(Value::as_str) == Some("response.failed") => Seen::Error,
-                Some(v)
-                    if v.get("choices").is_some()
-                        || v.get("type").and_then(Value::as_str).is_some_and(|t| t.starts_with("response.")) =>
-                {
-                    Seen::Content
-                }
-                _ => Seen::Other,
-            }
-        }
+        Api::Chat => match json {
+            _ if ev.data.trim() == "[DONE]" => Seen::End,
+            Some(v) if v.get("error").is_some() => Seen::Error,
+            Some(v) if v.get("choices").and_then(Value::as_array).is_some_and(|c| !c.is_empty()) => Seen::Content,
+            _ => Seen::Other,
+        },
+        Api::Responses => match name {
+            _ if ev.data.trim() == "[DONE]" => Seen::End,
+            "response.failed" => Seen::Error,
+            "response.completed" | "response.incomplete" => Seen::End,
+            n if n.starts_with("response.output_") => Seen::Content,
+            _ => Seen::Other,
+        },
     }
 }
 
@@ -181,25 +191,44 @@ mod tests {
         Splitter::default().push(raw.as_bytes()).remove(0)
     }
 
+    fn seen(api: Api, raw: &str) -> Seen {
+        let e = ev(raw);
+        classify_event(api, &e, e.json().as_ref())
+    }
+
     #[test]
-    fn commit_events_per_wire_format() {
-        assert_eq!(classify_event(WireFormat::Anthropic, &ev("event: ping\ndata: {}\n\n")), Seen::Other);
-        assert_eq!(classify_event(WireFormat::Anthropic, &ev("event: message_start\ndata: {}\n\n")), Seen::Content);
-        assert_eq!(
-            classify_event(WireFormat::Anthropic, &ev("event: error\ndata: {\"type\":\"error\"}\n\n")),
-            Seen::Error
-        );
-        assert_eq!(classify_event(WireFormat::Openai, &ev("data: {\"choices\":[]}\n\n")), Seen::Content);
-        assert_eq!(classify_event(WireFormat::Openai, &ev("data: {\"error\":{\"message\":\"x\"}}\n\n")), Seen::Error);
-        assert_eq!(classify_event(WireFormat::Openai, &ev("data: [DONE]\n\n")), Seen::End);
-        assert_eq!(classify_event(WireFormat::Openai, &ev(": keep-alive\n\n")), Seen::Other);
-        assert_eq!(
-            classify_event(
-                WireFormat::Openai,
-                &ev("event: response.created\ndata: {\"type\":\"response.created\"}\n\n")
-            ),
-            Seen::Content
-        );
+    fn anthropic_commits_on_content_blocks_not_on_the_preamble() {
+        assert_eq!(seen(Api::Messages, "event: ping\ndata: {}\n\n"), Seen::Other);
+        assert_eq!(seen(Api::Messages, "event: message_start\ndata: {}\n\n"), Seen::Other);
+        assert_eq!(seen(Api::Messages, "event: content_block_start\ndata: {}\n\n"), Seen::Content);
+        assert_eq!(seen(Api::Messages, "event: content_block_delta\ndata: {}\n\n"), Seen::Content);
+        assert_eq!(seen(Api::Messages, "event: message_delta\ndata: {}\n\n"), Seen::Other);
+        assert_eq!(seen(Api::Messages, "event: message_stop\ndata: {}\n\n"), Seen::End);
+        assert_eq!(seen(Api::Messages, "event: error\ndata: {\"type\":\"error\"}\n\n"), Seen::Error);
+        // Without `event:` lines, the data's `type` names the event.
+        assert_eq!(seen(Api::Messages, "data: {\"type\":\"content_block_delta\"}\n\n"), Seen::Content);
+    }
+
+    #[test]
+    fn chat_commits_on_the_first_chunk_with_a_choice() {
+        assert_eq!(seen(Api::Chat, "data: {\"choices\":[{\"index\":0}]}\n\n"), Seen::Content);
+        assert_eq!(seen(Api::Chat, "data: {\"choices\":[],\"prompt_filter_results\":[]}\n\n"), Seen::Other);
+        assert_eq!(seen(Api::Chat, "data: {\"error\":{\"message\":\"x\"}}\n\n"), Seen::Error);
+        assert_eq!(seen(Api::Chat, "data: [DONE]\n\n"), Seen::End);
+        assert_eq!(seen(Api::Chat, ": keep-alive\n\n"), Seen::Other);
+    }
+
+    #[test]
+    fn responses_commit_on_the_first_output_event() {
+        let r = |t: &str| seen(Api::Responses, &format!("event: {t}\ndata: {{\"type\":\"{t}\"}}\n\n"));
+        assert_eq!(r("response.created"), Seen::Other);
+        assert_eq!(r("response.in_progress"), Seen::Other);
+        assert_eq!(r("response.output_item.added"), Seen::Content);
+        assert_eq!(r("response.output_text.delta"), Seen::Content);
+        assert_eq!(r("response.completed"), Seen::End);
+        assert_eq!(r("response.incomplete"), Seen::End);
+        assert_eq!(r("response.failed"), Seen::Error);
+        assert_eq!(r("error"), Seen::Error);
     }
 
     #[test]

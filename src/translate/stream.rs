@@ -1,4 +1,6 @@
-//! Streamed responses: Anthropic events ⇄ OpenAI `chat.completion.chunk`s, event by event.
+//! Streamed responses: Anthropic events ⇄ OpenAI `chat.completion.chunk`s, event by event. A
+//! translator ends its stream only when its source did (`message_stop`, `[DONE]`): a cut
+//! source is the relay's business, never closed cleanly here.
 
 use super::response::{finish_from_stop, prompt_tokens, stop_from_finish};
 use crate::gateway::sse::Event;
@@ -31,18 +33,6 @@ impl StreamTranslator {
             StreamTranslator::ToMessages(t) => t.push(ev),
         }
     }
-
-    /// Closing events if the upstream ended without its own end marker.
-    pub fn finish(&mut self) -> Vec<u8> {
-        match self {
-            StreamTranslator::ToChat(t) if !t.done => {
-                t.done = true;
-                b"data: [DONE]\n\n".to_vec()
-            }
-            StreamTranslator::ToMessages(t) if t.started && !t.done => t.close(),
-            _ => Vec::new(),
-        }
-    }
 }
 
 fn sse_data(v: &Value) -> Vec<u8> {
@@ -59,15 +49,16 @@ pub struct ToChat {
     model: String,
     /// Anthropic block index → OpenAI tool call index.
     tools: Vec<(u64, usize)>,
+    /// One timestamp for every chunk of the completion, as OpenAI sends.
+    created: i64,
     input_tokens: i64,
     include_usage: bool,
-    done: bool,
 }
 
 impl ToChat {
     fn chunk(&self, delta: Value, finish: Option<&str>) -> Vec<u8> {
         sse_data(&json!({
-            "id": self.id, "object": "chat.completion.chunk", "created": chrono::Utc::now().timestamp(), "model": self.model,
+            "id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
         }))
     }
@@ -79,6 +70,7 @@ impl ToChat {
                 self.id = v.pointer("/message/id").and_then(Value::as_str).unwrap_or("").to_string();
                 self.model = v.pointer("/message/model").and_then(Value::as_str).unwrap_or("").to_string();
                 self.input_tokens = v.pointer("/message/usage").map_or(0, prompt_tokens);
+                self.created = chrono::Utc::now().timestamp();
                 self.chunk(json!({"role": "assistant", "content": ""}), None)
             }
             Some("content_block_start") if v.pointer("/content_block/type") == Some(&json!("tool_use")) => {
@@ -106,16 +98,13 @@ impl ToChat {
                     return out;
                 }
                 out.extend(sse_data(&json!({
-                    "id": self.id, "object": "chat.completion.chunk", "created": chrono::Utc::now().timestamp(), "model": self.model,
+                    "id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
                     "choices": [],
                     "usage": {"prompt_tokens": self.input_tokens, "completion_tokens": output, "total_tokens": self.input_tokens + output},
                 })));
                 out
             }
-            Some("message_stop") => {
-                self.done = true;
-                b"data: [DONE]\n\n".to_vec()
-            }
+            Some("message_stop") => b"data: [DONE]\n\n".to_vec(),
             Some("error") => {
                 let message = v.pointer("/error/message").cloned().unwrap_or(json!("upstream error"));
                 sse_data(&json!({"error": {"message": message, "type": v.pointer("/error/type"), "code": null}}))

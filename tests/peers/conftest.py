@@ -6,6 +6,9 @@ The key tap is a transparent HTTP pass-through that records the headers of every
 sends upstream. llmock 0.2.2 journals method, path, status, fault and body of each request but
 not its headers, so without the tap no test could tell which API key the upstream saw.
 
+test_streams.py swaps llmock and the tap for chunky.py, an upstream that replays recorded
+streams the way real servers write them (whole, one event per write, a few bytes per write).
+
 Everything listens on 127.0.0.1 only. Every process and thread a fixture starts is stopped in
 its teardown, and every wait has a deadline.
 """
@@ -271,12 +274,12 @@ def start_llmock(dir: Path) -> LLMock:
 
 
 @dataclass
-class Gateway:
+class Rota:
+    """A running `rota serve`: its address, the agent key tests call it with, its dir and database."""
+
     addr: str  # host:port of rota serve
     agent_key: str
     dir: Path
-    llmock: LLMock
-    tap: KeyTap
     stderr: Path
     proc: subprocess.Popen | None = field(default=None, repr=False)
 
@@ -320,6 +323,14 @@ class Gateway:
             time.sleep(0.05)
 
 
+@dataclass
+class Gateway(Rota):
+    """rota in front of the key tap and llmock (the `gateway` fixture)."""
+
+    llmock: LLMock = field(kw_only=True)
+    tap: KeyTap = field(kw_only=True)
+
+
 def rota(dir: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     out = subprocess.run(
         [str(rota_bin()), "--config", str(dir / "rota.toml"), *args],
@@ -338,6 +349,44 @@ def read_first_line(proc: subprocess.Popen, deadline_s: float) -> str:
     if not box:
         raise TimeoutError(f"rota serve printed nothing on stdout within {deadline_s}s")
     return box[0]
+
+
+def create_agent(dir: Path, name: str) -> str:
+    """A new agent through the CLI; its key (rk_…) is the last line rota prints."""
+    created = rota(dir, "agents", "create", name).stdout.strip().splitlines()
+    agent_key = created[-1].strip()
+    assert agent_key.startswith("rk_"), created
+    return agent_key
+
+
+def start_rota(dir: Path, stderr: Path) -> tuple[subprocess.Popen, str]:
+    """`rota serve` on 127.0.0.1:0 with dir's config, once healthy: the process and its host:port.
+
+    A rota that does not come up is stopped here, since the caller never gets hold of it.
+    """
+    with open(stderr, "wb") as err:
+        proc = subprocess.Popen(
+            [str(rota_bin()), "--config", str(dir / "rota.toml"), "serve", "--listen", "127.0.0.1:0"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err, text=True, cwd=dir,
+            env=clean_env(ROTA_LOG="warn"),
+        )
+    try:
+        line = read_first_line(proc, deadline_s=20).strip()
+        prefix = "rota listening on http://"
+        assert line.startswith(prefix), f"unexpected first stdout line {line!r}\n{tail(stderr)}"
+        addr = line[len(prefix):]
+        wait_healthy(f"http://{addr}/healthz", proc, deadline_s=10)
+        return proc, addr
+    except BaseException:
+        stop_rota(proc)
+        raise
+
+
+def stop_rota(proc: subprocess.Popen | None) -> None:
+    """stop() the rota of start_rota and close the stdout pipe it was started with."""
+    stop(proc)
+    if proc is not None and proc.stdout is not None:
+        proc.stdout.close()
 
 
 CONFIG = """\
@@ -398,29 +447,14 @@ def gateway(_bounded_in_time) -> Any:
         for pid, key in UPSTREAM_KEYS.items():
             provider, name = pid.split(":")
             rota(dir, "profiles", "add", provider, "--name", name, stdin=key + "\n")
-        created = rota(dir, "agents", "create", "sdk").stdout.strip().splitlines()
-        agent_key = created[-1].strip()
-        assert agent_key.startswith("rk_"), created
-
-        with open(stderr, "wb") as err:
-            proc = subprocess.Popen(
-                [str(rota_bin()), "--config", str(dir / "rota.toml"), "serve", "--listen", "127.0.0.1:0"],
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err, text=True, cwd=dir,
-                env=clean_env(ROTA_LOG="warn"),
-            )
-        line = read_first_line(proc, deadline_s=20).strip()
-        prefix = "rota listening on http://"
-        assert line.startswith(prefix), f"unexpected first stdout line {line!r}\n{tail(stderr)}"
-        addr = line[len(prefix):]
-        wait_healthy(f"http://{addr}/healthz", proc, deadline_s=10)
+        agent_key = create_agent(dir, "sdk")
+        proc, addr = start_rota(dir, stderr)
         # The checks above went to rota only; start each test with empty upstream logs.
         llmock.reset()
         tap.clear()
-        yield Gateway(addr, agent_key, dir, llmock, tap, stderr, proc)
+        yield Gateway(addr, agent_key, dir, stderr, proc, llmock=llmock, tap=tap)
     finally:
-        stop(proc)
-        if proc is not None and proc.stdout is not None:
-            proc.stdout.close()
+        stop_rota(proc)
         if llmock is not None:
             stop(llmock.proc)
         if tap is not None:

@@ -19,14 +19,37 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+/// How the mock writes a stream's bytes: as real servers do, never only one event per read.
+#[derive(Clone, Copy, Debug)]
+pub enum Writes {
+    /// The whole body in one write (a short answer from a fast server).
+    Whole,
+    /// One write per event, flushed.
+    PerEvent,
+    /// `n` bytes per write (events split anywhere).
+    Bytes(usize),
+}
+
 /// What the mock answers to one call.
 #[derive(Clone, Debug)]
 pub enum Reply {
     Ok,
     Status(u16, Vec<(&'static str, String)>, String),
-    /// A 200 stream of `n` content events.
+    /// A 200 stream of `n` text deltas, one write per event.
     Stream(usize),
-    /// A 200 stream whose first event is an error.
+    /// A 200 stream of `n` text deltas, written as said.
+    StreamWritten(usize, Writes),
+    /// These bytes as a 200 event stream (a recorded or a cut one), written as said, then closed.
+    Raw(String, Writes),
+    /// A 200 stream whose first event comes after `first` and whose end comes after `total`.
+    SlowStream {
+        first: Duration,
+        total: Duration,
+    },
+    /// This status (JSON error body) after this long.
+    SlowStatus(Duration, u16),
+    /// A 200 stream whose first event is an error (Anthropic: after `message_start` and a
+    /// `ping`, as Anthropic sends `overloaded_error`).
     StreamErrorFirst,
     /// A 200 stream that sends one content event, then drops the connection.
     StreamBreakAfterFirst,
@@ -132,24 +155,74 @@ async fn answer(State(mock): State<Mock>, uri: axum::http::Uri, headers: HeaderM
             tokio::time::sleep(d).await;
             axum::Json(json!({"late": true})).into_response()
         }
+        Reply::SlowStatus(d, code) => {
+            tokio::time::sleep(d).await;
+            let body = json!({"error": {"message": format!("upstream failed after {d:?}"), "type": "server_error"}});
+            (StatusCode::from_u16(code).unwrap(), axum::Json(body)).into_response()
+        }
         stream => sse(stream, anthropic, mock.clone()),
     }
 }
 
-fn content_event(anthropic: bool, i: usize) -> String {
+/// The events of a realistic stream of `n` text deltas (`t0`, `t1`, …), in order: a keep-alive,
+/// the preamble (Anthropic: `message_start`), the content, the usage and the terminal event.
+pub fn stream_events(anthropic: bool, n: usize) -> Vec<String> {
+    let mut evs = vec![": keep-alive\n\n".to_string()];
+    evs.extend(first_content(anthropic));
+    for i in 1..n {
+        evs.push(delta(anthropic, i));
+    }
     if anthropic {
-        if i == 0 {
-            "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":11}}}\n\n"
-                .into()
-        } else {
-            format!(
-                "event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"t{i}\"}}}}\n\n"
-            )
-        }
+        evs.push("event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n".into());
+        evs.push("event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":4}}\n\n".into());
+        evs.push("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n".into());
+    } else {
+        evs.push("data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n".into());
+        evs.push(
+            "data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2}}\n\n".into(),
+        );
+        evs.push("data: [DONE]\n\n".into());
+    }
+    evs
+}
+
+fn delta(anthropic: bool, i: usize) -> String {
+    if anthropic {
+        format!(
+            "event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"t{i}\"}}}}\n\n"
+        )
     } else {
         format!(
             "data: {{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"t{i}\"}}}}]}}\n\n"
         )
+    }
+}
+
+/// The events up to and including the first content event (`t0`).
+fn first_content(anthropic: bool) -> Vec<String> {
+    if anthropic {
+        vec![
+            "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"m\",\"content\":[],\"usage\":{\"input_tokens\":11,\"output_tokens\":1}}}\n\n".into(),
+            "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n".into(),
+            delta(true, 0),
+        ]
+    } else {
+        vec![delta(false, 0)]
+    }
+}
+
+/// A recorded stream from `tests/fixtures/streams/`.
+pub fn recorded(name: &str) -> String {
+    let path = format!("{}/tests/fixtures/streams/{name}.sse", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// Cuts `body` (its events) into the writes `how` says.
+fn writes(body: &[String], how: Writes) -> Vec<Bytes> {
+    match how {
+        Writes::Whole => vec![Bytes::from(body.concat())],
+        Writes::PerEvent => body.iter().map(|e| Bytes::from(e.clone())).collect(),
+        Writes::Bytes(n) => Bytes::from(body.concat()).chunks(n).map(Bytes::copy_from_slice).collect(),
     }
 }
 
@@ -160,38 +233,65 @@ fn sse(reply: Reply, anthropic: bool, mock: Mock) -> Response {
             let tx = tx.clone();
             async move { tx.send(Ok(Bytes::from(s))).await.is_ok() }
         };
-        match reply {
-            Reply::Stream(n) => {
-                send(": keep-alive\n\n".into()).await;
-                for i in 0..n {
-                    send(content_event(anthropic, i)).await;
+        let write_all = |parts: Vec<Bytes>| {
+            let tx = tx.clone();
+            async move {
+                for p in parts {
+                    if tx.send(Ok(p)).await.is_err() {
+                        return;
+                    }
+                    // Let each write leave on its own before the next.
+                    tokio::time::sleep(Duration::from_millis(1)).await;
                 }
-                let end = if anthropic {
-                    "event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":4}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n".to_string()
-                } else {
-                    "data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2}}\n\ndata: [DONE]\n\n".to_string()
-                };
-                send(end).await;
+            }
+        };
+        match reply {
+            Reply::Stream(n) => write_all(writes(&stream_events(anthropic, n), Writes::PerEvent)).await,
+            Reply::StreamWritten(n, how) => write_all(writes(&stream_events(anthropic, n), how)).await,
+            Reply::Raw(body, how) => {
+                let mut split = rota::gateway::sse::Splitter::default();
+                let mut evs: Vec<String> =
+                    split.push(body.as_bytes()).into_iter().map(|e| String::from_utf8(e.raw).unwrap()).collect();
+                evs.push(String::from_utf8(split.rest().to_vec()).unwrap());
+                evs.retain(|e| !e.is_empty());
+                write_all(writes(&evs, how)).await
+            }
+            Reply::SlowStream { first, total } => {
+                // The first event at `first`, the last (the terminal one) at `total`.
+                let evs = stream_events(anthropic, 3);
+                let pause = total.saturating_sub(first) / (evs.len() as u32 - 1);
+                tokio::time::sleep(first).await;
+                for (i, e) in evs.into_iter().enumerate() {
+                    if i > 0 {
+                        tokio::time::sleep(pause).await;
+                    }
+                    if !send(e).await {
+                        return;
+                    }
+                }
             }
             Reply::StreamErrorFirst => {
                 let ev = if anthropic {
-                    "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n"
+                    let mut evs = vec![first_content(true)[0].clone()];
+                    evs.push("event: ping\ndata: {\"type\":\"ping\"}\n\n".into());
+                    evs.push("event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n".into());
+                    evs.concat()
                 } else {
-                    "data: {\"error\":{\"message\":\"Rate limit reached\",\"type\":\"rate_limit_error\"}}\n\n"
+                    "data: {\"error\":{\"message\":\"Rate limit reached\",\"type\":\"rate_limit_error\"}}\n\n".into()
                 };
-                send(ev.into()).await;
+                send(ev).await;
             }
             Reply::StreamBreakAfterFirst => {
-                send(content_event(anthropic, 0)).await;
+                send(first_content(anthropic).concat()).await;
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 let _ = tx.send(Err(std::io::Error::other("upstream connection reset"))).await;
             }
             Reply::StreamErrorAfterFirst => {
-                send(content_event(anthropic, 0)).await;
+                send(first_content(anthropic).concat()).await;
                 send("event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n".into()).await;
             }
             Reply::StreamStallAfterFirst => {
-                send(content_event(anthropic, 0)).await;
+                send(first_content(anthropic).concat()).await;
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_secs(30)) => {}
                     _ = tx.closed() => mock.0.lock().unwrap().aborted += 1,

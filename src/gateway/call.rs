@@ -1,0 +1,229 @@
+//! One upstream call: the request sent, its answer read up to a buffered response, a committed
+//! stream or a classified failure, with the attempt's timings measured from the moment the
+//! request was sent.
+
+use super::failover::{Engine, Incoming, Settings};
+use super::plan::{Plan, WithModel};
+use super::relay::{Phase, Relay};
+use super::upstream::error_text;
+use super::walk::Attempt;
+use super::wire;
+use crate::book::Credential;
+use crate::engine::classify::{Classified, Observed};
+use crate::engine::{Millis, Reason};
+use crate::redact::redact;
+use axum::body::Body;
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::Response;
+use bytes::Bytes;
+use futures_util::StreamExt;
+use futures_util::stream::BoxStream;
+use secrecy::ExposeSecret;
+use serde_json::{Map, Value};
+use tokio::time::{Instant, timeout_at};
+
+/// What one upstream call came to.
+pub enum Called {
+    Served(Response, (Option<i64>, Option<i64>)),
+    /// A stream whose first content event arrived: ready to commit.
+    Stream(Box<Opened>),
+    Failed(Box<CallFailure>),
+}
+
+/// A stream read up to its commit: the relay holding the client's first bytes, and the rest.
+pub struct Opened {
+    pub relay: Relay,
+    pub rest: BoxStream<'static, reqwest::Result<Bytes>>,
+}
+
+pub struct CallFailure {
+    pub class: Classified,
+    pub status: Option<u16>,
+    /// The upstream's answer, redacted: returned as is when the reason stops the request.
+    pub body: Option<Bytes>,
+    /// rota's own request deadline (`timeouts.total`) ended the call, not the upstream.
+    pub deadline: bool,
+}
+
+/// A call and its timings.
+pub struct Call {
+    pub called: Called,
+    /// When the request was sent.
+    pub sent: Instant,
+    /// Time to the first byte of the upstream's body.
+    pub ttfb_ms: Option<Millis>,
+}
+
+/// The secrets an upstream could echo back: the ones rota sent it.
+pub(crate) fn secrets_of(cred: &Credential) -> Vec<&str> {
+    let mut v = Vec::new();
+    match cred {
+        Credential::ApiKey(s) | Credential::Token(s) => v.push(s.expose_secret()),
+        Credential::OAuth { access, refresh } => {
+            v.extend(access.iter().map(|s| s.expose_secret()));
+            v.extend(refresh.iter().map(|s| s.expose_secret()));
+        }
+    }
+    v
+}
+
+fn since(t: Instant) -> Millis {
+    t.elapsed().as_millis() as Millis
+}
+
+impl Engine {
+    /// Calls the attempt's candidate with `body` (the client's, or its translation).
+    pub(super) async fn call(
+        &self,
+        inc: &Incoming,
+        att: &Attempt,
+        plan: Plan,
+        body: &Map<String, Value>,
+        deadline: Instant,
+    ) -> Call {
+        let settings = &inc.settings;
+        let provider = &settings.config.providers[&att.cand.provider];
+        let bytes = serde_json::to_vec(&WithModel { body, model: &att.cand.model }).expect("a JSON map serializes");
+        let first_byte = deadline.min(Instant::now() + settings.config.timeouts.first_byte);
+        let secrets = secrets_of(&att.cred);
+        let now = self.now();
+        let fail = |class: Classified, status: Option<u16>, body: Option<Bytes>| {
+            let mut class = class;
+            class.message = redact(&class.message, &secrets);
+            let deadline = class.reason == Reason::Timeout && Instant::now() >= deadline;
+            Called::Failed(Box::new(CallFailure { class, status, body, deadline }))
+        };
+        let transport = |text: &str| transport(settings, text, now);
+        let sent = Instant::now();
+        let mut ttfb_ms = None;
+        let done = |called: Called, ttfb_ms: Option<Millis>| Call { called, sent, ttfb_ms };
+        let answer = timeout_at(
+            first_byte,
+            self.upstream.send(provider, plan.upstream(), &att.cred, Bytes::from(bytes), &inc.headers, inc.stream),
+        )
+        .await;
+        let mut resp = match answer {
+            Err(_) => return done(fail(transport("timed out waiting for the upstream's answer"), None, None), None),
+            Ok(Err(text)) => return done(fail(transport(&text), None, None), None),
+            Ok(Ok(r)) => r,
+        };
+        let status = resp.status().as_u16();
+        if (200..300).contains(&status) && inc.stream {
+            let called = match self.open(settings, inc, plan, resp, first_byte, sent, &mut ttfb_ms).await {
+                Ok(opened) => Called::Stream(Box::new(opened)),
+                Err(class) => fail(class, None, None),
+            };
+            return done(called, ttfb_ms);
+        }
+        let body = match timeout_at(first_byte, read_body(&mut resp, sent, &mut ttfb_ms)).await {
+            Ok(Ok(b)) => b,
+            Ok(Err(e)) => return done(fail(transport(&error_text(&e)), None, None), ttfb_ms),
+            Err(_) => return done(fail(transport("timed out reading the upstream's answer"), None, None), ttfb_ms),
+        };
+        let text = String::from_utf8_lossy(&body);
+        if (200..300).contains(&status)
+            && let Ok(json @ Value::Object(_)) = serde_json::from_str::<Value>(&text)
+        {
+            let tokens = wire::usage(&json);
+            let ct = match plan {
+                Plan::Passthrough(_) => resp.headers().get("content-type").cloned(),
+                _ => Some(HeaderValue::from_static("application/json")),
+            };
+            let mut out = Response::new(Body::from(plan.response(&json, body)));
+            *out.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
+            if let Some(ct) = ct {
+                out.headers_mut().insert("content-type", ct);
+            }
+            return done(Called::Served(out, tokens), ttfb_ms);
+        }
+        let headers: Vec<(String, String)> = resp
+            .headers()
+            .iter()
+            .map(|(k, v)| (k.as_str().to_string(), v.to_str().unwrap_or("").to_string()))
+            .collect();
+        let seen = Observed { status: Some(status), headers: &headers, body: &text, transport: None };
+        let mut class = settings.classifier.classify(&seen, now);
+        if (300..400).contains(&status) {
+            let to = resp.headers().get("location").and_then(|v| v.to_str().ok()).unwrap_or("(no Location header)");
+            class.message = format!(
+                "the upstream answered {status} redirecting to {to}: rota does not follow redirects (a credential must not travel to another host)"
+            );
+        }
+        let redacted = Bytes::from(redact(&text, &secrets));
+        done(fail(class, Some(status), Some(redacted)), ttfb_ms)
+    }
+
+    /// Reads a 2xx stream up to its first content event (SPEC §6): what came before it is
+    /// held, and an error event, a stall or an end before it is a failure that fails over.
+    #[allow(clippy::too_many_arguments)]
+    async fn open(
+        &self,
+        settings: &Settings,
+        inc: &Incoming,
+        plan: Plan,
+        resp: reqwest::Response,
+        first_byte: Instant,
+        sent: Instant,
+        ttfb_ms: &mut Option<Millis>,
+    ) -> Result<Opened, Classified> {
+        let mut rest = resp.bytes_stream().boxed();
+        let mut relay = Relay::new(plan.upstream(), plan.stream_translator(&inc.body));
+        let now = self.now();
+        loop {
+            let chunk = match timeout_at(first_byte, rest.next()).await {
+                Err(_) => return Err(transport(settings, "timed out waiting for the first event of the stream", now)),
+                Ok(None) => {
+                    let (reason, message) = relay.closed().expect_err("a held stream is not whole");
+                    return Err(Classified { reason, hint: None, account_wide: false, message });
+                }
+                Ok(Some(Err(e))) => return Err(transport(settings, &error_text(&e), now)),
+                Ok(Some(Ok(c))) => c,
+            };
+            ttfb_ms.get_or_insert_with(|| since(sent));
+            relay.push(&chunk);
+            match relay.phase() {
+                Phase::Held => {}
+                Phase::Failed { data, committed: false } => {
+                    let seen = Observed { status: Some(200), headers: &[], body: data, transport: None };
+                    return Err(settings.classifier.classify(&seen, now));
+                }
+                Phase::Empty => {
+                    let (reason, message) = relay.closed().expect_err("an empty stream is not whole");
+                    return Err(Classified { reason, hint: None, account_wide: false, message });
+                }
+                Phase::Flowing | Phase::Complete | Phase::Failed { committed: true, .. } => {
+                    return Ok(Opened { relay, rest });
+                }
+            }
+        }
+    }
+}
+
+fn transport(settings: &Settings, text: &str, now: Millis) -> Classified {
+    settings.classifier.classify(&Observed { transport: Some(text), ..Default::default() }, now)
+}
+
+/// The whole body of a buffered answer, noting when its first byte came (the end, for an
+/// empty body).
+async fn read_body(
+    resp: &mut reqwest::Response,
+    sent: Instant,
+    ttfb_ms: &mut Option<Millis>,
+) -> reqwest::Result<Bytes> {
+    let mut first: Option<Bytes> = None;
+    let mut more: Vec<u8> = Vec::new();
+    while let Some(chunk) = resp.chunk().await? {
+        ttfb_ms.get_or_insert_with(|| since(sent));
+        match &first {
+            None => first = Some(chunk),
+            Some(f) => {
+                if more.is_empty() {
+                    more.extend_from_slice(f);
+                }
+                more.extend_from_slice(&chunk);
+            }
+        }
+    }
+    ttfb_ms.get_or_insert_with(|| since(sent));
+    Ok(if more.is_empty() { first.unwrap_or_default() } else { Bytes::from(more) })
+}

@@ -1,0 +1,421 @@
+//! The stream relay: the upstream's bytes in, the client's bytes out, whatever the chunking.
+//!
+//! `Relay` is pure: it splits what the upstream wrote into events, holds them until the first
+//! content event (SPEC §6), then lets every event through, in order, as received or translated
+//! into the client's format. It forwards whole events only, so a stream cut in the middle of an
+//! event never hands the client half an event. `forward` is its I/O: the task that feeds it the
+//! rest of a committed stream and tells the walk how the stream ended.
+
+use super::call::{Opened, secrets_of};
+use super::failover::{Engine, Settings};
+use super::sse::Splitter;
+use super::walk::{Ended, Walk};
+use super::wire::{self, Api, Seen};
+use crate::audit::AttemptRow;
+use crate::book::Credential;
+use crate::engine::classify::{Classified, Observed};
+use crate::engine::{Millis, Reason};
+use crate::redact::redact;
+use crate::translate::StreamTranslator;
+use axum::body::Body;
+use axum::http::HeaderValue;
+use axum::response::Response;
+use bytes::Bytes;
+use futures_util::StreamExt;
+use std::sync::Arc;
+use tokio::time::{Instant, timeout_at};
+
+/// Token usage seen so far, as (input, output).
+pub type Tokens = (Option<i64>, Option<i64>);
+
+/// Where a stream stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// No content yet: events are held, nothing reaches the client, a failure fails over.
+    Held,
+    /// Committed: events flow to the client.
+    Flowing,
+    /// The terminal event arrived: the stream is whole (anything after it is ignored).
+    Complete,
+    /// The upstream sent an error event (its data). After commit, the event reached the client.
+    Failed { data: String, committed: bool },
+    /// The upstream ended its stream before any content.
+    Empty,
+}
+
+pub struct Relay {
+    upstream: Api,
+    split: Splitter,
+    translator: Option<StreamTranslator>,
+    /// Client bytes not yet taken (all of them, while held).
+    out: Vec<u8>,
+    phase: Phase,
+    received: bool,
+    pub tokens: Tokens,
+}
+
+impl Relay {
+    /// A relay for a stream of the `upstream` API; `translator` when the client speaks another.
+    pub fn new(upstream: Api, translator: Option<StreamTranslator>) -> Relay {
+        Relay {
+            upstream,
+            split: Splitter::default(),
+            translator,
+            out: Vec::new(),
+            phase: Phase::Held,
+            received: false,
+            tokens: (None, None),
+        }
+    }
+
+    pub fn phase(&self) -> &Phase {
+        &self.phase
+    }
+
+    /// Takes in what the upstream wrote; tells whether it completed an event with data (a
+    /// keep-alive comment is not data, for the idle timeout).
+    pub fn push(&mut self, bytes: &[u8]) -> bool {
+        if !matches!(self.phase, Phase::Held | Phase::Flowing) {
+            return false;
+        }
+        self.received |= !bytes.is_empty();
+        let mut data = false;
+        for ev in self.split.push(bytes) {
+            data |= !ev.is_keepalive();
+            let json = if ev.is_keepalive() || ev.data.trim() == "[DONE]" { None } else { ev.json() };
+            if let Some(v) = &json {
+                let (i, o) = wire::usage(v);
+                self.tokens = (i.or(self.tokens.0), o.or(self.tokens.1));
+            }
+            let seen = wire::classify_event(self.upstream, &ev, json.as_ref());
+            let committed = self.phase == Phase::Flowing;
+            match seen {
+                Seen::Content if !committed => self.phase = Phase::Flowing,
+                Seen::End if !committed => self.phase = Phase::Empty,
+                Seen::End => self.phase = Phase::Complete,
+                Seen::Error => self.phase = Phase::Failed { data: ev.data.clone(), committed },
+                Seen::Content | Seen::Other => {}
+            }
+            if matches!(self.phase, Phase::Empty | Phase::Failed { committed: false, .. }) {
+                self.out.clear();
+                break;
+            }
+            match self.translator.as_mut() {
+                Some(t) => self.out.extend(t.push(&ev)),
+                None => self.out.extend_from_slice(&ev.raw),
+            }
+            if self.phase != Phase::Flowing && self.phase != Phase::Held {
+                break;
+            }
+        }
+        data
+    }
+
+    /// The client's bytes ready to send: nothing while the stream is held.
+    pub fn take(&mut self) -> Vec<u8> {
+        match self.phase {
+            Phase::Held | Phase::Empty | Phase::Failed { committed: false, .. } => Vec::new(),
+            _ => std::mem::take(&mut self.out),
+        }
+    }
+
+    /// The upstream closed its stream: why it is not whole, if it is not. A reply with no
+    /// event at all, or none but the terminal one, is empty (`server_error`); any other stream
+    /// without its terminal event was cut (`network`).
+    pub fn closed(&self) -> Result<(), (Reason, String)> {
+        let end = self.upstream.terminal_event();
+        let cut = |m: String| Err((Reason::Network, m));
+        match self.phase {
+            Phase::Complete => Ok(()),
+            Phase::Held if !self.received => {
+                Err((Reason::ServerError, "the stream ended before any content (empty reply)".into()))
+            }
+            Phase::Empty => {
+                Err((Reason::ServerError, format!("the stream ended with `{end}` before any content (empty reply)")))
+            }
+            _ if !self.split.rest().is_empty() => {
+                cut(format!("the upstream closed the stream in the middle of an event, before `{end}`"))
+            }
+            Phase::Held => cut(format!("the upstream closed the stream before any content and before `{end}`")),
+            _ => cut(format!("the upstream closed the stream before its terminal event `{end}`")),
+        }
+    }
+}
+
+/// Answers the client with a committed stream: the held bytes now, the rest from a task that
+/// forwards it and hands the walk the stream's ending.
+#[allow(clippy::too_many_arguments)]
+pub fn respond(
+    engine: &Engine,
+    settings: Arc<Settings>,
+    client: Api,
+    mut walk: Walk,
+    mut row: AttemptRow,
+    opened: Opened,
+    cred: Credential,
+    timing: (Instant, Option<Millis>),
+    deadline: Instant,
+) -> Response {
+    let Opened { mut relay, rest: mut upstream } = opened;
+    let (sent, ttfb_ms) = timing;
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
+    let book = engine.book.clone();
+    let clock = engine.clock.clone();
+    row.ttfb_ms = ttfb_ms;
+    row.http_status = Some(200);
+    tokio::spawn(async move {
+        let timeouts = &settings.config.timeouts;
+        let secrets = secrets_of(&cred);
+        let failed = |reason: Reason, message: String| Ended::Failed {
+            class: Classified { reason, hint: None, account_wide: false, message: redact(&message, &secrets) },
+            said: false,
+        };
+        let mut gone = tx.send(Ok(Bytes::from(relay.take()))).await.is_err();
+        let mut idle_deadline = Instant::now() + timeouts.idle;
+        let mut cut: Option<Ended> = None;
+        while !gone && cut.is_none() && *relay.phase() == Phase::Flowing {
+            let next = tokio::select! {
+                _ = tx.closed() => { gone = true; break }
+                next = timeout_at(idle_deadline.min(deadline), upstream.next()) => next,
+            };
+            match next {
+                Err(_) if Instant::now() >= deadline => {
+                    let limit = timeouts.total.as_secs();
+                    cut = Some(Ended::Deadline(format!("the request passed its {limit}s limit (timeouts.total)")));
+                }
+                Err(_) => {
+                    cut = Some(failed(Reason::Timeout, format!("the stream was idle for {}s", timeouts.idle.as_secs())))
+                }
+                Ok(None) => cut = relay.closed().err().map(|(reason, why)| failed(reason, why)),
+                Ok(Some(Err(e))) => cut = Some(failed(Reason::Network, super::upstream::error_text(&e))),
+                Ok(Some(Ok(chunk))) => {
+                    if relay.push(&chunk) {
+                        idle_deadline = Instant::now() + timeouts.idle;
+                    }
+                    let out = relay.take();
+                    gone = !out.is_empty() && tx.send(Ok(Bytes::from(out))).await.is_err();
+                }
+            }
+        }
+        let ended = match (gone, cut, relay.phase()) {
+            (true, ..) => failed(Reason::Cancelled, "the client went away; the upstream stream was aborted".into()),
+            (false, Some(ended), _) => ended,
+            (false, None, Phase::Failed { data, .. }) => {
+                let seen = Observed { status: Some(200), headers: &[], body: data, transport: None };
+                let mut class = settings.classifier.classify(&seen, clock.now());
+                class.message = redact(&class.message, &secrets);
+                Ended::Failed { class, said: true }
+            }
+            (false, None, _) => Ended::Whole,
+        };
+        // rota says in-band why the stream broke, unless the upstream said it itself.
+        let why = match &ended {
+            Ended::Failed { class, said: false } if class.reason != Reason::Cancelled => Some(class.message.as_str()),
+            Ended::Deadline(message) => Some(message.as_str()),
+            _ => None,
+        };
+        if let Some(why) = why {
+            let _ = tx.send(Ok(Bytes::from(client.error_event(&format!("upstream stream failed: {why}"))))).await;
+        }
+        drop(tx);
+        row.duration_ms = Some(sent.elapsed().as_millis() as Millis);
+        walk.stream_ended(&book, row, ended, relay.tokens, clock.now());
+    });
+    let mut rx = rx;
+    let stream = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx));
+    let mut resp = Response::new(Body::from_stream(stream));
+    let h = resp.headers_mut();
+    h.insert("content-type", HeaderValue::from_static("text/event-stream"));
+    h.insert("cache-control", HeaderValue::from_static("no-cache"));
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Recorded upstream streams (`tests/fixtures/streams/`) and the API that wrote them.
+    const RECORDED: [(&str, &str, Api); 13] = [
+        ("anthropic-text", include_str!("../../tests/fixtures/streams/anthropic-text.sse"), Api::Messages),
+        ("anthropic-tool", include_str!("../../tests/fixtures/streams/anthropic-tool.sse"), Api::Messages),
+        ("anthropic-thinking", include_str!("../../tests/fixtures/streams/anthropic-thinking.sse"), Api::Messages),
+        (
+            "anthropic-error-before-content",
+            include_str!("../../tests/fixtures/streams/anthropic-error-before-content.sse"),
+            Api::Messages,
+        ),
+        ("anthropic-truncated", include_str!("../../tests/fixtures/streams/anthropic-truncated.sse"), Api::Messages),
+        ("openai-chat-text", include_str!("../../tests/fixtures/streams/openai-chat-text.sse"), Api::Chat),
+        ("openai-chat-tool", include_str!("../../tests/fixtures/streams/openai-chat-tool.sse"), Api::Chat),
+        ("openai-chat-preamble", include_str!("../../tests/fixtures/streams/openai-chat-preamble.sse"), Api::Chat),
+        (
+            "openai-chat-error-before-content",
+            include_str!("../../tests/fixtures/streams/openai-chat-error-before-content.sse"),
+            Api::Chat,
+        ),
+        ("openai-chat-truncated", include_str!("../../tests/fixtures/streams/openai-chat-truncated.sse"), Api::Chat),
+        (
+            "openai-responses-text",
+            include_str!("../../tests/fixtures/streams/openai-responses-text.sse"),
+            Api::Responses,
+        ),
+        (
+            "openai-responses-truncated",
+            include_str!("../../tests/fixtures/streams/openai-responses-truncated.sse"),
+            Api::Responses,
+        ),
+        (
+            "openai-responses-error-before-content",
+            include_str!("../../tests/fixtures/streams/openai-responses-error-before-content.sse"),
+            Api::Responses,
+        ),
+    ];
+
+    /// The client APIs a stream of `upstream` is relayed to: as it is, and translated.
+    type Translator = fn() -> Option<StreamTranslator>;
+
+    fn clients(upstream: Api) -> Vec<(Api, Translator)> {
+        match upstream {
+            Api::Messages => {
+                vec![(Api::Messages, || None), (Api::Chat, || Some(StreamTranslator::anthropic_to_chat(true)))]
+            }
+            Api::Chat => vec![(Api::Chat, || None), (Api::Messages, || Some(StreamTranslator::chat_to_anthropic()))],
+            Api::Responses => vec![(Api::Responses, || None)],
+        }
+    }
+
+    /// What the client got from a stream written in `pieces`, and how the stream ended.
+    fn relay(upstream: Api, translator: Option<StreamTranslator>, pieces: &[&[u8]]) -> (String, String) {
+        let mut r = Relay::new(upstream, translator);
+        let mut out = Vec::new();
+        for p in pieces {
+            r.push(p);
+            out.extend(r.take());
+            if !matches!(r.phase(), Phase::Held | Phase::Flowing) {
+                break;
+            }
+        }
+        let ending = match (r.phase(), r.closed()) {
+            (Phase::Failed { data, committed }, _) => format!("failed (committed: {committed}): {data}"),
+            (_, Ok(())) => "whole".to_string(),
+            (_, Err((reason, why))) => format!("{reason}: {why}"),
+        };
+        // A translated chunk's `created` is the clock's: the same within a stream, not across runs.
+        (without_created(&String::from_utf8(out).expect("UTF-8 out")), ending)
+    }
+
+    fn without_created(s: &str) -> String {
+        let mut out = String::with_capacity(s.len());
+        let mut rest = s;
+        while let Some(i) = rest.find("\"created\":") {
+            let (head, tail) = rest.split_at(i + "\"created\":".len());
+            out.push_str(head);
+            rest = tail.trim_start_matches(|c: char| c.is_ascii_digit());
+        }
+        out.push_str(rest);
+        out
+    }
+
+    fn whole(upstream: Api, translator: Option<StreamTranslator>, bytes: &[u8]) -> (String, String) {
+        relay(upstream, translator, &[bytes])
+    }
+
+    #[test]
+    fn unsplit_streams_reach_the_client_as_the_rules_say() {
+        for (name, text, upstream) in RECORDED {
+            let (out, ending) = whole(upstream, None, text.as_bytes());
+            let text = without_created(text);
+            match name {
+                n if n.ends_with("error-before-content") => {
+                    assert_eq!(out, "", "{name}: nothing of a failed-over stream reaches the client");
+                    assert!(ending.starts_with("failed (committed: false)"), "{name}: {ending}");
+                }
+                n if n.ends_with("truncated") => {
+                    assert_eq!(out, text, "{name}: every whole event passes through");
+                    assert!(
+                        ending.starts_with("network: the upstream closed the stream before its terminal"),
+                        "{name}: {ending}"
+                    );
+                }
+                _ => assert_eq!(
+                    (out.as_str(), ending.as_str()),
+                    (text.as_str(), "whole"),
+                    "{name}: passed through unchanged"
+                ),
+            }
+        }
+    }
+
+    #[test]
+    fn translated_streams_end_only_when_their_source_did() {
+        for (name, text, upstream) in RECORDED {
+            for (client, translator) in clients(upstream).into_iter().skip(1) {
+                let (out, ending) = whole(upstream, translator(), text.as_bytes());
+                let terminal = client.terminal_event();
+                if name.ends_with("truncated") {
+                    assert!(!out.is_empty() && !out.contains(terminal), "{name} → {client:?}: no clean end: {out}");
+                    assert!(ending.starts_with("network:"), "{name}: {ending}");
+                } else if name.ends_with("error-before-content") {
+                    assert_eq!(out, "", "{name}");
+                } else {
+                    let last = out.trim_end().rsplit("\n\n").next().unwrap_or("");
+                    assert!(last.contains(terminal), "{name} → {client:?}: {out}");
+                    assert_eq!(ending, "whole");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_stream_cut_in_the_middle_of_an_event_forwards_only_whole_events() {
+        for (name, text, upstream) in RECORDED.iter().filter(|r| r.0.ends_with("-text")) {
+            let last = text.trim_end().rfind("\n\n").expect("several events") + 2;
+            let cut = &text[..last + 10];
+            let (out, ending) = whole(*upstream, None, cut.as_bytes());
+            assert_eq!(out, without_created(&text[..last]), "{name}");
+            assert!(ending.contains("in the middle of an event"), "{name}: {ending}");
+        }
+    }
+
+    #[test]
+    fn every_single_split_gives_the_events_of_the_unsplit_stream() {
+        for (name, text, upstream) in RECORDED {
+            let b = text.as_bytes();
+            for (client, translator) in clients(upstream) {
+                let want = whole(upstream, translator(), b);
+                for i in 0..=b.len() {
+                    let got = relay(upstream, translator(), &[&b[..i], &b[i..]]);
+                    assert_eq!(got, want, "{name} → {client:?}, split at byte {i}");
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn any_chunking_gives_the_events_of_the_unsplit_stream(
+            which in 0..RECORDED.len(),
+            cuts in proptest::collection::vec(any::<prop::sample::Index>(), 0..40),
+            cut_short in proptest::option::of(any::<prop::sample::Index>()),
+        ) {
+            let (name, text, upstream) = RECORDED[which];
+            // Also a copy cut anywhere: a stream closed at an arbitrary byte.
+            let b = &text.as_bytes()[..cut_short.map_or(text.len(), |i| i.index(text.len() + 1))];
+            let mut at: Vec<usize> = cuts.iter().map(|i| i.index(b.len() + 1)).collect();
+            at.sort_unstable();
+            let mut pieces: Vec<&[u8]> = Vec::new();
+            let mut from = 0;
+            for &to in &at {
+                pieces.push(&b[from..to]);
+                from = to;
+            }
+            pieces.push(&b[from..]);
+            for (client, translator) in clients(upstream) {
+                let want = whole(upstream, translator(), b);
+                prop_assert_eq!(relay(upstream, translator(), &pieces), want, "{} → {:?}, writes {:?}", name, client, at);
+            }
+        }
+    }
+}
