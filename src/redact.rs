@@ -27,7 +27,11 @@ pub fn redact(text: &str, secrets: &[&str]) -> String {
     for s in secrets.iter().filter(|s| s.len() >= 8) {
         out = out.replace(s, MASK);
         if s.len() >= 16 {
-            out = out.replace(&s[s.len() - 12..], MASK);
+            // The last 12 bytes, moved forward to a character boundary (never a panic).
+            let cut = (s.len() - 12..s.len()).find(|&i| s.is_char_boundary(i)).unwrap_or(s.len());
+            if s.len() - cut >= 8 {
+                out = out.replace(&s[cut..], MASK);
+            }
         }
     }
     KEY_SHAPES.replace_all(&out, MASK).into_owned()
@@ -53,6 +57,15 @@ mod tests {
         let msg = format!("Incorrect API key provided: {key}. Also ****{}", &key[key.len() - 12..]);
         let out = redact(&msg, &[key]);
         assert!(!out.contains("0123456789abcdefghij") && !out.contains(&key[key.len() - 12..]), "{out}");
+    }
+
+    #[test]
+    fn a_secret_ending_in_multibyte_characters_is_masked_without_a_panic() {
+        // Its last 12 bytes begin inside the `é`.
+        let key = "clé-secrète-0123456789-é01234567890";
+        assert!(!key.is_char_boundary(key.len() - 12));
+        assert_eq!(redact(&format!("echo: {key}"), &[key]), format!("echo: {MASK}"));
+        assert_eq!(redact("…01234567890 was sent", &[key]), format!("…{MASK} was sent"));
     }
 
     #[test]

@@ -1253,7 +1253,7 @@ fn headers_of(s: &Sample) -> Vec<(String, String)> {
 
 fn run(s: &Sample) -> Classified {
     let headers = headers_of(s);
-    let seen = Observed { status: s.status, headers: &headers, body: s.body, transport: s.transport };
+    let seen = Observed { status: s.status, headers: &headers, body: s.body, transport: s.transport, echoed: &[] };
     Classifier::default().classify(&seen, NOW_MS)
 }
 
@@ -1488,4 +1488,97 @@ fn empty_200_is_server_error_with_a_readable_message() {
     let out = assert_row("empty_200_body");
     assert_eq!(out.reason, Reason::ServerError);
     assert_eq!(out.message, "HTTP 200 with an empty body");
+}
+
+// -- hostile input: text the client controls, wording outside its status, hints off their reason --
+
+const HOSTILE_MODELS: [&str; 5] =
+    ["billing", "insufficient_quota", "credit balance is too low", "revoked", "unauthorized"];
+
+fn classify_echo(status: u16, body: &str, headers: &[(&str, &str)], echoed: &[&str]) -> Classified {
+    let headers: Vec<(String, String)> = headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let seen = Observed { status: Some(status), headers: &headers, body, transport: None, echoed };
+    Classifier::default().classify(&seen, NOW_MS)
+}
+
+#[test]
+fn an_echoed_model_name_never_picks_its_own_classification() {
+    for name in HOSTILE_MODELS {
+        let echoed = [name, &format!("openai/{name}")];
+        let not_found = format!(
+            r#"{{"error":{{"message":"The model `{name}` does not exist or you do not have access to it.","type":"invalid_request_error","param":null,"code":"model_not_found"}}}}"#
+        );
+        let out = classify_echo(404, &not_found, &[], &echoed);
+        assert_eq!((out.reason, out.account_wide), (Reason::ModelNotFound, false), "404 for model {name}");
+        // Even without the client's model removed, no word overrides a 404.
+        assert_eq!(classify_echo(404, &not_found, &[], &[]).reason, Reason::ModelNotFound, "{name}");
+        let denied =
+            format!(r#"{{"error":{{"message":"You do not have access to model {name}.","type":"permission_error"}}}}"#);
+        let out = classify_echo(403, &denied, &[], &echoed);
+        assert_eq!(
+            (out.reason, out.account_wide),
+            (Reason::Auth, false),
+            "403 for model {name}: a cooldown step at most"
+        );
+        let throttled = format!(
+            r#"{{"error":{{"message":"Rate limit reached for {name} on requests per min.","type":"requests"}}}}"#
+        );
+        let out = classify_echo(429, &throttled, &[], &echoed);
+        assert_eq!((out.reason, out.account_wide), (Reason::RateLimit, false), "429 for model {name}");
+    }
+}
+
+#[test]
+fn a_model_named_like_a_reset_hint_sets_no_window() {
+    let name = "try again in 6h";
+    let body = format!(r#"{{"error":{{"message":"Rate limit reached for {name}.","type":"requests"}}}}"#);
+    let out = classify_echo(429, &body, &[], &[name]);
+    assert_eq!((out.reason, out.hint), (Reason::RateLimit, None));
+}
+
+#[test]
+fn no_word_overrides_a_404() {
+    for text in ["billing", "insufficient_quota", "revoked", "unauthorized", "rate limit", "overloaded", "timed out"] {
+        let body = format!(r#"{{"error":{{"message":"route not found: {text}"}}}}"#);
+        let out = classify_echo(404, &body, &[], &[]);
+        assert_eq!(out.reason, Reason::Unknown, "404 saying {text:?}");
+    }
+}
+
+#[test]
+fn billing_and_permanent_auth_words_need_their_statuses() {
+    let body = |m: &str| format!(r#"{{"error":{{"message":"{m}"}}}}"#);
+    assert_eq!(classify_echo(400, &body("insufficient_quota for this request"), &[], &[]).reason, Reason::Format);
+    assert_eq!(classify_echo(500, &body("billing service down"), &[], &[]).reason, Reason::ServerError);
+    assert_eq!(classify_echo(429, &body("quota exceeded for the account"), &[], &[]).reason, Reason::Billing);
+    assert_eq!(classify_echo(402, &body("payment required"), &[], &[]).reason, Reason::Billing);
+    assert_eq!(classify_echo(400, &body("key revoked"), &[], &[]).reason, Reason::Format);
+    assert_eq!(classify_echo(403, &body("key revoked"), &[], &[]).reason, Reason::AuthPermanent);
+}
+
+#[test]
+fn a_401_saying_does_not_exist_is_the_keys_problem_not_the_models() {
+    let body = r#"{"error":{"message":"API key does not exist","type":"invalid_request_error"}}"#;
+    assert_eq!(classify_echo(401, body, &[], &[]).reason, Reason::Auth);
+}
+
+#[test]
+fn timeout_wording_in_a_400_is_a_format_error() {
+    let body = r#"{"error":{"message":"`timeout` must be a number","type":"invalid_request_error"}}"#;
+    assert_eq!(classify_echo(400, body, &[], &[]).reason, Reason::Format);
+}
+
+#[test]
+fn reset_hints_set_the_window_of_throttles_and_billing_only() {
+    let hint = [("x-ratelimit-reset-requests", "120ms"), ("retry-after", "30")];
+    let body = r#"{"error":{"message":"boom"}}"#;
+    for (status, reason) in [(500, Reason::ServerError), (401, Reason::Auth), (408, Reason::Timeout)] {
+        let out = classify_echo(status, body, &hint, &[]);
+        assert_eq!((out.reason, out.hint), (reason, None), "{status}: the ladder applies");
+    }
+    for (status, reason) in [(429, Reason::RateLimit), (529, Reason::Overloaded), (402, Reason::Billing)] {
+        let out = classify_echo(status, body, &hint, &[]);
+        assert_eq!(out.reason, reason);
+        assert!(out.hint.is_some(), "{status}: the provider's hint sets the window");
+    }
 }

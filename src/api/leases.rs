@@ -433,11 +433,15 @@ async fn report(
     let secrets = secrets_of(&attempt.cred);
     let headers: Vec<(String, String)> = report.headers.into_iter().map(|(k, v)| (k.to_ascii_lowercase(), v)).collect();
     let text = redact(report.error.as_deref().unwrap_or(""), &secrets);
+    let echoed = [attempt.cand.model.as_str()];
     let observed = match report.http_status {
-        Some(status) => Observed { status: Some(status), headers: &headers, body: &text, transport: None },
+        Some(status) => {
+            Observed { status: Some(status), headers: &headers, body: &text, transport: None, echoed: &echoed }
+        }
         None => Observed {
             transport: Some(if text.is_empty() { "transport failure (no detail reported)" } else { &text }),
             headers: &headers,
+            echoed: &echoed,
             ..Default::default()
         },
     };

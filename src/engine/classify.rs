@@ -24,7 +24,8 @@ pub struct Rule {
     pub any: Vec<String>,
 }
 
-/// An inclusive range of HTTP status codes, written `"429"`, `"5xx"` or `"400-499"`.
+/// An inclusive range of HTTP status codes, written `"429"`, `"5xx"` or `"400-499"`, or
+/// `"transport"` for a failure with no HTTP answer (status 0 inside).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(try_from = "String")]
 pub struct StatusSpec {
@@ -35,8 +36,12 @@ pub struct StatusSpec {
 impl TryFrom<String> for StatusSpec {
     type Error = String;
     fn try_from(s: String) -> Result<Self, String> {
-        let bad = || format!("invalid status `{s}`: expected a code (429), a class (5xx) or a range (400-499)");
+        let bad =
+            || format!("invalid status `{s}`: expected a code (429), a class (5xx), a range (400-499) or `transport`");
         let t = s.trim();
+        if t == "transport" {
+            return Ok(StatusSpec { lo: 0, hi: 0 });
+        }
         if let Some(class) = t.strip_suffix("xx") {
             let d: u16 = class.parse().map_err(|_| bad())?;
             if !(1..=5).contains(&d) {
@@ -56,8 +61,8 @@ impl TryFrom<String> for StatusSpec {
 
 impl Rule {
     fn matches(&self, status: Option<u16>, text: &str) -> bool {
-        let status_ok =
-            self.status.is_empty() || status.is_some_and(|s| self.status.iter().any(|r| (r.lo..=r.hi).contains(&s)));
+        let code = status.unwrap_or(0);
+        let status_ok = self.status.is_empty() || self.status.iter().any(|r| (r.lo..=r.hi).contains(&code));
         let words_ok = self.any.is_empty() || self.any.iter().any(|w| text.contains(w.as_str()));
         status_ok && words_ok
     }
@@ -72,19 +77,30 @@ fn rule(reason: Reason, status: &[(u16, u16)], any: &[&str]) -> Rule {
 }
 
 /// The built-in table. Order matters: first match wins.
+///
+/// Evidence comes in order of trust (SPEC §4): the status, then the structured fields, then
+/// wording — and wording only refines within what the status allows. Billing words count only
+/// with 402/403/429 (and Anthropic's 400 "credit balance is too low"), permanent-auth words only
+/// with 401/403 (or `invalid_grant`), and no word overrides a 404, which is `model_not_found` or
+/// nothing. A stream's error event is classified
+/// with status 200; a transport failure has no status (`transport`).
 pub fn default_rules() -> Vec<Rule> {
     use Reason::*;
-    const ANY: &[(u16, u16)] = &[];
     const WORDLESS: &[&str] = &[];
     const AUTH: &[(u16, u16)] = &[(401, 401), (403, 403)];
+    // Every answer but a 404 (and a redirect): in-stream events (200), client and server errors.
+    const NOT_404: &[(u16, u16)] = &[(200, 299), (400, 403), (405, 599)];
+    const TRANSPORT: (u16, u16) = (0, 0);
     vec![
         // rota never follows a redirect (a credential must not travel to another host): the
         // provider answered, but not with the answer.
         rule(ServerError, &[(300, 399)], WORDLESS),
+        // A structured `model_not_found` (OpenAI's `error.code`) wins over any wording.
+        rule(ModelNotFound, &[(200, 299), (400, 404), (422, 422)], &["model_not_found"]),
         // The prompt does not fit: another profile of the same model would fail the same way.
         rule(
             ContextOverflow,
-            ANY,
+            NOT_404,
             &[
                 "context_length_exceeded",
                 "prompt is too long",
@@ -100,7 +116,7 @@ pub fn default_rules() -> Vec<Rule> {
         ),
         rule(ContextOverflow, &[(413, 413)], WORDLESS),
         // A relay (OpenRouter, a proxy) reports its own upstream's failure as a 4xx.
-        rule(ServerError, &[(400, 499)], &["upstream request failed", "upstream error"]),
+        rule(ServerError, &[(400, 403), (405, 499)], &["upstream request failed", "upstream error"]),
         rule(
             AuthPermanent,
             AUTH,
@@ -119,10 +135,10 @@ pub fn default_rules() -> Vec<Rule> {
         rule(AuthPermanent, &[(400, 401)], &["invalid_grant"]),
         // Google says "exceeded your current quota" on per-minute throttles too; its status
         // word tells them apart from OpenAI's `insufficient_quota`.
-        rule(RateLimit, ANY, &["resource_exhausted"]),
+        rule(RateLimit, NOT_404, &["resource_exhausted"]),
         rule(
             Billing,
-            ANY,
+            &[(402, 403), (429, 429)],
             &[
                 "billing",
                 "payment required",
@@ -130,13 +146,17 @@ pub fn default_rules() -> Vec<Rule> {
                 "credit balance",
                 "insufficient_quota",
                 "exceeded your current quota",
+                "quota exceeded",
                 "out of credits",
                 "requires more credits",
             ],
         ),
+        // Anthropic's one documented exception: an empty balance is a 400
+        // `invalid_request_error` with exactly these words.
+        rule(Billing, &[(400, 400)], &["credit balance is too low"]),
         rule(
             Auth,
-            ANY,
+            &[(400, 401), (403, 403)],
             &[
                 "authentication",
                 "unauthorized",
@@ -154,23 +174,26 @@ pub fn default_rules() -> Vec<Rule> {
         ),
         rule(
             RateLimit,
-            ANY,
+            NOT_404,
             &[
                 "rate limit",
                 "rate_limit",
                 "ratelimit",
                 "too many requests",
-                "resource_exhausted",
                 "usage limit",
                 "requests per minute",
                 "tokens per minute",
             ],
         ),
-        rule(Overloaded, ANY, &["overloaded", "capacity", "unavailable"]),
-        rule(Timeout, ANY, &["timeout", "timed out", "deadline exceeded", "deadline_exceeded", "etimedout"]),
+        rule(Overloaded, NOT_404, &["overloaded", "capacity", "unavailable"]),
+        rule(
+            Timeout,
+            &[TRANSPORT, (200, 299), (408, 408), (500, 599)],
+            &["timeout", "timed out", "deadline exceeded", "deadline_exceeded", "etimedout"],
+        ),
         rule(
             Network,
-            ANY,
+            &[TRANSPORT, (200, 299), (500, 599)],
             &[
                 "connection refused",
                 "econnrefused",
@@ -186,12 +209,13 @@ pub fn default_rules() -> Vec<Rule> {
             ],
         ),
         rule(ModelNotFound, &[(404, 404)], &["model"]),
+        // A missing model in other words; never on an auth, throttle or server status (a 401
+        // "API key does not exist" is the key's problem, not the model's).
         rule(
             ModelNotFound,
-            ANY,
+            &[(200, 299), (400, 400), (404, 404), (422, 422)],
             &[
                 "model not found",
-                "model_not_found",
                 "does not exist",
                 "unsupported model",
                 "no such model",
@@ -208,7 +232,7 @@ pub fn default_rules() -> Vec<Rule> {
         rule(Overloaded, &[(503, 503), (529, 529)], WORDLESS),
         rule(Timeout, &[(408, 408), (504, 504)], WORDLESS),
         rule(Format, &[(400, 400), (422, 422)], WORDLESS),
-        rule(Format, ANY, &["invalid_request_error", "malformed", "tool_use_id", "tool_call_id"]),
+        rule(Format, NOT_404, &["invalid_request_error", "malformed", "tool_use_id", "tool_call_id"]),
         rule(ServerError, &[(500, 599)], WORDLESS),
         // A 2xx that reached the classifier is an empty or unusable successful reply.
         rule(ServerError, &[(200, 299)], WORDLESS),
@@ -226,6 +250,10 @@ pub struct Observed<'a> {
     pub body: &'a str,
     /// Transport error text (connection refused, timed out…), when there was no answer.
     pub transport: Option<&'a str>,
+    /// Text the client controls that the upstream may echo (the requested model): removed
+    /// before any word rule or hint reads the answer, so a model named `billing` or
+    /// `try again in 6h` cannot pick its own classification.
+    pub echoed: &'a [&'a str],
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -267,13 +295,43 @@ impl Classifier {
     pub fn classify(&self, seen: &Observed<'_>, now: Millis) -> Classified {
         let json: Option<Value> = serde_json::from_str(seen.body).ok();
         let message = error_message(json.as_ref(), seen);
-        let text = error_text(json.as_ref(), seen).to_lowercase();
+        let text = without_echoes(&error_text(json.as_ref(), seen).to_lowercase(), seen.echoed);
         let reason = self.rules.iter().find(|r| r.matches(seen.status, &text)).map_or(Reason::Unknown, |r| r.reason);
-        let hint = parse_hint(seen.headers, json.as_ref(), &message, now);
+        // A reset hint sets the window of a throttle or an empty balance only; other reasons
+        // take the ladder whatever headers came with them (SPEC §3).
+        let hint = matches!(reason, Reason::RateLimit | Reason::Overloaded | Reason::Billing)
+            .then(|| parse_hint(seen.headers, json.as_ref(), &without_echoes(&message, seen.echoed), now))
+            .flatten();
         let account_wide =
             hint.is_some_and(|h| h.account_wide) || ACCOUNT_WORDS.iter().any(|w| contains_word(&text, w));
         Classified { reason, hint, account_wide, message }
     }
+}
+
+/// `text` with every occurrence of the client's own strings (ASCII case-insensitive) blanked
+/// out. Strings shorter than 3 characters are left alone: blanking them would eat ordinary words.
+fn without_echoes(text: &str, echoed: &[&str]) -> String {
+    let mut out = text.to_string();
+    for e in echoed.iter().map(|e| e.trim()).filter(|e| e.chars().count() >= 3) {
+        let (hay, needle) = (out.as_bytes(), e.as_bytes());
+        let mut kept = String::with_capacity(out.len());
+        let (mut from, mut i) = (0, 0);
+        while i + needle.len() <= hay.len() {
+            if hay[i..i + needle.len()].eq_ignore_ascii_case(needle) {
+                // UTF-8 is self-synchronising: a match of a whole string starts and ends on
+                // character boundaries.
+                kept.push_str(&out[from..i]);
+                kept.push(' ');
+                i += needle.len();
+                from = i;
+            } else {
+                i += 1;
+            }
+        }
+        kept.push_str(&out[from..]);
+        out = kept;
+    }
+    out
 }
 
 /// `word` appears in `text` with no letter or digit right before or after it (so the
@@ -389,6 +447,14 @@ mod tests {
         assert!(contains_word("daily quota reached", "quota"));
         assert!(contains_word("quota.", "quota"));
         assert!(!contains_word("see aka.ms/oai/quotaincrease", "quota"));
+    }
+
+    #[test]
+    fn echoes_are_blanked_whatever_their_case_and_nothing_else() {
+        assert_eq!(without_echoes("The model `Billing` and billing", &["billing"]), "The model ` ` and  ");
+        assert_eq!(without_echoes("ünïcode gpt-4.1 ünïcode", &["GPT-4.1"]), "ünïcode   ünïcode");
+        assert_eq!(without_echoes("an ab echo", &["ab"]), "an ab echo", "too short to blank");
+        assert_eq!(without_echoes("modèle modèle", &["modèle"]), "   ");
     }
 
     #[test]

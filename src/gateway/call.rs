@@ -34,6 +34,8 @@ pub enum Called {
 pub struct Opened {
     pub relay: Relay,
     pub rest: BoxStream<'static, reqwest::Result<Bytes>>,
+    /// The model names the client controls, which an error event may echo.
+    pub echoed: [String; 2],
 }
 
 pub struct CallFailure {
@@ -86,6 +88,8 @@ impl Engine {
         let bytes = serde_json::to_vec(&WithModel { body, model: &att.cand.model }).expect("a JSON map serializes");
         let first_byte = deadline.min(Instant::now() + settings.config.timeouts.first_byte);
         let secrets = secrets_of(&att.cred);
+        let requested = inc.body.get("model").and_then(Value::as_str).unwrap_or("");
+        let echoed = [att.cand.model.as_str(), requested];
         let now = self.now();
         let fail = |class: Classified, status: Option<u16>, body: Option<Bytes>| {
             let mut class = class;
@@ -109,7 +113,7 @@ impl Engine {
         };
         let status = resp.status().as_u16();
         if (200..300).contains(&status) && inc.stream {
-            let called = match self.open(settings, inc, plan, resp, first_byte, sent, &mut ttfb_ms).await {
+            let called = match self.open(settings, inc, plan, resp, &echoed, first_byte, sent, &mut ttfb_ms).await {
                 Ok(opened) => Called::Stream(Box::new(opened)),
                 Err(class) => fail(class, None, None),
             };
@@ -141,7 +145,7 @@ impl Engine {
             .iter()
             .map(|(k, v)| (k.as_str().to_string(), v.to_str().unwrap_or("").to_string()))
             .collect();
-        let seen = Observed { status: Some(status), headers: &headers, body: &text, transport: None };
+        let seen = Observed { status: Some(status), headers: &headers, body: &text, transport: None, echoed: &echoed };
         let mut class = settings.classifier.classify(&seen, now);
         if (300..400).contains(&status) {
             let to = resp.headers().get("location").and_then(|v| v.to_str().ok()).unwrap_or("(no Location header)");
@@ -162,6 +166,7 @@ impl Engine {
         inc: &Incoming,
         plan: Plan,
         resp: reqwest::Response,
+        echoed: &[&str; 2],
         first_byte: Instant,
         sent: Instant,
         ttfb_ms: &mut Option<Millis>,
@@ -184,7 +189,7 @@ impl Engine {
             match relay.phase() {
                 Phase::Held => {}
                 Phase::Failed { data, committed: false } => {
-                    let seen = Observed { status: Some(200), headers: &[], body: data, transport: None };
+                    let seen = Observed { status: Some(200), headers: &[], body: data, transport: None, echoed };
                     return Err(settings.classifier.classify(&seen, now));
                 }
                 Phase::Empty => {
@@ -192,7 +197,7 @@ impl Engine {
                     return Err(Classified { reason, hint: None, account_wide: false, message });
                 }
                 Phase::Flowing | Phase::Complete | Phase::Failed { committed: true, .. } => {
-                    return Ok(Opened { relay, rest });
+                    return Ok(Opened { relay, rest, echoed: echoed.map(str::to_string) });
                 }
             }
         }

@@ -72,8 +72,8 @@ impl Relay {
         &self.phase
     }
 
-    /// Takes in what the upstream wrote; tells whether it completed an event with data (a
-    /// keep-alive comment is not data, for the idle timeout).
+    /// Takes in what the upstream wrote; tells whether it carried data, for the idle timeout: an
+    /// event other than a keep-alive comment, or the start of one still arriving.
     pub fn push(&mut self, bytes: &[u8]) -> bool {
         if !matches!(self.phase, Phase::Held | Phase::Flowing) {
             return false;
@@ -108,7 +108,7 @@ impl Relay {
                 break;
             }
         }
-        data
+        data || self.split.rest().first().is_some_and(|&b| b != b':')
     }
 
     /// The client's bytes ready to send: nothing while the stream is held.
@@ -156,7 +156,7 @@ pub fn respond(
     timing: (Instant, Option<Millis>),
     deadline: Instant,
 ) -> Response {
-    let Opened { mut relay, rest: mut upstream } = opened;
+    let Opened { mut relay, rest: mut upstream, echoed } = opened;
     let (sent, ttfb_ms) = timing;
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
     let book = engine.book.clone();
@@ -201,7 +201,8 @@ pub fn respond(
             (true, ..) => failed(Reason::Cancelled, "the client went away; the upstream stream was aborted".into()),
             (false, Some(ended), _) => ended,
             (false, None, Phase::Failed { data, .. }) => {
-                let seen = Observed { status: Some(200), headers: &[], body: data, transport: None };
+                let echoed = echoed.each_ref().map(String::as_str);
+                let seen = Observed { status: Some(200), headers: &[], body: data, transport: None, echoed: &echoed };
                 let mut class = settings.classifier.classify(&seen, clock.now());
                 class.message = redact(&class.message, &secrets);
                 Ended::Failed { class, said: true }
@@ -365,6 +366,16 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn an_event_still_arriving_is_data_for_the_idle_timeout_and_a_keepalive_is_not() {
+        let mut r = Relay::new(Api::Chat, None);
+        assert!(!r.push(b": keep-alive\n\n"));
+        assert!(!r.push(b": keep-al"));
+        let mut r = Relay::new(Api::Chat, None);
+        assert!(r.push(b"data: {\"choices\":[{\"del"));
+        assert!(r.push(b"ta\":{}}]}\n\n"));
     }
 
     #[test]

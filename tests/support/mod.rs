@@ -37,8 +37,6 @@ pub enum Reply {
     Status(u16, Vec<(&'static str, String)>, String),
     /// A 200 stream of `n` text deltas, one write per event.
     Stream(usize),
-    /// A 200 stream of `n` text deltas, written as said.
-    StreamWritten(usize, Writes),
     /// These bytes as a 200 event stream (a recorded or a cut one), written as said, then closed.
     Raw(String, Writes),
     /// A 200 stream whose first event comes after `first` and whose end comes after `total`.
@@ -48,6 +46,9 @@ pub enum Reply {
     },
     /// This status (JSON error body) after this long.
     SlowStatus(Duration, u16),
+    /// This status with this JSON error body, `{model}` replaced by the requested model (an
+    /// upstream that echoes the client's text).
+    Echo(u16, &'static str),
     /// A 200 stream whose first event is an error (Anthropic: after `message_start` and a
     /// `ping`, as Anthropic sends `overloaded_error`).
     StreamErrorFirst,
@@ -83,6 +84,11 @@ impl Mock {
     /// Queues replies for calls made with `key` (then 200s).
     pub fn script(&self, key: &str, replies: Vec<Reply>) {
         self.0.lock().unwrap().script.entry(key.to_string()).or_default().extend(replies);
+    }
+
+    /// Drops the replies still queued (calls then get 200s).
+    pub fn unscript(&self) {
+        self.0.lock().unwrap().script.clear();
     }
 
     pub fn seen(&self) -> Vec<Seen> {
@@ -154,6 +160,12 @@ async fn answer(State(mock): State<Mock>, uri: axum::http::Uri, headers: HeaderM
         Reply::Delay(d) => {
             tokio::time::sleep(d).await;
             axum::Json(json!({"late": true})).into_response()
+        }
+        Reply::Echo(code, template) => {
+            let body = template.replace("{model}", &model);
+            let mut r = (StatusCode::from_u16(code).unwrap(), body).into_response();
+            r.headers_mut().insert("content-type", "application/json".parse().unwrap());
+            r
         }
         Reply::SlowStatus(d, code) => {
             tokio::time::sleep(d).await;
@@ -233,28 +245,33 @@ fn sse(reply: Reply, anthropic: bool, mock: Mock) -> Response {
             let tx = tx.clone();
             async move { tx.send(Ok(Bytes::from(s))).await.is_ok() }
         };
-        let write_all = |parts: Vec<Bytes>| {
+        let write_all = |parts: Vec<Bytes>, how: Writes| {
             let tx = tx.clone();
             async move {
                 for p in parts {
                     if tx.send(Ok(p)).await.is_err() {
                         return;
                     }
-                    // Let each write leave on its own before the next.
-                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    // Let each write leave on its own before the next; a few bytes at a time
+                    // only give the writer its turn, or a stream would take seconds.
+                    match how {
+                        Writes::Bytes(_) => tokio::task::yield_now().await,
+                        _ => tokio::time::sleep(Duration::from_millis(1)).await,
+                    }
                 }
             }
         };
         match reply {
-            Reply::Stream(n) => write_all(writes(&stream_events(anthropic, n), Writes::PerEvent)).await,
-            Reply::StreamWritten(n, how) => write_all(writes(&stream_events(anthropic, n), how)).await,
+            Reply::Stream(n) => {
+                write_all(writes(&stream_events(anthropic, n), Writes::PerEvent), Writes::PerEvent).await
+            }
             Reply::Raw(body, how) => {
                 let mut split = rota::gateway::sse::Splitter::default();
                 let mut evs: Vec<String> =
                     split.push(body.as_bytes()).into_iter().map(|e| String::from_utf8(e.raw).unwrap()).collect();
                 evs.push(String::from_utf8(split.rest().to_vec()).unwrap());
                 evs.retain(|e| !e.is_empty());
-                write_all(writes(&evs, how)).await
+                write_all(writes(&evs, how), how).await
             }
             Reply::SlowStream { first, total } => {
                 // The first event at `first`, the last (the terminal one) at `total`.
