@@ -24,6 +24,7 @@ fn profiles(n: usize) -> (Vec<ProfileId>, Views) {
                 hint_ms: None,
                 account_wide: false,
                 started_at: NOW - 1,
+                claim: false,
             };
             stats.record_failure(&f, NOW - 1, &CooldownPolicy::default());
         }
@@ -102,6 +103,7 @@ fn failover_decision(bencher: divan::Bencher) {
             hint_ms: class.hint.map(|h| h.wait_ms),
             account_wide: class.account_wide,
             started_at: NOW,
+            claim: false,
         };
         stats.record_failure(&f, NOW, &policy);
         order(&request(&ids), divan::black_box(&views)).unwrap()

@@ -151,12 +151,26 @@ pub struct Leases {
     /// How long a lease waits for its report; past it, the lease expires without changing stats.
     #[serde(default = "d600s", deserialize_with = "duration")]
     pub ttl: Duration,
+    /// Outstanding leases one agent may hold; past it, its new leases get 429.
+    #[serde(default = "thousand")]
+    pub max_live_per_agent: usize,
+    /// Failure reports one agent may make per minute; past it, its reports get 429.
+    #[serde(default = "six_hundred")]
+    pub failure_reports_per_minute: u32,
 }
 
 impl Default for Leases {
     fn default() -> Self {
-        Leases { ttl: d600s() }
+        Leases { ttl: d600s(), max_live_per_agent: thousand(), failure_reports_per_minute: six_hundred() }
     }
+}
+
+fn thousand() -> usize {
+    1000
+}
+
+fn six_hundred() -> u32 {
+    600
 }
 
 /// Request limits.
@@ -225,6 +239,10 @@ pub struct Provider {
     pub api: Api,
     pub base_url: String,
     pub oauth: Option<OAuth>,
+    /// The cheap authenticated call rota makes to confirm an agent's claim that a credential
+    /// is revoked or out of credit (`GET base_url + confirm_path`); default `/models` for the
+    /// OpenAI format, `/v1/models` for Anthropic's.
+    pub confirm_path: Option<String>,
 }
 
 /// OAuth 2.0 / OIDC settings of a provider (used by the login flows).
@@ -301,6 +319,10 @@ pub struct Models {
 pub struct Agent {
     /// Replaces `models.fallbacks` for this agent; `[]` means no fallback.
     pub fallbacks: Option<Vec<String>>,
+    /// Its lease reports are evidence, like rota's own calls: they may reach the disabled lanes
+    /// without rota's confirming call.
+    #[serde(default)]
+    pub trusted: bool,
 }
 
 #[derive(Clone, Debug, Deserialize)]

@@ -70,6 +70,7 @@ impl Refresher {
                             hint_ms: None,
                             account_wide: true,
                             started_at: now,
+                            claim: false,
                         };
                         me.book.record_failure(&id, &failure, me.clock.now());
                     }

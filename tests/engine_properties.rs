@@ -312,6 +312,7 @@ fn failure(st: &Step, now: Millis) -> Failure {
         hint_ms: st.hint_ms,
         account_wide: st.account_wide,
         started_at: now - st.started_back,
+        claim: false,
     }
 }
 
@@ -337,6 +338,27 @@ fn policy() -> impl Strategy<Value = CooldownPolicy> {
 
 proptest! {
     #![proptest_config(config(512))]
+
+    /// SPEC §3 "Evidence": whatever an agent claims, in any order and with any hint, a claim
+    /// never reaches the disabled lanes and never keeps a profile away past `cooldown.max`.
+    #[test]
+    fn claims_never_disable_and_never_cool_past_the_cooldown_max(steps in proptest::collection::vec(step(), 1..24), pol in policy()) {
+        let mut s = UsageStats::default();
+        let mut now = NOW;
+        let max = pol.max.as_millis() as Millis;
+        for st in &steps {
+            now += st.advance;
+            let f = Failure { claim: true, ..failure(st, now) };
+            s.record_failure(&f, now, &pol);
+            prop_assert!(s.disabled.is_none(), "a claim of {} disabled the profile", st.reason);
+            for m in MODELS {
+                prop_assert!(
+                    s.blocked_until(m, now).is_none_or(|u| u <= Until::At(now + max)),
+                    "a claim of {} keeps {m} away past cooldown.max", st.reason
+                );
+            }
+        }
+    }
 
     /// SPEC §2.3–2.5: cooled profiles go last (soonest expiry first); the first slot is usable
     /// whenever the filtered base list holds a usable profile; a usable sticky profile is first.
@@ -494,7 +516,7 @@ proptest! {
         prop_assert_eq!(s.last_success_at, Some(now));
 
         // And the next failure starts the ladder from its first step again.
-        let f = Failure { reason: Reason::RateLimit, model: MODELS[0].into(), hint_ms: None, account_wide: false, started_at: now };
+        let f = Failure { reason: Reason::RateLimit, model: MODELS[0].into(), hint_ms: None, account_wide: false, started_at: now, claim: false };
         let end = s.record_failure(&f, now, &pol);
         prop_assert_eq!(end, Some(Until::At(now + (pol.base.as_millis() as Millis).min(pol.max.as_millis() as Millis))));
     }

@@ -605,7 +605,11 @@ async fn shutdown_under_load_loses_no_audit_row() {
             })
         })
         .collect();
-    tokio::time::sleep(std::time::Duration::from_millis(60)).await;
+    // Shut down once calls are in flight (on a loaded machine the first ones take a while).
+    let waited = std::time::Instant::now();
+    while mock.seen().len() < 10 && waited.elapsed() < std::time::Duration::from_secs(5) {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
     rota.shutdown().await;
     let mut answered = 0;
     for t in tasks {

@@ -32,7 +32,7 @@ async fn add_key(store: &SqliteStore, key: &MasterKey, profile: &str, secret: &s
 }
 
 fn failure(reason: Reason, model: &str, at: i64) -> Failure {
-    Failure { reason, model: model.into(), hint_ms: None, account_wide: false, started_at: at }
+    Failure { reason, model: model.into(), hint_ms: None, account_wide: false, started_at: at, claim: false }
 }
 
 #[tokio::test]

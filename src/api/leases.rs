@@ -11,7 +11,7 @@ use crate::audit::AttemptRow;
 use crate::book::Credential;
 use crate::config::Api as WireFormat;
 use crate::engine::chain::FallbackOverride;
-use crate::engine::classify::Observed;
+use crate::engine::classify::{Classified, Observed};
 use crate::engine::recent::Recent;
 use crate::engine::{Millis, ProfileId, Reason};
 use crate::gateway::failover::{Engine, Settings};
@@ -159,6 +159,41 @@ enum Ended {
 struct Table {
     live: HashMap<Uuid, Live>,
     ended: Recent<Uuid, (String, Ended)>,
+    /// Outstanding leases per agent.
+    held: HashMap<String, usize>,
+    /// Failure reports per agent in the current minute: (the minute's start, count).
+    reports: HashMap<String, (Millis, u32)>,
+}
+
+impl Table {
+    fn insert(&mut self, id: Uuid, live: Live) {
+        *self.held.entry(live.agent.clone()).or_default() += 1;
+        self.live.insert(id, live);
+    }
+
+    fn remove(&mut self, id: &Uuid) -> Option<Live> {
+        let live = self.live.remove(id)?;
+        if let Some(n) = self.held.get_mut(&live.agent) {
+            *n -= 1;
+            if *n == 0 {
+                self.held.remove(&live.agent);
+            }
+        }
+        Some(live)
+    }
+
+    /// Counts a failure report of `agent`; `Err(seconds until the minute ends)` past the limit.
+    fn count_failure_report(&mut self, agent: &str, limit: u32, now: Millis) -> Result<(), u64> {
+        let (start, n) = self.reports.entry(agent.to_string()).or_insert((now, 0));
+        if now - *start >= 60_000 {
+            (*start, *n) = (now, 0);
+        }
+        if *n >= limit {
+            return Err((((*start + 60_000 - now).max(0) as u64).div_ceil(1000)).max(1));
+        }
+        *n += 1;
+        Ok(())
+    }
 }
 
 pub struct Leases {
@@ -169,7 +204,12 @@ impl Leases {
     /// The lease table, with a task that expires unreported leases every second.
     pub fn start(engine: Weak<Engine>) -> Arc<Leases> {
         let leases = Arc::new(Leases {
-            table: Mutex::new(Table { live: HashMap::new(), ended: Recent::new(ENDED_TTL, ENDED_KEYS) }),
+            table: Mutex::new(Table {
+                live: HashMap::new(),
+                ended: Recent::new(ENDED_TTL, ENDED_KEYS),
+                held: HashMap::new(),
+                reports: HashMap::new(),
+            }),
         });
         let weak = Arc::downgrade(&leases);
         tokio::spawn(async move {
@@ -192,7 +232,7 @@ impl Leases {
         let mut table = self.lock();
         let due: Vec<Uuid> = table.live.iter().filter(|(_, l)| all || now >= l.expires_at).map(|(id, _)| *id).collect();
         for id in due {
-            let live = table.live.remove(&id).expect("listed above");
+            let live = table.remove(&id).expect("listed above");
             table.ended.insert(id, (live.agent.clone(), Ended::Expired), now);
             let why = if all { "rota shut down before the lease was reported" } else { "the lease expired unreported" };
             expire_one(live, now, why);
@@ -248,7 +288,22 @@ async fn issue(
         }
     };
     let now = engine.clock.now();
-    if leases.lock().live.len() >= MAX_LIVE {
+    let cap = settings.config.leases.max_live_per_agent;
+    let (total, mine) = {
+        let table = leases.lock();
+        (table.live.len(), table.held.get(agent).copied().unwrap_or(0))
+    };
+    if mine >= cap {
+        walk.trail.finish(429, None, (None, None));
+        return Err(ApiError::new(
+            429,
+            "too_many_leases",
+            format!(
+                "agent {agent} holds {mine} outstanding leases, its limit (leases.max_live_per_agent = {cap}): report them first"
+            ),
+        ));
+    }
+    if total >= MAX_LIVE {
         walk.trail.finish(503, None, (None, None));
         return Err(ApiError::new(
             503,
@@ -289,7 +344,7 @@ async fn issue(
         },
     };
     let live = Live { agent: agent.to_string(), walk, settings, attempt: att, row, issued_at: now, expires_at };
-    leases.lock().live.insert(id, live);
+    leases.lock().insert(id, live);
     Ok(lease)
 }
 
@@ -307,7 +362,7 @@ async fn issue(
         (status = 400, description = "Bad input (unknown field, malformed profile id, bad pin)", body = super::ErrorBody),
         (status = 401, description = "Missing or invalid agent key", body = super::ErrorBody),
         (status = 404, description = "Unknown model", body = super::ErrorBody),
-        (status = 429, description = "Every candidate is cooling (`Retry-After` says until when)", body = super::ErrorBody),
+        (status = 429, description = "Every candidate is cooling (`Retry-After` says until when), or the agent holds `leases.max_live_per_agent` leases (`too_many_leases`)", body = super::ErrorBody),
         (status = 502, description = "No candidate can be tried", body = super::ErrorBody),
     )
 )]
@@ -364,7 +419,7 @@ async fn create(
         (status = 404, description = "No such lease", body = super::ErrorBody),
         (status = 409, description = "The lease was already reported", body = super::ErrorBody),
         (status = 410, description = "The lease expired before its report", body = super::ErrorBody),
-        (status = 429, description = "Every candidate failed, all cooling (`Retry-After`)", body = super::ErrorBody),
+        (status = 429, description = "Every candidate failed, all cooling (`Retry-After`), or the agent passed `leases.failure_reports_per_minute` (`too_many_failure_reports`; the lease stays valid)", body = super::ErrorBody),
         (status = 502, description = "Every candidate failed, or the failure does not fail over", body = super::ErrorBody),
     )
 )]
@@ -409,7 +464,22 @@ async fn report(
             Some((_, Some(Ended::Expired))) => return Err(expired(id)),
             Some((_, None)) => {}
         }
-        let live = table.live.remove(&id).expect("found above");
+        if report.outcome == ReportOutcome::Failure {
+            let limit = engine.settings().config.leases.failure_reports_per_minute;
+            if let Err(wait) = table.count_failure_report(&agent.name, limit, now) {
+                let mut err = ApiError::new(
+                    429,
+                    "too_many_failure_reports",
+                    format!(
+                        "agent {} made {limit} failure reports this minute, its limit (leases.failure_reports_per_minute); the lease stays valid: report it again later",
+                        agent.name
+                    ),
+                );
+                err.retry_after = Some(wait);
+                return Err(err);
+            }
+        }
+        let live = table.remove(&id).expect("found above");
         if now >= live.expires_at {
             table.ended.insert(id, (live.agent.clone(), Ended::Expired), now);
             drop(table);
@@ -447,6 +517,9 @@ async fn report(
     };
     let mut class = settings.classifier.classify(&observed, now);
     class.message = redact(&class.message, &secrets);
+    if !settings.config.agents.get(&name).is_some_and(|a| a.trusted) {
+        weigh_claim(engine, &settings, &attempt, &mut class).await;
+    }
     let verdict = engine.settle(&mut walk, &settings.config, &attempt, row, &mut class, report.http_status, true).await;
     let reason = class.reason;
     let recorded = Recorded { outcome: "failure".into(), reason: Some(reason.to_string()) };
@@ -469,6 +542,43 @@ async fn report(
             Ok(Json(ReportAnswer { request_id, recorded, next: Some(next) }))
         }
     }
+}
+
+/// An untrusted agent's report is a claim (SPEC §3 "Evidence"): it may cool the profile on the
+/// ladder, but it reaches the disabled lanes only when rota's own call with that credential
+/// agrees — a revocation confirmed by a 401/403, an empty balance by a billing answer.
+async fn weigh_claim(engine: &Engine, settings: &Settings, attempt: &Attempt, class: &mut Classified) {
+    if matches!(class.reason, Reason::AuthPermanent | Reason::Billing) {
+        let provider = &settings.config.providers[&attempt.cand.provider];
+        let timeout = settings.config.timeouts.first_byte.min(Duration::from_secs(10));
+        let own = match engine.upstream.confirm(provider, &attempt.cred, timeout).await {
+            Ok((status, headers, body)) if !(200..300).contains(&status) => {
+                let seen = Observed { status: Some(status), headers: &headers, body: &body, ..Default::default() };
+                let own = settings.classifier.classify(&seen, engine.clock.now());
+                Some((status, own.reason))
+            }
+            Ok((status, ..)) => Some((status, Reason::Unknown)),
+            Err(_) => None,
+        };
+        let agrees = match own {
+            Some((_, Reason::Auth | Reason::AuthPermanent)) => class.reason == Reason::AuthPermanent,
+            Some((_, Reason::Billing)) => class.reason == Reason::Billing,
+            _ => false,
+        };
+        let said = own.map_or("no answer".to_string(), |(status, reason)| match reason {
+            Reason::Unknown if (200..300).contains(&status) => format!("HTTP {status}"),
+            reason => format!("HTTP {status}, {reason}"),
+        });
+        if agrees {
+            class.message = format!("{} (confirmed by rota's own call: {said})", class.message);
+            return;
+        }
+        class.message = format!(
+            "{} (an agent's claim; rota's own call said {said}: a cooldown, not the disabled lane)",
+            class.message
+        );
+    }
+    class.claim = true;
 }
 
 fn expired(id: Uuid) -> ApiError {

@@ -265,6 +265,8 @@ pub struct Classified {
     /// The provider's own error message, for logs and the client (may hold user text: redact
     /// secrets before storing it).
     pub message: String,
+    /// An agent's claim (a lease report rota could not confirm), not rota's own evidence.
+    pub claim: bool,
 }
 
 /// The classification table in force: the operator's rules first, then the built-in ones.
@@ -304,7 +306,7 @@ impl Classifier {
             .flatten();
         let account_wide =
             hint.is_some_and(|h| h.account_wide) || ACCOUNT_WORDS.iter().any(|w| contains_word(&text, w));
-        Classified { reason, hint, account_wide, message }
+        Classified { reason, hint, account_wide, message, claim: false }
     }
 }
 

@@ -118,6 +118,10 @@ pub struct Failure {
     /// When the failed attempt started: attempts already in flight when a window opened are
     /// a burst and do not escalate it again.
     pub started_at: Millis,
+    /// An agent's claim (a lease report), not rota's own evidence: it may cool the profile on
+    /// the ladder, never for longer than `cooldown.max`, and never reaches the disabled lanes
+    /// (SPEC §3 "Evidence").
+    pub claim: bool,
 }
 
 impl UsageStats {
@@ -203,13 +207,13 @@ impl UsageStats {
         self.last_failure_at = Some(now);
 
         let in_flight = self.window_opened_at.is_some_and(|opened| f.started_at < opened);
-        if f.reason == Reason::AuthPermanent {
+        if f.reason == Reason::AuthPermanent && !f.claim {
             self.disabled = Some(Disabled { until: None, reason: f.reason });
             self.window_opened_at = Some(now);
             return Some(Until::Cleared);
         }
-        let hint = f.hint_ms.map(|h| policy.clamp_hint(h));
-        let to_disabled = f.reason == Reason::Billing || hint.is_some_and(|h| h > ms(policy.max));
+        let hint = f.hint_ms.map(|h| policy.clamp_hint(h)).map(|h| if f.claim { h.min(ms(policy.max)) } else { h });
+        let to_disabled = !f.claim && (f.reason == Reason::Billing || hint.is_some_and(|h| h > ms(policy.max)));
         if to_disabled {
             if in_flight && self.disabled_active(now) {
                 return self.current_end(now);
@@ -298,7 +302,7 @@ mod tests {
     }
 
     fn fail(reason: Reason, at: Millis) -> Failure {
-        Failure { reason, model: "m1".into(), hint_ms: None, account_wide: false, started_at: at }
+        Failure { reason, model: "m1".into(), hint_ms: None, account_wide: false, started_at: at, claim: false }
     }
 
     fn fail_hint(reason: Reason, at: Millis, hint: Millis) -> Failure {
@@ -380,6 +384,35 @@ mod tests {
         s.record_failure(&Failure { model: "m2".into(), ..fail(Reason::RateLimit, t) }, t, &p());
         let c = s.cooldown.clone().unwrap();
         assert_eq!((c.model, c.until), (None, t + 5 * MIN));
+    }
+
+    #[test]
+    fn a_claim_of_revocation_or_billing_cools_the_whole_profile_on_the_ladder_and_never_disables() {
+        for reason in [Reason::AuthPermanent, Reason::Billing] {
+            let mut s = UsageStats::default();
+            let claim = Failure { claim: true, ..fail(reason, T0) };
+            let end = s.record_failure(&claim, T0, &p());
+            assert_eq!(end, Some(Until::At(T0 + 60_000)), "{reason}: the first ladder step");
+            assert!(s.disabled.is_none(), "{reason}");
+            assert_eq!(s.blocked_until("another-model", T0), Some(Until::At(T0 + 60_000)), "profile-wide");
+            for i in 1..10 {
+                let t = T0 + i * 3_600_000;
+                s.record_failure(&Failure { claim: true, ..fail(reason, t) }, t, &p());
+                assert!(s.disabled.is_none());
+                assert!(
+                    s.blocked_until("m1", t).is_some_and(|u| u <= Until::At(t + 3_600_000)),
+                    "never past cooldown.max"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_claimed_hint_is_capped_at_the_cooldown_max() {
+        let mut s = UsageStats::default();
+        let claim = Failure { claim: true, ..fail_hint(Reason::RateLimit, T0, 6 * 3_600_000) };
+        assert_eq!(s.record_failure(&claim, T0, &p()), Some(Until::At(T0 + 3_600_000)));
+        assert!(s.disabled.is_none());
     }
 
     #[test]

@@ -179,7 +179,7 @@ impl Engine {
                 Err(_) => return Err(transport(settings, "timed out waiting for the first event of the stream", now)),
                 Ok(None) => {
                     let (reason, message) = relay.closed().expect_err("a held stream is not whole");
-                    return Err(Classified { reason, hint: None, account_wide: false, message });
+                    return Err(Classified { reason, hint: None, account_wide: false, message, claim: false });
                 }
                 Ok(Some(Err(e))) => return Err(transport(settings, &error_text(&e), now)),
                 Ok(Some(Ok(c))) => c,
@@ -194,7 +194,7 @@ impl Engine {
                 }
                 Phase::Empty => {
                     let (reason, message) = relay.closed().expect_err("an empty stream is not whole");
-                    return Err(Classified { reason, hint: None, account_wide: false, message });
+                    return Err(Classified { reason, hint: None, account_wide: false, message, claim: false });
                 }
                 Phase::Flowing | Phase::Complete | Phase::Failed { committed: true, .. } => {
                     return Ok(Opened { relay, rest, echoed: echoed.map(str::to_string) });

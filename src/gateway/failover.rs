@@ -131,7 +131,8 @@ impl Engine {
                 let now = self.now();
                 let mut row = walk.trail.row(att.kind, &att.cand, Some(&att.pid), now);
                 row.duration_ms = Some(0);
-                let class = Classified { reason: f.reason, hint: None, account_wide: true, message: f.message };
+                let class =
+                    Classified { reason: f.reason, hint: None, account_wide: true, message: f.message, claim: false };
                 Err((walk.failed(&self.book, row, &class, None, false, now), class.message))
             }
         }

@@ -167,7 +167,13 @@ pub fn respond(
         let timeouts = &settings.config.timeouts;
         let secrets = secrets_of(&cred);
         let failed = |reason: Reason, message: String| Ended::Failed {
-            class: Classified { reason, hint: None, account_wide: false, message: redact(&message, &secrets) },
+            class: Classified {
+                reason,
+                hint: None,
+                account_wide: false,
+                message: redact(&message, &secrets),
+                claim: false,
+            },
             said: false,
         };
         let mut gone = tx.send(Ok(Bytes::from(relay.take()))).await.is_err();

@@ -58,16 +58,58 @@ impl Upstream {
                 req = req.header(name, v);
             }
         }
-        let secret = token(credential).ok_or("the OAuth profile has no access token yet (it needs a refresh)")?;
-        req = match (provider.api, credential) {
-            (WireFormat::Anthropic, Credential::ApiKey(_)) => req.header("x-api-key", secret.expose_secret()),
-            _ => req.bearer_auth(secret.expose_secret()),
-        };
-        if provider.api == WireFormat::Anthropic && !client_headers.contains_key("anthropic-version") {
-            req = req.header("anthropic-version", DEFAULT_ANTHROPIC_VERSION);
-        }
-        req.send().await.map_err(|e| error_text(&e))
+        authorize(req, provider, credential, client_headers)?.send().await.map_err(|e| error_text(&e))
     }
+
+    /// rota's own cheap authenticated call with a credential (`GET base_url + confirm_path`),
+    /// to confirm or refute an agent's claim that it is revoked or out of credit: the status,
+    /// headers and body (at most 64 KiB read).
+    pub async fn confirm(
+        &self,
+        provider: &Provider,
+        credential: &Credential,
+        timeout: std::time::Duration,
+    ) -> Result<(u16, Vec<(String, String)>, String), String> {
+        let path = provider.confirm_path.as_deref().unwrap_or(match provider.api {
+            WireFormat::Openai => "/models",
+            WireFormat::Anthropic => "/v1/models",
+        });
+        let url = format!("{}{path}", provider.base_url.trim_end_matches('/'));
+        let req = authorize(self.client.get(url).timeout(timeout), provider, credential, &HeaderMap::new())?;
+        let mut resp = req.send().await.map_err(|e| error_text(&e))?;
+        let status = resp.status().as_u16();
+        let headers = resp
+            .headers()
+            .iter()
+            .map(|(k, v)| (k.as_str().to_string(), v.to_str().unwrap_or("").to_string()))
+            .collect();
+        let mut body = Vec::new();
+        while let Some(chunk) = resp.chunk().await.map_err(|e| error_text(&e))? {
+            body.extend_from_slice(&chunk);
+            if body.len() > 64 * 1024 {
+                break;
+            }
+        }
+        Ok((status, headers, String::from_utf8_lossy(&body).into_owned()))
+    }
+}
+
+/// The credential in the header its provider reads, and the Anthropic version header.
+fn authorize(
+    mut req: reqwest::RequestBuilder,
+    provider: &Provider,
+    credential: &Credential,
+    client_headers: &HeaderMap,
+) -> Result<reqwest::RequestBuilder, String> {
+    let secret = token(credential).ok_or("the OAuth profile has no access token yet (it needs a refresh)")?;
+    req = match (provider.api, credential) {
+        (WireFormat::Anthropic, Credential::ApiKey(_)) => req.header("x-api-key", secret.expose_secret()),
+        _ => req.bearer_auth(secret.expose_secret()),
+    };
+    if provider.api == WireFormat::Anthropic && !client_headers.contains_key("anthropic-version") {
+        req = req.header("anthropic-version", DEFAULT_ANTHROPIC_VERSION);
+    }
+    Ok(req)
 }
 
 fn token(c: &Credential) -> Option<&SecretString> {

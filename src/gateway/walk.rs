@@ -413,6 +413,7 @@ impl Walk {
                     hint_ms: class.hint.map(|h| h.wait_ms),
                     account_wide: class.account_wide,
                     started_at: row.started_at,
+                    claim: class.claim,
                 };
                 book.record_failure(&cur.slots[cur.j], &failure, now)
             }

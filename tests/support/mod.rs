@@ -108,6 +108,8 @@ impl Mock {
             .route("/v1/chat/completions", post(answer))
             .route("/v1/messages", post(answer))
             .route("/v1/responses", post(answer))
+            // rota's confirming call (`GET base_url/models`), answered from the same script.
+            .route("/v1/models", axum::routing::get(answer))
             .with_state(self.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
