@@ -10,7 +10,7 @@ use crate::engine::profile::valid_provider_name;
 use crate::engine::{CooldownPolicy, ProfileId, ProfileType};
 use figment::Figment;
 use figment::providers::{Env, Format, Toml};
-use secrecy::SecretString;
+use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Deserializer};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -556,7 +556,13 @@ impl Config {
                 Some(v) if p.secret().is_none() => {
                     out.push(format!("{key}.{field}: environment variable `{v}` is unset or empty"));
                 }
-                Some(_) => {}
+                Some(v) => {
+                    if let Some(bad) = p.secret().and_then(|s| crate::profiles::invisible(s.expose_secret())) {
+                        out.push(format!(
+                            "{key}.{field}: environment variable `{v}` holds {bad} (a secret is visible ASCII)"
+                        ));
+                    }
+                }
             }
         }
         for (provider, ids) in &self.auth.order {

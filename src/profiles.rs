@@ -63,18 +63,31 @@ pub fn check_new(
     Ok(NewProfile { id, kind, field, expires_at })
 }
 
-/// Checks a pasted secret: surrounding whitespace is trimmed; inner whitespace or control
-/// characters mean a paste went wrong.
+/// Checks a pasted secret: surrounding whitespace is trimmed; what remains must be visible
+/// ASCII (`!` to `~`): inner whitespace, control or non-ASCII characters mean a paste went wrong,
+/// and no provider issues such keys (they could not travel in an HTTP header either).
 pub fn check_secret(raw: &str, kind: ProfileType) -> Result<SecretString, String> {
     let what = if kind == ProfileType::Token { "token" } else { "API key" };
     let trimmed = raw.trim();
     if trimmed.is_empty() {
         return Err(format!("empty {what}: nothing was added"));
     }
-    if trimmed.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(format!("the {what} contains whitespace or control characters: nothing was added"));
+    if let Some(bad) = invisible(trimmed) {
+        return Err(format!("the {what} contains {bad}: nothing was added (a secret is visible ASCII)"));
     }
     Ok(SecretString::from(trimmed.to_string()))
+}
+
+/// What in `secret` is not visible ASCII, described without echoing the secret.
+pub fn invisible(secret: &str) -> Option<&'static str> {
+    let c = secret.chars().find(|c| !('!'..='~').contains(c))?;
+    Some(if c.is_whitespace() {
+        "whitespace"
+    } else if c.is_control() {
+        "a control character"
+    } else {
+        "a non-ASCII character"
+    })
 }
 
 /// Checks an explicit order: known profiles of this provider, each once.
@@ -106,5 +119,25 @@ pub fn order_in_force(config: &Config, roster: &Roster, provider: &str) -> (&'st
         (Some(o), _) if !o.is_empty() => ("stored", o.clone()),
         (_, Some(o)) if !o.is_empty() => ("config", o.clone()),
         _ => ("round_robin", vec![]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_secret_is_visible_ascii_and_the_error_never_echoes_it() {
+        assert!(check_secret("  sk-live-abc123~!  \n", ProfileType::ApiKey).is_ok());
+        for (raw, why) in [
+            ("sk-live abc", "whitespace"),
+            ("sk-live\u{7}abc", "a control character"),
+            ("sk-clé-abc", "a non-ASCII character"),
+            ("sk-\u{200b}zero-width", "a non-ASCII character"),
+        ] {
+            let err = check_secret(raw, ProfileType::ApiKey).unwrap_err();
+            assert!(err.contains(why) && !err.contains("sk-"), "{raw:?}: {err}");
+        }
+        assert!(check_secret(" \n", ProfileType::Token).unwrap_err().starts_with("empty token"));
     }
 }

@@ -624,3 +624,24 @@ fn the_keyring_is_used_only_where_it_works_and_says_why_not() {
         assert!(!env.path("rota.key").exists(), "no key file behind the operator's back");
     }
 }
+
+#[test]
+fn a_secret_that_is_not_visible_ascii_is_refused_at_every_door_without_being_echoed() {
+    let provider = "[providers.openai]\napi = \"openai\"\nbase_url = \"https://api.openai.com/v1\"\n";
+    let env = Env::new(provider);
+    assert_refused(
+        &env.run_stdin(&["profiles", "add", "openai", "--name", "work"], "sk-clé-0123456789\n"),
+        "a non-ASCII character",
+    );
+    let declared = format!(
+        "{provider}[auth.profiles.\"openai:env\"]\nprovider = \"openai\"\ntype = \"api_key\"\napi_key_env = \"ROTA_TEST_KEY_WITH_SPACE\"\n"
+    );
+    let env = Env::new(&declared);
+    let mut doctor = env.cmd(&["doctor"]);
+    doctor.env("ROTA_TEST_KEY_WITH_SPACE", "sk-live 0123456789");
+    let out = doctor.stdin(Stdio::null()).output().unwrap();
+    assert!(!out.status.success());
+    let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(said.contains("`ROTA_TEST_KEY_WITH_SPACE` holds whitespace"), "{said}");
+    assert!(!said.contains("0123456789"), "the secret is never echoed: {said}");
+}
