@@ -1349,3 +1349,85 @@ async fn an_upstream_redirect_is_never_followed() {
         "{error}"
     );
 }
+
+// -- OAuth: a 401 refreshes the token once and retries the same profile ---------------------------
+
+fn oauth_config(base: &str) -> String {
+    format!(
+        r#"
+[providers.corp]
+api = "openai"
+base_url = "{base}/v1"
+[providers.corp.oauth]
+authorize_url = "{base}/oauth/authorize"
+token_url = "{base}/oauth/token"
+client_id = "rota-test"
+[models]
+primary = "corp/m"
+[auth.order]
+corp = ["corp:alice", "corp:spare"]
+"#
+    )
+}
+
+const EXPIRED: &str = r#"{"error":{"message":"Invalid authentication credentials","type":"invalid_request_error"}}"#;
+
+#[tokio::test]
+async fn a_401_on_an_oauth_profile_refreshes_once_and_retries_the_same_profile() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let rota = Rota::start_with(
+        &oauth_config(&base),
+        &[("corp:spare", "sk-corp-spare-0002")],
+        &[("corp:alice", "at-old-0001", "rt-old-0001")],
+    )
+    .await;
+    mock.script("at-old-0001", vec![Reply::Status(401, vec![], EXPIRED.into())]);
+    let r = rota.chat(json!({"model": "corp/m", "messages": [{"role": "user", "content": "hi"}]}), &[]).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-rota-profile"], "corp:alice", "the same profile, with its new token");
+    assert_eq!(mock.token_calls(), 1, "one refresh at the IdP");
+    assert_eq!(mock.keys(), ["at-old-0001", "at-new-0001"]);
+    let a = rota.attempts().await;
+    assert_eq!(
+        a,
+        [
+            row("primary", "corp/m", Some("corp:alice"), "failure", Some("auth"), Some(401)),
+            row("retry", "corp/m", Some("corp:alice"), "success", None, Some(200)),
+        ]
+    );
+    assert_eq!(rota.scalar("SELECT COUNT(*) FROM usage_stats WHERE cooldown_until IS NOT NULL").await, Some(0));
+}
+
+#[tokio::test]
+async fn a_second_401_after_the_refresh_rotates_to_the_next_profile() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let rota = Rota::start_with(
+        &oauth_config(&base),
+        &[("corp:spare", "sk-corp-spare-0002")],
+        &[("corp:alice", "at-old-0001", "rt-old-0001")],
+    )
+    .await;
+    mock.script("at-old-0001", vec![Reply::Status(401, vec![], EXPIRED.into())]);
+    mock.script("at-new-0001", vec![Reply::Status(401, vec![], EXPIRED.into())]);
+    let r = rota.chat(json!({"model": "corp/m", "messages": [{"role": "user", "content": "hi"}]}), &[]).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-rota-profile"], "corp:spare");
+    assert_eq!(mock.token_calls(), 1, "no second refresh in the same request");
+    assert_eq!(mock.keys(), ["at-old-0001", "at-new-0001", "sk-corp-spare-0002"]);
+    let a = rota.attempts().await;
+    assert_eq!(
+        a,
+        [
+            row("primary", "corp/m", Some("corp:alice"), "failure", Some("auth"), Some(401)),
+            row("retry", "corp/m", Some("corp:alice"), "failure", Some("auth"), Some(401)),
+            row("rotate", "corp/m", Some("corp:spare"), "success", None, Some(200)),
+        ]
+    );
+    assert_eq!(
+        rota.scalar("SELECT cooldown_reason = 'auth' FROM usage_stats WHERE profile_id = 'corp:alice'").await,
+        Some(1),
+        "the refreshed token refused too: the profile cools"
+    );
+}

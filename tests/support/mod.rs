@@ -75,6 +75,8 @@ struct MockState {
     seen: Vec<Seen>,
     /// Streams whose reader (rota) went away before the stream ended.
     aborted: usize,
+    /// Calls to the OAuth token endpoint (`/oauth/token`).
+    token_calls: usize,
 }
 
 #[derive(Clone, Default)]
@@ -95,6 +97,10 @@ impl Mock {
         self.0.lock().unwrap().seen.clone()
     }
 
+    pub fn token_calls(&self) -> usize {
+        self.0.lock().unwrap().token_calls
+    }
+
     pub fn aborted(&self) -> usize {
         self.0.lock().unwrap().aborted
     }
@@ -110,6 +116,7 @@ impl Mock {
             .route("/v1/responses", post(answer))
             // rota's confirming call (`GET base_url/models`), answered from the same script.
             .route("/v1/models", axum::routing::get(answer))
+            .route("/oauth/token", post(token))
             .with_state(self.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -240,6 +247,20 @@ fn writes(body: &[String], how: Writes) -> Vec<Bytes> {
     }
 }
 
+/// An OAuth token endpoint that grants every refresh: access `at-new-000N`, refresh `rt-new-000N`.
+async fn token(State(mock): State<Mock>) -> Response {
+    let n = {
+        let mut st = mock.0.lock().unwrap();
+        st.token_calls += 1;
+        st.token_calls
+    };
+    axum::Json(json!({
+        "access_token": format!("at-new-{n:04}"), "token_type": "Bearer", "expires_in": 3600,
+        "refresh_token": format!("rt-new-{n:04}"),
+    }))
+    .into_response()
+}
+
 fn sse(reply: Reply, anthropic: bool, mock: Mock) -> Response {
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(8);
     tokio::spawn(async move {
@@ -342,6 +363,12 @@ pub struct Rota {
 impl Rota {
     /// `config` is TOML without `[database]`; `profiles` are `(id, secret)` API keys.
     pub async fn start(config: &str, profiles: &[(&str, &str)]) -> Rota {
+        Self::start_with(config, profiles, &[]).await
+    }
+
+    /// Like `start`, with OAuth profiles too: `(id, access token, refresh token)`, the access
+    /// token valid for a day.
+    pub async fn start_with(config: &str, profiles: &[(&str, &str)], oauth: &[(&str, &str, &str)]) -> Rota {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("rota.db");
         let text = format!("[database]\nurl = \"sqlite://{}\"\n{config}", db.display());
@@ -355,6 +382,18 @@ impl Rota {
             let sealed = key.seal(&pid, SecretField::ApiKey, &SecretString::from(secret.to_string()));
             let row = StoredProfile::stored(pid, ProfileType::ApiKey, None, 1 + i as i64);
             store.add_profile(&row, &[sealed]).await.unwrap();
+        }
+        let day_later = chrono::Utc::now().timestamp_millis() + 86_400_000;
+        for (id, access, refresh) in oauth {
+            let pid: ProfileId = id.parse().unwrap();
+            let sealed = [
+                key.seal(&pid, SecretField::AccessToken, &SecretString::from(access.to_string())),
+                key.seal(&pid, SecretField::RefreshToken, &SecretString::from(refresh.to_string())),
+            ];
+            store
+                .save_login(&StoredProfile::stored(pid, ProfileType::OAuth, Some(day_later), 1), &sealed)
+                .await
+                .unwrap();
         }
         let agent_key = rota::agents::new_key();
         store.create_agent("tester", &rota::agents::digest(&agent_key), false, 0).await.unwrap();
