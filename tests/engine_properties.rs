@@ -339,6 +339,33 @@ fn policy() -> impl Strategy<Value = CooldownPolicy> {
 proptest! {
     #![proptest_config(config(512))]
 
+    /// SPEC §3: the billing step survives expiry, so billing windows never shrink from one
+    /// billing failure to the next without a success, whatever failed in between.
+    #[test]
+    fn billing_windows_never_shrink_across_expiry_without_a_success(
+        between in proptest::collection::vec(proptest::option::of(step()), 1..16),
+        pol in policy(),
+    ) {
+        let mut s = UsageStats::default();
+        let mut now = NOW;
+        let mut last_wait = 0;
+        for (k, other) in between.iter().enumerate() {
+            if let Some(st) = other.as_ref().filter(|st| st.reason != Reason::AuthPermanent) {
+                now += st.advance;
+                s.record_failure(&failure(st, now), now, &pol);
+            }
+            // The billing failure comes after every window has ended (nobody probed the profile).
+            now = s.blocked_until("any", now).map_or(now, |u| match u { Until::At(t) => t.max(now), Until::Cleared => now }) + 1;
+            let bill = Failure { reason: Reason::Billing, model: MODELS[0].into(), hint_ms: None, account_wide: false, started_at: now, claim: false };
+            if let Some(Until::At(end)) = s.record_failure(&bill, now, &pol) {
+                let wait = end - now;
+                prop_assert!(wait >= last_wait, "a billing window shrank: {} after {}", wait, last_wait);
+                prop_assert!(wait >= pol.billing(k as u32 + 1), "billing failure {} got {} ms", k + 1, wait);
+                last_wait = wait;
+            }
+        }
+    }
+
     /// SPEC §3 "Evidence": whatever an agent claims, in any order and with any hint, a claim
     /// never reaches the disabled lanes and never keeps a profile away past `cooldown.max`.
     #[test]

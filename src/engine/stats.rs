@@ -105,6 +105,10 @@ pub struct UsageStats {
     pub window_opened_at: Option<Millis>,
     pub success_count: u64,
     pub failure_total: u64,
+    /// The billing lane's doubling step: billing windows opened since the last success. It
+    /// survives the expiry of the windows (unlike the counters) and resets on a success or an
+    /// admin clear.
+    pub billing_step: u32,
 }
 
 /// What the engine needs to know about one failed attempt.
@@ -171,8 +175,14 @@ impl UsageStats {
         self.success_count += 1;
     }
 
-    /// An admin cleared the profile: both lanes and the counters since the last reset.
+    /// An admin cleared the profile (or it served): both lanes, the counters since the last
+    /// reset and the billing step.
     pub fn clear_errors(&mut self) {
+        self.reset_windows();
+        self.billing_step = 0;
+    }
+
+    fn reset_windows(&mut self) {
         self.cooldown = None;
         self.disabled = None;
         self.error_count = 0;
@@ -180,11 +190,12 @@ impl UsageStats {
         self.window_opened_at = None;
     }
 
-    /// Expiry reset: when both lanes have expired, the windows and the counters go.
+    /// Expiry reset: when both lanes have expired, the windows and the counters go; the billing
+    /// step stays (SPEC §3).
     fn expire(&mut self, now: Millis) {
         let had_window = self.cooldown.is_some() || self.disabled.is_some();
         if had_window && !self.cooldown_active(now) && !self.disabled_active(now) {
-            self.clear_errors();
+            self.reset_windows();
         }
     }
 
@@ -218,8 +229,10 @@ impl UsageStats {
             if in_flight && self.disabled_active(now) {
                 return self.current_end(now);
             }
-            let billing_count = self.failure_counts.get(&Reason::Billing).copied().unwrap_or(0);
-            let wait = hint.unwrap_or_else(|| policy.billing(billing_count));
+            if f.reason == Reason::Billing {
+                self.billing_step += 1;
+            }
+            let wait = hint.unwrap_or_else(|| policy.billing(self.billing_step));
             self.extend_disabled(now + wait, f.reason);
         } else {
             if in_flight && self.cooldown_active(now) {
@@ -295,6 +308,7 @@ mod tests {
     use super::*;
 
     const MIN: Millis = 60_000;
+    const HOUR: Millis = 60 * MIN;
     const T0: Millis = 1_000_000_000;
 
     fn p() -> CooldownPolicy {
@@ -405,6 +419,24 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn billing_escalation_survives_expiry_and_resets_only_on_success() {
+        let mut s = UsageStats::default();
+        let mut t = T0;
+        let mut waits = Vec::new();
+        for _ in 0..6 {
+            let end = s.record_failure(&fail(Reason::Billing, t), t, &p());
+            let Some(Until::At(end)) = end else { panic!("a billing window has an end") };
+            waits.push((end - t) / HOUR);
+            t = end + 1; // expired, nobody probed it
+        }
+        assert_eq!(waits, [1, 2, 4, 8, 16, 24]);
+        assert_eq!(s.error_count, 1, "the counters reset on expiry; the step does not");
+        s.record_success(t);
+        let end = s.record_failure(&fail(Reason::Billing, t + 1), t + 1, &p());
+        assert_eq!(end, Some(Until::At(t + 1 + HOUR)), "a success starts the ladder again");
     }
 
     #[test]

@@ -17,7 +17,7 @@ use std::time::Duration;
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
 /// How many migrations this build knows.
-pub const MIGRATOR_COUNT: usize = 2;
+pub const MIGRATOR_COUNT: usize = 3;
 
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
@@ -74,15 +74,16 @@ async fn upsert_stats(
     sqlx::query(
         "INSERT INTO usage_stats (profile_id, last_used, last_success_at, cooldown_until, cooldown_reason,
              cooldown_model, disabled_until, disabled_reason, error_count, failure_counts, last_failure_at,
-             window_opened_at, success_count, failure_total)
-         SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM profiles WHERE id = ?)
+             window_opened_at, success_count, failure_total, billing_step)
+         SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM profiles WHERE id = ?)
          ON CONFLICT (profile_id) DO UPDATE SET last_used = excluded.last_used,
              last_success_at = excluded.last_success_at, cooldown_until = excluded.cooldown_until,
              cooldown_reason = excluded.cooldown_reason, cooldown_model = excluded.cooldown_model,
              disabled_until = excluded.disabled_until, disabled_reason = excluded.disabled_reason,
              error_count = excluded.error_count, failure_counts = excluded.failure_counts,
              last_failure_at = excluded.last_failure_at, window_opened_at = excluded.window_opened_at,
-             success_count = excluded.success_count, failure_total = excluded.failure_total",
+             success_count = excluded.success_count, failure_total = excluded.failure_total,
+             billing_step = excluded.billing_step",
     )
     .bind(id.as_str())
     .bind(s.last_used)
@@ -98,6 +99,7 @@ async fn upsert_stats(
     .bind(s.window_opened_at)
     .bind(s.success_count as i64)
     .bind(s.failure_total as i64)
+    .bind(i64::from(s.billing_step))
     .bind(id.as_str())
     .execute(&mut **tx)
     .await?;
@@ -202,6 +204,7 @@ fn stats_from_row(row: &SqliteRow) -> Result<UsageStats, StoreError> {
         window_opened_at: row.try_get("window_opened_at")?,
         success_count: row.try_get::<i64, _>("success_count")? as u64,
         failure_total: row.try_get::<i64, _>("failure_total")? as u64,
+        billing_step: row.try_get::<i64, _>("billing_step")? as u32,
     })
 }
 
