@@ -1582,3 +1582,102 @@ fn reset_hints_set_the_window_of_throttles_and_billing_only() {
         assert!(out.hint.is_some(), "{status}: the provider's hint sets the window");
     }
 }
+
+/// One sample per trigger of SPEC §4 (status rows and words), in the error shape of a provider
+/// that sends it where one is known; `None` status: a transport error.
+#[test]
+fn every_spec_section_4_trigger_has_a_sample() {
+    use Reason::*;
+    let openai = |m: &str, t: &str| format!(r#"{{"error":{{"message":"{m}","type":"{t}","param":null,"code":null}}}}"#);
+    let anthropic = |t: &str, m: &str| format!(r#"{{"type":"error","error":{{"type":"{t}","message":"{m}"}}}}"#);
+    let cases: Vec<(&str, Option<u16>, String, Reason)> = vec![
+        // context_overflow
+        ("context_length_exceeded", Some(400), r#"{"error":{"message":"This model's maximum context length is 128000 tokens.","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}"#.into(), ContextOverflow),
+        ("prompt is too long", Some(400), anthropic("invalid_request_error", "prompt is too long: 210000 tokens > 200000 maximum"), ContextOverflow),
+        ("maximum context length", Some(400), openai("This model's maximum context length is 8192 tokens", "invalid_request_error"), ContextOverflow),
+        ("request_too_large", Some(413), anthropic("request_too_large", "Request exceeds the maximum allowed number of bytes."), ContextOverflow),
+        ("input is too long", Some(400), r#"{"message":"Input is too long for requested model."}"#.into(), ContextOverflow),
+        // format
+        ("400 invalid request", Some(400), openai("Invalid request: 'messages' is a required property", "invalid_request_error"), Format),
+        ("422", Some(422), r#"{"detail":[{"loc":["body","messages"],"msg":"field required","type":"value_error.missing"}]}"#.into(), Format),
+        ("malformed", Some(400), r#"{"error":"malformed JSON in request body"}"#.into(), Format),
+        ("tool_use_id mismatch", Some(400), anthropic("invalid_request_error", "messages.2: `tool_use` ids were found without `tool_result` blocks immediately after: toolu_01. Each `tool_use` block must have a corresponding `tool_result` block (tool_use_id)."), Format),
+        ("upstream request failed", Some(400), r#"{"error":{"message":"Upstream request failed","code":400}}"#.into(), ServerError),
+        ("upstream error", Some(422), r#"{"error":{"message":"Upstream error from provider","code":422}}"#.into(), ServerError),
+        // auth_permanent
+        ("revoked", Some(401), openai("This API key has been revoked.", "invalid_request_error"), AuthPermanent),
+        ("deactivated", Some(401), openai("Your account has been deactivated.", "invalid_request_error"), AuthPermanent),
+        ("disabled", Some(403), openai("This organization has been disabled.", "invalid_request_error"), AuthPermanent),
+        ("deleted", Some(401), openai("The API key was deleted.", "invalid_request_error"), AuthPermanent),
+        ("violation of Terms of Service", Some(403), anthropic("permission_error", "This account has been suspended for violation of Terms of Service."), AuthPermanent),
+        ("only authorized for use with", Some(400), anthropic("invalid_request_error", "This credential is only authorized for use with Claude Code and cannot be used for other API requests."), Auth),
+        ("only authorized for use with (403)", Some(403), anthropic("permission_error", "This credential is only authorized for use with Claude Code."), AuthPermanent),
+        ("invalid_grant", Some(400), r#"{"error":"invalid_grant","error_description":"refresh token revoked"}"#.into(), AuthPermanent),
+        // auth
+        ("401", Some(401), "{}".into(), Auth),
+        ("403", Some(403), "{}".into(), Auth),
+        ("authentication", Some(401), anthropic("authentication_error", "invalid x-api-key"), Auth),
+        ("unauthorized", Some(401), r#"{"error":"Unauthorized"}"#.into(), Auth),
+        ("invalid api key", Some(401), openai("Incorrect API key provided: sk-abc***. You can find your API key at https://platform.openai.com/account/api-keys.", "invalid_request_error"), Auth),
+        ("expired token", Some(401), r#"{"error":{"message":"Expired token: the OAuth token has expired","type":"authentication_error"}}"#.into(), Auth),
+        // billing
+        ("402", Some(402), "{}".into(), Billing),
+        ("billing", Some(403), openai("Billing hard limit has been reached.", "insufficient_quota"), Billing),
+        ("payment required", Some(402), r#"{"error":{"message":"Payment Required","code":402}}"#.into(), Billing),
+        ("insufficient credits", Some(402), r#"{"error":{"message":"Insufficient credits. Add more using https://openrouter.ai/credits","code":402}}"#.into(), Billing),
+        ("credit balance", Some(400), anthropic("invalid_request_error", "Your credit balance is too low to access the Anthropic API."), Billing),
+        ("insufficient_quota", Some(429), r#"{"error":{"message":"You exceeded your current quota, please check your plan and billing details.","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}"#.into(), Billing),
+        ("quota exceeded", Some(429), r#"{"error":{"message":"Monthly quota exceeded for this account","type":"quota_error"}}"#.into(), Billing),
+        // rate_limit
+        ("429", Some(429), "{}".into(), RateLimit),
+        ("rate limit", Some(429), openai("Rate limit reached for gpt-4o in organization org-x on requests per min (RPM): Limit 500.", "requests"), RateLimit),
+        ("too many requests", Some(429), r#"{"error":"Too Many Requests"}"#.into(), RateLimit),
+        ("resource_exhausted", Some(429), r#"{"error":{"code":429,"message":"Resource has been exhausted (e.g. check quota).","status":"RESOURCE_EXHAUSTED"}}"#.into(), RateLimit),
+        ("usage limit", Some(429), anthropic("rate_limit_error", "You have reached your usage limit for this period."), RateLimit),
+        // overloaded
+        ("503", Some(503), "{}".into(), Overloaded),
+        ("529", Some(529), "{}".into(), Overloaded),
+        ("overloaded", Some(200), anthropic("overloaded_error", "Overloaded"), Overloaded),
+        ("capacity", Some(500), openai("The engine is currently at capacity. Please try again later.", "server_error"), Overloaded),
+        // server_error
+        ("other 5xx", Some(500), openai("The server had an error while processing your request.", "server_error"), ServerError),
+        ("502", Some(502), "<html><body>502 Bad Gateway</body></html>".into(), ServerError),
+        ("empty successful reply", Some(200), String::new(), ServerError),
+        // timeout
+        ("408", Some(408), "{}".into(), Timeout),
+        ("504", Some(504), "{}".into(), Timeout),
+        ("deadline exceeded", Some(504), r#"{"error":{"code":504,"message":"Deadline exceeded","status":"DEADLINE_EXCEEDED"}}"#.into(), Timeout),
+        ("first-byte timeout", None, "operation timed out".into(), Timeout),
+        ("ETIMEDOUT", None, "connect ETIMEDOUT 10.0.0.1:443".into(), Timeout),
+        // network
+        ("connection refused", None, "error sending request: tcp connect error: Connection refused (os error 111)".into(), Network),
+        ("connection reset", None, "error reading a body from connection: Connection reset by peer (os error 104)".into(), Network),
+        ("DNS failure", None, "error sending request: dns error: failed to lookup address information".into(), Network),
+        ("TLS failure", None, "error sending request: invalid peer certificate: UnknownIssuer (tls)".into(), Network),
+        // model_not_found
+        ("404 + model", Some(404), r#"{"error":{"message":"The model `gpt-9` does not exist or you do not have access to it.","type":"invalid_request_error","param":null,"code":"model_not_found"}}"#.into(), ModelNotFound),
+        ("model not found", Some(404), r#"{"error":"model 'llama9' not found, try pulling it first"}"#.into(), ModelNotFound),
+        ("does not exist", Some(400), openai("The requested engine does not exist", "invalid_request_error"), ModelNotFound),
+        ("unsupported model", Some(400), openai("Unsupported model: text-foo", "invalid_request_error"), ModelNotFound),
+        // unknown
+        ("anything else", Some(418), r#"{"error":"I'm a teapot"}"#.into(), Unknown),
+    ];
+    let mut wrong = Vec::new();
+    for (trigger, status, text, want) in &cases {
+        let seen = match status {
+            Some(_) => Observed { status: *status, body: text, ..Default::default() },
+            None => Observed { transport: Some(text), ..Default::default() },
+        };
+        let got = Classifier::default().classify(&seen, NOW_MS).reason;
+        if got != *want {
+            wrong.push(format!("  {trigger} ({status:?}): expected {want}, got {got}"));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} of {} SPEC §4 samples misclassified:\n{}",
+        wrong.len(),
+        cases.len(),
+        wrong.join("\n")
+    );
+}

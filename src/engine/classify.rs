@@ -170,6 +170,9 @@ pub fn default_rules() -> Vec<Rule> {
                 "token expired",
                 "permission_error",
                 "permission denied",
+                // Anthropic answers a credential used outside its product with a 400: it cannot
+                // serve here, so rotate (a cooldown step), but a 400 is no proof of revocation.
+                "only authorized for use with",
             ],
         ),
         rule(
