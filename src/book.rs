@@ -296,8 +296,31 @@ impl Book {
         }
     }
 
-    pub fn record_success(&self, id: &ProfileId, now: Millis) {
-        self.update(id, |s| s.record_success(now));
+    /// The profile served `model`: its error state goes, and so does the model's own cooldown
+    /// on that provider (the model exists after all).
+    pub fn record_success(&self, id: &ProfileId, model: &str, now: Millis) {
+        let mut inner = self.lock();
+        if let Some(view) = inner.roster.views.get_mut(id) {
+            view.stats.record_success(now);
+            let _ = self.queue.send(Write::Stats(id.clone(), view.stats.clone()));
+        }
+        self.end_model_cooldown_locked(&mut inner, id.provider(), model, now);
+    }
+
+    /// Ends the model's cooldown on the provider (an admin's clear); whether one was active.
+    pub fn end_model_cooldown(&self, provider: &str, model: &str, now: Millis) -> bool {
+        self.end_model_cooldown_locked(&mut self.lock(), provider, model, now)
+    }
+
+    fn end_model_cooldown_locked(&self, inner: &mut Inner, provider: &str, model: &str, now: Millis) -> bool {
+        if inner.model_cooldowns.is_empty() {
+            return false;
+        }
+        let key = (provider.to_string(), model.to_string());
+        let Some(m) = inner.model_cooldowns.get_mut(&key).filter(|m| now < m.until) else { return false };
+        *m = ModelCooldown { until: now, error_count: 0, last_failure_at: m.last_failure_at };
+        let _ = self.queue.send(Write::Model(key, m.clone()));
+        true
     }
 
     /// Records a failure; returns the end of the window the profile is now in.
@@ -307,10 +330,10 @@ impl Book {
     }
 
     /// model_not_found: cools the model on the provider for every profile; returns its end.
-    pub fn record_model_not_found(&self, provider: &str, model: &str, now: Millis) -> Millis {
+    pub fn record_model_not_found(&self, provider: &str, model: &str, now: Millis, started_at: Millis) -> Millis {
         let mut inner = self.lock();
         let key = (provider.to_string(), model.to_string());
-        let next = ModelCooldown::after_failure(inner.model_cooldowns.get(&key), now, &self.policy());
+        let next = ModelCooldown::after_failure(inner.model_cooldowns.get(&key), now, started_at, &self.policy());
         let until = next.until;
         inner.model_cooldowns.insert(key.clone(), next.clone());
         let _ = self.queue.send(Write::Model(key, next));

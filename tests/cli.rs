@@ -645,3 +645,40 @@ fn a_secret_that_is_not_visible_ascii_is_refused_at_every_door_without_being_ech
     assert!(said.contains("`ROTA_TEST_KEY_WITH_SPACE` holds whitespace"), "{said}");
     assert!(!said.contains("0123456789"), "the secret is never echoed: {said}");
 }
+
+#[test]
+fn profiles_clear_model_ends_a_model_cooldown() {
+    let env = Env::new(BASE);
+    let db = env.path("rota.db");
+    let model_until = |db: &Path| {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let store = SqliteStore::open(db).await.unwrap();
+            let until = store
+                .snapshot()
+                .await
+                .unwrap()
+                .model_cooldowns
+                .get(&("openai".into(), "gpt-4.1".into()))
+                .map(|m| m.until);
+            store.close().await;
+            until
+        })
+    };
+    let far = chrono::Utc::now().timestamp_millis() + 3_600_000;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let store = SqliteStore::open(&db).await.unwrap();
+        let cooling = rota::engine::ModelCooldown { until: far, error_count: 3, last_failure_at: far - 3_600_000 };
+        store.save_model_cooldowns(&[(("openai".into(), "gpt-4.1".into()), cooling)]).await.unwrap();
+        store.close().await;
+    });
+    let out = env.run(&["profiles", "clear", "--model", "openai/gpt-4.1"]);
+    assert_ok(&out);
+    assert!(text(&out.stdout).contains("cleared the cooldown of openai/gpt-4.1"), "{}", text(&out.stdout));
+    assert!(model_until(&db).unwrap() <= chrono::Utc::now().timestamp_millis());
+    let again = env.run(&["profiles", "clear", "--model", "openai/gpt-4.1"]);
+    assert!(text(&again.stdout).contains("has no active cooldown"), "{}", text(&again.stdout));
+    assert_refused(&env.run(&["profiles", "clear", "--model", "gpt-4.1"]), "not a provider/model reference");
+    assert_refused(&env.run(&["profiles", "clear"]), "required");
+}

@@ -1431,3 +1431,67 @@ async fn a_second_401_after_the_refresh_rotates_to_the_next_profile() {
         "the refreshed token refused too: the profile cools"
     );
 }
+
+#[tokio::test]
+async fn a_model_cooldown_ends_on_an_admin_clear_and_on_a_success_of_that_model() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let rota = Rota::start(&config(&base, ""), &[KEYS[0], KEYS[3]]).await;
+    let gone = r#"{"error":{"message":"The model `gpt-4.1` does not exist or you do not have access to it.","code":"model_not_found"}}"#;
+    let cooling = "SELECT COUNT(*) FROM model_cooldowns WHERE model = 'gpt-4.1' AND cooldown_until > CAST(unixepoch('subsec') * 1000 AS INTEGER)";
+    mock.script(KEYS[0].1, vec![Reply::Status(404, vec![], gone.into())]);
+    assert_eq!(rota.chat(chat(), &[]).await.headers()["x-rota-provider"], "backup");
+    assert_eq!(rota.scalar(cooling).await, Some(1));
+
+    // An admin ends it: the next request goes to openai again, without a skip.
+    let clear = |model: &str| json!({"model": model});
+    let (code, v) =
+        rota.api("POST", "/api/v1/models/clear", Some(&rota.admin_key), Some(clear("openai/gpt-4.1"))).await;
+    assert_eq!((code, v["cleared"].as_bool()), (200, Some(true)), "{v}");
+    assert_eq!(rota.scalar(cooling).await, Some(0));
+    let r = rota.chat(chat(), &[]).await;
+    assert_eq!(
+        (r.headers()["x-rota-provider"].to_str().unwrap(), r.headers()["x-rota-attempts"].to_str().unwrap()),
+        ("openai", "1")
+    );
+    let (code, v) =
+        rota.api("POST", "/api/v1/models/clear", Some(&rota.admin_key), Some(clear("openai/gpt-4.1"))).await;
+    assert_eq!((code, v["cleared"].as_bool()), (200, Some(false)), "nothing left to clear: {v}");
+    let (code, _) =
+        rota.api("POST", "/api/v1/models/clear", Some(&rota.admin_key), Some(clear("nowhere/gpt-4.1"))).await;
+    assert_eq!(code, 404);
+    let (code, _) = rota.api("POST", "/api/v1/models/clear", Some(&rota.admin_key), Some(clear("gpt-4.1"))).await;
+    assert_eq!(code, 400);
+    assert_eq!(
+        rota.api("POST", "/api/v1/models/clear", Some(&rota.agent_key), Some(clear("openai/gpt-4.1"))).await.0,
+        403
+    );
+
+    // A success of the model ends it too: the model is back (the last candidate is always tried).
+    mock.script(KEYS[0].1, vec![Reply::Status(404, vec![], gone.into())]);
+    assert_eq!(rota.chat(chat(), &[]).await.headers()["x-rota-provider"], "backup");
+    assert_eq!(rota.scalar(cooling).await, Some(1));
+    let r = rota.chat(chat(), &[("x-rota-fallbacks", "none")]).await;
+    assert_eq!((r.status().as_u16(), r.headers()["x-rota-provider"].to_str().unwrap()), (200, "openai"));
+    assert_eq!(rota.scalar(cooling).await, Some(0), "a success of the model ends its cooldown");
+}
+
+#[tokio::test]
+async fn concurrent_model_not_found_answers_escalate_the_model_cooldown_once() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let rota = Rota::start(&config(&base, ""), &[KEYS[0], KEYS[3]]).await;
+    let gone = r#"{"error":{"message":"The model `gpt-4.1` does not exist or you do not have access to it.","code":"model_not_found"}}"#;
+    // Eight requests in flight together, each answered 404 after the same short delay.
+    let late_404 = Reply::After(std::time::Duration::from_millis(300), Box::new(Reply::Echo(404, gone)));
+    mock.script(KEYS[0].1, vec![late_404; 8]);
+    let calls: Vec<_> = (0..8).map(|_| rota.chat(chat(), &[])).collect();
+    for r in futures_util::future::join_all(calls).await {
+        assert_eq!(r.status(), 200);
+    }
+    let in_flight = mock.keys().iter().filter(|k| *k == KEYS[0].1).count();
+    assert_eq!(in_flight, 8, "all eight were in flight before the first 404");
+    // Calls already in flight when the window opened do not escalate it.
+    let escalations = rota.scalar("SELECT error_count FROM model_cooldowns WHERE model = 'gpt-4.1'").await;
+    assert_eq!(escalations, Some(1), "one window, one step: a 1 minute cooldown, not 1 hour");
+}

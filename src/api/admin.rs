@@ -33,6 +33,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(list_providers))
         .routes(routes!(set_order, reset_order))
         .routes(routes!(list_models))
+        .routes(routes!(clear_model))
         .routes(routes!(list_agents, create_agent))
         .routes(routes!(revoke_agent))
         .routes(routes!(usage))
@@ -461,6 +462,40 @@ async fn list_models(State(state): State<AppState>, _: Admin) -> Json<ModelsInfo
         virtual_models,
         chains,
     })
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ClearModelRequest {
+    /// `provider/model`: the model whose cooldown (after a `model_not_found`) ends now.
+    pub model: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ClearedModel {
+    pub model: String,
+    /// Whether a cooldown was active (false: there was nothing to clear).
+    pub cleared: bool,
+}
+
+/// Clear a model's cooldown
+///
+/// A `model_not_found` cools the model on its provider for every profile; this ends it now.
+#[utoipa::path(post, path = "/api/v1/models/clear", tag = "admin", request_body = ClearModelRequest,
+    responses((status = 200, body = ClearedModel), (status = 400, body = super::ErrorBody), (status = 404, body = super::ErrorBody)))]
+async fn clear_model(
+    State(state): State<AppState>,
+    _: Admin,
+    Body(req): Body<ClearModelRequest>,
+) -> Result<Json<ClearedModel>, ApiError> {
+    let (provider, model) = crate::engine::chain::split_model_ref(&req.model)
+        .ok_or_else(|| ApiError::bad_request(format!("`{}` is not a provider/model reference", req.model)))?;
+    if !state.engine.settings().config.providers.contains_key(provider) {
+        return Err(ApiError::not_found(format!("provider {provider} is not configured")));
+    }
+    let cleared = state.engine.book.end_model_cooldown(provider, model, state.engine.clock.now());
+    state.engine.book.flush().await;
+    Ok(Json(ClearedModel { model: req.model, cleared }))
 }
 
 // ---------------------------------------------------------------------------------------------

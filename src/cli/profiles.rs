@@ -40,8 +40,14 @@ pub enum ProfilesCommand {
     Enable { id: String },
     /// Keep rotation from using the profile.
     Disable { id: String },
-    /// Clear the profile's cooldown and disabled state.
-    Clear { id: String },
+    /// Clear the profile's cooldown and disabled state, or (`--model provider/model`) a model's
+    /// cooldown after a `model_not_found`.
+    Clear {
+        #[arg(required_unless_present = "model", conflicts_with = "model")]
+        id: Option<String>,
+        #[arg(long)]
+        model: Option<String>,
+    },
     /// Show, set or reset a provider's explicit order.
     Order {
         provider: String,
@@ -70,8 +76,9 @@ pub async fn run(config: &Config, cmd: ProfilesCommand) -> Result<()> {
         }
         ProfilesCommand::Enable { id } => set_enabled(config, &id, true).await,
         ProfilesCommand::Disable { id } => set_enabled(config, &id, false).await,
-        ProfilesCommand::Clear { id } => {
-            let id = parse_id(&id)?;
+        ProfilesCommand::Clear { model: Some(model), .. } => clear_model(config, &model).await,
+        ProfilesCommand::Clear { id, .. } => {
+            let id = parse_id(&id.expect("clap requires an id without --model"))?;
             let store = open(config).await?;
             let snap = store.snapshot().await?;
             let mut stats = snap.stats.get(&id).cloned().ok_or_else(|| not_found(StoreError::NotFound(id.clone())))?;
@@ -82,6 +89,24 @@ pub async fn run(config: &Config, cmd: ProfilesCommand) -> Result<()> {
         }
         ProfilesCommand::Order { provider, ids, reset } => order(config, &provider, ids, reset).await,
     }
+}
+
+async fn clear_model(config: &Config, model_ref: &str) -> Result<()> {
+    let Some((provider, model)) = crate::engine::chain::split_model_ref(model_ref) else {
+        bail!("`{model_ref}` is not a provider/model reference");
+    };
+    let store = open(config).await?;
+    let now = chrono::Utc::now().timestamp_millis();
+    let key = (provider.to_string(), model.to_string());
+    match store.snapshot().await?.model_cooldowns.get(&key).filter(|m| now < m.until) {
+        Some(m) => {
+            let ended = crate::engine::ModelCooldown { until: now, error_count: 0, last_failure_at: m.last_failure_at };
+            store.save_model_cooldowns(&[(key, ended)]).await?;
+            println!("cleared the cooldown of {model_ref}");
+        }
+        None => println!("{model_ref} has no active cooldown"),
+    }
+    Ok(())
 }
 
 async fn open(config: &Config) -> Result<SqliteStore> {

@@ -293,7 +293,17 @@ pub struct ModelCooldown {
 
 impl ModelCooldown {
     /// The next state after one more model_not_found, on the same ladder and resets as profiles.
-    pub fn after_failure(prev: Option<&ModelCooldown>, now: Millis, policy: &CooldownPolicy) -> ModelCooldown {
+    /// `started_at`: when the failed call started; calls already in flight when the window was
+    /// last escalated are a burst and do not escalate it again (the burst guard).
+    pub fn after_failure(
+        prev: Option<&ModelCooldown>,
+        now: Millis,
+        started_at: Millis,
+        policy: &CooldownPolicy,
+    ) -> ModelCooldown {
+        if let Some(p) = prev.filter(|p| now < p.until && started_at < p.last_failure_at) {
+            return p.clone();
+        }
         let count = match prev {
             Some(p) if now < p.until => p.error_count + 1,
             _ => 1,
@@ -437,6 +447,21 @@ mod tests {
         s.record_success(t);
         let end = s.record_failure(&fail(Reason::Billing, t + 1), t + 1, &p());
         assert_eq!(end, Some(Until::At(t + 1 + HOUR)), "a success starts the ladder again");
+    }
+
+    #[test]
+    fn model_cooldowns_climb_the_ladder_once_per_window_whatever_the_burst() {
+        let first = ModelCooldown::after_failure(None, T0, T0 - 10, &p());
+        assert_eq!(first.until, T0 + MIN);
+        // Ten concurrent 404s that were in flight when the window opened: no escalation.
+        let mut m = first.clone();
+        for i in 1..=10 {
+            m = ModelCooldown::after_failure(Some(&m), T0 + i, T0 - 5, &p());
+        }
+        assert_eq!(m, first);
+        // A call started after the window opened (the last candidate is always tried) escalates.
+        let next = ModelCooldown::after_failure(Some(&m), T0 + 100, T0 + 50, &p());
+        assert_eq!((next.until, next.error_count), (T0 + 100 + 5 * MIN, 2));
     }
 
     #[test]
@@ -606,11 +631,11 @@ mod tests {
 
     #[test]
     fn model_not_found_cools_the_model_on_the_ladder() {
-        let a = ModelCooldown::after_failure(None, T0, &p());
+        let a = ModelCooldown::after_failure(None, T0, T0, &p());
         assert_eq!(a, ModelCooldown { until: T0 + MIN, error_count: 1, last_failure_at: T0 });
-        let b = ModelCooldown::after_failure(Some(&a), T0 + 1000, &p());
+        let b = ModelCooldown::after_failure(Some(&a), T0 + 1000, T0 + 500, &p());
         assert_eq!((b.until, b.error_count), (T0 + 1000 + 5 * MIN, 2));
-        let c = ModelCooldown::after_failure(Some(&b), T0 + 60 * MIN, &p());
+        let c = ModelCooldown::after_failure(Some(&b), T0 + 60 * MIN, T0 + 60 * MIN, &p());
         assert_eq!((c.until, c.error_count), (T0 + 61 * MIN, 1));
     }
 }

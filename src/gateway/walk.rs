@@ -405,7 +405,9 @@ impl Walk {
         let cand = &self.chain[self.index];
         let until = match class.reason.next() {
             After::Stop => None,
-            After::NextModel => Some(Until::At(book.record_model_not_found(&cand.provider, &cand.model, now))),
+            After::NextModel => {
+                Some(Until::At(book.record_model_not_found(&cand.provider, &cand.model, now, row.started_at)))
+            }
             After::Rotate => {
                 let failure = Failure {
                     reason: class.reason,
@@ -461,7 +463,7 @@ impl Walk {
         };
         match ended {
             Ended::Whole => {
-                book.record_success(&pid, now);
+                book.record_success(&pid, &self.chain[self.index].model, now);
                 row.outcome = Outcome::Success;
                 self.trail.record(row);
             }
@@ -503,7 +505,7 @@ impl Walk {
             let cur = self.cur.as_ref().expect("a success is reported for an attempt under way");
             cur.slots[cur.j].clone()
         };
-        book.record_success(&att_pid, now);
+        book.record_success(&att_pid, &self.chain[self.index].model, now);
         row.outcome = Outcome::Success;
         row.http_status = Some(status);
         (row.tokens_in, row.tokens_out) = tokens;

@@ -49,6 +49,8 @@ pub enum Reply {
     /// This status with this JSON error body, `{model}` replaced by the requested model (an
     /// upstream that echoes the client's text).
     Echo(u16, &'static str),
+    /// That reply, after this long.
+    After(Duration, Box<Reply>),
     /// A 200 stream whose first event is an error (Anthropic: after `message_start` and a
     /// `ping`, as Anthropic sends `overloaded_error`).
     StreamErrorFirst,
@@ -144,6 +146,13 @@ async fn answer(State(mock): State<Mock>, uri: axum::http::Uri, headers: HeaderM
         } else {
             Reply::Ok
         })
+    };
+    let reply = match reply {
+        Reply::After(d, then) => {
+            tokio::time::sleep(d).await;
+            *then
+        }
+        other => other,
     };
     match reply {
         Reply::Ok if anthropic => axum::Json(json!({
