@@ -459,6 +459,33 @@ impl Book {
         };
     }
 
+    /// Resets the windows and counters of every profile whose windows have ended, and writes
+    /// them, so that what `usage_stats` holds is current when an auditor reads it (SPEC §3).
+    /// Returns how many profiles were reset.
+    pub fn sweep(&self, now: Millis) -> usize {
+        let mut inner = self.lock();
+        let mut reset = 0;
+        for (id, view) in inner.roster.views.iter_mut() {
+            if view.stats.expire(now) {
+                let _ = self.queue.send(Write::Stats(id.clone(), view.stats.clone()));
+                reset += 1;
+            }
+        }
+        reset
+    }
+
+    /// Sweeps every `every` (see `sweep`) until the book is dropped.
+    pub fn sweep_every(self: &Arc<Self>, every: std::time::Duration, clock: Arc<dyn crate::engine::Clock>) {
+        let weak = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(book) = weak.upgrade() else { return };
+                book.sweep(clock.now());
+            }
+        });
+    }
+
     /// An admin cleared the profile's cooldown and disabled state.
     pub fn clear(&self, id: &ProfileId) -> bool {
         self.update(id, UsageStats::clear_errors).is_some()

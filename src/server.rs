@@ -73,6 +73,7 @@ impl App {
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let store: Arc<dyn Store> = Arc::new(store);
         let book = Arc::new(Book::load(store.clone(), &config, &key, clock.now()).await?);
+        book.sweep_every(std::time::Duration::from_secs(1), clock.clone());
         let audit = Audit::start(store.clone());
         let upstream = Upstream::new(&config.timeouts);
         let key = Arc::new(key);

@@ -1495,3 +1495,22 @@ async fn concurrent_model_not_found_answers_escalate_the_model_cooldown_once() {
     let escalations = rota.scalar("SELECT error_count FROM model_cooldowns WHERE model = 'gpt-4.1'").await;
     assert_eq!(escalations, Some(1), "one window, one step: a 1 minute cooldown, not 1 hour");
 }
+
+#[tokio::test]
+async fn usage_stats_show_an_ended_window_reset_without_waiting_for_the_next_failure() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let rota = Rota::start(&config(&base, ""), &[KEYS[0], KEYS[1]]).await;
+    let throttled = r#"{"error":{"message":"Rate limit reached","type":"rate_limit_error"}}"#;
+    mock.script(KEYS[0].1, vec![Reply::Status(429, vec![("retry-after", "1".into())], throttled.into())]);
+    assert_eq!(rota.chat(chat(), &[]).await.status(), 200);
+    let row = "SELECT (cooldown_until IS NOT NULL) * 100 + error_count * 10 + failure_total FROM usage_stats WHERE profile_id = 'openai:k1'";
+    assert_eq!(rota.scalar(row).await, Some(111), "cooling, one error counted");
+    // No request touches openai:k1 again; an auditor reading after the window ended sees it reset.
+    tokio::time::sleep(std::time::Duration::from_millis(2300)).await;
+    assert_eq!(rota.scalar(row).await, Some(1), "window and counters reset; the lifetime total stays");
+    assert_eq!(
+        rota.scalar("SELECT failure_counts = '{}' FROM usage_stats WHERE profile_id = 'openai:k1'").await,
+        Some(1)
+    );
+}

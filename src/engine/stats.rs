@@ -191,12 +191,14 @@ impl UsageStats {
     }
 
     /// Expiry reset: when both lanes have expired, the windows and the counters go; the billing
-    /// step stays (SPEC §3).
-    fn expire(&mut self, now: Millis) {
+    /// step stays (SPEC §3). Whether anything was reset.
+    pub fn expire(&mut self, now: Millis) -> bool {
         let had_window = self.cooldown.is_some() || self.disabled.is_some();
-        if had_window && !self.cooldown_active(now) && !self.disabled_active(now) {
+        let ended = had_window && !self.cooldown_active(now) && !self.disabled_active(now);
+        if ended {
             self.reset_windows();
         }
+        ended
     }
 
     /// Records a failure and returns the end of the window this profile is now in, if the
@@ -462,6 +464,18 @@ mod tests {
         // A call started after the window opened (the last candidate is always tried) escalates.
         let next = ModelCooldown::after_failure(Some(&m), T0 + 100, T0 + 50, &p());
         assert_eq!((next.until, next.error_count), (T0 + 100 + 5 * MIN, 2));
+    }
+
+    #[test]
+    fn an_ended_window_resets_the_windows_and_counters_at_once() {
+        let mut s = UsageStats::default();
+        s.record_failure(&fail(Reason::RateLimit, T0), T0, &p());
+        assert!(!s.expire(T0 + MIN - 1), "still cooling");
+        assert_eq!(s.error_count, 1);
+        assert!(s.expire(T0 + MIN));
+        assert_eq!((s.cooldown.clone(), s.error_count, s.failure_counts.len()), (None, 0, 0));
+        assert_eq!((s.failure_total, s.last_failure_at), (1, Some(T0)), "lifetime counters stay");
+        assert!(!s.expire(T0 + 2 * MIN), "nothing left to reset");
     }
 
     #[test]
