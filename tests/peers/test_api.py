@@ -46,6 +46,7 @@ ROUTES: dict[str, set[str]] = {
     "/api/v1/providers": {"GET"},
     "/api/v1/providers/{provider}/order": {"PUT", "DELETE"},
     "/api/v1/models": {"GET"},
+    "/api/v1/models/clear": {"POST"},
     "/api/v1/agents": {"GET", "POST"},
     "/api/v1/agents/{name}": {"DELETE"},
     "/api/v1/usage": {"GET"},
