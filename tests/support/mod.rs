@@ -35,7 +35,8 @@ pub enum Writes {
 pub enum Reply {
     Ok,
     Status(u16, Vec<(&'static str, String)>, String),
-    /// A 200 stream of `n` text deltas, one write per event.
+    /// A 200 stream of `n` text deltas, the whole answer in one write (as a fast server sends a
+    /// short one: several events in one read).
     Stream(usize),
     /// These bytes as a 200 event stream (a recorded or a cut one), written as said, then closed.
     Raw(String, Writes),
@@ -294,9 +295,7 @@ fn sse(reply: Reply, anthropic: bool, mock: Mock) -> Response {
             }
         };
         match reply {
-            Reply::Stream(n) => {
-                write_all(writes(&stream_events(anthropic, n), Writes::PerEvent), Writes::PerEvent).await
-            }
+            Reply::Stream(n) => write_all(writes(&stream_events(anthropic, n), Writes::Whole), Writes::Whole).await,
             Reply::Raw(body, how) => {
                 let mut split = rota::gateway::sse::Splitter::default();
                 let mut evs: Vec<String> =
