@@ -1370,19 +1370,22 @@ corp = ["corp:alice", "corp:spare"]
     )
 }
 
+/// rota with an OAuth profile `corp:alice` (access `at-old-0001`, refused once with a 401) in
+/// front of an API key `corp:spare`; the mock's token endpoint grants `at-new-0001`.
+async fn oauth_rota() -> (Mock, Rota) {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let oauth = [("corp:alice", "at-old-0001", "rt-old-0001")];
+    let rota = Rota::start_with(&oauth_config(&base), &[("corp:spare", "sk-corp-spare-0002")], &oauth).await;
+    mock.script("at-old-0001", vec![Reply::Status(401, vec![], EXPIRED.into())]);
+    (mock, rota)
+}
+
 const EXPIRED: &str = r#"{"error":{"message":"Invalid authentication credentials","type":"invalid_request_error"}}"#;
 
 #[tokio::test]
 async fn a_401_on_an_oauth_profile_refreshes_once_and_retries_the_same_profile() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let rota = Rota::start_with(
-        &oauth_config(&base),
-        &[("corp:spare", "sk-corp-spare-0002")],
-        &[("corp:alice", "at-old-0001", "rt-old-0001")],
-    )
-    .await;
-    mock.script("at-old-0001", vec![Reply::Status(401, vec![], EXPIRED.into())]);
+    let (mock, rota) = oauth_rota().await;
     let r = rota.chat(json!({"model": "corp/m", "messages": [{"role": "user", "content": "hi"}]}), &[]).await;
     assert_eq!(r.status(), 200);
     assert_eq!(r.headers()["x-rota-profile"], "corp:alice", "the same profile, with its new token");
@@ -1401,15 +1404,7 @@ async fn a_401_on_an_oauth_profile_refreshes_once_and_retries_the_same_profile()
 
 #[tokio::test]
 async fn a_second_401_after_the_refresh_rotates_to_the_next_profile() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let rota = Rota::start_with(
-        &oauth_config(&base),
-        &[("corp:spare", "sk-corp-spare-0002")],
-        &[("corp:alice", "at-old-0001", "rt-old-0001")],
-    )
-    .await;
-    mock.script("at-old-0001", vec![Reply::Status(401, vec![], EXPIRED.into())]);
+    let (mock, rota) = oauth_rota().await;
     mock.script("at-new-0001", vec![Reply::Status(401, vec![], EXPIRED.into())]);
     let r = rota.chat(json!({"model": "corp/m", "messages": [{"role": "user", "content": "hi"}]}), &[]).await;
     assert_eq!(r.status(), 200);
