@@ -11,7 +11,8 @@ use crate::engine::gate::{self, Availability, Gate, Position, ProbeThrottle};
 use crate::engine::order::{self, OrderRequest, Ordered, PinError};
 use crate::engine::recent::Recent;
 use crate::engine::{
-    CooldownPolicy, Failure, Millis, ModelCooldown, ProfileId, ProfileType, ProfileView, Until, UsageStats, Views,
+    CooldownPolicy, Failure, Millis, ModelCooldown, ProfileId, ProfileType, ProfileView, Reason, Until, UsageStats,
+    Views,
 };
 use crate::secrets::{MasterKey, OpenError, SecretField};
 use crate::store::{Origin, Snapshot, Store, StoreError, StoredProfile};
@@ -301,7 +302,7 @@ impl Book {
     pub fn record_success(&self, id: &ProfileId, model: &str, now: Millis) {
         let mut inner = self.lock();
         if let Some(view) = inner.roster.views.get_mut(id) {
-            view.stats.record_success(now);
+            view.stats.record_success(model, now);
             let _ = self.queue.send(Write::Stats(id.clone(), view.stats.clone()));
         }
         self.end_model_cooldown_locked(&mut inner, id.provider(), model, now);
@@ -327,6 +328,12 @@ impl Book {
     pub fn record_failure(&self, id: &ProfileId, failure: &Failure, now: Millis) -> Option<Until> {
         let policy = self.policy();
         self.update(id, |s| s.record_failure(failure, now, &policy)).flatten()
+    }
+
+    /// Counts a failed call that is retried on the same profile (no window).
+    pub fn count_failure(&self, id: &ProfileId, reason: Reason, now: Millis) {
+        let policy = self.policy();
+        self.update(id, |s| s.count_failure(reason, now, &policy));
     }
 
     /// model_not_found: cools the model on the provider for every profile; returns its end.
@@ -463,10 +470,11 @@ impl Book {
     /// them, so that what `usage_stats` holds is current when an auditor reads it (SPEC §3).
     /// Returns how many profiles were reset.
     pub fn sweep(&self, now: Millis) -> usize {
+        let policy = self.policy();
         let mut inner = self.lock();
         let mut reset = 0;
         for (id, view) in inner.roster.views.iter_mut() {
-            if view.stats.expire(now) {
+            if view.stats.expire(now, &policy) {
                 let _ = self.queue.send(Write::Stats(id.clone(), view.stats.clone()));
                 reset += 1;
             }

@@ -160,7 +160,14 @@ fn to_stats(s: &Stats) -> UsageStats {
     let dominant = failure_counts.iter().max_by_key(|(_, n)| **n).map_or(Reason::RateLimit, |(r, _)| *r);
     UsageStats {
         last_used: s.last_used,
-        cooldown: s.cooldown_until.map(|until| Cooldown { until, reason: dominant, model: None }),
+        // OpenClaw's ladder step is its errorCount.
+        cooldowns: Vec::from_iter(s.cooldown_until.map(|until| Cooldown {
+            until,
+            reason: dominant,
+            model: None,
+            step: s.error_count.clamp(1, 4),
+            opened_at: s.last_failure_at.unwrap_or(until),
+        })),
         disabled: s.disabled_reason.as_deref().map(|r| Disabled { until: s.disabled_until, reason: reason(r) }),
         error_count: s.error_count,
         failure_counts,
@@ -214,7 +221,7 @@ pub fn export(snapshot: &Snapshot, key: &MasterKey) -> Result<File, String> {
 fn from_stats(s: &UsageStats) -> Stats {
     Stats {
         last_used: s.last_used,
-        cooldown_until: s.cooldown.as_ref().map(|c| c.until),
+        cooldown_until: s.cooldowns.iter().map(|c| c.until).max(),
         disabled_until: s.disabled.as_ref().and_then(|d| d.until),
         disabled_reason: s.disabled.as_ref().map(|d| d.reason.to_string()),
         error_count: s.error_count,

@@ -58,7 +58,7 @@ impl Refresher {
                 let now = me.clock.now();
                 let lead = settings.config.refresh.lead.as_millis() as Millis;
                 for id in me.book.expiring(now + lead) {
-                    if me.book.stats(&id).is_some_and(|s| s.cooldown.as_ref().is_some_and(|c| now < c.until)) {
+                    if me.book.stats(&id).is_some_and(|s| s.cooling_every_model(now)) {
                         continue; // a failed refresh cools the profile; the next one waits for it
                     }
                     if let Some((cred, _, _)) = me.book.tokens(&id)

@@ -7,14 +7,43 @@ use serde::Serialize;
 #[serde(tag = "state", rename_all = "snake_case")]
 pub enum Status {
     Usable,
-    Cooling { until: Millis, reason: Reason, model: Option<String> },
-    Disabled { until: Option<Millis>, reason: Reason },
-    Unusable { why: String },
+    /// `until`, `reason`, `model`: the window that ends last (`model` absent: every model);
+    /// `windows`: every active cooldown window of the profile, that one first.
+    Cooling {
+        until: Millis,
+        reason: Reason,
+        model: Option<String>,
+        windows: Vec<Window>,
+    },
+    Disabled {
+        until: Option<Millis>,
+        reason: Reason,
+    },
+    Unusable {
+        why: String,
+    },
+}
+
+/// One cooldown window as people read it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Window {
+    pub until: Millis,
+    pub reason: Reason,
+    pub model: Option<String>,
 }
 
 impl Status {
-    /// The profile's state at `now`, across all models (a model-scoped cooldown is shown as such).
+    /// The profile's state at `now`, across all models (model-scoped windows are shown as such).
     pub fn of(view: &ProfileView, now: Millis) -> Status {
+        Status::scoped(view, None, now)
+    }
+
+    /// The state for one model: a window scoped to another model leaves it usable.
+    pub fn for_model(view: &ProfileView, model: &str, now: Millis) -> Status {
+        Status::scoped(view, Some(model), now)
+    }
+
+    fn scoped(view: &ProfileView, model: Option<&str>, now: Millis) -> Status {
         if let Some(why) = view.unusable(now) {
             return Status::Unusable { why: why_text(why).to_string() };
         }
@@ -22,26 +51,27 @@ impl Status {
         if let Some(d) = s.disabled.as_ref().filter(|d| d.until.is_none_or(|u| now < u)) {
             return Status::Disabled { until: d.until, reason: d.reason };
         }
-        if let Some(c) = s.cooldown.as_ref().filter(|c| now < c.until) {
-            return Status::Cooling { until: c.until, reason: c.reason, model: c.model.clone() };
-        }
-        Status::Usable
-    }
-
-    /// The state for one model: a cooldown scoped to another model leaves it usable.
-    pub fn for_model(view: &ProfileView, model: &str, now: Millis) -> Status {
-        match Status::of(view, now) {
-            Status::Cooling { model: Some(m), .. } if m != model => Status::Usable,
-            other => other,
-        }
+        let active = s.active_cooldowns(now);
+        let Some(head) = active.iter().find(|c| model.is_none_or(|m| c.model.as_deref().is_none_or(|cm| cm == m)))
+        else {
+            return Status::Usable;
+        };
+        let windows =
+            active.iter().map(|c| Window { until: c.until, reason: c.reason, model: c.model.clone() }).collect();
+        Status::Cooling { until: head.until, reason: head.reason, model: head.model.clone(), windows }
     }
 
     pub fn display(&self, now: Millis) -> String {
         match self {
             Status::Usable => "usable".into(),
-            Status::Cooling { until, reason, model } => {
+            Status::Cooling { until, reason, model, windows } => {
                 let scope = model.as_ref().map(|m| format!(" for {m}")).unwrap_or_default();
-                format!("cooling{scope} until {} ({reason}, {} left)", time(*until), left(*until - now))
+                let mut text = format!("cooling{scope} until {} ({reason}, {} left)", time(*until), left(*until - now));
+                for w in windows.iter().filter(|w| w.model != *model) {
+                    let scope = w.model.as_deref().unwrap_or("every model");
+                    text += &format!("; {scope} until {} ({}, {} left)", time(w.until), w.reason, left(w.until - now));
+                }
+                text
             }
             Status::Disabled { until: Some(u), reason } => {
                 format!("disabled until {} because {reason} ({} left)", time(*u), left(*u - now))
@@ -106,15 +136,28 @@ mod tests {
     #[test]
     fn states_read_plainly() {
         let now = 1_700_000_000_000;
-        let cooling = view(UsageStats {
-            cooldown: Some(Cooldown { until: now + 252_000, reason: Reason::RateLimit, model: Some("gpt-4.1".into()) }),
-            ..Default::default()
-        });
+        let window = |model: &str, left: Millis, reason| Cooldown {
+            until: now + left,
+            reason,
+            model: Some(model.into()),
+            step: 1,
+            opened_at: now,
+        };
+        let mut cooling =
+            view(UsageStats { cooldowns: vec![window("gpt-4.1", 252_000, Reason::RateLimit)], ..Default::default() });
         assert_eq!(
             Status::of(&cooling, now).display(now),
             "cooling for gpt-4.1 until 2023-11-14T22:17:32Z (rate_limit, 4m 12s left)"
         );
         assert_eq!(Status::for_model(&cooling, "gpt-4.1-mini", now), Status::Usable);
+        cooling.stats.cooldowns.push(window("o3", 60_000, Reason::Overloaded));
+        assert_eq!(
+            Status::of(&cooling, now).display(now),
+            "cooling for gpt-4.1 until 2023-11-14T22:17:32Z (rate_limit, 4m 12s left); \
+             o3 until 2023-11-14T22:14:20Z (overloaded, 1m 0s left)"
+        );
+        let Status::Cooling { model, windows, .. } = Status::for_model(&cooling, "o3", now) else { panic!() };
+        assert_eq!((model.as_deref(), windows.len()), (Some("o3"), 2));
         let gone = view(UsageStats {
             disabled: Some(Disabled { until: None, reason: Reason::AuthPermanent }),
             ..Default::default()

@@ -120,14 +120,15 @@ fallbacks = ["backup/gpt-4.1-mini"]
         rows(&[
             &["anthropic:main", "0", "1", "1"],
             &["backup:b1", "2", "0", "0"],
-            &["openai:k1", "2", "1", "1"],
-            &["openai:k2", "0", "1", "1"],
+            &["openai:k1", "2", "3", "3"],
+            &["openai:k2", "0", "2", "2"],
         ]),
         rows(&[&["backup", "6", "4"], &["openai", "6", "4"]]),
         rows(&[&["openai:k1", "overloaded", "2"]]),
         rows(&[
             &["anthropic:main", "billing", "1"],
-            &["openai:k1", "overloaded", "1"],
+            &["openai:k1", "overloaded", "3"],
+            &["openai:k2", "model_not_found", "1"],
             &["openai:k2", "rate_limit", "1"],
         ]),
         rows(&[&["1", "primary", "anthropic/claude-sonnet-4-5", "anthropic:main", "failure", "billing", "402"]]),

@@ -251,7 +251,7 @@ fn serve_migrates_answers_healthz_and_stops_cleanly_on_sigterm() {
     assert!(env.path("rota.db").exists() && env.path("rota.key").exists());
     let migrate = env.run(&["migrate"]);
     assert_ok(&migrate);
-    assert!(text(&migrate.stdout).contains("3 migration(s) applied, schema up to date"));
+    assert!(text(&migrate.stdout).contains("4 migration(s) applied, schema up to date"));
 }
 
 #[test]
@@ -272,7 +272,13 @@ fn seed_stats(env: &Env, config_text: &str) {
         store.sync_config_profiles(&rota::book::config_rows(&config, 0)).await.unwrap();
         let far = chrono::Utc::now().timestamp_millis() + 3_600_000;
         let cooling = UsageStats {
-            cooldown: Some(Cooldown { until: far, reason: Reason::RateLimit, model: Some("gpt-4.1-mini".into()) }),
+            cooldowns: vec![Cooldown {
+                until: far,
+                reason: Reason::RateLimit,
+                model: Some("gpt-4.1-mini".into()),
+                step: 1,
+                opened_at: far - 60_000,
+            }],
             error_count: 1,
             ..Default::default()
         };

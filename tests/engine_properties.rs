@@ -40,8 +40,9 @@ fn end_rank(u: Until) -> (u8, Millis) {
 struct ProfileSpec {
     kind: ProfileType,
     last_used: Option<Millis>,
-    /// (until - NOW, model index or whole profile, reason)
-    cooldown: Option<(Millis, Option<usize>, Reason)>,
+    /// cooldown windows: (until - NOW, model index or whole profile, reason); the first of
+    /// each scope is kept
+    cooldowns: Vec<(Millis, Option<usize>, Reason)>,
     /// (until - NOW or until cleared, reason)
     disabled: Option<(Option<Millis>, Reason)>,
     enabled: bool,
@@ -67,10 +68,13 @@ fn profile_spec() -> impl Strategy<Value = ProfileSpec> {
     (
         any_kind(),
         prop_oneof![Just(None), (0i64..4).prop_map(|k| Some(NOW - k * MIN)), (0..NOW).prop_map(Some)],
-        proptest::option::weighted(
-            0.5,
-            (offset(-4, 8, 15 * MIN), proptest::option::of(0usize..MODELS.len()), any_reason()),
-        ),
+        prop_oneof![
+            1 => Just(vec![]),
+            1 => proptest::collection::vec(
+                (offset(-4, 8, 15 * MIN), proptest::option::of(0usize..MODELS.len()), any_reason()),
+                1..=3,
+            ),
+        ],
         proptest::option::weighted(
             0.3,
             (
@@ -82,10 +86,10 @@ fn profile_spec() -> impl Strategy<Value = ProfileSpec> {
         proptest::bool::weighted(0.85),
         proptest::option::weighted(0.3, offset(-2, 2, 30 * MIN)),
     )
-        .prop_map(|(kind, last_used, cooldown, disabled, enabled, has_secret, expires)| ProfileSpec {
+        .prop_map(|(kind, last_used, cooldowns, disabled, enabled, has_secret, expires)| ProfileSpec {
             kind,
             last_used,
-            cooldown,
+            cooldowns,
             disabled,
             enabled,
             has_secret,
@@ -145,11 +149,19 @@ fn scenario() -> impl Strategy<Value = Scenario> {
 fn view_of(id: ProfileId, s: &ProfileSpec) -> ProfileView {
     let stats = UsageStats {
         last_used: s.last_used,
-        cooldown: s.cooldown.map(|(off, model, reason)| Cooldown {
-            until: NOW + off,
-            reason,
-            model: model.map(|m| MODELS[m].to_string()),
-        }),
+        cooldowns: s
+            .cooldowns
+            .iter()
+            .enumerate()
+            .filter(|(i, (_, m, _))| !s.cooldowns[..*i].iter().any(|(_, other, _)| other == m))
+            .map(|(_, &(off, model, reason))| Cooldown {
+                until: NOW + off,
+                reason,
+                model: model.map(|m| MODELS[m].to_string()),
+                step: 1,
+                opened_at: NOW - HOUR,
+            })
+            .collect(),
         disabled: s.disabled.map(|(off, reason)| Disabled { until: off.map(|o| NOW + o), reason }),
         ..UsageStats::default()
     };
@@ -181,7 +193,7 @@ impl World {
         let foreign_spec = ProfileSpec {
             kind: ProfileType::OAuth,
             last_used: None,
-            cooldown: None,
+            cooldowns: vec![],
             disabled: None,
             enabled: true,
             has_secret: true,
@@ -252,7 +264,7 @@ impl World {
     fn cooled_raw(&self, id: &ProfileId, model: &str) -> bool {
         let s = &self.book[id].stats;
         let dis = s.disabled.as_ref().is_some_and(|d| d.until.is_none_or(|u| NOW < u));
-        let cool = s.cooldown.as_ref().is_some_and(|c| NOW < c.until && c.model.as_deref().is_none_or(|m| m == model));
+        let cool = s.cooldowns.iter().any(|c| NOW < c.until && c.model.as_deref().is_none_or(|m| m == model));
         dis || cool
     }
 }
@@ -473,7 +485,9 @@ proptest! {
         for s in &mut flat.specs {
             s.kind = kind;
             s.last_used = lu;
-            s.cooldown = s.cooldown.map(|(off, m, r)| (off.min(0), m, r)); // expired (ends at or before NOW)
+            for c in &mut s.cooldowns {
+                c.0 = c.0.min(0); // expired (ends at or before NOW)
+            }
             s.disabled = s.disabled.map(|(off, r)| (Some(off.unwrap_or(0).min(0)), r));
         }
         let w = World::new(&flat);
@@ -482,6 +496,60 @@ proptest! {
             let got: Vec<ProfileId> = run_order(&w, &flat).slots.into_iter().map(|s| s.id).collect();
             prop_assert_eq!(&got, &w.filtered_base(), "{:?}: equal keys must keep the base order", rotation);
         }
+    }
+
+    /// SPEC §3 "Model scope is per model": a model-scoped failure of model B (rate limit,
+    /// overload, timeout, server error, not account-wide, no hint long enough to be an exhausted
+    /// quota) never changes until when model C is blocked, whatever happened before.
+    #[test]
+    fn a_failure_for_model_b_never_blocks_model_c(
+        history in proptest::collection::vec(step(), 0..=20),
+        last in step(),
+        reason in proptest::sample::select(vec![Reason::RateLimit, Reason::Overloaded, Reason::Timeout, Reason::ServerError]),
+        hint_ms in proptest::option::of(0..10 * MIN),
+        pol in policy(),
+    ) {
+        let mut s = UsageStats::default();
+        let mut now = NOW;
+        for st in &history {
+            now += st.advance;
+            s.record_failure(&failure(st, now), now, &pol);
+        }
+        now += last.advance;
+        let f = Failure { reason, hint_ms, account_wide: false, ..failure(&last, now) };
+        let max = pol.max.as_millis() as Millis;
+        let quota = f.hint_ms.is_some_and(|h| h.clamp(1000, (pol.hint_max.as_millis() as Millis).max(1000)) > max);
+        prop_assume!(!quota);
+        let before: Vec<Option<Until>> = MODELS.iter().map(|m| s.blocked_until(m, now)).collect();
+        s.record_failure(&f, now, &pol);
+        for (m, b) in MODELS.iter().zip(&before) {
+            if *m != f.model {
+                prop_assert_eq!(s.blocked_until(m, now), *b, "{:?} changed how long {} is blocked", f, m);
+            }
+        }
+        prop_assert!(s.blocked_until(&f.model, now).is_some(), "the failing model itself cools");
+    }
+
+    /// No client can put a healthy account out of service for longer than one cooldown step:
+    /// failures the request caused (format, context_overflow, unknown, model_not_found) are
+    /// counted but never open a window nor raise the step of the next one.
+    #[test]
+    fn request_faults_are_counted_and_never_cool_or_escalate(
+        faults in proptest::collection::vec((prop_oneof![Just(Reason::Format), Just(Reason::ContextOverflow), Just(Reason::Unknown), Just(Reason::ModelNotFound)], 0usize..MODELS.len(), 0..MIN), 1..30),
+        pol in policy(),
+    ) {
+        let mut s = UsageStats::default();
+        let mut now = NOW;
+        for (i, (reason, model, advance)) in faults.iter().enumerate() {
+            now += advance;
+            let f = Failure { reason: *reason, model: MODELS[*model].into(), hint_ms: Some(HOUR), account_wide: true, started_at: now, claim: false };
+            prop_assert_eq!(s.record_failure(&f, now, &pol), None);
+            prop_assert!(MODELS.iter().all(|m| s.blocked_until(m, now).is_none()));
+            prop_assert!(s.error_count as usize <= i + 1 && s.failure_total as usize == i + 1);
+        }
+        let f = Failure { reason: Reason::RateLimit, model: MODELS[0].into(), hint_ms: None, account_wide: false, started_at: now, claim: false };
+        let first = (pol.base.as_millis() as Millis).min(pol.max.as_millis() as Millis);
+        prop_assert_eq!(s.record_failure(&f, now, &pol), Some(Until::At(now + first)));
     }
 
     /// SPEC §3: "A failure never clears, resets or shortens a cooldown or disabled window."
@@ -512,9 +580,10 @@ proptest! {
         }
     }
 
-    /// SPEC §3 counter reset: "on success (all error state cleared at once)".
+    /// SPEC §3 counter reset: "on success (all error state cleared at once)" — the windows of
+    /// another model aside, which are that model's own evidence and only run out.
     #[test]
-    fn after_a_success_the_error_state_is_clean(
+    fn after_a_success_the_error_state_of_its_model_is_clean(
         steps in proptest::collection::vec(step(), 0..=30),
         pol in policy(),
         successes in 0u64..1000,
@@ -528,14 +597,17 @@ proptest! {
         }
         now += gap;
         let before = s.clone();
-        s.record_success(now);
-        prop_assert_eq!(&s.cooldown, &None);
+        s.record_success(MODELS[0], now);
         prop_assert_eq!(&s.disabled, &None);
         prop_assert_eq!(s.error_count, 0);
         prop_assert!(s.failure_counts.is_empty(), "failure_counts left: {:?}", s.failure_counts);
-        for m in MODELS.iter().chain(["some-other-model"].iter()) {
-            for t in [now, now + 1, now + 1000 * HOUR] {
+        for t in [now, now + 1, now + 1000 * HOUR] {
+            for m in [MODELS[0], "some-other-model"] {
                 prop_assert_eq!(s.blocked_until(m, t), None, "{} blocked at {} after success", m, t);
+            }
+            for m in &MODELS[1..] {
+                let was = before.cooldowns.iter().filter(|c| c.model.as_deref() == Some(*m) && t < c.until).map(|c| c.until).max();
+                prop_assert_eq!(s.blocked_until(m, t), was.map(Until::At), "{}: only its own window may remain", m);
             }
         }
         prop_assert_eq!(s.success_count, before.success_count + 1);

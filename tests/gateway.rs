@@ -206,10 +206,17 @@ async fn format_and_context_overflow_stop_after_one_call_without_cooldown() {
             rota.attempts().await,
             [row("primary", "openai/gpt-4.1", Some("openai:k1"), "failure", Some(reason), Some(400))]
         );
+        // Counted against the profile that made the call, but no window: the request was at fault.
         assert_eq!(
-            rota.scalar("SELECT error_count + failure_total FROM usage_stats WHERE profile_id = 'openai:k1'").await,
-            Some(0)
+            rota.scalar(
+                "SELECT error_count * 100 + failure_total * 10 + (cooldown_until IS NULL AND disabled_reason IS NULL)
+                 FROM usage_stats WHERE profile_id = 'openai:k1'"
+            )
+            .await,
+            Some(111),
+            "{reason}"
         );
+        assert_eq!(rota.scalar("SELECT COUNT(*) FROM profile_cooldowns").await, Some(0));
     }
 }
 
@@ -227,9 +234,14 @@ async fn model_not_found_goes_to_the_next_model_and_cools_the_model_not_the_prof
         rota.scalar("SELECT COUNT(*) FROM model_cooldowns WHERE provider = 'openai' AND model = 'gpt-4.1'").await,
         Some(1)
     );
+    // The profile that answered is counted, but it is the model that cools.
     assert_eq!(
-        rota.scalar("SELECT error_count + failure_total FROM usage_stats WHERE profile_id = 'openai:k1'").await,
-        Some(0)
+        rota.scalar(
+            "SELECT error_count * 10 + failure_total FROM usage_stats
+             WHERE profile_id = 'openai:k1' AND cooldown_until IS NULL AND disabled_reason IS NULL"
+        )
+        .await,
+        Some(11)
     );
     // The model cools for 1 minute, so the next request probes it (still gone), and the one
     // after that, inside the probe throttle, skips it without a call.
@@ -255,9 +267,9 @@ async fn overloaded_503_is_retried_twice_on_the_same_key_then_rotates() {
     let kinds: Vec<String> = rota.attempts().await.into_iter().map(|r| r.0).collect();
     assert_eq!(kinds, ["primary", "retry", "retry", "rotate"]);
     assert_eq!(
-        rota.scalar("SELECT error_count FROM usage_stats WHERE profile_id = 'openai:k1'").await,
-        Some(1),
-        "one failure after the retries"
+        rota.scalar("SELECT error_count * 10 + failure_total FROM usage_stats WHERE profile_id = 'openai:k1'").await,
+        Some(33),
+        "every failed call is counted"
     );
 }
 
@@ -882,8 +894,9 @@ async fn each_reason_has_its_effect_on_keys_answer_attempts_and_stats() {
                 assert_eq!(attempts.last().unwrap().3, "success", "{name}");
                 assert_eq!(
                     rota.scalar("SELECT error_count FROM usage_stats WHERE profile_id = 'openai:k1'").await,
-                    Some(1),
-                    "{name}"
+                    rota.scalar("SELECT COUNT(*) FROM attempts WHERE profile_id = 'openai:k1' AND outcome = 'failure'")
+                        .await,
+                    "{name}: every failed call is counted, retries too"
                 );
             }
         }
@@ -1302,8 +1315,8 @@ async fn the_request_deadline_stops_the_walk_and_leaves_untried_profiles_alone()
     assert_eq!(touched.len(), 1, "{touched:?}");
     assert_eq!(
         (touched[0].0.as_str(), touched[0].2, touched[0].3),
-        ("openai:k1", None, 0),
-        "the cut call is not the profile's fault"
+        ("openai:k1", None, 1),
+        "the 500 is counted; the cut call is not the profile's fault and opens no window"
     );
     assert_eq!(rota.scalar("SELECT status FROM requests").await, Some(504));
 }
@@ -1508,4 +1521,54 @@ async fn usage_stats_show_an_ended_window_reset_without_waiting_for_the_next_fai
         rota.scalar("SELECT failure_counts = '{}' FROM usage_stats WHERE profile_id = 'openai:k1'").await,
         Some(1)
     );
+}
+
+#[tokio::test]
+async fn two_models_cooling_on_one_profile_leave_a_third_model_served_by_it() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let rota = Rota::start(&config(&base, ""), &[KEYS[0], KEYS[3]]).await;
+    let limited = || Reply::Status(429, vec![], r#"{"error":{"message":"Rate limit reached for requests"}}"#.into());
+    let ask =
+        |model: &str| json!({"model": format!("openai/{model}"), "messages": [{"role": "user", "content": "hi"}]});
+    for model in ["gpt-4.1", "gpt-4.1-mini"] {
+        mock.script(KEYS[0].1, vec![limited()]);
+        assert_eq!(rota.chat(ask(model), &[("x-rota-fallbacks", "none")]).await.status(), 429, "{model}");
+    }
+    // With a fallback in the chain, a blocked o3 would be skipped for backup/gpt-4.1-mini.
+    let r = rota.chat(ask("o3"), &[]).await;
+    assert_eq!(r.status(), 200, "a healthy third model is not blocked");
+    assert_eq!(mock.keys(), [KEYS[0].1; 3]);
+    let last = rota.attempts().await.pop().unwrap();
+    assert_eq!(last, row("primary", "openai/o3", Some("openai:k1"), "success", None, Some(200)));
+
+    // Two windows in the table; usage_stats shows the one that ends last, still model-scoped.
+    rota.flush().await;
+    let windows: Vec<(String, String, i64)> = sqlx::query_as(
+        "SELECT model, cooldown_reason, step FROM profile_cooldowns WHERE profile_id = 'openai:k1' ORDER BY model",
+    )
+    .fetch_all(rota.store.pool())
+    .await
+    .unwrap();
+    assert_eq!(windows, [("gpt-4.1".into(), "rate_limit".into(), 1), ("gpt-4.1-mini".into(), "rate_limit".into(), 1)]);
+    assert_eq!(
+        rota.scalar("SELECT cooldown_model = 'gpt-4.1-mini' FROM usage_stats WHERE profile_id = 'openai:k1'").await,
+        Some(1)
+    );
+
+    // The admin API lists both windows.
+    let v: Value = Rota::client()
+        .get(format!("{}/api/v1/profiles/openai:k1", rota.url))
+        .bearer_auth(&rota.admin_key)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(v["status"]["state"], "cooling");
+    let models: Vec<&str> =
+        v["status"]["windows"].as_array().unwrap().iter().map(|w| w["model"].as_str().unwrap()).collect();
+    assert_eq!(models, ["gpt-4.1-mini", "gpt-4.1"]);
+    assert!(v["status_text"].as_str().unwrap().contains("; gpt-4.1 until"), "{v}");
 }

@@ -55,6 +55,7 @@ async fn usage_stats_survive_a_restart_exactly() {
             &Failure { hint_ms: Some(90_000), ..failure(Reason::Timeout, "gpt-4.1", T0 + 10) },
             T0 + 20,
         );
+        book.record_failure(&a, &failure(Reason::Overloaded, "o3", T0 + 25), T0 + 25);
         book.record_failure(&a, &failure(Reason::Billing, "gpt-4.1", T0 + 30), T0 + 30);
         let b = id("openai:b");
         book.mark_used(&b, None, T0 + 40);
@@ -64,10 +65,33 @@ async fn usage_stats_survive_a_restart_exactly() {
         before = (book.stats(&a).unwrap(), book.stats(&b).unwrap());
         store.close().await;
     }
-    assert_eq!(before.0.error_count, 3);
-    assert!(before.0.cooldown.is_some() && before.0.disabled.is_some());
+    assert_eq!(before.0.error_count, 4);
+    assert_eq!(before.0.cooldowns.len(), 2, "gpt-4.1 and o3 cool in two windows");
+    assert!(before.0.disabled.is_some());
 
     let store = SqliteStore::open(&path).await.unwrap();
+    // What an auditor reads: every window in profile_cooldowns, the one that ends last in
+    // usage_stats.cooldown_*.
+    let rows: Vec<(Option<String>, i64, String, i64)> = sqlx::query_as(
+        "SELECT model, cooldown_until, cooldown_reason, step FROM profile_cooldowns WHERE profile_id = 'openai:a'
+         ORDER BY model",
+    )
+    .fetch_all(store.pool())
+    .await
+    .unwrap();
+    assert_eq!(
+        rows,
+        [
+            (Some("gpt-4.1".into()), T0 + 20 + 90_000, "timeout".into(), 2),
+            (Some("o3".into()), T0 + 25 + 60_000, "overloaded".into(), 1)
+        ]
+    );
+    let head: (Option<String>, i64) =
+        sqlx::query_as("SELECT cooldown_model, cooldown_until FROM usage_stats WHERE profile_id = 'openai:a'")
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+    assert_eq!(head, (Some("gpt-4.1".into()), T0 + 20 + 90_000));
     let snap = store.snapshot().await.unwrap();
     assert_eq!(snap.stats[&id("openai:a")], before.0);
     assert_eq!(snap.stats[&id("openai:b")], before.1);
@@ -107,12 +131,54 @@ async fn two_hundred_concurrent_failures_on_one_profile_lose_nothing() {
     assert_eq!((mem.error_count, mem.failure_total), (200, 200));
     assert_eq!(mem.failure_counts[&Reason::RateLimit] + mem.failure_counts[&Reason::Overloaded], 200);
     // Every attempt was in flight before the window opened: one window, not 200 escalations.
-    assert_eq!(mem.cooldown.as_ref().map(|c| c.until - mem.window_opened_at.unwrap()), Some(60_000));
+    assert_eq!(mem.cooldowns.iter().map(|c| (c.step, c.until - c.opened_at)).collect::<Vec<_>>(), [(1, 60_000)]);
     store.close().await;
 
     let reopened = SqliteStore::open(&path).await.unwrap();
     let on_disk = &reopened.snapshot().await.unwrap().stats[&hot];
     assert_eq!(on_disk, &mem);
+}
+
+#[tokio::test]
+async fn an_upgrade_keeps_the_cooldown_each_profile_had() {
+    // A database written before the cooldown lane became a set of windows (migration 0004).
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rota.db");
+    {
+        let opts = sqlx::sqlite::SqliteConnectOptions::new().filename(&path).create_if_missing(true);
+        let pool = sqlx::SqlitePool::connect_with(opts).await.unwrap();
+        let mut old = sqlx::migrate!("./migrations");
+        old.migrations = std::borrow::Cow::Owned(old.migrations[..3].to_vec());
+        old.run(&pool).await.unwrap();
+        sqlx::query(
+            "INSERT INTO profiles (id, provider, name, type, source, created_at, updated_at)
+             VALUES ('openai:a', 'openai', 'a', 'api_key', 'stored', 0, 0)",
+        )
+        .execute(&pool)
+        .await
+        .unwrap();
+        sqlx::query(
+            "INSERT INTO usage_stats (profile_id, cooldown_until, cooldown_reason, cooldown_model, error_count,
+                 window_opened_at)
+             VALUES ('openai:a', ?, 'rate_limit', 'gpt-4.1', 2, ?)",
+        )
+        .bind(T0 + 300_000)
+        .bind(T0)
+        .execute(&pool)
+        .await
+        .unwrap();
+        pool.close().await;
+    }
+    let store = SqliteStore::open(&path).await.unwrap();
+    let stats = &store.snapshot().await.unwrap().stats[&id("openai:a")];
+    let c = &stats.cooldowns[..];
+    assert_eq!(c.len(), 1);
+    assert_eq!(
+        (c[0].model.as_deref(), c[0].until, c[0].reason, c[0].step),
+        (Some("gpt-4.1"), T0 + 300_000, Reason::RateLimit, 2)
+    );
+    assert_eq!(stats.blocked_until("gpt-4.1", T0), Some(Until::At(T0 + 300_000)));
+    assert_eq!(stats.blocked_until("o3", T0), None);
 }
 
 #[tokio::test]

@@ -81,8 +81,12 @@ function stateText(p) {
   switch (st.state) {
     case "usable":
       return "usable";
-    case "cooling":
-      return `cooling ${clock(st.until - Date.now())} · ${st.reason}${st.model ? ` (${st.model})` : ""}`;
+    case "cooling": {
+      // The window that ends last, then how many other windows (each model cools on its own).
+      const others = st.windows.length - 1;
+      const more = others > 0 ? ` +${others} more` : "";
+      return `cooling ${clock(st.until - Date.now())} · ${st.reason}${st.model ? ` (${st.model})` : ""}${more}`;
+    }
     case "disabled":
       if (p.type === "oauth" && st.reason === "auth_permanent") return "disabled · needs re-login";
       return st.until ? `disabled ${clock(st.until - Date.now())} · ${st.reason}` : `disabled · ${st.reason} (until cleared)`;
@@ -137,7 +141,7 @@ function profileRow(p, provider, rows, index) {
   tr.append(el("td", { className: "type" }, p.type));
   tr.append(el("td", { className: "email" }, p.email || ""));
   tr.append(el("td", { className: "last-used" }, ago(p.usage_stats.last_used)));
-  const state = el("td", { className: "state", "data-state": p.status.state }, stateText(p));
+  const state = el("td", { className: "state", "data-state": p.status.state, title: p.status_text }, stateText(p));
   tr.append(state);
   const s = p.usage_stats;
   tr.append(el("td", { className: "counters" }, `${s.success_count} · ${s.failure_total} · ${s.error_count}`));

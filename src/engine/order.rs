@@ -179,7 +179,8 @@ mod tests {
     }
 
     fn cool(v: &mut ProfileView, until: Millis, model: Option<&str>) {
-        v.stats.cooldown = Some(Cooldown { until, reason: Reason::RateLimit, model: model.map(str::to_string) });
+        let model = model.map(str::to_string);
+        v.stats.cooldowns.push(Cooldown { until, reason: Reason::RateLimit, model, step: 1, opened_at: NOW });
     }
 
     fn req<'a>(stored: &'a [ProfileId]) -> OrderRequest<'a> {

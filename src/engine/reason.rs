@@ -126,6 +126,14 @@ impl Reason {
         }
     }
 
+    /// Whether a failure of this reason counts against the profile that made the call
+    /// (`error_count`, `failure_counts`, `failure_total`): every answer of the upstream and
+    /// every fault of the request does; a client that went away and a candidate skipped
+    /// without a call do not. Counting is not cooling: `mark` says which ones open a window.
+    pub fn counts(self) -> bool {
+        !matches!(self, Reason::Cancelled | Reason::NoProfile | Reason::WireFormat)
+    }
+
     /// How many times the same profile is asked again before rotating. A throttled
     /// profile is never retried: rotating is always faster than sleeping.
     pub fn same_profile_retries(self) -> u8 {

@@ -58,13 +58,25 @@ impl CooldownPolicy {
     }
 }
 
-/// The cooldown lane: a short wait, optionally for one model only.
+/// One window of the cooldown lane: a short wait for one model, or for every model of the
+/// profile. Each window climbs its own ladder.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Cooldown {
     pub until: Millis,
     pub reason: Reason,
     /// `None`: every model of the profile.
     pub model: Option<String>,
+    /// The ladder step the window is at (1: the first failure).
+    pub step: u32,
+    /// When the window was opened or last escalated: failures of calls started before it are
+    /// a burst and do not escalate it again.
+    pub opened_at: Millis,
+}
+
+impl Cooldown {
+    fn covers(&self, model: &str, now: Millis) -> bool {
+        now < self.until && self.model.as_deref().is_none_or(|m| m == model)
+    }
 }
 
 /// The disabled lane: billing (with expiry) or a permanent auth failure (until cleared).
@@ -96,12 +108,17 @@ impl Until {
 pub struct UsageStats {
     pub last_used: Option<Millis>,
     pub last_success_at: Option<Millis>,
-    pub cooldown: Option<Cooldown>,
+    /// The cooldown lane: at most one window per scope (a model, or `None` for every model).
+    /// Two models cooling on one profile are two windows; a third model is not blocked.
+    pub cooldowns: Vec<Cooldown>,
     pub disabled: Option<Disabled>,
+    /// Failures since the last reset, every reason that is the upstream's or the request's
+    /// (`Reason::counts`), whether or not it opened a window.
     pub error_count: u32,
     pub failure_counts: BTreeMap<Reason, u32>,
     pub last_failure_at: Option<Millis>,
-    /// When the active window was opened or last escalated (burst guard).
+    /// When a window of the profile was last opened or escalated (the disabled lane's burst
+    /// guard; each cooldown window keeps its own).
     pub window_opened_at: Option<Millis>,
     pub success_count: u64,
     pub failure_total: u64,
@@ -129,10 +146,6 @@ pub struct Failure {
 }
 
 impl UsageStats {
-    fn cooldown_active(&self, now: Millis) -> bool {
-        self.cooldown.as_ref().is_some_and(|c| now < c.until)
-    }
-
     fn disabled_active(&self, now: Millis) -> bool {
         self.disabled.as_ref().is_some_and(|d| d.until.is_none_or(|u| now < u))
     }
@@ -144,11 +157,7 @@ impl UsageStats {
             .as_ref()
             .filter(|_| self.disabled_active(now))
             .map(|d| d.until.map_or(Until::Cleared, Until::At));
-        let cooled = self
-            .cooldown
-            .as_ref()
-            .filter(|c| now < c.until && c.model.as_deref().is_none_or(|m| m == model))
-            .map(|c| Until::At(c.until));
+        let cooled = self.cooldowns.iter().filter(|c| c.covers(model, now)).map(|c| Until::At(c.until)).max();
         disabled.max(cooled)
     }
 
@@ -157,10 +166,20 @@ impl UsageStats {
         if self.disabled_active(now) {
             return self.disabled.as_ref().map(|d| d.reason);
         }
-        self.cooldown
-            .as_ref()
-            .filter(|c| now < c.until && c.model.as_deref().is_none_or(|m| m == model))
-            .map(|c| c.reason)
+        self.cooldowns.iter().filter(|c| c.covers(model, now)).max_by_key(|c| c.until).map(|c| c.reason)
+    }
+
+    /// The active cooldown windows, the one that ends last first (the profile-wide one first
+    /// on a tie): the first is what `usage_stats.cooldown_*` show.
+    pub fn active_cooldowns(&self, now: Millis) -> Vec<&Cooldown> {
+        let mut v: Vec<_> = self.cooldowns.iter().filter(|c| now < c.until).collect();
+        v.sort_by_key(|c| (std::cmp::Reverse(c.until), c.model.is_some(), c.model.clone()));
+        v
+    }
+
+    /// Whether a window for every model is active (a failed refresh opens one).
+    pub fn cooling_every_model(&self, now: Millis) -> bool {
+        self.cooldowns.iter().any(|c| c.model.is_none() && now < c.until)
     }
 
     /// The profile was chosen for an attempt (set at selection, so concurrent requests spread).
@@ -168,58 +187,81 @@ impl UsageStats {
         self.last_used = Some(now);
     }
 
-    /// A success clears all error state at once.
-    pub fn record_success(&mut self, now: Millis) {
-        self.clear_errors();
+    /// The profile served `model`: the disabled lane, the windows that cover `model`, the
+    /// counters and the billing step go. Another model's window stays: it is that model's own
+    /// evidence, and runs out on its own.
+    pub fn record_success(&mut self, model: &str, now: Millis) {
+        self.cooldowns.retain(|c| c.model.as_deref().is_some_and(|m| m != model) && now < c.until);
+        self.disabled = None;
+        self.reset_counters();
+        self.billing_step = 0;
         self.last_success_at = Some(now);
         self.success_count += 1;
     }
 
-    /// An admin cleared the profile (or it served): both lanes, the counters since the last
+    /// An admin cleared the profile: both lanes, every window, the counters since the last
     /// reset and the billing step.
     pub fn clear_errors(&mut self) {
-        self.reset_windows();
+        self.cooldowns.clear();
+        self.disabled = None;
+        self.reset_counters();
         self.billing_step = 0;
     }
 
-    fn reset_windows(&mut self) {
-        self.cooldown = None;
-        self.disabled = None;
+    fn reset_counters(&mut self) {
         self.error_count = 0;
         self.failure_counts.clear();
         self.window_opened_at = None;
     }
 
-    /// Expiry reset: when both lanes have expired, the windows and the counters go; the billing
-    /// step stays (SPEC §3). Whether anything was reset.
-    pub fn expire(&mut self, now: Millis) -> bool {
-        let had_window = self.cooldown.is_some() || self.disabled.is_some();
-        let ended = had_window && !self.cooldown_active(now) && !self.disabled_active(now);
-        if ended {
-            self.reset_windows();
+    /// Drops the windows that have ended. When both lanes are over, the counters reset too:
+    /// at once when a window has just ended, and otherwise (failures that opened no window)
+    /// once the last failure is older than the failure window. The billing step stays
+    /// (SPEC §3). Whether anything changed.
+    pub fn expire(&mut self, now: Millis, policy: &CooldownPolicy) -> bool {
+        let windows = self.cooldowns.len();
+        self.cooldowns.retain(|c| now < c.until);
+        let mut changed = self.cooldowns.len() != windows;
+        if self.disabled.is_some() && !self.disabled_active(now) {
+            self.disabled = None;
+            changed = true;
         }
-        ended
+        let idle = self.cooldowns.is_empty() && self.disabled.is_none();
+        let quiet = self.last_failure_at.is_none_or(|t| now - t > ms(policy.failure_window));
+        let counted = self.error_count > 0 || !self.failure_counts.is_empty() || self.window_opened_at.is_some();
+        if idle && counted && (changed || quiet) {
+            self.reset_counters();
+            changed = true;
+        }
+        changed
     }
 
-    /// Records a failure and returns the end of the window this profile is now in, if the
-    /// reason cools the profile at all. Windows only ever grow here.
+    /// Counts a failure without opening or escalating a window (a failed call that is retried
+    /// on the same profile: only the last try leaves a mark). Whether it counted.
+    pub fn count_failure(&mut self, reason: Reason, now: Millis, policy: &CooldownPolicy) -> bool {
+        if !reason.counts() {
+            return false;
+        }
+        self.expire(now, policy);
+        self.error_count += 1;
+        *self.failure_counts.entry(reason).or_default() += 1;
+        self.failure_total += 1;
+        self.last_failure_at = Some(now);
+        true
+    }
+
+    /// Records a failure and returns until when the profile may not serve the failing model,
+    /// if the reason cools the profile at all. Every failure that `Reason::counts` is counted;
+    /// only the reasons that mark the profile open or escalate a window, and windows only ever
+    /// grow here.
     pub fn record_failure(&mut self, f: &Failure, now: Millis, policy: &CooldownPolicy) -> Option<Until> {
+        if !self.count_failure(f.reason, now, policy) {
+            return None;
+        }
         let mark = f.reason.mark();
         if !matches!(mark, Mark::CooldownModel | Mark::CooldownProfile | Mark::Disabled) {
             return None;
         }
-        self.expire(now);
-        let quiet = self.last_failure_at.is_some_and(|t| now - t > ms(policy.failure_window));
-        if quiet && !self.cooldown_active(now) && !self.disabled_active(now) {
-            self.error_count = 0;
-            self.failure_counts.clear();
-        }
-        self.error_count += 1;
-        *self.failure_counts.entry(f.reason).or_default() += 1;
-        self.failure_total += 1;
-        self.last_failure_at = Some(now);
-
-        let in_flight = self.window_opened_at.is_some_and(|opened| f.started_at < opened);
         if f.reason == Reason::AuthPermanent && !f.claim {
             self.disabled = Some(Disabled { until: None, reason: f.reason });
             self.window_opened_at = Some(now);
@@ -228,8 +270,9 @@ impl UsageStats {
         let hint = f.hint_ms.map(|h| policy.clamp_hint(h)).map(|h| if f.claim { h.min(ms(policy.max)) } else { h });
         let to_disabled = !f.claim && (f.reason == Reason::Billing || hint.is_some_and(|h| h > ms(policy.max)));
         if to_disabled {
+            let in_flight = self.window_opened_at.is_some_and(|opened| f.started_at < opened);
             if in_flight && self.disabled_active(now) {
-                return self.current_end(now);
+                return self.blocked_until(&f.model, now);
             }
             if f.reason == Reason::Billing {
                 self.billing_step += 1;
@@ -237,15 +280,27 @@ impl UsageStats {
             let wait = hint.unwrap_or_else(|| policy.billing(self.billing_step));
             self.extend_disabled(now + wait, f.reason);
         } else {
-            if in_flight && self.cooldown_active(now) {
-                return self.current_end(now);
+            let scope = (mark == Mark::CooldownModel && !f.account_wide).then(|| f.model.clone());
+            match self.cooldowns.iter_mut().find(|c| c.model == scope) {
+                // A burst: the call was in flight when the window opened or last escalated.
+                Some(c) if f.started_at < c.opened_at => return self.blocked_until(&f.model, now),
+                Some(c) => {
+                    c.step += 1;
+                    let until = now + hint.unwrap_or_else(|| policy.ladder(c.step));
+                    if until > c.until {
+                        c.until = until;
+                        c.reason = f.reason;
+                    }
+                    c.opened_at = now;
+                }
+                None => {
+                    let until = now + hint.unwrap_or_else(|| policy.ladder(1));
+                    self.cooldowns.push(Cooldown { until, reason: f.reason, model: scope, step: 1, opened_at: now });
+                }
             }
-            let wait = hint.unwrap_or_else(|| policy.ladder(self.error_count));
-            let model = (mark == Mark::CooldownModel && !f.account_wide).then(|| f.model.clone());
-            self.extend_cooldown(now, now + wait, f.reason, model);
         }
         self.window_opened_at = Some(now);
-        self.current_end(now)
+        self.blocked_until(&f.model, now)
     }
 
     fn extend_disabled(&mut self, until: Millis, reason: Reason) {
@@ -254,34 +309,6 @@ impl UsageStats {
             Some(d) if d.until.is_some_and(|u| u >= until) => {}
             _ => self.disabled = Some(Disabled { until: Some(until), reason }),
         }
-    }
-
-    fn extend_cooldown(&mut self, now: Millis, until: Millis, reason: Reason, model: Option<String>) {
-        match &mut self.cooldown {
-            Some(c) if now < c.until => {
-                // Two models cooling at once on one profile: the lane widens to every model
-                // rather than forgetting one of them.
-                if c.model != model {
-                    c.model = None;
-                }
-                if until > c.until {
-                    c.until = until;
-                    c.reason = reason;
-                }
-            }
-            _ => self.cooldown = Some(Cooldown { until, reason, model }),
-        }
-    }
-
-    /// The later end of the active windows (either lane).
-    fn current_end(&self, now: Millis) -> Option<Until> {
-        let d = self
-            .disabled
-            .as_ref()
-            .filter(|_| self.disabled_active(now))
-            .map(|d| d.until.map_or(Until::Cleared, Until::At));
-        let c = self.cooldown.as_ref().filter(|c| now < c.until).map(|c| Until::At(c.until));
-        d.max(c)
     }
 }
 
@@ -373,7 +400,9 @@ mod tests {
     fn rate_limit_cooldown_is_scoped_to_the_failing_model() {
         let mut s = UsageStats::default();
         s.record_failure(&fail(Reason::RateLimit, T0), T0, &p());
-        assert_eq!(s.cooldown, Some(Cooldown { until: T0 + MIN, reason: Reason::RateLimit, model: Some("m1".into()) }));
+        let window =
+            Cooldown { until: T0 + MIN, reason: Reason::RateLimit, model: Some("m1".into()), step: 1, opened_at: T0 };
+        assert_eq!(s.cooldowns, [window]);
         assert_eq!(s.blocked_until("m1", T0 + 1), Some(Until::At(T0 + MIN)));
         assert_eq!(s.blocked_until("m2", T0 + 1), None);
     }
@@ -383,7 +412,7 @@ mod tests {
         for r in [Reason::Overloaded, Reason::Timeout] {
             let mut s = UsageStats::default();
             s.record_failure(&fail(r, T0), T0, &p());
-            assert_eq!(s.cooldown.as_ref().unwrap().model.as_deref(), Some("m1"), "{r}");
+            assert_eq!(s.cooldowns[0].model.as_deref(), Some("m1"), "{r}");
         }
     }
 
@@ -391,7 +420,7 @@ mod tests {
     fn account_wide_throttle_covers_every_model() {
         let mut s = UsageStats::default();
         s.record_failure(&Failure { account_wide: true, ..fail(Reason::RateLimit, T0) }, T0, &p());
-        assert_eq!(s.cooldown.as_ref().unwrap().model, None);
+        assert_eq!(s.cooldowns[0].model, None);
         assert_eq!(s.blocked_until("m2", T0 + 1), Some(Until::At(T0 + MIN)));
     }
 
@@ -399,17 +428,63 @@ mod tests {
     fn auth_cooldown_covers_the_whole_profile() {
         let mut s = UsageStats::default();
         s.record_failure(&fail(Reason::Auth, T0), T0, &p());
-        assert_eq!(s.cooldown, Some(Cooldown { until: T0 + MIN, reason: Reason::Auth, model: None }));
+        assert_eq!(
+            s.cooldowns,
+            [Cooldown { until: T0 + MIN, reason: Reason::Auth, model: None, step: 1, opened_at: T0 }]
+        );
     }
 
     #[test]
-    fn second_model_cooling_widens_the_lane_to_all_models() {
+    fn two_models_cooling_on_one_profile_are_two_windows_and_a_third_is_not_blocked() {
         let mut s = UsageStats::default();
         s.record_failure(&fail(Reason::RateLimit, T0), T0, &p());
         let t = T0 + 1000;
-        s.record_failure(&Failure { model: "m2".into(), ..fail(Reason::RateLimit, t) }, t, &p());
-        let c = s.cooldown.clone().unwrap();
-        assert_eq!((c.model, c.until), (None, t + 5 * MIN));
+        let end = s.record_failure(&Failure { model: "m2".into(), ..fail(Reason::RateLimit, t) }, t, &p());
+        assert_eq!(end, Some(Until::At(t + MIN)), "m2 climbs its own ladder from the first step");
+        assert_eq!(s.blocked_until("m1", t), Some(Until::At(T0 + MIN)));
+        assert_eq!(s.blocked_until("m2", t), Some(Until::At(t + MIN)));
+        assert_eq!(s.blocked_until("m3", t), None);
+        assert_eq!(s.error_count, 2, "the counters are the profile's");
+        let heads: Vec<_> = s.active_cooldowns(t).iter().map(|c| c.model.clone()).collect();
+        assert_eq!(heads, [Some("m2".to_string()), Some("m1".to_string())], "the one that ends last first");
+    }
+
+    #[test]
+    fn each_window_climbs_its_own_ladder() {
+        let mut s = UsageStats::default();
+        let mut t = T0;
+        for _ in 0..3 {
+            s.record_failure(&fail(Reason::RateLimit, t), t, &p());
+            t += 1000;
+        }
+        assert_eq!(s.blocked_until("m1", t), Some(Until::At(t - 1000 + 25 * MIN)));
+        let end = s.record_failure(&Failure { model: "m2".into(), ..fail(Reason::Overloaded, t) }, t, &p());
+        assert_eq!(end, Some(Until::At(t + MIN)), "m1's failures do not escalate m2");
+    }
+
+    #[test]
+    fn the_burst_guard_is_per_window() {
+        let mut s = UsageStats::default();
+        s.record_failure(&fail(Reason::RateLimit, T0), T0 + 10, &p());
+        // A call to m2 that started before m1's window opened still opens m2's window.
+        let end = s.record_failure(&Failure { model: "m2".into(), ..fail(Reason::RateLimit, T0) }, T0 + 20, &p());
+        assert_eq!(end, Some(Until::At(T0 + 20 + MIN)));
+        // And a second in-flight m2 failure does not escalate it.
+        let end = s.record_failure(&Failure { model: "m2".into(), ..fail(Reason::RateLimit, T0) }, T0 + 30, &p());
+        assert_eq!(end, Some(Until::At(T0 + 20 + MIN)));
+    }
+
+    #[test]
+    fn a_success_ends_the_windows_of_its_model_and_leaves_another_models_window() {
+        let mut s = UsageStats::default();
+        s.record_failure(&fail(Reason::RateLimit, T0), T0, &p());
+        s.record_failure(&Failure { model: "m2".into(), ..fail(Reason::RateLimit, T0 + 1) }, T0 + 1, &p());
+        s.record_failure(&Failure { account_wide: true, ..fail(Reason::Network, T0 + 2) }, T0 + 2, &p());
+        s.record_success("m1", T0 + 3);
+        assert_eq!(s.blocked_until("m1", T0 + 3), None);
+        assert_eq!(s.blocked_until("m2", T0 + 3), Some(Until::At(T0 + 1 + MIN)), "m2's own window runs out");
+        assert_eq!(s.cooldowns.len(), 1);
+        assert_eq!((s.error_count, s.failure_counts.len()), (0, 0));
     }
 
     #[test]
@@ -446,7 +521,7 @@ mod tests {
         }
         assert_eq!(waits, [1, 2, 4, 8, 16, 24]);
         assert_eq!(s.error_count, 1, "the counters reset on expiry; the step does not");
-        s.record_success(t);
+        s.record_success("m1", t);
         let end = s.record_failure(&fail(Reason::Billing, t + 1), t + 1, &p());
         assert_eq!(end, Some(Until::At(t + 1 + HOUR)), "a success starts the ladder again");
     }
@@ -470,12 +545,22 @@ mod tests {
     fn an_ended_window_resets_the_windows_and_counters_at_once() {
         let mut s = UsageStats::default();
         s.record_failure(&fail(Reason::RateLimit, T0), T0, &p());
-        assert!(!s.expire(T0 + MIN - 1), "still cooling");
+        assert!(!s.expire(T0 + MIN - 1, &p()), "still cooling");
         assert_eq!(s.error_count, 1);
-        assert!(s.expire(T0 + MIN));
-        assert_eq!((s.cooldown.clone(), s.error_count, s.failure_counts.len()), (None, 0, 0));
+        assert!(s.expire(T0 + MIN, &p()));
+        assert_eq!((s.cooldowns.len(), s.error_count, s.failure_counts.len()), (0, 0, 0));
         assert_eq!((s.failure_total, s.last_failure_at), (1, Some(T0)), "lifetime counters stay");
-        assert!(!s.expire(T0 + 2 * MIN), "nothing left to reset");
+        assert!(!s.expire(T0 + 2 * MIN, &p()), "nothing left to reset");
+    }
+
+    #[test]
+    fn counters_without_a_window_reset_once_the_failure_window_has_passed() {
+        let mut s = UsageStats::default();
+        s.record_failure(&fail(Reason::Format, T0), T0, &p());
+        assert!(!s.expire(T0 + 10 * MIN, &p()), "inside the failure window");
+        assert_eq!(s.error_count, 1);
+        assert!(s.expire(T0 + 10 * MIN + 1, &p()));
+        assert_eq!((s.error_count, s.failure_total), (0, 1));
     }
 
     #[test]
@@ -506,7 +591,7 @@ mod tests {
         let end = s.record_failure(&fail_hint(Reason::RateLimit, T0, 3 * 3_600_000), T0, &p());
         assert_eq!(end, Some(Until::At(T0 + 3 * 3_600_000)));
         assert_eq!(s.disabled, Some(Disabled { until: Some(T0 + 3 * 3_600_000), reason: Reason::RateLimit }));
-        assert_eq!(s.cooldown, None);
+        assert_eq!(s.cooldowns, []);
         assert_eq!(s.blocked_until("other-model", T0 + 1), Some(Until::At(T0 + 3 * 3_600_000)));
     }
 
@@ -540,12 +625,35 @@ mod tests {
     }
 
     #[test]
-    fn request_faults_leave_the_profile_untouched() {
-        for r in [Reason::Format, Reason::ContextOverflow, Reason::Cancelled, Reason::Unknown, Reason::ModelNotFound] {
+    fn every_failure_is_counted_and_request_faults_open_no_window() {
+        for r in [Reason::Format, Reason::ContextOverflow, Reason::Unknown, Reason::ModelNotFound] {
+            let mut s = UsageStats::default();
+            assert_eq!(s.record_failure(&fail(r, T0), T0, &p()), None, "{r}");
+            assert_eq!((s.cooldowns.len(), s.disabled.clone(), s.window_opened_at), (0, None, None), "{r}");
+            assert_eq!((s.error_count, s.failure_total, s.failure_counts[&r]), (1, 1, 1), "{r}");
+            assert_eq!(s.blocked_until("m1", T0), None, "{r}");
+        }
+    }
+
+    #[test]
+    fn a_client_that_left_and_a_skipped_candidate_are_not_failures_of_the_profile() {
+        for r in [Reason::Cancelled, Reason::NoProfile, Reason::WireFormat] {
             let mut s = UsageStats::default();
             assert_eq!(s.record_failure(&fail(r, T0), T0, &p()), None);
             assert_eq!(s, UsageStats::default(), "{r}");
         }
+    }
+
+    #[test]
+    fn request_faults_never_raise_the_ladder_step() {
+        // A client sending malformed requests cannot make the next real 429 cool longer.
+        let mut s = UsageStats::default();
+        for i in 0..10 {
+            s.record_failure(&fail(Reason::Format, T0 + i), T0 + i, &p());
+        }
+        let t = T0 + 100;
+        assert_eq!(s.record_failure(&fail(Reason::RateLimit, t), t, &p()), Some(Until::At(t + MIN)));
+        assert_eq!(s.error_count, 11);
     }
 
     #[test]
@@ -577,7 +685,7 @@ mod tests {
         s.record_failure(&fail_hint(Reason::RateLimit, T0, 50 * MIN), T0, &p());
         let t = T0 + 1000;
         s.record_failure(&fail_hint(Reason::RateLimit, t, 2_000), t, &p());
-        assert_eq!(s.cooldown.as_ref().unwrap().until, T0 + 50 * MIN);
+        assert_eq!(s.cooldowns[0].until, T0 + 50 * MIN);
         // Nor does a disabled lane with no expiry get an expiry from a billing failure.
         let mut s = UsageStats::default();
         s.record_failure(&fail(Reason::AuthPermanent, T0), T0, &p());
@@ -586,12 +694,12 @@ mod tests {
     }
 
     #[test]
-    fn success_clears_all_error_state() {
+    fn a_success_clears_the_disabled_lane_the_counters_and_the_windows_of_its_model() {
         let mut s = UsageStats::default();
         s.record_failure(&fail(Reason::Billing, T0), T0, &p());
         s.record_failure(&fail(Reason::RateLimit, T0 + 1), T0 + 1, &p());
-        s.record_success(T0 + 2);
-        assert_eq!((s.cooldown.clone(), s.disabled.clone(), s.error_count), (None, None, 0));
+        s.record_success("m1", T0 + 2);
+        assert_eq!((s.cooldowns.len(), s.disabled.clone(), s.error_count), (0, None, 0));
         assert!(s.failure_counts.is_empty());
         assert_eq!((s.success_count, s.failure_total, s.last_success_at), (1, 2, Some(T0 + 2)));
     }
@@ -624,7 +732,7 @@ mod tests {
         let t = T0 + 9 * MIN;
         let end = s.record_failure(&fail(Reason::RateLimit, t), t, &p());
         assert_eq!(s.error_count, 3);
-        assert_eq!(end, Some(Until::At(t + 25 * MIN)));
+        assert_eq!(end, Some(Until::At(t + MIN)), "failures that opened no window do not climb the ladder");
     }
 
     #[test]

@@ -368,18 +368,17 @@ impl Walk {
         row.http_status = status;
         let cur = self.cur.as_mut().expect("a failure is reported for an attempt under way");
         if cur.tries < reason.same_profile_retries() && may_retry && !self.single {
+            book.count_failure(&cur.slots[cur.j], reason, now);
             describe(&mut row, class);
             self.trail.record(row);
             cur.tries += 1;
             let backoff = 100 * u64::from(cur.tries) + fastrand::u64(0..100);
             return Verdict::Retry(Duration::from_millis(backoff));
         }
+        let until = self.mark(book, row, class, now);
         if reason.next() == After::Stop {
-            describe(&mut row, class);
-            self.trail.record(row);
             return Verdict::Stop;
         }
-        let until = self.mark(book, row, class, now);
         let cur = self.cur.as_mut().expect("checked above");
         let cand = &self.chain[self.index];
         cur.last = Some(ModelFailure {
@@ -398,27 +397,26 @@ impl Walk {
         Verdict::Moved
     }
 
-    /// Records a failure of the attempt under way where it leaves its mark (the profile's
-    /// windows, or the model's), and its row; returns the window it set.
+    /// Records a failure of the attempt under way: counted on the profile that made the call,
+    /// with its mark where it leaves one (the profile's windows, or the model's), and its row;
+    /// returns the window it set.
     fn mark(&mut self, book: &Book, mut row: AttemptRow, class: &Classified, now: Millis) -> Option<Until> {
         let cur = self.cur.as_ref().expect("a failure is reported for an attempt under way");
         let cand = &self.chain[self.index];
+        let failure = Failure {
+            reason: class.reason,
+            model: cand.model.clone(),
+            hint_ms: class.hint.map(|h| h.wait_ms),
+            account_wide: class.account_wide,
+            started_at: row.started_at,
+            claim: class.claim,
+        };
+        let profile_until = book.record_failure(&cur.slots[cur.j], &failure, now);
         let until = match class.reason.next() {
-            After::Stop => None,
             After::NextModel => {
                 Some(Until::At(book.record_model_not_found(&cand.provider, &cand.model, now, row.started_at)))
             }
-            After::Rotate => {
-                let failure = Failure {
-                    reason: class.reason,
-                    model: cand.model.clone(),
-                    hint_ms: class.hint.map(|h| h.wait_ms),
-                    account_wide: class.account_wide,
-                    started_at: row.started_at,
-                    claim: class.claim,
-                };
-                book.record_failure(&cur.slots[cur.j], &failure, now)
-            }
+            After::Stop | After::Rotate => profile_until,
         };
         describe(&mut row, class);
         row.cooldown_until = until.and_then(until_ms);

@@ -17,7 +17,7 @@ use std::time::Duration;
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
 /// How many migrations this build knows.
-pub const MIGRATOR_COUNT: usize = 3;
+pub const MIGRATOR_COUNT: usize = 4;
 
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
@@ -64,13 +64,15 @@ impl SqliteStore {
     }
 }
 
-/// Writes a profile's stats row, unless the profile is gone (a removal raced the write).
+/// Writes a profile's stats row and its cooldown windows, unless the profile is gone (a removal
+/// raced the write). `usage_stats.cooldown_*` show the window that ends last.
 async fn upsert_stats(
     tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
     id: &ProfileId,
     s: &UsageStats,
 ) -> Result<(), StoreError> {
     let counts = serde_json::to_string(&s.failure_counts).expect("reason counts serialize");
+    let head = s.cooldowns.iter().max_by_key(|c| (c.until, c.model.is_none()));
     sqlx::query(
         "INSERT INTO usage_stats (profile_id, last_used, last_success_at, cooldown_until, cooldown_reason,
              cooldown_model, disabled_until, disabled_reason, error_count, failure_counts, last_failure_at,
@@ -88,9 +90,9 @@ async fn upsert_stats(
     .bind(id.as_str())
     .bind(s.last_used)
     .bind(s.last_success_at)
-    .bind(s.cooldown.as_ref().map(|c| c.until))
-    .bind(s.cooldown.as_ref().map(|c| c.reason.as_str()))
-    .bind(s.cooldown.as_ref().and_then(|c| c.model.clone()))
+    .bind(head.map(|c| c.until))
+    .bind(head.map(|c| c.reason.as_str()))
+    .bind(head.and_then(|c| c.model.as_deref()))
     .bind(s.disabled.as_ref().and_then(|d| d.until))
     .bind(s.disabled.as_ref().map(|d| d.reason.as_str()))
     .bind(s.error_count as i64)
@@ -103,6 +105,22 @@ async fn upsert_stats(
     .bind(id.as_str())
     .execute(&mut **tx)
     .await?;
+    sqlx::query("DELETE FROM profile_cooldowns WHERE profile_id = ?").bind(id.as_str()).execute(&mut **tx).await?;
+    for c in &s.cooldowns {
+        sqlx::query(
+            "INSERT INTO profile_cooldowns (profile_id, model, cooldown_until, cooldown_reason, step, opened_at)
+             SELECT ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM profiles WHERE id = ?)",
+        )
+        .bind(id.as_str())
+        .bind(c.model.as_deref())
+        .bind(c.until)
+        .bind(c.reason.as_str())
+        .bind(i64::from(c.step))
+        .bind(c.opened_at)
+        .bind(id.as_str())
+        .execute(&mut **tx)
+        .await?;
+    }
     Ok(())
 }
 
@@ -185,10 +203,6 @@ fn reason(row: &SqliteRow, col: &str) -> Result<Option<Reason>, StoreError> {
 }
 
 fn stats_from_row(row: &SqliteRow) -> Result<UsageStats, StoreError> {
-    let cooldown = match (row.try_get::<Option<Millis>, _>("cooldown_until")?, reason(row, "cooldown_reason")?) {
-        (Some(until), Some(reason)) => Some(Cooldown { until, reason, model: row.try_get("cooldown_model")? }),
-        _ => None,
-    };
     let disabled = reason(row, "disabled_reason")?
         .map(|reason| Disabled { until: row.try_get("disabled_until").ok().flatten(), reason });
     let counts: String = row.try_get("failure_counts")?;
@@ -196,7 +210,7 @@ fn stats_from_row(row: &SqliteRow) -> Result<UsageStats, StoreError> {
     Ok(UsageStats {
         last_used: row.try_get("last_used")?,
         last_success_at: row.try_get("last_success_at")?,
-        cooldown,
+        cooldowns: Vec::new(),
         disabled,
         error_count: row.try_get::<i64, _>("error_count")? as u32,
         failure_counts,
@@ -243,6 +257,24 @@ impl Store for SqliteStore {
         for row in sqlx::query("SELECT * FROM usage_stats").fetch_all(&mut *conn).await? {
             let id: String = row.try_get("profile_id")?;
             snap.stats.insert(id.parse().map_err(|e| corrupt("usage_stats", e))?, stats_from_row(&row)?);
+        }
+        for row in sqlx::query(
+            "SELECT profile_id, model, cooldown_until, cooldown_reason, step, opened_at FROM profile_cooldowns",
+        )
+        .fetch_all(&mut *conn)
+        .await?
+        {
+            let id: String = row.try_get("profile_id")?;
+            let id: ProfileId = id.parse().map_err(|e| corrupt("profile_cooldowns", e))?;
+            let reason: String = row.try_get("cooldown_reason")?;
+            let window = Cooldown {
+                until: row.try_get("cooldown_until")?,
+                reason: reason.parse().map_err(|e| corrupt("profile_cooldowns", e))?,
+                model: row.try_get("model")?,
+                step: row.try_get::<i64, _>("step")?.clamp(1, u32::MAX as i64) as u32,
+                opened_at: row.try_get("opened_at")?,
+            };
+            snap.stats.entry(id).or_default().cooldowns.push(window);
         }
         for row in sqlx::query("SELECT provider, profile_ids FROM profile_order").fetch_all(&mut *conn).await? {
             let ids: String = row.try_get("profile_ids")?;
