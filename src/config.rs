@@ -312,6 +312,10 @@ pub struct Models {
     pub primary: Option<String>,
     #[serde(default)]
     pub fallbacks: Vec<String>,
+    /// SPEC §5: on a `context_overflow` of the key (`provider/model`), try these models (with a
+    /// larger window) instead of returning the error.
+    #[serde(default)]
+    pub context_fallbacks: BTreeMap<String, Vec<String>>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -501,15 +505,27 @@ impl Config {
 
     /// Resolves a chain with this configuration's routing.
     pub fn chain(&self, req: &ChainRequest<'_>) -> Result<Vec<chain::Candidate>, chain::ChainError> {
+        self.routing(|routing| chain::resolve(routing, req))
+    }
+
+    fn routing<R>(&self, with: impl FnOnce(&Routing<'_>) -> R) -> R {
         let known = |p: &str| self.has_provider(p);
-        let routing = Routing {
+        with(&Routing {
             providers: &known,
             aliases: &self.aliases,
             virtual_models: &self.virtual_models,
             primary: self.models.primary.as_deref(),
             fallbacks: &self.models.fallbacks,
-        };
-        chain::resolve(&routing, req)
+        })
+    }
+
+    /// The models to try after `overflowed` answered `context_overflow` (`models.context_fallbacks`).
+    pub fn context_chain(
+        &self,
+        overflowed: &chain::Candidate,
+        roll: u64,
+    ) -> Result<Vec<chain::Candidate>, chain::ChainError> {
+        self.routing(|routing| chain::context_chain(routing, &self.models.context_fallbacks, overflowed, roll))
     }
 
     /// Everything wrong with a parsed configuration, each naming its key. Empty when sound.
@@ -614,6 +630,21 @@ impl Config {
         for name in vms {
             if let Err(e) = resolve(name, Some(none)) {
                 out.push(format!("virtual_models.\"{name}\": {e}"));
+            }
+        }
+        for key in self.models.context_fallbacks.keys() {
+            let at = format!("models.context_fallbacks.\"{key}\"");
+            match chain::split_model_ref(key) {
+                Some((provider, model)) if self.has_provider(provider) => {
+                    let cand = chain::Candidate { provider: provider.into(), model: model.into() };
+                    if let Err(e) = self.context_chain(&cand, 0) {
+                        out.push(format!("{at}: {e}"));
+                    }
+                }
+                Some((provider, _)) => {
+                    out.push(format!("{at}: names unknown provider `{provider}` (configure [providers.{provider}])"))
+                }
+                None => out.push(format!("{at}: expected `provider/model`, the model that overflows")),
             }
         }
         for (agent, a) in &self.agents {
@@ -727,6 +758,25 @@ base_url = "https://api.anthropic.com"
                 "auth.profiles.\"openai:work\".api_key_env: environment variable `ROTA_TEST_SURELY_UNSET_VAR` is unset or empty"
             ]
         );
+    }
+
+    #[test]
+    fn context_fallbacks_are_checked_at_load() {
+        for (entry, problem) in [
+            ("\"gpt-4.1\" = [\"openai/o3\"]", "models.context_fallbacks.\"gpt-4.1\": expected `provider/model`"),
+            ("\"nope/x\" = [\"openai/o3\"]", "models.context_fallbacks.\"nope/x\": names unknown provider `nope`"),
+            (
+                "\"openai/gpt-4.1\" = [\"nope/x\"]",
+                "models.context_fallbacks.\"openai/gpt-4.1\": `nope/x` names unknown provider `nope`",
+            ),
+        ] {
+            let c = parse(&format!("{BASE}\n[models.context_fallbacks]\n{entry}"));
+            assert!(c.problems().iter().any(|p| p.starts_with(problem)), "{entry}: {:?}", c.problems());
+        }
+        let c = parse(&format!(
+            "{BASE}\n[models.context_fallbacks]\n\"openai/gpt-4.1-mini\" = [\"anthropic/claude-sonnet-4-5\"]"
+        ));
+        assert_eq!(c.problems(), Vec::<String>::new());
     }
 
     #[test]

@@ -1572,3 +1572,48 @@ async fn two_models_cooling_on_one_profile_leave_a_third_model_served_by_it() {
     assert_eq!(models, ["gpt-4.1-mini", "gpt-4.1"]);
     assert!(v["status_text"].as_str().unwrap().contains("; gpt-4.1 until"), "{v}");
 }
+
+#[tokio::test]
+async fn context_overflow_moves_to_the_context_fallbacks_instead_of_the_chain() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let extra = r#"
+[models.context_fallbacks]
+"openai/gpt-4.1" = ["openai/o3"]
+"#;
+    let rota = Rota::start(&config(&base, extra), &[KEYS[0], KEYS[1], KEYS[3]]).await;
+    let overflow = |n: u32| {
+        let body = format!(
+            r#"{{"error":{{"message":"This model's maximum context length is {n} tokens","code":"context_length_exceeded"}}}}"#
+        );
+        Reply::Status(400, vec![], body)
+    };
+    mock.script(KEYS[0].1, vec![overflow(128_000)]);
+    let r = rota.chat(chat(), &[]).await;
+    assert_eq!(r.status(), 200, "served by the model with the larger window");
+    assert_eq!(r.headers()["x-rota-model"], "o3");
+    let seen: Vec<(String, String)> = mock.seen().into_iter().map(|s| (s.key, s.model)).collect();
+    assert_eq!(
+        seen,
+        [(KEYS[0].1.to_string(), "gpt-4.1".to_string()), (KEYS[1].1.to_string(), "o3".to_string())],
+        "the context fallback replaces the rest of the chain: backup/gpt-4.1-mini is not tried"
+    );
+    assert_eq!(
+        rota.attempts().await,
+        [
+            row("primary", "openai/gpt-4.1", Some("openai:k1"), "failure", Some("context_overflow"), Some(400)),
+            row("fallback", "openai/o3", Some("openai:k2"), "success", None, Some(200)),
+        ]
+    );
+    assert_eq!(rota.scalar("SELECT COUNT(*) FROM profile_cooldowns").await, Some(0), "no cooldown");
+
+    // The larger model overflows too and has no context fallback of its own: its error is
+    // returned as it came, as without context_fallbacks.
+    mock.unscript();
+    mock.script(KEYS[0].1, vec![overflow(128_000)]);
+    mock.script(KEYS[1].1, vec![overflow(200_000)]);
+    let r = rota.chat(chat(), &[]).await;
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["message"], "This model's maximum context length is 200000 tokens");
+}

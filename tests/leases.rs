@@ -77,6 +77,17 @@ fn scenarios() -> Vec<Scenario> {
             ],
         },
         Scenario {
+            name: "a context overflow moves to the context fallback",
+            script: vec![(
+                KEYS[0].1,
+                vec![status(
+                    400,
+                    vec![],
+                    r#"{"error":{"message":"This model's maximum context length is 128000 tokens","code":"context_length_exceeded"}}"#,
+                )],
+            )],
+        },
+        Scenario {
             name: "a bad request stops",
             script: vec![(
                 KEYS[0].1,
@@ -180,13 +191,16 @@ async fn lease_loop(rota: &Rota, key: &str, lease_body: Value) -> (Vec<(String, 
     }
 }
 
+/// `models.context_fallbacks` of the equivalence runs: another model than the chain's fallback.
+const CONTEXT: &str = "[models.context_fallbacks]\n\"openai/gpt-4.1\" = [\"openai/o3\"]";
+
 #[tokio::test]
 async fn an_agent_loop_over_leases_walks_and_records_exactly_what_the_gateway_does() {
     for s in scenarios() {
         // The gateway, with its own upstream and database.
         let mock = Mock::default();
         let base = mock.start().await;
-        let rota = Rota::start(&config(&base, ""), &KEYS).await;
+        let rota = Rota::start(&config(&base, CONTEXT), &KEYS).await;
         for (key, replies) in &s.script {
             mock.script(key, replies.clone());
         }
@@ -198,7 +212,7 @@ async fn an_agent_loop_over_leases_walks_and_records_exactly_what_the_gateway_do
         // The same faults, through leases.
         let mock = Mock::default();
         let base = mock.start().await;
-        let rota = Rota::start(&config(&base, ""), &KEYS).await;
+        let rota = Rota::start(&config(&base, CONTEXT), &KEYS).await;
         for (key, replies) in &s.script {
             mock.script(key, replies.clone());
         }
@@ -212,6 +226,10 @@ async fn an_agent_loop_over_leases_walks_and_records_exactly_what_the_gateway_do
         assert_eq!(leased, kinds, "scenario `{}`: one lease per attempt, in order", s.name);
         let api: String = sqlx::query_scalar("SELECT api FROM requests").fetch_one(rota.store.pool()).await.unwrap();
         assert_eq!(api, "lease");
+        if s.name == "a context overflow moves to the context fallback" {
+            let served: Vec<&str> = via_leases.upstream.iter().map(|(_, m)| m.as_str()).collect();
+            assert_eq!((served, status), (vec!["gpt-4.1", "o3"], 200));
+        }
         if s.name == "everything rate limited" {
             assert_eq!(status, 429);
             assert!(retry_after.is_some(), "the gateway says when to come back");

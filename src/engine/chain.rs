@@ -1,7 +1,7 @@
 //! Stage 2: the ordered list of models a request may be served by (SPEC §5).
 
 use serde::Deserialize;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// How deep aliases and virtual models may nest.
 pub const MAX_DEPTH: usize = 8;
@@ -160,6 +160,25 @@ pub fn resolve(routing: &Routing<'_>, req: &ChainRequest<'_>) -> Result<Vec<Cand
     Ok(out)
 }
 
+/// SPEC §5 `context_fallbacks`: the models to try, in order, when `overflowed` answered that
+/// the request does not fit its context window; the lists are keyed by `provider/model`. Each
+/// entry resolves like a fallback (an alias, a virtual model or `provider/model`). Empty when
+/// none is configured for it.
+pub fn context_chain(
+    routing: &Routing<'_>,
+    lists: &BTreeMap<String, Vec<String>>,
+    overflowed: &Candidate,
+    roll: u64,
+) -> Result<Vec<Candidate>, ChainError> {
+    let mut out = Vec::new();
+    for name in lists.get(&overflowed.label()).into_iter().flatten() {
+        expand(routing, name, &mut Vec::new(), roll, &mut out)?;
+    }
+    let mut seen = HashSet::new();
+    out.retain(|c| c != overflowed && seen.insert(c.clone()));
+    Ok(out)
+}
+
 fn expand(
     r: &Routing<'_>,
     name: &str,
@@ -280,6 +299,38 @@ mod tests {
             };
             resolve(&routing, &req).map(|c| c.iter().map(Candidate::label).collect())
         }
+        fn context(&self, lists: &[(&str, &[&str])], overflowed: &str) -> Result<Vec<String>, ChainError> {
+            let routing = Routing {
+                providers: &known,
+                aliases: &self.aliases,
+                virtual_models: &self.vms,
+                primary: self.primary.as_deref(),
+                fallbacks: &self.fallbacks,
+            };
+            let lists = lists.iter().map(|(k, v)| (k.to_string(), v.iter().map(|s| s.to_string()).collect())).collect();
+            let (provider, model) = split_model_ref(overflowed).unwrap();
+            let cand = Candidate { provider: provider.into(), model: model.into() };
+            context_chain(&routing, &lists, &cand, 0).map(|c| c.iter().map(Candidate::label).collect())
+        }
+    }
+
+    #[test]
+    fn context_fallbacks_are_the_overflowed_models_own_list_resolved() {
+        let f = Fixture::new().alias("big", "gemini/gemini-2.5-pro");
+        let lists: &[(&str, &[&str])] = &[
+            ("openai/gpt-4.1-mini", &["openai/gpt-4.1", "big", "openai/gpt-4.1", "openai/gpt-4.1-mini"]),
+            ("openai/gpt-4.1", &["big"]),
+        ];
+        assert_eq!(
+            f.context(lists, "openai/gpt-4.1-mini").unwrap(),
+            ["openai/gpt-4.1", "gemini/gemini-2.5-pro"],
+            "aliases resolved; duplicates and the overflowed model itself dropped"
+        );
+        assert_eq!(f.context(lists, "anthropic/claude-sonnet-4-5").unwrap(), Vec::<String>::new(), "none configured");
+        assert_eq!(
+            f.context(&[("openai/gpt-4.1", &["nope/x"])], "openai/gpt-4.1"),
+            Err(ChainError::UnknownProvider { model: "nope/x".into(), provider: "nope".into() })
+        );
     }
 
     fn req(model: Option<&str>) -> ChainRequest<'_> {

@@ -163,7 +163,18 @@ impl Engine {
                 Err(_) => {}
             }
         }
-        walk.failed(&self.book, row, class, status, may_retry, self.now())
+        let verdict = walk.failed(&self.book, row, class, status, may_retry, self.now());
+        if verdict == Verdict::Stop && class.reason == Reason::ContextOverflow {
+            match config.context_chain(&att.cand, fastrand::u64(..)) {
+                Ok(larger) => {
+                    if walk.overflow_to(larger) {
+                        return Verdict::Moved;
+                    }
+                }
+                Err(e) => tracing::warn!("models.context_fallbacks.\"{}\": {e}", att.cand.label()),
+            }
+        }
+        verdict
     }
 
     /// The settings in force now.

@@ -376,9 +376,6 @@ impl Walk {
             return Verdict::Retry(Duration::from_millis(backoff));
         }
         let until = self.mark(book, row, class, now);
-        if reason.next() == After::Stop {
-            return Verdict::Stop;
-        }
         let cur = self.cur.as_mut().expect("checked above");
         let cand = &self.chain[self.index];
         cur.last = Some(ModelFailure {
@@ -389,12 +386,29 @@ impl Walk {
             until,
             skipped: false,
         });
-        if self.single {
+        if self.single || reason.next() == After::Stop {
             return Verdict::Stop;
         }
         cur.j = if reason.next() == After::NextModel || cur.pinned { cur.slots.len() } else { cur.j + 1 };
         cur.tries = 0;
         Verdict::Moved
+    }
+
+    /// The candidate under way answered `context_overflow` (and `failed` said stop): go on with
+    /// `larger`, the models with a larger window (`models.context_fallbacks`, SPEC §5), which
+    /// replace the rest of the chain; models already tried are left out. Whether the walk goes on.
+    pub fn overflow_to(&mut self, larger: Vec<Candidate>) -> bool {
+        let tried = &self.chain[..=self.index];
+        let larger: Vec<Candidate> = larger.into_iter().filter(|c| !tried.contains(c)).collect();
+        if self.single || larger.is_empty() {
+            return false;
+        }
+        self.chain.truncate(self.index + 1);
+        self.chain.extend(larger);
+        let cur = self.cur.as_mut().expect("an overflow is reported for an attempt under way");
+        cur.j = cur.slots.len();
+        cur.tries = 0;
+        true
     }
 
     /// Records a failure of the attempt under way: counted on the profile that made the call,
