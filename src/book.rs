@@ -1,25 +1,36 @@
-//! The profile book: every profile's state in memory, for the request hot path, with each
-//! change written through to the store by one background writer.
+//! The profile book: every profile's state in memory, for the request hot path, kept in step
+//! with the database by one background task.
 //!
-//! Changes are made under one short lock and queued in the same critical section, so the
-//! writer sees them in the order they happened; it coalesces a burst into one transaction
-//! per batch, keeping only the latest stats of each profile. Nothing is lost: `flush` waits
-//! until everything queued so far is on disk.
+//! Each change of a profile's stats is applied in memory under one short lock and queued in
+//! the same critical section (`Change`), so the writer sees changes in the order they happened.
+//! The writer replays a batch of them on the rows as stored, in one write transaction, so that
+//! what another writer (the CLI, another instance) did meanwhile is kept; the rows it gets back
+//! become the book's state, with the changes queued since replayed on top. Nothing is lost:
+//! `flush` waits until everything queued so far is written.
+//!
+//! Between batches the same task reads the database's change feed every `FEED_EVERY`, and
+//! reloads what other writers changed: stats, model cooldowns, and profiles, secrets and
+//! orders (docs/scale.md).
 
 use crate::config::Config;
 use crate::engine::gate::{self, Availability, Gate, Position, ProbeThrottle};
 use crate::engine::order::{self, OrderRequest, Ordered, PinError};
 use crate::engine::recent::Recent;
 use crate::engine::{
-    CooldownPolicy, Failure, Millis, ModelCooldown, ProfileId, ProfileType, ProfileView, Reason, Until, UsageStats,
-    Views,
+    Change, CooldownPolicy, Failure, Millis, ModelChange, ModelCooldown, ProfileId, ProfileType, ProfileView, Reason,
+    Until, UsageStats, Views,
 };
 use crate::secrets::{MasterKey, OpenError, SecretField};
 use crate::store::{Origin, Snapshot, Store, StoreError, StoredProfile};
 use secrecy::SecretString;
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
+
+/// How often the change feed is read: other writers' changes are in force within this much
+/// (plus the time a reload takes).
+pub const FEED_EVERY: Duration = Duration::from_millis(250);
 
 /// How long a session stays stuck to its profile without traffic, and how many are kept.
 const SESSION_TTL: Millis = 6 * 3_600_000;
@@ -99,10 +110,16 @@ pub fn config_rows(config: &Config, now: Millis) -> Vec<StoredProfile> {
 }
 
 enum Write {
-    Stats(ProfileId, UsageStats),
-    Model((String, String), ModelCooldown),
+    Stats(ProfileId, Change),
+    Model((String, String), ModelChange),
     Flush(oneshot::Sender<()>),
 }
+
+type ModelKey = (String, String);
+
+/// What a snapshot's secrets unseal to: the roster, the credentials and the refresh-token
+/// versions.
+type Unsealed = (Roster, HashMap<ProfileId, Credential>, HashMap<ProfileId, Vec<u8>>);
 
 /// What ordering reads: the profile views, the stored profiles per provider and the stored
 /// explicit orders. Shared by the book and by read-only reports (`doctor`, `profiles list`).
@@ -157,15 +174,27 @@ struct Inner {
     /// The nonce of each OAuth profile's sealed refresh token: the version a refresh must
     /// still find in the store to replace it (compare-and-swap).
     token_versions: HashMap<ProfileId, Vec<u8>>,
-    model_cooldowns: HashMap<(String, String), ModelCooldown>,
+    model_cooldowns: HashMap<ModelKey, ModelCooldown>,
     probes: ProbeThrottle,
     sessions: Recent<(String, String), ProfileId>,
+    /// Changes applied here and queued, not yet written: replayed on top of what the database
+    /// says (a written batch, a reload from the feed).
+    pending: HashMap<ProfileId, VecDeque<Change>>,
+    model_pending: HashMap<ModelKey, VecDeque<ModelChange>>,
+}
+
+/// What the book and its background task share.
+struct Shared {
+    inner: Mutex<Inner>,
+    policy: RwLock<CooldownPolicy>,
+    /// The config in force (a reload of profiles from the feed needs the declared ones).
+    config: RwLock<Arc<Config>>,
+    key: Arc<MasterKey>,
 }
 
 pub struct Book {
-    inner: Mutex<Inner>,
+    shared: Arc<Shared>,
     queue: mpsc::UnboundedSender<Write>,
-    policy: std::sync::RwLock<CooldownPolicy>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -177,47 +206,17 @@ pub enum LoadError {
 }
 
 impl Book {
-    /// Loads every profile, decrypting stored secrets, and starts the writer.
-    pub async fn load(store: Arc<dyn Store>, config: &Config, key: &MasterKey, now: Millis) -> Result<Book, LoadError> {
+    /// Loads every profile, decrypting stored secrets, and starts the writer and the feed.
+    pub async fn load(
+        store: Arc<dyn Store>,
+        config: &Config,
+        key: Arc<MasterKey>,
+        now: Millis,
+    ) -> Result<Book, LoadError> {
         store.sync_config_profiles(&config_rows(config, now)).await?;
+        let seen = store.feed_head(None).await?;
         let snapshot = store.snapshot().await?;
-        let roster = Roster::new(&snapshot, config);
-        let mut credentials = HashMap::new();
-        for (id, p) in config.auth.profiles.iter() {
-            if let Some(secret) = p.secret() {
-                let c =
-                    if p.kind == ProfileType::Token { Credential::Token(secret) } else { Credential::ApiKey(secret) };
-                credentials.insert(id.clone(), c);
-            }
-        }
-        for (id, sealed) in &snapshot.secrets {
-            if config.auth.profiles.contains_key(id) {
-                continue;
-            }
-            let mut fields = HashMap::new();
-            for s in sealed {
-                fields.insert(s.field, key.open(id, s)?);
-            }
-            let c = match roster.views.get(id).map(|v| v.kind) {
-                Some(ProfileType::ApiKey) => fields.remove(&SecretField::ApiKey).map(Credential::ApiKey),
-                Some(ProfileType::Token) => fields.remove(&SecretField::Token).map(Credential::Token),
-                Some(ProfileType::OAuth) => Some(Credential::OAuth {
-                    access: fields.remove(&SecretField::AccessToken),
-                    refresh: fields.remove(&SecretField::RefreshToken),
-                }),
-                None => None,
-            };
-            if let Some(c) = c {
-                credentials.insert(id.clone(), c);
-            }
-        }
-        let token_versions = snapshot
-            .secrets
-            .iter()
-            .filter_map(|(id, s)| {
-                Some((id.clone(), s.iter().find(|s| s.field == SecretField::RefreshToken)?.nonce.clone()))
-            })
-            .collect();
+        let (roster, credentials, token_versions) = unseal(&snapshot, config, &key)?;
         let inner = Inner {
             roster,
             credentials,
@@ -225,32 +224,60 @@ impl Book {
             model_cooldowns: snapshot.model_cooldowns,
             probes: ProbeThrottle::default(),
             sessions: Recent::new(SESSION_TTL, SESSION_KEYS),
+            pending: HashMap::new(),
+            model_pending: HashMap::new(),
         };
+        let shared = Arc::new(Shared {
+            inner: Mutex::new(inner),
+            policy: RwLock::new(config.cooldown_policy()),
+            config: RwLock::new(Arc::new(config.clone())),
+            key,
+        });
         let (queue, rx) = mpsc::unbounded_channel();
-        tokio::spawn(write_loop(store, rx));
-        Ok(Book { inner: Mutex::new(inner), queue, policy: std::sync::RwLock::new(config.cooldown_policy()) })
+        tokio::spawn(write_loop(store, shared.clone(), rx, seen));
+        Ok(Book { shared, queue })
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        // A panic while holding the lock cannot leave a half-applied change: every change is
-        // computed on a copy and stored in one assignment, so the state stays usable.
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        self.shared.lock()
     }
 
-    /// The order of `provider`'s profiles for `model`, with session stickiness and pins.
-    pub fn order(
+    /// The order of `provider`'s profiles for `model` (with session stickiness and pins, less
+    /// `exclude`), and the first of them, when usable, marked used (and stuck to `session`) in
+    /// the same critical section, so that concurrent requests and leases spread over the
+    /// profiles instead of all taking the least recently used one. The mark is later than every
+    /// other profile's of the provider, even within one millisecond. True when it marked.
+    pub fn pick(
         &self,
         config: &Config,
-        provider: &str,
-        model: &str,
+        (provider, model): (&str, &str),
         session: Option<&str>,
         pin: Option<&ProfileId>,
+        exclude: &[ProfileId],
         now: Millis,
-    ) -> Result<Ordered, PinError> {
-        let inner = self.lock();
+    ) -> Result<(Ordered, bool), PinError> {
+        let policy = self.policy();
+        let mut guard = self.lock();
+        let inner = &mut *guard;
         let sticky =
             session.and_then(|s| inner.sessions.get(&(provider.to_string(), s.to_string()), now)).map(|(id, _)| id);
-        inner.roster.order(config, provider, model, sticky, pin, now)
+        let mut ordered = inner.roster.order(config, provider, model, sticky, pin, now)?;
+        ordered.slots.retain(|s| !exclude.contains(&s.id));
+        let Some(first) = ordered.slots.first().filter(|s| s.blocked.is_none()).map(|s| s.id.clone()) else {
+            return Ok((ordered, false));
+        };
+        let views = inner.roster.views.values().filter(|v| v.id.provider() == provider);
+        let latest = views.filter_map(|v| v.stats.last_used).max();
+        let change = Change::Used(latest.map_or(now, |l| now.max(l + 1)));
+        if let Some(view) = inner.roster.views.get_mut(&first) {
+            view.stats.apply(&change, &policy);
+            inner.pending.entry(first.clone()).or_default().push_back(change.clone());
+            let _ = self.queue.send(Write::Stats(first.clone(), change));
+        }
+        if let Some(s) = session {
+            inner.sessions.insert((provider.to_string(), s.to_string()), first, now);
+        }
+        Ok((ordered, true))
     }
 
     /// Every profile in force with its state at `now` (for `/metrics`).
@@ -278,20 +305,29 @@ impl Book {
         inner.model_cooldowns.get(&(provider.to_string(), model.to_string())).map(|m| m.until).filter(|u| now < *u)
     }
 
-    /// Applies `change` to a profile's stats and queues the result for the store.
-    fn update<R>(&self, id: &ProfileId, change: impl FnOnce(&mut UsageStats) -> R) -> Option<R> {
-        let mut inner = self.lock();
-        let view = inner.roster.views.get_mut(id)?;
-        let mut next = view.stats.clone();
-        let out = change(&mut next);
-        view.stats = next.clone();
-        let _ = self.queue.send(Write::Stats(id.clone(), next));
+    /// Applies `change` to a profile's stats and queues it for the store.
+    fn update(&self, id: &ProfileId, change: Change) -> Option<Option<Until>> {
+        let policy = self.policy();
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        let out = inner.roster.views.get_mut(id)?.stats.apply(&change, &policy);
+        inner.pending.entry(id.clone()).or_default().push_back(change.clone());
+        let _ = self.queue.send(Write::Stats(id.clone(), change));
         Some(out)
+    }
+
+    /// Applies `change` to a model's cooldown and queues it for the store.
+    fn update_model(&self, inner: &mut Inner, key: ModelKey, change: ModelChange) -> Option<ModelCooldown> {
+        let next = ModelCooldown::apply(inner.model_cooldowns.get(&key), &change, &self.policy())?;
+        inner.model_cooldowns.insert(key.clone(), next.clone());
+        inner.model_pending.entry(key.clone()).or_default().push_back(change.clone());
+        let _ = self.queue.send(Write::Model(key, change));
+        Some(next)
     }
 
     /// The profile was chosen for an attempt; `session` sticks to it.
     pub fn mark_used(&self, id: &ProfileId, session: Option<&str>, now: Millis) {
-        self.update(id, |s| s.mark_used(now));
+        self.update(id, Change::Used(now));
         if let Some(s) = session {
             self.lock().sessions.insert((id.provider().to_string(), s.to_string()), id.clone(), now);
         }
@@ -300,60 +336,51 @@ impl Book {
     /// The profile served `model`: its error state goes, and so does the model's own cooldown
     /// on that provider (the model exists after all).
     pub fn record_success(&self, id: &ProfileId, model: &str, now: Millis) {
-        let mut inner = self.lock();
-        if let Some(view) = inner.roster.views.get_mut(id) {
-            view.stats.record_success(model, now);
-            let _ = self.queue.send(Write::Stats(id.clone(), view.stats.clone()));
-        }
-        self.end_model_cooldown_locked(&mut inner, id.provider(), model, now);
+        self.update(id, Change::Served(model.to_string(), now));
+        self.end_model_cooldown(id.provider(), model, now);
     }
 
     /// Ends the model's cooldown on the provider (an admin's clear); whether one was active.
     pub fn end_model_cooldown(&self, provider: &str, model: &str, now: Millis) -> bool {
-        self.end_model_cooldown_locked(&mut self.lock(), provider, model, now)
-    }
-
-    fn end_model_cooldown_locked(&self, inner: &mut Inner, provider: &str, model: &str, now: Millis) -> bool {
+        let mut inner = self.lock();
         if inner.model_cooldowns.is_empty() {
             return false;
         }
         let key = (provider.to_string(), model.to_string());
-        let Some(m) = inner.model_cooldowns.get_mut(&key).filter(|m| now < m.until) else { return false };
-        *m = ModelCooldown { until: now, error_count: 0, last_failure_at: m.last_failure_at };
-        let _ = self.queue.send(Write::Model(key, m.clone()));
+        if inner.model_cooldowns.get(&key).is_none_or(|m| now >= m.until) {
+            return false;
+        }
+        self.update_model(&mut inner, key, ModelChange::Ended(now));
         true
     }
 
     /// Records a failure; returns the end of the window the profile is now in.
     pub fn record_failure(&self, id: &ProfileId, failure: &Failure, now: Millis) -> Option<Until> {
-        let policy = self.policy();
-        self.update(id, |s| s.record_failure(failure, now, &policy)).flatten()
+        self.update(id, Change::Failed(failure.clone(), now)).flatten()
     }
 
     /// Counts a failed call that is retried on the same profile (no window).
     pub fn count_failure(&self, id: &ProfileId, reason: Reason, now: Millis) {
-        let policy = self.policy();
-        self.update(id, |s| s.count_failure(reason, now, &policy));
+        self.update(id, Change::Counted(reason, now));
     }
 
     /// model_not_found: cools the model on the provider for every profile; returns its end.
     pub fn record_model_not_found(&self, provider: &str, model: &str, now: Millis, started_at: Millis) -> Millis {
         let mut inner = self.lock();
         let key = (provider.to_string(), model.to_string());
-        let next = ModelCooldown::after_failure(inner.model_cooldowns.get(&key), now, started_at, &self.policy());
-        let until = next.until;
-        inner.model_cooldowns.insert(key.clone(), next.clone());
-        let _ = self.queue.send(Write::Model(key, next));
-        until
+        let next = self.update_model(&mut inner, key, ModelChange::NotFound { now, started_at });
+        next.expect("a model_not_found always leaves a cooldown").until
     }
 
     fn policy(&self) -> CooldownPolicy {
-        self.policy.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.shared.policy()
     }
 
-    /// New cooldown durations (a config reload) for the failures recorded from now on.
-    pub fn set_policy(&self, policy: CooldownPolicy) {
-        *self.policy.write().unwrap_or_else(|e| e.into_inner()) = policy;
+    /// A config reload: new cooldown durations for the failures recorded from now on, and the
+    /// declared profiles a reload from the feed builds on.
+    pub fn set_config(&self, config: &Config) {
+        *self.shared.policy.write().unwrap_or_else(|e| e.into_inner()) = config.cooldown_policy();
+        *self.shared.config.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(config.clone());
     }
 
     /// A snapshot of what ordering reads (for listings; the hot path never copies it).
@@ -471,11 +498,13 @@ impl Book {
     /// Returns how many profiles were reset.
     pub fn sweep(&self, now: Millis) -> usize {
         let policy = self.policy();
-        let mut inner = self.lock();
+        let mut guard = self.lock();
+        let inner = &mut *guard;
         let mut reset = 0;
         for (id, view) in inner.roster.views.iter_mut() {
             if view.stats.expire(now, &policy) {
-                let _ = self.queue.send(Write::Stats(id.clone(), view.stats.clone()));
+                inner.pending.entry(id.clone()).or_default().push_back(Change::Expired(now));
+                let _ = self.queue.send(Write::Stats(id.clone(), Change::Expired(now)));
                 reset += 1;
             }
         }
@@ -494,9 +523,9 @@ impl Book {
         });
     }
 
-    /// An admin cleared the profile's cooldown and disabled state.
-    pub fn clear(&self, id: &ProfileId) -> bool {
-        self.update(id, UsageStats::clear_errors).is_some()
+    /// An admin cleared the profile's cooldown and disabled state at `now`.
+    pub fn clear(&self, id: &ProfileId, now: Millis) -> bool {
+        self.update(id, Change::Cleared(now)).is_some()
     }
 
     /// Waits until every change made so far is written.
@@ -513,64 +542,256 @@ impl Book {
     }
 }
 
-/// The writer: drains whatever is queued, keeps the latest state per key, writes it in one
-/// transaction, then answers the flushes that were waiting on that batch.
-async fn write_loop(store: Arc<dyn Store>, mut rx: mpsc::UnboundedReceiver<Write>) {
+/// The background task: writes the queued changes in batches, and reads the change feed
+/// between them. One task does both, so a reload never races a batch being written.
+async fn write_loop(store: Arc<dyn Store>, shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Write>, mut seen: i64) {
     const BATCH: usize = 512;
     let mut buf = Vec::with_capacity(BATCH);
-    while rx.recv_many(&mut buf, BATCH).await > 0 {
-        let mut stats: Vec<(ProfileId, UsageStats)> = Vec::new();
-        let mut models: Vec<((String, String), ModelCooldown)> = Vec::new();
-        let mut waiting = Vec::new();
-        for w in buf.drain(..) {
-            match w {
-                Write::Stats(id, s) => match stats.iter_mut().find(|(i, _)| *i == id) {
-                    Some(slot) => slot.1 = s,
-                    None => stats.push((id, s)),
-                },
-                Write::Model(k, m) => match models.iter_mut().find(|(key, _)| *key == k) {
-                    Some(slot) => slot.1 = m,
-                    None => models.push((k, m)),
-                },
-                Write::Flush(tx) => waiting.push(tx),
+    let mut feed = tokio::time::interval(FEED_EVERY);
+    feed.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            n = rx.recv_many(&mut buf, BATCH) => {
+                if n == 0 {
+                    return;
+                }
+                let mut stats: Vec<(ProfileId, Vec<Change>)> = Vec::new();
+                let mut models: Vec<(ModelKey, Vec<ModelChange>)> = Vec::new();
+                let mut waiting = Vec::new();
+                for w in buf.drain(..) {
+                    match w {
+                        Write::Stats(id, c) => match stats.iter_mut().find(|(i, _)| *i == id) {
+                            Some(slot) => slot.1.push(c),
+                            None => stats.push((id, vec![c])),
+                        },
+                        Write::Model(k, c) => match models.iter_mut().find(|(key, _)| *key == k) {
+                            Some(slot) => slot.1.push(c),
+                            None => models.push((k, vec![c])),
+                        },
+                        Write::Flush(tx) => waiting.push(tx),
+                    }
+                }
+                if let Some(feed) = write_batch(store.as_ref(), &shared, &stats, &models).await
+                    && feed.0 == seen
+                {
+                    seen = feed.1; // the entries in between are this batch's own
+                }
+                for tx in waiting {
+                    let _ = tx.send(());
+                }
             }
-        }
-        write_batch(store.as_ref(), &stats, &models).await;
-        for tx in waiting {
-            let _ = tx.send(());
+            _ = feed.tick() => match follow(store.as_ref(), &shared, seen).await {
+                Ok(head) => seen = head,
+                Err(e) => tracing::warn!(error = %e, "reading the change feed failed; retrying"),
+            },
         }
     }
 }
 
-/// Writes one batch. A failing batch is retried with backoff (the database may be busy or
-/// briefly unavailable); if it keeps failing, rows are written one by one so that one bad row
-/// cannot hold back the others, and each row that still fails is logged with its key.
+/// Writes one batch of changes and puts the rows written back into the book. A failing batch
+/// is retried with backoff (the database may be busy or briefly unavailable); if it keeps
+/// failing, profiles are written one by one so that one bad row cannot hold back the others,
+/// and each that still fails is logged with its key. Returns the feed's head before and after
+/// the batch, when it was written whole.
 async fn write_batch(
     store: &dyn Store,
-    stats: &[(ProfileId, UsageStats)],
-    models: &[((String, String), ModelCooldown)],
-) {
-    let mut delay = std::time::Duration::from_millis(50);
+    shared: &Shared,
+    stats: &[(ProfileId, Vec<Change>)],
+    models: &[(ModelKey, Vec<ModelChange>)],
+) -> Option<(i64, i64)> {
+    let mut delay = Duration::from_millis(50);
     for attempt in 1..=5 {
-        let res = match store.save_stats(stats).await {
-            Ok(()) => store.save_model_cooldowns(models).await,
-            Err(e) => Err(e),
-        };
-        match res {
-            Ok(()) => return,
+        match store.apply(stats, models, &shared.policy()).await {
+            Ok(applied) => {
+                shared.settle(stats, models, applied.stats, applied.models);
+                return Some(applied.feed);
+            }
             Err(e) => tracing::warn!(error = %e, attempt, "writing usage stats failed; retrying"),
         }
         tokio::time::sleep(delay).await;
         delay *= 2;
     }
     for row in stats {
-        if let Err(e) = store.save_stats(std::slice::from_ref(row)).await {
-            tracing::error!(profile = %row.0, error = %e, "usage stats of this profile could not be written");
+        match store.apply(std::slice::from_ref(row), &[], &shared.policy()).await {
+            Ok(applied) => shared.settle(std::slice::from_ref(row), &[], applied.stats, vec![]),
+            Err(e) => {
+                tracing::error!(profile = %row.0, error = %e, "usage stats of this profile could not be written");
+                shared.settle(std::slice::from_ref(row), &[], vec![], vec![]);
+            }
         }
     }
     for row in models {
-        if let Err(e) = store.save_model_cooldowns(std::slice::from_ref(row)).await {
-            tracing::error!(provider = %row.0.0, model = %row.0.1, error = %e, "model cooldown could not be written");
+        match store.apply(&[], std::slice::from_ref(row), &shared.policy()).await {
+            Ok(applied) => shared.settle(&[], std::slice::from_ref(row), vec![], applied.models),
+            Err(e) => {
+                tracing::error!(provider = %row.0.0, model = %row.0.1, error = %e, "model cooldown could not be written");
+                shared.settle(&[], std::slice::from_ref(row), vec![], vec![]);
+            }
+        }
+    }
+    None
+}
+
+/// Reads the change feed after `seen` and reloads what changed; returns the new position.
+async fn follow(store: &dyn Store, shared: &Shared, seen: i64) -> Result<i64, LoadError> {
+    let entries = store.changes_after(seen).await?;
+    let Some(head) = entries.last().map(|e| e.seq) else { return Ok(seen) };
+    let kinds = |k: &str| entries.iter().any(|e| e.kind == k);
+    if kinds("profile") || kinds("order") {
+        let snapshot = store.snapshot().await?;
+        shared.reload(snapshot)?;
+        return Ok(head);
+    }
+    let mut ids: Vec<ProfileId> =
+        entries.iter().filter(|e| e.kind == "stats").filter_map(|e| e.key.parse().ok()).collect();
+    ids.sort();
+    ids.dedup();
+    if !ids.is_empty() {
+        shared.refresh_stats(store.stats_of(&ids).await?);
+    }
+    if kinds("model") {
+        shared.refresh_models(store.model_cooldowns().await?);
+    }
+    Ok(head)
+}
+
+/// The stored roster, credentials and refresh-token versions of a snapshot.
+fn unseal(
+    snapshot: &Snapshot,
+    config: &Config,
+    key: &MasterKey,
+) -> Result<Unsealed, OpenError> {
+    let roster = Roster::new(snapshot, config);
+    let mut credentials = HashMap::new();
+    for (id, p) in config.auth.profiles.iter() {
+        if let Some(secret) = p.secret() {
+            let c = if p.kind == ProfileType::Token { Credential::Token(secret) } else { Credential::ApiKey(secret) };
+            credentials.insert(id.clone(), c);
+        }
+    }
+    for (id, sealed) in &snapshot.secrets {
+        if config.auth.profiles.contains_key(id) {
+            continue;
+        }
+        let mut fields = HashMap::new();
+        for s in sealed {
+            fields.insert(s.field, key.open(id, s)?);
+        }
+        let c = match roster.views.get(id).map(|v| v.kind) {
+            Some(ProfileType::ApiKey) => fields.remove(&SecretField::ApiKey).map(Credential::ApiKey),
+            Some(ProfileType::Token) => fields.remove(&SecretField::Token).map(Credential::Token),
+            Some(ProfileType::OAuth) => Some(Credential::OAuth {
+                access: fields.remove(&SecretField::AccessToken),
+                refresh: fields.remove(&SecretField::RefreshToken),
+            }),
+            None => None,
+        };
+        if let Some(c) = c {
+            credentials.insert(id.clone(), c);
+        }
+    }
+    let token_versions = snapshot
+        .secrets
+        .iter()
+        .filter_map(|(id, s)| {
+            Some((id.clone(), s.iter().find(|s| s.field == SecretField::RefreshToken)?.nonce.clone()))
+        })
+        .collect();
+    Ok((roster, credentials, token_versions))
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock cannot leave a half-applied change: every change is
+        // computed in one step and stored in one assignment, so the state stays usable.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn policy(&self) -> CooldownPolicy {
+        self.policy.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// A batch was written (or given up): its changes leave the pending queues, and the rows
+    /// as stored, with what was queued since replayed on top, become the book's state.
+    fn settle(
+        &self,
+        stats: &[(ProfileId, Vec<Change>)],
+        models: &[(ModelKey, Vec<ModelChange>)],
+        stored: Vec<(ProfileId, UsageStats)>,
+        stored_models: Vec<(ModelKey, ModelCooldown)>,
+    ) {
+        let policy = self.policy();
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        for (id, changes) in stats {
+            if let Some(q) = inner.pending.get_mut(id) {
+                q.drain(..changes.len().min(q.len()));
+            }
+        }
+        for (key, changes) in models {
+            if let Some(q) = inner.model_pending.get_mut(key) {
+                q.drain(..changes.len().min(q.len()));
+            }
+        }
+        inner.pending.retain(|_, q| !q.is_empty());
+        inner.model_pending.retain(|_, q| !q.is_empty());
+        inner.put_stats(stored, &policy);
+        inner.put_models(stored_models, &policy);
+    }
+
+    fn refresh_stats(&self, stored: Vec<(ProfileId, Option<UsageStats>)>) {
+        let policy = self.policy();
+        self.lock().put_stats(stored.into_iter().filter_map(|(id, s)| Some((id, s?))).collect(), &policy);
+    }
+
+    fn refresh_models(&self, stored: HashMap<ModelKey, ModelCooldown>) {
+        let policy = self.policy();
+        self.lock().put_models(stored.into_iter().collect(), &policy);
+    }
+
+    /// Profiles, secrets or orders changed in the database: the roster and credentials are
+    /// rebuilt from it; sessions and probe throttles stay.
+    fn reload(&self, snapshot: Snapshot) -> Result<(), LoadError> {
+        let config = self.config.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let (mut roster, credentials, token_versions) = unseal(&snapshot, &config, &self.key)?;
+        let policy = self.policy();
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        for (id, view) in roster.views.iter_mut() {
+            for c in inner.pending.get(id).into_iter().flatten() {
+                view.stats.apply(c, &policy);
+            }
+        }
+        inner.pending.retain(|id, _| roster.views.contains_key(id));
+        inner.roster = roster;
+        inner.credentials = credentials;
+        inner.token_versions = token_versions;
+        inner.put_models(snapshot.model_cooldowns.into_iter().collect(), &policy);
+        Ok(())
+    }
+}
+
+impl Inner {
+    /// Stats as stored become the profiles' state, with their pending changes replayed.
+    fn put_stats(&mut self, stored: Vec<(ProfileId, UsageStats)>, policy: &CooldownPolicy) {
+        for (id, mut s) in stored {
+            let Some(view) = self.roster.views.get_mut(&id) else { continue };
+            for c in self.pending.get(&id).into_iter().flatten() {
+                s.apply(c, policy);
+            }
+            view.stats = s;
+        }
+    }
+
+    fn put_models(&mut self, stored: Vec<(ModelKey, ModelCooldown)>, policy: &CooldownPolicy) {
+        for (key, m) in stored {
+            let mut m = Some(m);
+            for c in self.model_pending.get(&key).into_iter().flatten() {
+                m = ModelCooldown::apply(m.as_ref(), c, policy);
+            }
+            if let Some(m) = m {
+                self.model_cooldowns.insert(key, m);
+            }
         }
     }
 }

@@ -72,11 +72,11 @@ impl App {
         tracing::info!(key_id = key.id(), from = %origin, database = %db_path.display(), "master key ready");
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let store: Arc<dyn Store> = Arc::new(store);
-        let book = Arc::new(Book::load(store.clone(), &config, &key, clock.now()).await?);
+        let key = Arc::new(key);
+        let book = Arc::new(Book::load(store.clone(), &config, key.clone(), clock.now()).await?);
         book.sweep_every(std::time::Duration::from_secs(1), clock.clone());
         let audit = Audit::start(store.clone());
         let upstream = Upstream::new(&config.timeouts);
-        let key = Arc::new(key);
         let refresher = Arc::new(Refresher::new(book.clone(), store.clone(), key.clone(), clock.clone()));
         let engine = Arc::new(Engine::new(
             Settings::new(config),

@@ -298,8 +298,6 @@ async fn refused_reports_change_nothing_and_say_why() {
     let rota = Rota::start(&config(&base, "[leases]\nttl = \"1s\""), &KEYS).await;
     let key = rota.agent_key.clone();
     let ok = json!({"outcome": "success", "http_status": 200});
-    let before = stats(&rota).await;
-
     // Unknown and malformed ids.
     let unknown = format!("/api/v1/leases/{}/report", uuid::Uuid::new_v4());
     let (code, v) = rota.api("POST", &unknown, Some(&key), Some(ok.clone())).await;
@@ -310,6 +308,7 @@ async fn refused_reports_change_nothing_and_say_why() {
 
     // A report from another agent: refused, and the lease stays good for its owner.
     let (_, lease) = rota.api("POST", "/api/v1/leases", Some(&key), Some(json!({}))).await;
+    let before = stats(&rota).await; // the lease marked its profile used as it chose it
     let path = format!("/api/v1/leases/{}/report", lease["lease_id"].as_str().unwrap());
     let (code, v) = rota.api("POST", &path, Some(&rota.admin_key), Some(ok.clone())).await;
     assert_eq!((code, v["error"]["type"].as_str()), (403, Some("forbidden")));
@@ -339,11 +338,12 @@ async fn refused_reports_change_nothing_and_say_why() {
     // An unreported lease expires: audited as cancelled, no stats change; a late report is refused.
     let (_, lease) = rota.api("POST", "/api/v1/leases", Some(&key), Some(json!({}))).await;
     assert_eq!(lease["profile_id"], "openai:k2", "least recently used first");
+    let issued = stats(&rota).await; // marked used as it was chosen
     tokio::time::sleep(Duration::from_millis(2300)).await;
     let path = format!("/api/v1/leases/{}/report", lease["lease_id"].as_str().unwrap());
     let (code, v) = rota.api("POST", &path, Some(&key), Some(json!({"outcome": "failure", "http_status": 429}))).await;
     assert_eq!((code, v["error"]["type"].as_str()), (410, Some("lease_expired")), "{v}");
-    assert_eq!(stats(&rota).await, after_one, "an expired lease changes no stats");
+    assert_eq!(stats(&rota).await, issued, "an expired lease changes no stats");
     let (reason, status): (Option<String>, i64) = sqlx::query_as(
         "SELECT a.reason, r.status FROM attempts a JOIN requests r ON r.id = a.request_id WHERE a.profile_id = 'openai:k2'",
     )
@@ -415,4 +415,35 @@ async fn leases_outstanding_at_shutdown_are_audited_as_cancelled() {
     assert_eq!((row.1.as_deref(), row.3), (Some("cancelled"), 499));
     assert!(row.2.unwrap().starts_with("rota shut down before the lease was reported"));
     assert_eq!(stats(&rota).await, before);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sixty_four_concurrent_leases_spread_evenly_over_four_profiles() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let keys = [
+        ("openai:k1", "sk-a-0001"),
+        ("openai:k2", "sk-b-0002"),
+        ("openai:k3", "sk-c-0003"),
+        ("openai:k4", "sk-d-0004"),
+    ];
+    let rota = std::sync::Arc::new(Rota::start(&config(&base, ""), &keys).await);
+    let tasks: Vec<_> = (0..64)
+        .map(|_| {
+            let rota = rota.clone();
+            tokio::spawn(async move {
+                let (code, lease) = rota
+                    .api("POST", "/api/v1/leases", Some(&rota.agent_key), Some(json!({"model": "openai/gpt-4.1"})))
+                    .await;
+                assert_eq!(code, 201, "{lease}");
+                lease["profile_id"].as_str().unwrap().to_string()
+            })
+        })
+        .collect();
+    let mut per_profile = std::collections::BTreeMap::<String, usize>::new();
+    for t in tasks {
+        *per_profile.entry(t.await.unwrap()).or_default() += 1;
+    }
+    assert_eq!(per_profile.len(), 4, "{per_profile:?}");
+    assert!(per_profile.values().all(|n| (14..=18).contains(n)), "16 ± 2 each: {per_profile:?}");
 }

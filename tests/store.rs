@@ -46,7 +46,7 @@ async fn usage_stats_survive_a_restart_exactly() {
         let store = SqliteStore::open(&path).await.unwrap();
         add_key(&store, &k, "openai:a", "sk-a").await;
         add_key(&store, &k, "openai:b", "sk-b").await;
-        let book = Book::load(Arc::new(store.clone()), &config, &k, T0).await.unwrap();
+        let book = Book::load(Arc::new(store.clone()), &config, Arc::new(key()), T0).await.unwrap();
         let a = id("openai:a");
         book.mark_used(&a, None, T0);
         book.record_failure(&a, &failure(Reason::RateLimit, "gpt-4.1", T0), T0 + 5);
@@ -96,7 +96,7 @@ async fn usage_stats_survive_a_restart_exactly() {
     assert_eq!(snap.stats[&id("openai:a")], before.0);
     assert_eq!(snap.stats[&id("openai:b")], before.1);
     assert_eq!(snap.model_cooldowns[&("openai".to_string(), "gpt-9".to_string())].until, T0 + 60 + 60_000);
-    let book = Book::load(Arc::new(store), &config, &k, T0 + 100).await.unwrap();
+    let book = Book::load(Arc::new(store), &config, Arc::new(key()), T0 + 100).await.unwrap();
     assert_eq!(book.stats(&id("openai:a")).unwrap(), before.0);
     assert_eq!(book.model_cooled_until("openai", "gpt-9", T0 + 100), Some(T0 + 60 + 60_000));
     match book.credential(&id("openai:b")).unwrap() {
@@ -112,7 +112,7 @@ async fn two_hundred_concurrent_failures_on_one_profile_lose_nothing() {
     let config = Config::from_toml(CONFIG).unwrap();
     let store = SqliteStore::open(&path).await.unwrap();
     add_key(&store, &key(), "openai:hot", "sk-hot").await;
-    let book = Arc::new(Book::load(Arc::new(store.clone()), &config, &key(), T0).await.unwrap());
+    let book = Arc::new(Book::load(Arc::new(store.clone()), &config, Arc::new(key()), T0).await.unwrap());
     let hot = id("openai:hot");
     let tasks: Vec<_> = (0..200)
         .map(|i| {
@@ -137,6 +137,50 @@ async fn two_hundred_concurrent_failures_on_one_profile_lose_nothing() {
     let reopened = SqliteStore::open(&path).await.unwrap();
     let on_disk = &reopened.snapshot().await.unwrap().stats[&hot];
     assert_eq!(on_disk, &mem);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_instances_times_two_hundred_concurrent_failures_on_one_profile_lose_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rota.db");
+    let config = Config::from_toml(CONFIG).unwrap();
+    let first = SqliteStore::open(&path).await.unwrap();
+    add_key(&first, &key(), "openai:hot", "sk-hot").await;
+    let mut books = Vec::new();
+    for _ in 0..3 {
+        let store = SqliteStore::open(&path).await.unwrap();
+        books.push(Arc::new(Book::load(Arc::new(store), &config, Arc::new(key()), T0).await.unwrap()));
+    }
+    let hot = id("openai:hot");
+    let mut tasks = Vec::new();
+    for book in &books {
+        for i in 0..200 {
+            let (book, hot) = (book.clone(), hot.clone());
+            tasks.push(tokio::spawn(async move {
+                book.record_failure(&hot, &failure(Reason::RateLimit, "gpt-4.1", T0), T0 + 1 + i);
+            }));
+        }
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    for book in &books {
+        book.flush().await;
+    }
+    let stored = first.snapshot().await.unwrap().stats[&hot].clone();
+    assert_eq!((stored.failure_total, stored.error_count, stored.failure_counts[&Reason::RateLimit]), (600, 600, 600));
+    // Every call was in flight before the window opened (burst guard): one window at step 1.
+    let windows: Vec<_> = stored.cooldowns.iter().map(|c| (c.step, c.until - c.opened_at)).collect();
+    assert_eq!(windows, [(1, 60_000)]);
+    assert!((T0 + 1..=T0 + 200).contains(&stored.cooldowns[0].opened_at));
+    // Each instance's book comes to hold what the database holds, through the change feed.
+    let started = std::time::Instant::now();
+    for book in &books {
+        while book.stats(&hot).unwrap() != stored {
+            assert!(started.elapsed() < std::time::Duration::from_secs(2), "{:?} vs {stored:?}", book.stats(&hot));
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
 }
 
 #[tokio::test]
@@ -239,7 +283,7 @@ async fn stats_written_after_a_removal_do_not_resurrect_the_profile() {
     let store = SqliteStore::open(&dir.path().join("rota.db")).await.unwrap();
     let config = Config::from_toml(CONFIG).unwrap();
     add_key(&store, &key(), "openai:a", "sk-a").await;
-    let book = Book::load(Arc::new(store.clone()), &config, &key(), T0).await.unwrap();
+    let book = Book::load(Arc::new(store.clone()), &config, Arc::new(key()), T0).await.unwrap();
     store.remove_profile(&id("openai:a")).await.unwrap();
     assert_eq!(book.record_failure(&id("openai:a"), &failure(Reason::Auth, "m", T0), T0), Some(Until::At(T0 + 60_000)));
     book.flush().await;

@@ -283,7 +283,7 @@ async fn clear_profile(
     Path(id): Path<String>,
 ) -> Result<Json<ProfileInfo>, ApiError> {
     let id = profile_id(&id)?;
-    if !state.engine.book.clear(&id) {
+    if !state.engine.book.clear(&id, state.engine.clock.now()) {
         return Err(ApiError::not_found(format!("profile {id} does not exist")));
     }
     state.engine.book.flush().await;

@@ -491,7 +491,6 @@ async fn report(
     };
     let Live { agent: name, mut walk, settings, attempt, mut row, issued_at, .. } = live;
     let book = &engine.book;
-    book.mark_used(&attempt.pid, walk.session(), issued_at);
     row.duration_ms = Some(now - issued_at);
     let request_id = walk.trail.request_id.clone();
     let usage = report.usage.unwrap_or_default();

@@ -107,7 +107,7 @@ pub async fn complete(state: &AppState, provider: &str, granted: Granted) -> Res
     let book = &state.engine.book;
     book.set_tokens(&profile, Credential::OAuth { access: Some(granted.access), refresh: granted.refresh }, version);
     book.set_enabled(&id, true);
-    book.clear(&id); // a new login ends "needs re-login" and any cooldown
+    book.clear(&id, now); // a new login ends "needs re-login" and any cooldown
     tracing::info!(profile = %id, added, "OAuth login");
     Ok(id)
 }

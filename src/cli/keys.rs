@@ -1,7 +1,7 @@
 //! `rota rotate-key` and `rota login`.
 
 use crate::config::Config;
-use crate::engine::{ProfileId, ProfileType};
+use crate::engine::{Change, ProfileId, ProfileType};
 use crate::oauth;
 use crate::secrets::{
     KeyOrigin, SecretField, check_key, find_key, key_file_for, new_key, pending_key_file, resolve_key, write_key_file,
@@ -124,10 +124,7 @@ pub async fn login(config: &Config, provider: &str, device: bool) -> Result<()> 
     profile.email = email;
     let added = store.save_login(&profile, &sealed).await?;
     // A new login ends "needs re-login" and any cooldown.
-    if let Some(mut stats) = store.snapshot().await?.stats.remove(&id) {
-        stats.clear_errors();
-        store.save_stats(&[(id.clone(), stats)]).await?;
-    }
+    store.apply(&[(id.clone(), vec![Change::Cleared(now())])], &[], &config.cooldown_policy()).await?;
     println!(
         "{} {id}{}",
         if added { "added" } else { "updated" },

@@ -2,7 +2,7 @@
 
 use crate::book::Roster;
 use crate::config::Config;
-use crate::engine::{ProfileId, ProfileType};
+use crate::engine::{Change, ModelChange, ProfileId, ProfileType};
 use crate::profiles as rules;
 use crate::secrets::resolve_key;
 use crate::status::{Status, time};
@@ -80,10 +80,12 @@ pub async fn run(config: &Config, cmd: ProfilesCommand) -> Result<()> {
         ProfilesCommand::Clear { id, .. } => {
             let id = parse_id(&id.expect("clap requires an id without --model"))?;
             let store = open(config).await?;
-            let snap = store.snapshot().await?;
-            let mut stats = snap.stats.get(&id).cloned().ok_or_else(|| not_found(StoreError::NotFound(id.clone())))?;
-            stats.clear_errors();
-            store.save_stats(&[(id.clone(), stats)]).await?;
+            let now = chrono::Utc::now().timestamp_millis();
+            let applied =
+                store.apply(&[(id.clone(), vec![Change::Cleared(now)])], &[], &config.cooldown_policy()).await?;
+            if applied.stats.is_empty() {
+                return Err(not_found(StoreError::NotFound(id)));
+            }
             println!("cleared cooldown and disabled state of {id}");
             Ok(())
         }
@@ -98,13 +100,12 @@ async fn clear_model(config: &Config, model_ref: &str) -> Result<()> {
     let store = open(config).await?;
     let now = chrono::Utc::now().timestamp_millis();
     let key = (provider.to_string(), model.to_string());
-    match store.snapshot().await?.model_cooldowns.get(&key).filter(|m| now < m.until) {
-        Some(m) => {
-            let ended = crate::engine::ModelCooldown { until: now, error_count: 0, last_failure_at: m.last_failure_at };
-            store.save_model_cooldowns(&[(key, ended)]).await?;
-            println!("cleared the cooldown of {model_ref}");
-        }
-        None => println!("{model_ref} has no active cooldown"),
+    let active = store.snapshot().await?.model_cooldowns.get(&key).is_some_and(|m| now < m.until);
+    if active {
+        store.apply(&[], &[(key, vec![ModelChange::Ended(now)])], &config.cooldown_policy()).await?;
+        println!("cleared the cooldown of {model_ref}");
+    } else {
+        println!("{model_ref} has no active cooldown");
     }
     Ok(())
 }

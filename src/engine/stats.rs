@@ -126,6 +126,29 @@ pub struct UsageStats {
     /// survives the expiry of the windows (unlike the counters) and resets on a success or an
     /// admin clear.
     pub billing_step: u32,
+    /// When an admin last cleared the profile (or an account logged in again): failures from
+    /// before it open no window, whenever their write lands.
+    pub cleared_at: Option<Millis>,
+}
+
+/// One change of a profile's usage stats. The book applies it at once; the store replays it on
+/// the stored row in the database's commit order, so that concurrent writers (the CLI, other
+/// instances) never lose each other's updates. Each change carries its own time: one that lands
+/// late is judged at that time (docs/scale.md, "merge rules").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// Chosen for an attempt.
+    Used(Millis),
+    /// A failed attempt (`record_failure`).
+    Failed(Failure, Millis),
+    /// A failed call that is retried on the same profile (`count_failure`).
+    Counted(Reason, Millis),
+    /// Served this model.
+    Served(String, Millis),
+    /// An admin cleared the profile, or its account logged in again.
+    Cleared(Millis),
+    /// The sweep: windows that have ended go.
+    Expired(Millis),
 }
 
 /// What the engine needs to know about one failed attempt.
@@ -182,30 +205,59 @@ impl UsageStats {
         self.cooldowns.iter().any(|c| c.model.is_none() && now < c.until)
     }
 
+    /// Applies one change; returns what `record_failure` returns for a failure.
+    pub fn apply(&mut self, change: &Change, policy: &CooldownPolicy) -> Option<Until> {
+        match change {
+            Change::Used(now) => self.mark_used(*now),
+            Change::Failed(f, now) => return self.record_failure(f, *now, policy),
+            Change::Counted(reason, now) => {
+                self.count_failure(*reason, *now, policy);
+            }
+            Change::Served(model, now) => self.record_success(model, *now),
+            Change::Cleared(now) => self.clear_errors(*now),
+            Change::Expired(now) => {
+                self.expire(*now, policy);
+            }
+        }
+        None
+    }
+
     /// The profile was chosen for an attempt (set at selection, so concurrent requests spread).
+    /// The later time wins.
     pub fn mark_used(&mut self, now: Millis) {
-        self.last_used = Some(now);
+        self.last_used = self.last_used.max(Some(now));
     }
 
     /// The profile served `model`: the disabled lane, the windows that cover `model`, the
     /// counters and the billing step go. Another model's window stays: it is that model's own
-    /// evidence, and runs out on its own.
+    /// evidence, and runs out on its own. A window opened after `now` (a failure whose write
+    /// landed first) stays too.
     pub fn record_success(&mut self, model: &str, now: Millis) {
-        self.cooldowns.retain(|c| c.model.as_deref().is_some_and(|m| m != model) && now < c.until);
-        self.disabled = None;
-        self.reset_counters();
-        self.billing_step = 0;
-        self.last_success_at = Some(now);
+        let later = |opened: Millis| opened > now;
+        self.cooldowns
+            .retain(|c| now < c.until && (c.model.as_deref().is_some_and(|m| m != model) || later(c.opened_at)));
+        if !self.window_opened_at.is_some_and(later) {
+            self.disabled = None;
+        }
+        if self.last_failure_at.is_none_or(|t| t <= now) {
+            self.reset_counters();
+            self.billing_step = 0;
+        }
+        self.last_success_at = self.last_success_at.max(Some(now));
         self.success_count += 1;
     }
 
-    /// An admin cleared the profile: both lanes, every window, the counters since the last
-    /// reset and the billing step.
-    pub fn clear_errors(&mut self) {
-        self.cooldowns.clear();
-        self.disabled = None;
+    /// An admin cleared the profile at `now`: both lanes and every window opened until then,
+    /// the counters and the billing step. Failures from before `now` that land later open no
+    /// window.
+    pub fn clear_errors(&mut self, now: Millis) {
+        self.cooldowns.retain(|c| c.opened_at > now);
+        if self.window_opened_at.is_none_or(|o| o <= now) {
+            self.disabled = None;
+        }
         self.reset_counters();
         self.billing_step = 0;
+        self.cleared_at = self.cleared_at.max(Some(now));
     }
 
     fn reset_counters(&mut self) {
@@ -242,11 +294,17 @@ impl UsageStats {
         if !reason.counts() {
             return false;
         }
-        self.expire(now, policy);
+        self.failure_total += 1;
+        let cleared_since = self.cleared_at.is_some_and(|c| now < c);
+        if !cleared_since {
+            self.expire(now, policy);
+        }
+        self.last_failure_at = self.last_failure_at.max(Some(now));
+        if cleared_since {
+            return false; // an admin cleared the profile after it: lifetime counter only
+        }
         self.error_count += 1;
         *self.failure_counts.entry(reason).or_default() += 1;
-        self.failure_total += 1;
-        self.last_failure_at = Some(now);
         true
     }
 
@@ -261,6 +319,12 @@ impl UsageStats {
         let mark = f.reason.mark();
         if !matches!(mark, Mark::CooldownModel | Mark::CooldownProfile | Mark::Disabled) {
             return None;
+        }
+        // The account served after this failure (its write landed late): nothing profile-wide.
+        let served_since = self.last_success_at.is_some_and(|t| t > now);
+        let model_scoped = mark == Mark::CooldownModel && !f.account_wide;
+        if served_since && !model_scoped {
+            return self.blocked_until(&f.model, now);
         }
         if f.reason == Reason::AuthPermanent && !f.claim {
             self.disabled = Some(Disabled { until: None, reason: f.reason });
@@ -320,7 +384,30 @@ pub struct ModelCooldown {
     pub last_failure_at: Millis,
 }
 
+/// A change of a model's cooldown on a provider, replayed like `Change`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ModelChange {
+    /// A `model_not_found` of a call that started at `started_at`.
+    NotFound { now: Millis, started_at: Millis },
+    /// A success of the model, or an admin's clear.
+    Ended(Millis),
+}
+
 impl ModelCooldown {
+    /// The state after `change`; `None` when there is none.
+    pub fn apply(prev: Option<&ModelCooldown>, change: &ModelChange, policy: &CooldownPolicy) -> Option<ModelCooldown> {
+        match *change {
+            ModelChange::NotFound { now, started_at } => {
+                Some(ModelCooldown::after_failure(prev, now, started_at, policy))
+            }
+            // A window opened after `now` (its write landed first) stays.
+            ModelChange::Ended(now) => prev.map(|p| match p.until > now && p.last_failure_at <= now {
+                true => ModelCooldown { until: now, error_count: 0, last_failure_at: p.last_failure_at },
+                false => p.clone(),
+            }),
+        }
+    }
+
     /// The next state after one more model_not_found, on the same ladder and resets as profiles.
     /// `started_at`: when the failed call started; calls already in flight when the window was
     /// last escalated are a burst and do not escalate it again (the burst guard).
@@ -620,8 +707,48 @@ mod tests {
         let end = s.record_failure(&fail(Reason::AuthPermanent, T0), T0, &p());
         assert_eq!(end, Some(Until::Cleared));
         assert_eq!(s.blocked_until("m1", T0 + 365 * 24 * 60 * MIN), Some(Until::Cleared));
-        s.clear_errors();
-        assert_eq!(s.blocked_until("m1", T0), None);
+        s.clear_errors(T0 + 1);
+        assert_eq!(s.blocked_until("m1", T0 + 1), None);
+    }
+
+    #[test]
+    fn a_clear_wins_over_windows_before_it_and_loses_to_failures_after_it_whenever_they_land() {
+        let mut s = UsageStats::default();
+        s.record_failure(&fail(Reason::RateLimit, T0), T0, &p());
+        s.clear_errors(T0 + 10);
+        // A failure from before the clear lands late: counted for life, no window, no reset counter.
+        let late = s.record_failure(&fail(Reason::AuthPermanent, T0 + 5), T0 + 5, &p());
+        assert_eq!((late, s.blocked_until("m1", T0 + 20), s.error_count, s.failure_total), (None, None, 0, 2));
+        // One after it cools as usual.
+        let after = s.record_failure(&fail(Reason::RateLimit, T0 + 20), T0 + 20, &p());
+        assert_eq!(after, Some(Until::At(T0 + 20 + MIN)));
+        // And a clear that lands after a later failure leaves that failure's window.
+        s.clear_errors(T0 + 15);
+        assert_eq!(s.blocked_until("m1", T0 + 21), Some(Until::At(T0 + 20 + MIN)));
+    }
+
+    #[test]
+    fn a_success_that_lands_late_leaves_the_windows_opened_after_it() {
+        let mut s = UsageStats::default();
+        s.record_failure(&fail(Reason::RateLimit, T0 + 10), T0 + 10, &p());
+        s.record_success("m1", T0 + 5);
+        assert_eq!(s.blocked_until("m1", T0 + 11), Some(Until::At(T0 + 10 + MIN)));
+        assert_eq!((s.error_count, s.last_success_at, s.success_count), (1, Some(T0 + 5), 1));
+        // A profile-wide failure from before a success lands late: the account served since.
+        let mut s = UsageStats::default();
+        s.record_success("m1", T0 + 10);
+        assert_eq!(s.record_failure(&fail(Reason::Auth, T0 + 5), T0 + 5, &p()), None);
+        assert_eq!(s.failure_total, 1);
+    }
+
+    #[test]
+    fn times_take_the_later_value_whatever_order_they_land_in() {
+        let mut s = UsageStats::default();
+        s.apply(&Change::Used(T0 + 10), &p());
+        s.apply(&Change::Used(T0 + 5), &p());
+        s.apply(&Change::Counted(Reason::ServerError, T0 + 8), &p());
+        s.apply(&Change::Counted(Reason::ServerError, T0 + 3), &p());
+        assert_eq!((s.last_used, s.last_failure_at, s.failure_total), (Some(T0 + 10), Some(T0 + 8), 2));
     }
 
     #[test]

@@ -184,7 +184,7 @@ impl Engine {
 
     /// Puts new settings in force for the requests that start from now on.
     pub fn replace_settings(&self, settings: Settings) {
-        self.book.set_policy(settings.config.cooldown_policy());
+        self.book.set_config(&settings.config);
         *self.settings.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(settings);
     }
 
@@ -251,7 +251,6 @@ impl Engine {
             };
             let (cand, pid) = (&att.cand, &att.pid);
             let started_at = self.now();
-            self.book.mark_used(pid, inc.session.as_deref(), started_at);
             let row = walk.trail.row(att.kind, cand, Some(pid), started_at);
             let guard = InFlight { row: Some(row), trail: walk.trail.clone(), started: Instant::now() };
             let Call { called, sent, ttfb_ms } = self.call(&inc, &att, plan, body, deadline).await;

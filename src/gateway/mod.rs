@@ -28,7 +28,6 @@ use secrecy::SecretString;
 use serde_json::{Value, json};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
 use wire::Api;
 
 pub fn router() -> Router<AppState> {
@@ -39,25 +38,37 @@ pub fn router() -> Router<AppState> {
         .route("/v1/models", get(models))
 }
 
-/// The active agents by key digest, in memory, so authenticating never waits on SQLite. A
-/// background task reloads the table every `REFRESH`, so agents created or revoked with the
-/// CLI take effect on a running server within that time.
+/// The active agents by key digest, in memory, so authenticating never waits on the database.
+/// A background task follows the change feed, so agents created or revoked with the CLI or by
+/// another instance take effect on a running server within a second.
 pub struct AgentCache {
     by_digest: RwLock<HashMap<String, Agent>>,
 }
 
 impl AgentCache {
-    pub const REFRESH: Duration = Duration::from_secs(2);
-
+    /// Loads the active agents, and reloads them whenever the change feed says an agent was
+    /// created or revoked (by this server, the CLI or another instance).
     pub async fn load(store: Arc<dyn Store>) -> Result<Arc<AgentCache>, StoreError> {
+        let mut seen = store.feed_head(Some("agent")).await?;
         let cache = Arc::new(AgentCache { by_digest: RwLock::new(active(store.as_ref()).await?) });
         let weak = Arc::downgrade(&cache);
         tokio::spawn(async move {
             loop {
-                tokio::time::sleep(Self::REFRESH).await;
+                tokio::time::sleep(crate::book::FEED_EVERY).await;
                 let Some(cache) = weak.upgrade() else { return };
+                let head = match store.feed_head(Some("agent")).await {
+                    Ok(head) if head == seen => continue,
+                    Ok(head) => head,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "reading the change feed failed; keeping the agents");
+                        continue;
+                    }
+                };
                 match active(store.as_ref()).await {
-                    Ok(fresh) => *cache.by_digest.write().unwrap_or_else(|e| e.into_inner()) = fresh,
+                    Ok(fresh) => {
+                        *cache.by_digest.write().unwrap_or_else(|e| e.into_inner()) = fresh;
+                        seen = head;
+                    }
                     Err(e) => tracing::warn!(error = %e, "reloading agents failed; keeping the last list"),
                 }
             }

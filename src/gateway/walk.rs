@@ -192,6 +192,8 @@ struct Cursor {
     tries: u8,
     probe: bool,
     pinned: bool,
+    /// `Book::pick` marked the first slot used as it ordered them.
+    picked: bool,
     /// This candidate's latest failure, for the aggregated error.
     last: Option<ModelFailure>,
 }
@@ -274,6 +276,11 @@ impl Walk {
                             Kind::Fallback
                         };
                         let cand = self.chain[self.index].clone();
+                        // The first profile was marked used when it was picked; a rotation or a
+                        // retry marks the one it tries.
+                        if cur.j > 0 || cur.tries > 0 || !cur.picked {
+                            book.mark_used(pid, self.session.as_deref(), now);
+                        }
                         return Step::Try(Attempt { index: self.index, cand, pid: pid.clone(), cred, kind });
                     }
                     cur.j += 1;
@@ -292,11 +299,11 @@ impl Walk {
                 continue;
             }
             let pin = self.pin.as_ref().filter(|p| p.provider() == cand.provider);
-            let mut ordered = match book.order(config, &cand.provider, &cand.model, self.session.as_deref(), pin, now) {
+            let target = (cand.provider.as_str(), cand.model.as_str());
+            let (ordered, picked) = match book.pick(config, target, self.session.as_deref(), pin, &self.exclude, now) {
                 Ok(o) => o,
                 Err(e) => return Step::Refuse(e.to_string()),
             };
-            ordered.slots.retain(|s| !self.exclude.contains(&s.id));
             let avail = if let Some(until) = book.model_cooled_until(&cand.provider, &cand.model, now) {
                 Availability::Cooled { until: Until::At(until), reason: Reason::ModelNotFound }
             } else if ordered.slots.is_empty() {
@@ -335,8 +342,16 @@ impl Walk {
             } else {
                 usable
             };
-            self.cur =
-                Some(Cursor { slots, j: 0, tries: 0, probe: gate == Gate::Probe, pinned: ordered.pinned, last: None });
+            let picked = picked && gate != Gate::Probe;
+            self.cur = Some(Cursor {
+                slots,
+                j: 0,
+                tries: 0,
+                probe: gate == Gate::Probe,
+                pinned: ordered.pinned,
+                picked,
+                last: None,
+            });
         }
     }
 

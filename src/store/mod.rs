@@ -6,7 +6,7 @@ pub use sqlite::{MIGRATOR_COUNT, SqliteStore};
 
 use crate::agents::Agent;
 use crate::audit::{AttemptRow, RequestRow};
-use crate::engine::{Millis, ModelCooldown, ProfileId, ProfileType, UsageStats};
+use crate::engine::{Change, CooldownPolicy, Millis, ModelChange, ModelCooldown, ProfileId, ProfileType, UsageStats};
 use crate::secrets::Sealed;
 use async_trait::async_trait;
 use std::collections::{BTreeMap, HashMap};
@@ -55,6 +55,26 @@ pub struct Snapshot {
     pub stats: HashMap<ProfileId, UsageStats>,
     pub orders: BTreeMap<String, Vec<ProfileId>>,
     pub model_cooldowns: HashMap<(String, String), ModelCooldown>,
+}
+
+/// What `Store::apply` wrote: the rows as they now are, and the change feed's head before and
+/// after the transaction (the entries in between are this write's own).
+#[derive(Clone, Debug, Default)]
+pub struct Applied {
+    pub stats: Vec<(ProfileId, UsageStats)>,
+    pub models: Vec<((String, String), ModelCooldown)>,
+    pub feed: (i64, i64),
+}
+
+/// One entry of the change feed: an entity some writer changed (docs/scale.md).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FeedEntry {
+    /// `profile` (its row or secrets), `order`, `agent`, `stats` (usage stats and cooldown
+    /// windows), `model` (a model's cooldown on a provider).
+    pub kind: String,
+    /// The profile id, provider, agent name or `provider/model`.
+    pub key: String,
+    pub seq: i64,
 }
 
 /// Filters of the audit log listings; each is optional, all must hold.
@@ -161,6 +181,23 @@ pub trait Store: Send + Sync {
     /// Writes stats rows, in one transaction, in the given order.
     async fn save_stats(&self, batch: &[(ProfileId, UsageStats)]) -> Result<(), StoreError>;
     async fn save_model_cooldowns(&self, batch: &[((String, String), ModelCooldown)]) -> Result<(), StoreError>;
+    /// Replays changes on the stored rows, in order, in one write transaction, and returns the
+    /// rows as they now are (profiles that are gone are left out). Because every writer replays
+    /// its changes on the row as stored, concurrent writers lose nothing of each other's.
+    async fn apply(
+        &self,
+        stats: &[(ProfileId, Vec<Change>)],
+        models: &[((String, String), Vec<ModelChange>)],
+        policy: &CooldownPolicy,
+    ) -> Result<Applied, StoreError>;
+    /// The change feed: the entities changed after position `seq`, oldest first.
+    async fn changes_after(&self, seq: i64) -> Result<Vec<FeedEntry>, StoreError>;
+    /// The feed's newest position, of one kind or of all.
+    async fn feed_head(&self, kind: Option<&str>) -> Result<i64, StoreError>;
+    /// These profiles' stats as stored (`None`: the profile is gone).
+    async fn stats_of(&self, ids: &[ProfileId]) -> Result<Vec<(ProfileId, Option<UsageStats>)>, StoreError>;
+    /// Every model cooldown as stored.
+    async fn model_cooldowns(&self) -> Result<HashMap<(String, String), ModelCooldown>, StoreError>;
     /// Sets (or with `None` removes) the stored explicit order of a provider.
     async fn set_order(&self, provider: &str, ids: Option<&[ProfileId]>) -> Result<(), StoreError>;
     /// Creates an agent with the digest of its key. A revoked agent of the same name gets the

@@ -1,23 +1,26 @@
 //! The embedded SQLite store (WAL, busy timeout, migrations applied at open).
 
 use super::{
-    AttemptRecord, AuditQuery, Origin, ProfileUsage, RequestRecord, Snapshot, Store, StoreError, StoredProfile,
+    Applied, AttemptRecord, AuditQuery, FeedEntry, Origin, ProfileUsage, RequestRecord, Snapshot, Store, StoreError,
+    StoredProfile,
 };
 use crate::agents::Agent;
 use crate::audit::{AttemptRow, RequestRow};
-use crate::engine::{Cooldown, Disabled, Millis, ModelCooldown, ProfileId, Reason, UsageStats};
+use crate::engine::{
+    Change, Cooldown, CooldownPolicy, Disabled, Millis, ModelChange, ModelCooldown, ProfileId, Reason, UsageStats,
+};
 use crate::secrets::{Sealed, SecretField};
 use async_trait::async_trait;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous};
 use sqlx::{Row, SqlitePool};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::time::Duration;
 
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
 /// How many migrations this build knows.
-pub const MIGRATOR_COUNT: usize = 4;
+pub const MIGRATOR_COUNT: usize = 5;
 
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
@@ -76,8 +79,8 @@ async fn upsert_stats(
     sqlx::query(
         "INSERT INTO usage_stats (profile_id, last_used, last_success_at, cooldown_until, cooldown_reason,
              cooldown_model, disabled_until, disabled_reason, error_count, failure_counts, last_failure_at,
-             window_opened_at, success_count, failure_total, billing_step)
-         SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM profiles WHERE id = ?)
+             window_opened_at, success_count, failure_total, billing_step, cleared_at)
+         SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM profiles WHERE id = ?)
          ON CONFLICT (profile_id) DO UPDATE SET last_used = excluded.last_used,
              last_success_at = excluded.last_success_at, cooldown_until = excluded.cooldown_until,
              cooldown_reason = excluded.cooldown_reason, cooldown_model = excluded.cooldown_model,
@@ -85,7 +88,7 @@ async fn upsert_stats(
              error_count = excluded.error_count, failure_counts = excluded.failure_counts,
              last_failure_at = excluded.last_failure_at, window_opened_at = excluded.window_opened_at,
              success_count = excluded.success_count, failure_total = excluded.failure_total,
-             billing_step = excluded.billing_step",
+             billing_step = excluded.billing_step, cleared_at = excluded.cleared_at",
     )
     .bind(id.as_str())
     .bind(s.last_used)
@@ -102,6 +105,7 @@ async fn upsert_stats(
     .bind(s.success_count as i64)
     .bind(s.failure_total as i64)
     .bind(i64::from(s.billing_step))
+    .bind(s.cleared_at)
     .bind(id.as_str())
     .execute(&mut **tx)
     .await?;
@@ -219,7 +223,74 @@ fn stats_from_row(row: &SqliteRow) -> Result<UsageStats, StoreError> {
         success_count: row.try_get::<i64, _>("success_count")? as u64,
         failure_total: row.try_get::<i64, _>("failure_total")? as u64,
         billing_step: row.try_get::<i64, _>("billing_step")? as u32,
+        cleared_at: row.try_get("cleared_at")?,
     })
+}
+
+fn window_from_row(row: &SqliteRow) -> Result<Cooldown, StoreError> {
+    let reason: String = row.try_get("cooldown_reason")?;
+    Ok(Cooldown {
+        until: row.try_get("cooldown_until")?,
+        reason: reason.parse().map_err(|e| corrupt("profile_cooldowns", e))?,
+        model: row.try_get("model")?,
+        step: row.try_get::<i64, _>("step")?.clamp(1, u32::MAX as i64) as u32,
+        opened_at: row.try_get("opened_at")?,
+    })
+}
+
+/// One profile's stats as stored, with its cooldown windows; `None` when it has no row.
+async fn load_stats(conn: &mut sqlx::SqliteConnection, id: &ProfileId) -> Result<Option<UsageStats>, StoreError> {
+    let Some(row) = sqlx::query("SELECT * FROM usage_stats WHERE profile_id = ?")
+        .bind(id.as_str())
+        .fetch_optional(&mut *conn)
+        .await?
+    else {
+        return Ok(None);
+    };
+    let mut stats = stats_from_row(&row)?;
+    for row in sqlx::query(
+        "SELECT model, cooldown_until, cooldown_reason, step, opened_at FROM profile_cooldowns WHERE profile_id = ?",
+    )
+    .bind(id.as_str())
+    .fetch_all(&mut *conn)
+    .await?
+    {
+        stats.cooldowns.push(window_from_row(&row)?);
+    }
+    Ok(Some(stats))
+}
+
+fn model_cooldown_from_row(row: &SqliteRow) -> Result<ModelCooldown, StoreError> {
+    Ok(ModelCooldown {
+        until: row.try_get("cooldown_until")?,
+        error_count: row.try_get::<i64, _>("error_count")? as u32,
+        last_failure_at: row.try_get("last_failure_at")?,
+    })
+}
+
+async fn upsert_model_cooldown(
+    conn: &mut sqlx::SqliteConnection,
+    (provider, model): &(String, String),
+    mc: &ModelCooldown,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO model_cooldowns (provider, model, cooldown_until, error_count, last_failure_at)
+         VALUES (?, ?, ?, ?, ?)
+         ON CONFLICT (provider, model) DO UPDATE SET cooldown_until = excluded.cooldown_until,
+             error_count = excluded.error_count, last_failure_at = excluded.last_failure_at",
+    )
+    .bind(provider)
+    .bind(model)
+    .bind(mc.until)
+    .bind(mc.error_count as i64)
+    .bind(mc.last_failure_at)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+async fn feed_head(conn: &mut sqlx::SqliteConnection) -> Result<i64, StoreError> {
+    Ok(sqlx::query_scalar("SELECT n FROM change_seq").fetch_one(&mut *conn).await?)
 }
 
 #[async_trait]
@@ -266,15 +337,7 @@ impl Store for SqliteStore {
         {
             let id: String = row.try_get("profile_id")?;
             let id: ProfileId = id.parse().map_err(|e| corrupt("profile_cooldowns", e))?;
-            let reason: String = row.try_get("cooldown_reason")?;
-            let window = Cooldown {
-                until: row.try_get("cooldown_until")?,
-                reason: reason.parse().map_err(|e| corrupt("profile_cooldowns", e))?,
-                model: row.try_get("model")?,
-                step: row.try_get::<i64, _>("step")?.clamp(1, u32::MAX as i64) as u32,
-                opened_at: row.try_get("opened_at")?,
-            };
-            snap.stats.entry(id).or_default().cooldowns.push(window);
+            snap.stats.entry(id).or_default().cooldowns.push(window_from_row(&row)?);
         }
         for row in sqlx::query("SELECT provider, profile_ids FROM profile_order").fetch_all(&mut *conn).await? {
             let ids: String = row.try_get("profile_ids")?;
@@ -286,12 +349,8 @@ impl Store for SqliteStore {
                 .fetch_all(&mut *conn)
                 .await?
         {
-            let mc = ModelCooldown {
-                until: row.try_get("cooldown_until")?,
-                error_count: row.try_get::<i64, _>("error_count")? as u32,
-                last_failure_at: row.try_get("last_failure_at")?,
-            };
-            snap.model_cooldowns.insert((row.try_get("provider")?, row.try_get("model")?), mc);
+            snap.model_cooldowns
+                .insert((row.try_get("provider")?, row.try_get("model")?), model_cooldown_from_row(&row)?);
         }
         Ok(snap)
     }
@@ -392,23 +451,86 @@ impl Store for SqliteStore {
 
     async fn save_model_cooldowns(&self, batch: &[((String, String), ModelCooldown)]) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
-        for ((provider, model), mc) in batch {
-            sqlx::query(
-                "INSERT INTO model_cooldowns (provider, model, cooldown_until, error_count, last_failure_at)
-                 VALUES (?, ?, ?, ?, ?)
-                 ON CONFLICT (provider, model) DO UPDATE SET cooldown_until = excluded.cooldown_until,
-                     error_count = excluded.error_count, last_failure_at = excluded.last_failure_at",
-            )
-            .bind(provider)
-            .bind(model)
-            .bind(mc.until)
-            .bind(mc.error_count as i64)
-            .bind(mc.last_failure_at)
-            .execute(&mut *tx)
-            .await?;
+        for (key, mc) in batch {
+            upsert_model_cooldown(&mut tx, key, mc).await?;
         }
         tx.commit().await?;
         Ok(())
+    }
+
+    async fn apply(
+        &self,
+        stats: &[(ProfileId, Vec<Change>)],
+        models: &[((String, String), Vec<ModelChange>)],
+        policy: &CooldownPolicy,
+    ) -> Result<Applied, StoreError> {
+        // BEGIN IMMEDIATE: the write lock first, so that the rows read are the ones replaced.
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let before = feed_head(&mut tx).await?;
+        let mut out = Applied::default();
+        for (id, changes) in stats {
+            let Some(mut s) = load_stats(&mut tx, id).await? else { continue };
+            for c in changes {
+                s.apply(c, policy);
+            }
+            upsert_stats(&mut tx, id, &s).await?;
+            out.stats.push((id.clone(), s));
+        }
+        for (key, changes) in models {
+            let row = sqlx::query("SELECT * FROM model_cooldowns WHERE provider = ? AND model = ?")
+                .bind(&key.0)
+                .bind(&key.1)
+                .fetch_optional(&mut *tx)
+                .await?;
+            let mut mc = row.as_ref().map(model_cooldown_from_row).transpose()?;
+            for c in changes {
+                mc = ModelCooldown::apply(mc.as_ref(), c, policy);
+            }
+            if let Some(mc) = mc {
+                upsert_model_cooldown(&mut tx, key, &mc).await?;
+                out.models.push((key.clone(), mc));
+            }
+        }
+        out.feed = (before, feed_head(&mut tx).await?);
+        tx.commit().await?;
+        Ok(out)
+    }
+
+    async fn changes_after(&self, seq: i64) -> Result<Vec<FeedEntry>, StoreError> {
+        let rows: Vec<(String, String, i64)> =
+            sqlx::query_as("SELECT kind, key, seq FROM changes WHERE seq > ? ORDER BY seq LIMIT 10000")
+                .bind(seq)
+                .fetch_all(&self.pool)
+                .await?;
+        Ok(rows.into_iter().map(|(kind, key, seq)| FeedEntry { kind, key, seq }).collect())
+    }
+
+    async fn feed_head(&self, kind: Option<&str>) -> Result<i64, StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        match kind {
+            None => feed_head(&mut conn).await,
+            Some(kind) => Ok(sqlx::query_scalar("SELECT ifnull(max(seq), 0) FROM changes WHERE kind = ?")
+                .bind(kind)
+                .fetch_one(&mut *conn)
+                .await?),
+        }
+    }
+
+    async fn stats_of(&self, ids: &[ProfileId]) -> Result<Vec<(ProfileId, Option<UsageStats>)>, StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            out.push((id.clone(), load_stats(&mut conn, id).await?));
+        }
+        Ok(out)
+    }
+
+    async fn model_cooldowns(&self) -> Result<HashMap<(String, String), ModelCooldown>, StoreError> {
+        let mut out = HashMap::new();
+        for row in sqlx::query("SELECT * FROM model_cooldowns").fetch_all(&self.pool).await? {
+            out.insert((row.try_get("provider")?, row.try_get("model")?), model_cooldown_from_row(&row)?);
+        }
+        Ok(out)
     }
 
     async fn set_order(&self, provider: &str, ids: Option<&[ProfileId]>) -> Result<(), StoreError> {

@@ -363,7 +363,8 @@ pub struct Rota {
     pub admin_key: String,
     pub store: SqliteStore,
     pub app_flush: (Arc<rota::book::Book>, rota::audit::Audit),
-    pub dir: tempfile::TempDir,
+    /// Shared by the instances of one database (`another`).
+    pub dir: Arc<tempfile::TempDir>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     done: Option<tokio::task::JoinHandle<()>>,
 }
@@ -382,7 +383,7 @@ impl Rota {
         let text = format!("[database]\nurl = \"sqlite://{}\"\n{config}", db.display());
         let file = dir.path().join("rota.toml");
         std::fs::write(&file, &text).unwrap();
-        let (config, _) = Config::load(Some(&file)).unwrap_or_else(|e| panic!("{e}"));
+        Config::load(Some(&file)).unwrap_or_else(|e| panic!("{e}"));
         let store = SqliteStore::open(&db).await.unwrap();
         let (key, _) = resolve_key(&db, &[], rota::secrets::Choice::Off).unwrap();
         for (i, (id, secret)) in profiles.iter().enumerate() {
@@ -407,6 +408,23 @@ impl Rota {
         store.create_agent("tester", &rota::agents::digest(&agent_key), false, 0).await.unwrap();
         let admin_key = rota::agents::new_key();
         store.create_agent("admin", &rota::agents::digest(&admin_key), true, 0).await.unwrap();
+        let keys = (
+            secrecy::ExposeSecret::expose_secret(&agent_key).to_string(),
+            secrecy::ExposeSecret::expose_secret(&admin_key).to_string(),
+        );
+        Self::serve(Arc::new(dir), keys, store).await
+    }
+
+    /// A second instance on the same database and config file, as a load balancer's second
+    /// backend runs it.
+    pub async fn another(&self) -> Rota {
+        let store = SqliteStore::open(&self.dir.path().join("rota.db")).await.unwrap();
+        Self::serve(self.dir.clone(), (self.agent_key.clone(), self.admin_key.clone()), store).await
+    }
+
+    async fn serve(dir: Arc<tempfile::TempDir>, (agent_key, admin_key): (String, String), store: SqliteStore) -> Rota {
+        let file = dir.path().join("rota.toml");
+        let (config, _) = Config::load(Some(&file)).unwrap_or_else(|e| panic!("{e}"));
         let app = App::build(config, Some(file)).await.unwrap();
         let app_flush = (app.book.clone(), app.audit.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -419,16 +437,7 @@ impl Rota {
             .await
             .unwrap()
         });
-        Rota {
-            url,
-            agent_key: secrecy::ExposeSecret::expose_secret(&agent_key).to_string(),
-            admin_key: secrecy::ExposeSecret::expose_secret(&admin_key).to_string(),
-            store,
-            app_flush,
-            dir,
-            stop: Some(stop),
-            done: Some(done),
-        }
+        Rota { url, agent_key, admin_key, store, app_flush, dir, stop: Some(stop), done: Some(done) }
     }
 
     pub async fn flush(&self) {

@@ -1,0 +1,203 @@
+//! The database is the truth: the CLI's changes reach a running server, and instances on one
+//! SQLite file share what each of them learns (docs/scale.md). Real `rota` binaries for the CLI,
+//! in-process servers on one real file, a fault-injecting upstream on loopback.
+
+mod support;
+
+use serde_json::{Value, json};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+use support::{Mock, Reply, Rota};
+
+const KEYS: [(&str, &str); 2] = [("openai:k1", "sk-fleet-key-one-0001"), ("openai:k2", "sk-fleet-key-two-0002")];
+
+fn config(base: &str) -> String {
+    format!(
+        r#"
+[providers.openai]
+api = "openai"
+base_url = "{base}/v1"
+[models]
+primary = "openai/gpt-4.1"
+[secrets]
+keyring = "off"
+"#
+    )
+}
+
+fn chat() -> Value {
+    json!({"model": "openai/gpt-4.1", "messages": [{"role": "user", "content": "hi"}]})
+}
+
+/// Runs the `rota` CLI on the server's config file; `input` goes to stdin.
+fn cli(rota: &Rota, args: &[&str], input: &str) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rota"));
+    cmd.arg("--config").arg(rota.dir.path().join("rota.toml")).args(args).env("ROTA_LOG", "warn");
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("ROTA_") && k != "ROTA_LOG") {
+        cmd.env_remove(k);
+    }
+    let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), input.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "rota {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// The profile that served one request, or the status when none did.
+async fn served_by(rota: &Rota, key: &str) -> Result<String, u16> {
+    let r = Rota::client()
+        .post(format!("{}/v1/chat/completions", rota.url))
+        .bearer_auth(key)
+        .json(&chat())
+        .send()
+        .await
+        .unwrap();
+    match r.status().as_u16() {
+        200 => Ok(r.headers()["x-rota-profile"].to_str().unwrap().to_string()),
+        code => Err(code),
+    }
+}
+
+/// Sends requests until `holds` is true of four answers in a row; returns how long it took
+/// from `since` until the first of them.
+async fn settles(
+    rota: &Rota,
+    key: &str,
+    since: Instant,
+    what: &str,
+    holds: impl Fn(&Result<String, u16>) -> bool,
+) -> Duration {
+    let mut first: Option<Duration> = None;
+    let mut row = 0;
+    while row < 4 {
+        let at = since.elapsed();
+        assert!(at < Duration::from_secs(10), "{what}: still not in force after {at:?}");
+        if holds(&served_by(rota, key).await) {
+            first.get_or_insert(at);
+            row += 1;
+        } else {
+            (first, row) = (None, 0);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let took = first.unwrap();
+    assert!(took <= Duration::from_secs(1), "{what}: in force after {took:?}, more than a second");
+    took
+}
+
+/// Sends requests until one answer is `want`; returns how long that took from `since`.
+async fn reaches(rota: &Rota, key: &str, since: Instant, what: &str, want: &str) -> Duration {
+    loop {
+        let at = since.elapsed();
+        assert!(at < Duration::from_secs(10), "{what}: {want} never served");
+        if served_by(rota, key).await.as_deref() == Ok(want) {
+            assert!(at <= Duration::from_secs(1), "{what}: in force after {at:?}, more than a second");
+            return at;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_changes_reach_a_running_server_within_a_second() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let rota = Rota::start(&config(&base), &KEYS).await;
+    let agent = rota.agent_key.clone();
+    let is = |p: &'static str| move |r: &Result<String, u16>| r.as_deref() == Ok(p);
+    let not = |p: &'static str| move |r: &Result<String, u16>| r.as_ref().is_ok_and(|s| s != p);
+
+    cli(&rota, &["profiles", "disable", "openai:k1"], "");
+    let t = Instant::now();
+    settles(&rota, &agent, t, "disable", not("openai:k1")).await;
+
+    cli(&rota, &["profiles", "enable", "openai:k1"], "");
+    let t = Instant::now();
+    reaches(&rota, &agent, t, "enable", "openai:k1").await;
+
+    cli(&rota, &["profiles", "order", "openai", "openai:k2", "openai:k1"], "");
+    let t = Instant::now();
+    settles(&rota, &agent, t, "order", is("openai:k2")).await;
+    cli(&rota, &["profiles", "order", "openai", "--reset"], "");
+    let t = Instant::now();
+    reaches(&rota, &agent, t, "order --reset", "openai:k1").await;
+
+    // A 429 with Retry-After: 600 keeps k1 away; the CLI's clear brings it back.
+    mock.script(KEYS[0].1, vec![Reply::Status(429, vec![("retry-after", "600".into())], "{}".into())]);
+    while served_by(&rota, &agent).await.ok().as_deref() != Some("openai:k2") {}
+    rota.flush().await;
+    assert!(served_by(&rota, &agent).await.ok().as_deref() == Some("openai:k2"), "k1 cools for 10 minutes");
+    cli(&rota, &["profiles", "clear", "openai:k1"], "");
+    let t = Instant::now();
+    reaches(&rota, &agent, t, "clear", "openai:k1").await;
+
+    cli(&rota, &["profiles", "add", "openai", "--name", "k3"], "sk-fleet-key-three-0003\n");
+    let t = Instant::now();
+    reaches(&rota, &agent, t, "add", "openai:k3").await;
+    assert!(mock.keys().iter().any(|k| k == "sk-fleet-key-three-0003"), "with the secret given on stdin");
+
+    cli(&rota, &["profiles", "remove", "openai:k3"], "");
+    let t = Instant::now();
+    settles(&rota, &agent, t, "remove", not("openai:k3")).await;
+
+    let created = cli(&rota, &["agents", "create", "late"], "");
+    let late = String::from_utf8(created.stdout).unwrap().lines().last().unwrap().trim().to_string();
+    let t = Instant::now();
+    settles(&rota, &late, t, "agents create", |r| r.is_ok()).await;
+    cli(&rota, &["agents", "revoke", "late"], "");
+    let t = Instant::now();
+    settles(&rota, &late, t, "agents revoke", |r| *r == Err(401)).await;
+}
+
+/// Waits until `rota`'s book says whether `id` may serve gpt-4.1; returns how long it took.
+async fn book_says(rota: &Rota, id: &str, blocked: bool, since: Instant) -> Duration {
+    let id: rota::engine::ProfileId = id.parse().unwrap();
+    loop {
+        let now = chrono::Utc::now().timestamp_millis();
+        let stats = rota.app_flush.0.stats(&id).unwrap();
+        if stats.blocked_until("gpt-4.1", now).is_some() == blocked {
+            return since.elapsed();
+        }
+        assert!(since.elapsed() < Duration::from_secs(10), "{id} never became blocked={blocked}: {stats:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_one_instance_learns_the_other_keeps_within_a_second() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let a = Rota::start(&config(&base), &KEYS).await;
+    let b = a.another().await;
+    let agent = a.agent_key.clone();
+    let k1_calls = || mock.keys().iter().filter(|k| *k == KEYS[0].1).count();
+
+    // Instance A sees k1 answer 429 with Retry-After: 600 (k1 would serve any later call).
+    mock.script(KEYS[0].1, vec![Reply::Status(429, vec![("retry-after", "600".into())], "{}".into())]);
+    let t = Instant::now();
+    assert_eq!(served_by(&a, &agent).await.ok().as_deref(), Some("openai:k2"), "k1 first, then k2");
+    let took = book_says(&b, "openai:k1", true, t).await;
+    assert!(took <= Duration::from_secs(1), "B learned of the cooldown after {took:?}");
+    for _ in 0..4 {
+        assert_eq!(served_by(&b, &agent).await.ok().as_deref(), Some("openai:k2"));
+    }
+    assert_eq!(k1_calls(), 1, "one call to k1, A's; B kept off it");
+    let stored: i64 =
+        sqlx::query_scalar("SELECT cooldown_until - opened_at FROM profile_cooldowns WHERE profile_id = 'openai:k1'")
+            .fetch_one(a.store.pool())
+            .await
+            .unwrap();
+    assert_eq!(stored, 600_000);
+
+    // A clear on B frees k1 on A.
+    let t = Instant::now();
+    let (code, _) = b.api("POST", "/api/v1/profiles/openai:k1/clear", Some(&b.admin_key.clone()), None).await;
+    assert_eq!(code, 200);
+    let took = book_says(&a, "openai:k1", false, t).await;
+    assert!(took <= Duration::from_secs(1), "A learned of the clear after {took:?}");
+    reaches(&a, &agent, t, "A serves k1 again", "openai:k1").await;
+}
