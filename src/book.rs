@@ -181,6 +181,9 @@ struct Inner {
     /// says (a written batch, a reload from the feed).
     pending: HashMap<ProfileId, VecDeque<Change>>,
     model_pending: HashMap<ModelKey, VecDeque<ModelChange>>,
+    /// Counts this server's own edits of profiles, secrets and orders (made in memory as they
+    /// are stored): a reload from a snapshot read before one of them would undo it.
+    local_edits: u64,
 }
 
 /// What the book and its background task share.
@@ -226,6 +229,7 @@ impl Book {
             sessions: Recent::new(SESSION_TTL, SESSION_KEYS),
             pending: HashMap::new(),
             model_pending: HashMap::new(),
+            local_edits: 0,
         };
         let shared = Arc::new(Shared {
             inner: Mutex::new(inner),
@@ -391,6 +395,7 @@ impl Book {
     /// A profile added through the API (already in the store): usable from the next request.
     pub fn add_profile(&self, profile: &StoredProfile, credential: Credential) {
         let mut inner = self.lock();
+        inner.local_edits += 1;
         let view = ProfileView {
             id: profile.id.clone(),
             kind: profile.kind,
@@ -412,6 +417,7 @@ impl Book {
     /// stored.
     pub fn set_tokens(&self, profile: &StoredProfile, credential: Credential, version: Option<Vec<u8>>) {
         let mut inner = self.lock();
+        inner.local_edits += 1;
         let stats = inner.roster.views.get(&profile.id).map(|v| v.stats.clone()).unwrap_or_default();
         let enabled = inner.roster.views.get(&profile.id).map_or(profile.enabled, |v| v.enabled);
         let view = ProfileView {
@@ -461,6 +467,7 @@ impl Book {
     /// Takes a profile out of rotation for good; its stats are no longer written.
     pub fn remove_profile(&self, id: &ProfileId) -> bool {
         let mut inner = self.lock();
+        inner.local_edits += 1;
         let known = inner.roster.views.remove(id).is_some();
         inner.credentials.remove(id);
         inner.token_versions.remove(id);
@@ -475,7 +482,9 @@ impl Book {
     }
 
     pub fn set_enabled(&self, id: &ProfileId, enabled: bool) -> bool {
-        match self.lock().roster.views.get_mut(id) {
+        let mut inner = self.lock();
+        inner.local_edits += 1;
+        match inner.roster.views.get_mut(id) {
             Some(v) => {
                 v.enabled = enabled;
                 true
@@ -487,6 +496,7 @@ impl Book {
     /// Sets (or with `None` removes) the explicit order of a provider, as the store holds it.
     pub fn set_order(&self, provider: &str, ids: Option<Vec<ProfileId>>) {
         let mut inner = self.lock();
+        inner.local_edits += 1;
         match ids {
             Some(ids) => inner.roster.orders.insert(provider.to_string(), ids),
             None => inner.roster.orders.remove(provider),
@@ -638,9 +648,10 @@ async fn follow(store: &dyn Store, shared: &Shared, seen: i64) -> Result<i64, Lo
     let Some(head) = entries.last().map(|e| e.seq) else { return Ok(seen) };
     let kinds = |k: &str| entries.iter().any(|e| e.kind == k);
     if kinds("profile") || kinds("order") {
+        let edits = shared.lock().local_edits;
         let snapshot = store.snapshot().await?;
-        shared.reload(snapshot)?;
-        return Ok(head);
+        // An own edit made meanwhile may be newer than the snapshot: read again next time.
+        return Ok(if shared.reload(snapshot, edits)? { head } else { seen });
     }
     let mut ids: Vec<ProfileId> =
         entries.iter().filter(|e| e.kind == "stats").filter_map(|e| e.key.parse().ok()).collect();
@@ -656,11 +667,7 @@ async fn follow(store: &dyn Store, shared: &Shared, seen: i64) -> Result<i64, Lo
 }
 
 /// The stored roster, credentials and refresh-token versions of a snapshot.
-fn unseal(
-    snapshot: &Snapshot,
-    config: &Config,
-    key: &MasterKey,
-) -> Result<Unsealed, OpenError> {
+fn unseal(snapshot: &Snapshot, config: &Config, key: &MasterKey) -> Result<Unsealed, OpenError> {
     let roster = Roster::new(snapshot, config);
     let mut credentials = HashMap::new();
     for (id, p) in config.auth.profiles.iter() {
@@ -750,13 +757,17 @@ impl Shared {
     }
 
     /// Profiles, secrets or orders changed in the database: the roster and credentials are
-    /// rebuilt from it; sessions and probe throttles stay.
-    fn reload(&self, snapshot: Snapshot) -> Result<(), LoadError> {
+    /// rebuilt from it; sessions and probe throttles stay. Not when this server edited its
+    /// roster since `edits` was read (false).
+    fn reload(&self, snapshot: Snapshot, edits: u64) -> Result<bool, LoadError> {
         let config = self.config.read().unwrap_or_else(|e| e.into_inner()).clone();
         let (mut roster, credentials, token_versions) = unseal(&snapshot, &config, &self.key)?;
         let policy = self.policy();
         let mut guard = self.lock();
         let inner = &mut *guard;
+        if inner.local_edits != edits {
+            return Ok(false);
+        }
         for (id, view) in roster.views.iter_mut() {
             for c in inner.pending.get(id).into_iter().flatten() {
                 view.stats.apply(c, &policy);
@@ -767,7 +778,7 @@ impl Shared {
         inner.credentials = credentials;
         inner.token_versions = token_versions;
         inner.put_models(snapshot.model_cooldowns.into_iter().collect(), &policy);
-        Ok(())
+        Ok(true)
     }
 }
 

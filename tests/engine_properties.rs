@@ -8,7 +8,8 @@ use proptest::prelude::*;
 use proptest::test_runner::Config as ProptestConfig;
 use rota::engine::order::{OrderRequest, Ordered, Rotation, Slot, order};
 use rota::engine::{
-    Cooldown, CooldownPolicy, Disabled, Failure, Millis, ProfileId, ProfileType, ProfileView, Reason, Until, UsageStats,
+    Change, Cooldown, CooldownPolicy, Disabled, Failure, Millis, ProfileId, ProfileType, ProfileView, Reason, Until,
+    UsageStats,
 };
 use std::collections::HashSet;
 use std::time::Duration;
@@ -639,5 +640,122 @@ proptest! {
         let exp = (n - 1).min(3);
         let want = (base_ms as u128 * (factor as u128).pow(exp)).min(max_ms as u128) as Millis;
         prop_assert_eq!(pol.ladder(n), want, "n={} base={}s factor={} max={}ms", n, base_s, factor, max_ms);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Merge rules: the changes of several servers land in any order (docs/scale.md)
+// ---------------------------------------------------------------------------------------------
+
+/// One server's changes, in the order it made them: (advance, kind, model, hint, started_back).
+fn server_changes() -> impl Strategy<Value = Vec<(Millis, u8, usize, Option<Millis>, Millis)>> {
+    proptest::collection::vec(
+        (0..2 * MIN, 0u8..4, 0usize..MODELS.len(), proptest::option::weighted(0.3, 1000..2 * HOUR), 0..MIN),
+        0..12,
+    )
+}
+
+fn changes_of(server: &[(Millis, u8, usize, Option<Millis>, Millis)]) -> Vec<Change> {
+    let mut now = NOW;
+    server
+        .iter()
+        .map(|&(advance, kind, model, hint_ms, back)| {
+            now += advance;
+            let f = Failure {
+                reason: Reason::RateLimit,
+                model: MODELS[model].into(),
+                hint_ms,
+                account_wide: false,
+                started_at: now - back,
+                claim: false,
+            };
+            match kind {
+                0 => Change::Used(now),
+                1 => Change::Counted(Reason::ServerError, now),
+                2 => Change::Served(MODELS[model].into(), now),
+                _ => Change::Failed(f, now),
+            }
+        })
+        .collect()
+}
+
+/// Interleaves two servers' changes, each server's in its own order, as `picks` says.
+fn interleave(a: &[Change], b: &[Change], picks: &[bool]) -> Vec<Change> {
+    let (mut a, mut b) = (a.iter(), b.iter());
+    let mut out: Vec<Change> =
+        picks.iter().filter_map(|&from_a| if from_a { a.next() } else { b.next() }).cloned().collect();
+    out.extend(a.chain(b).cloned());
+    out
+}
+
+fn replay(changes: &[Change], pol: &CooldownPolicy) -> UsageStats {
+    let mut s = UsageStats::default();
+    for c in changes {
+        s.apply(c, pol);
+    }
+    s
+}
+
+proptest! {
+    #![proptest_config(config(512))]
+
+    /// Counters add up and times take the later value, whatever order two servers' writes land
+    /// in: the same as one server making every change in time order.
+    #[test]
+    fn counters_and_times_do_not_depend_on_the_order_writes_land_in(
+        a in server_changes(),
+        b in server_changes(),
+        picks in proptest::collection::vec(any::<bool>(), 0..24),
+        pol in policy(),
+    ) {
+        let (a, b) = (changes_of(&a), changes_of(&b));
+        let landed = replay(&interleave(&a, &b, &picks), &pol);
+        let at = |c: &Change| match c {
+            Change::Used(t) | Change::Counted(_, t) | Change::Served(_, t) | Change::Failed(_, t) | Change::Cleared(t) | Change::Expired(t) => *t,
+        };
+        let mut in_time = [a.clone(), b.clone()].concat();
+        in_time.sort_by_key(at);
+        let ordered = replay(&in_time, &pol);
+        prop_assert_eq!(
+            (landed.failure_total, landed.success_count, landed.last_used, landed.last_success_at, landed.last_failure_at),
+            (ordered.failure_total, ordered.success_count, ordered.last_used, ordered.last_success_at, ordered.last_failure_at)
+        );
+    }
+
+    /// No server undoes what another learned: after both servers' failures land, in any order,
+    /// each model stays blocked at least as long as any single failure of it (with no success of
+    /// it after that failure) made it on its own.
+    #[test]
+    fn no_server_undoes_what_another_learned(
+        a in server_changes(),
+        b in server_changes(),
+        picks in proptest::collection::vec(any::<bool>(), 0..24),
+        pol in policy(),
+    ) {
+        let (a, b) = (changes_of(&a), changes_of(&b));
+        let all = interleave(&a, &b, &picks);
+        let landed = replay(&all, &pol);
+        let last = all.iter().filter_map(|c| match c { Change::Failed(_, t) | Change::Used(t) | Change::Counted(_, t) | Change::Served(_, t) => Some(*t), _ => None }).max().unwrap_or(NOW);
+        for c in &all {
+            let Change::Failed(f, now) = c else { continue };
+            // A hint past cooldown.max is an exhausted quota: the disabled lane, which a success of
+            // any model ends (the account served).
+            let max = pol.max.as_millis() as Millis;
+            let quota = f.hint_ms.is_some_and(|h| h.clamp(1000, (pol.hint_max.as_millis() as Millis).max(1000)) > max);
+            let served_after =
+                all.iter().any(|x| matches!(x, Change::Served(m, t) if (quota || *m == f.model) && t >= now));
+            if served_after {
+                continue;
+            }
+            let alone = replay(std::slice::from_ref(c), &pol).blocked_until(&f.model, *now).unwrap();
+            if end_rank(alone) <= (0, last) {
+                continue; // over before the end: nothing to keep
+            }
+            let kept = landed.blocked_until(&f.model, last);
+            prop_assert!(
+                kept.is_some_and(|k| end_rank(k) >= end_rank(alone)),
+                "{:?} alone blocks {} until {:?}; after all landed: {:?}\n{:?}", c, f.model, alone, kept, all
+            );
+        }
     }
 }

@@ -346,8 +346,18 @@ impl UsageStats {
         } else {
             let scope = (mark == Mark::CooldownModel && !f.account_wide).then(|| f.model.clone());
             match self.cooldowns.iter_mut().find(|c| c.model == scope) {
-                // A burst: the call was in flight when the window opened or last escalated.
-                Some(c) if f.started_at < c.opened_at => return self.blocked_until(&f.model, now),
+                // A burst: the call was in flight when the window opened or last escalated (or
+                // another server's earlier failure landed late). It does not escalate the
+                // window, but the window lasts at least as long as that failure alone would
+                // have made it (its hint included).
+                Some(c) if f.started_at < c.opened_at => {
+                    let until = now + hint.unwrap_or_else(|| policy.ladder(1));
+                    if until > c.until {
+                        c.until = until;
+                        c.reason = f.reason;
+                    }
+                    return self.blocked_until(&f.model, now);
+                }
                 Some(c) => {
                     c.step += 1;
                     let until = now + hint.unwrap_or_else(|| policy.ladder(c.step));
@@ -363,7 +373,7 @@ impl UsageStats {
                 }
             }
         }
-        self.window_opened_at = Some(now);
+        self.window_opened_at = self.window_opened_at.max(Some(now));
         self.blocked_until(&f.model, now)
     }
 
@@ -556,9 +566,11 @@ mod tests {
         // A call to m2 that started before m1's window opened still opens m2's window.
         let end = s.record_failure(&Failure { model: "m2".into(), ..fail(Reason::RateLimit, T0) }, T0 + 20, &p());
         assert_eq!(end, Some(Until::At(T0 + 20 + MIN)));
-        // And a second in-flight m2 failure does not escalate it.
+        // And a second in-flight m2 failure does not escalate it (it lasts as long as that
+        // failure's own first step).
         let end = s.record_failure(&Failure { model: "m2".into(), ..fail(Reason::RateLimit, T0) }, T0 + 30, &p());
-        assert_eq!(end, Some(Until::At(T0 + 20 + MIN)));
+        assert_eq!(end, Some(Until::At(T0 + 30 + MIN)));
+        assert_eq!(s.cooldowns.iter().map(|c| c.step).collect::<Vec<_>>(), [1, 1]);
     }
 
     #[test]
@@ -792,7 +804,10 @@ mod tests {
             let now = T0 + 100 + i;
             ends.push(s.record_failure(&fail(Reason::RateLimit, T0), now, &p()).unwrap());
         }
-        assert!(ends.iter().all(|e| *e == Until::At(T0 + 100 + MIN)), "{ends:?}");
+        // One window at the first step, lasting as long as the last failure alone would make it.
+        let want: Vec<_> = (0..5).map(|i| Until::At(T0 + 100 + i + MIN)).collect();
+        assert_eq!(ends, want);
+        assert_eq!(s.cooldowns.iter().map(|c| (c.step, c.opened_at)).collect::<Vec<_>>(), [(1, T0 + 100)]);
         assert_eq!(s.error_count, 5);
         assert_eq!(s.failure_total, 5);
         assert_eq!(s.failure_counts[&Reason::RateLimit], 5);
