@@ -336,6 +336,9 @@ impl UsageStats {
         if to_disabled {
             let in_flight = self.window_opened_at.is_some_and(|opened| f.started_at < opened);
             if in_flight && self.disabled_active(now) {
+                // A burst (or a late write): no new billing step, but at least its own wait.
+                let wait = hint.unwrap_or_else(|| policy.billing(self.billing_step.max(1)));
+                self.extend_disabled(now + wait, f.reason);
                 return self.blocked_until(&f.model, now);
             }
             if f.reason == Reason::Billing {
