@@ -230,16 +230,12 @@ impl UsageStats {
 
     /// The profile served `model`: the disabled lane, the windows that cover `model`, the
     /// counters and the billing step go. Another model's window stays: it is that model's own
-    /// evidence, and runs out on its own. A window opened after `now` (a failure whose write
-    /// landed first) stays too.
+    /// evidence, and runs out on its own. A success whose write lands after a later failure's
+    /// (another server's) ends nothing: that failure is the newer evidence.
     pub fn record_success(&mut self, model: &str, now: Millis) {
-        let later = |opened: Millis| opened > now;
-        self.cooldowns
-            .retain(|c| now < c.until && (c.model.as_deref().is_some_and(|m| m != model) || later(c.opened_at)));
-        if !self.window_opened_at.is_some_and(later) {
-            self.disabled = None;
-        }
         if self.last_failure_at.is_none_or(|t| t <= now) {
+            self.cooldowns.retain(|c| now < c.until && c.model.as_deref().is_some_and(|m| m != model));
+            self.disabled = None;
             self.reset_counters();
             self.billing_step = 0;
         }
@@ -743,7 +739,7 @@ mod tests {
     }
 
     #[test]
-    fn a_success_that_lands_late_leaves_the_windows_opened_after_it() {
+    fn a_success_that_lands_after_a_later_failure_ends_nothing() {
         let mut s = UsageStats::default();
         s.record_failure(&fail(Reason::RateLimit, T0 + 10), T0 + 10, &p());
         s.record_success("m1", T0 + 5);
