@@ -57,6 +57,14 @@ impl SqliteStore {
         &self.pool
     }
 
+    /// A write transaction that holds the write lock from its start (`BEGIN IMMEDIATE`): one
+    /// that reads before it writes cannot fail on another connection's commit in between
+    /// (SQLITE_BUSY_SNAPSHOT, which the busy timeout does not wait out), and the rows it reads
+    /// are the ones it replaces.
+    async fn write_tx(&self) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, StoreError> {
+        Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
+    }
+
     /// The number of migrations applied to this database.
     pub async fn applied_migrations(&self) -> Result<i64, StoreError> {
         Ok(sqlx::query_scalar("SELECT COUNT(*) FROM _sqlx_migrations WHERE success = 1").fetch_one(&self.pool).await?)
@@ -360,7 +368,7 @@ impl Store for SqliteStore {
     }
 
     async fn add_profile(&self, p: &StoredProfile, secrets: &[Sealed]) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.write_tx().await?;
         insert_profile(&mut tx, p, secrets).await?;
         tx.commit().await?;
         Ok(())
@@ -371,7 +379,7 @@ impl Store for SqliteStore {
         profiles: &[(StoredProfile, Vec<Sealed>, UsageStats)],
         orders: &BTreeMap<String, Vec<ProfileId>>,
     ) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.write_tx().await?;
         for (p, secrets, stats) in profiles {
             insert_profile(&mut tx, p, secrets).await?;
             upsert_stats(&mut tx, &p.id, stats).await?;
@@ -392,7 +400,7 @@ impl Store for SqliteStore {
     }
 
     async fn sync_config_profiles(&self, profiles: &[StoredProfile]) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.write_tx().await?;
         for p in profiles {
             sqlx::query(
                 "INSERT INTO profiles (id, provider, name, type, source, enabled, expires_at, created_at, updated_at)
@@ -441,7 +449,7 @@ impl Store for SqliteStore {
     }
 
     async fn save_stats(&self, batch: &[(ProfileId, UsageStats)]) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.write_tx().await?;
         for (id, s) in batch {
             upsert_stats(&mut tx, id, s).await?;
         }
@@ -450,7 +458,7 @@ impl Store for SqliteStore {
     }
 
     async fn save_model_cooldowns(&self, batch: &[((String, String), ModelCooldown)]) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.write_tx().await?;
         for (key, mc) in batch {
             upsert_model_cooldown(&mut tx, key, mc).await?;
         }
@@ -464,8 +472,7 @@ impl Store for SqliteStore {
         models: &[((String, String), Vec<ModelChange>)],
         policy: &CooldownPolicy,
     ) -> Result<Applied, StoreError> {
-        // BEGIN IMMEDIATE: the write lock first, so that the rows read are the ones replaced.
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = self.write_tx().await?;
         let before = feed_head(&mut tx).await?;
         let mut out = Applied::default();
         for (id, changes) in stats {
@@ -604,7 +611,7 @@ impl Store for SqliteStore {
     }
 
     async fn save_login(&self, p: &StoredProfile, secrets: &[Sealed]) -> Result<bool, StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.write_tx().await?;
         let kind: Option<String> = sqlx::query_scalar("SELECT type FROM profiles WHERE id = ?")
             .bind(p.id.as_str())
             .fetch_optional(&mut *tx)
@@ -638,7 +645,7 @@ impl Store for SqliteStore {
         secrets: &[Sealed],
         expires_at: Option<Millis>,
     ) -> Result<bool, StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.write_tx().await?;
         let current: Option<Vec<u8>> =
             sqlx::query_scalar("SELECT nonce FROM secrets WHERE profile_id = ? AND field = 'refresh_token'")
                 .bind(id.as_str())
@@ -660,7 +667,7 @@ impl Store for SqliteStore {
     }
 
     async fn reseal_all(&self, rows: &[(ProfileId, Sealed)]) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.write_tx().await?;
         let stored: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM secrets").fetch_one(&mut *tx).await?;
         if stored != rows.len() as i64 {
             return Err(corrupt(
@@ -792,8 +799,10 @@ impl Store for SqliteStore {
     async fn insert_audit(&self, requests: &[RequestRow], attempts: &[AttemptRow]) -> Result<(), StoreError> {
         // Multi-row INSERTs: one statement per chunk rather than per row, since every statement
         // is a round trip to the SQLite worker thread. Chunks stay under SQLite's 32,766
-        // bound parameters.
-        let mut tx = self.pool.begin().await?;
+        // bound parameters. Each batch size is its own SQL text, and a prepared 1,000-row INSERT
+        // is hundreds of kB: not kept in the connection's statement cache (heaptrack found
+        // 62 MB of them when the writer fell behind under load).
+        let mut tx = self.write_tx().await?;
         for chunk in attempts.chunks(1000) {
             let mut q = sqlx::QueryBuilder::new(
                 "INSERT INTO attempts (request_id, seq, kind, agent, provider, model, profile_id, started_at, duration_ms,
@@ -819,7 +828,7 @@ impl Store for SqliteStore {
                     .push_bind(a.tokens_in)
                     .push_bind(a.tokens_out);
             });
-            q.build().execute(&mut *tx).await?;
+            q.build().persistent(false).execute(&mut *tx).await?;
         }
         for chunk in requests.chunks(1000) {
             let mut q = sqlx::QueryBuilder::new(
@@ -841,7 +850,7 @@ impl Store for SqliteStore {
                     .push_bind(r.tokens_in)
                     .push_bind(r.tokens_out);
             });
-            q.build().execute(&mut *tx).await?;
+            q.build().persistent(false).execute(&mut *tx).await?;
         }
         tx.commit().await?;
         Ok(())
