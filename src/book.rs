@@ -189,8 +189,8 @@ struct Inner {
 /// What the book and its background task share.
 struct Shared {
     inner: Mutex<Inner>,
-    policy: RwLock<CooldownPolicy>,
-    /// The config in force (a reload of profiles from the feed needs the declared ones).
+    /// The config in force: the cooldown durations, and the declared profiles a reload from
+    /// the feed builds on.
     config: RwLock<Arc<Config>>,
     key: Arc<MasterKey>,
 }
@@ -231,12 +231,7 @@ impl Book {
             model_pending: HashMap::new(),
             local_edits: 0,
         };
-        let shared = Arc::new(Shared {
-            inner: Mutex::new(inner),
-            policy: RwLock::new(config.cooldown_policy()),
-            config: RwLock::new(Arc::new(config.clone())),
-            key,
-        });
+        let shared = Arc::new(Shared { inner: Mutex::new(inner), config: RwLock::new(Arc::new(config.clone())), key });
         let (queue, rx) = mpsc::unbounded_channel();
         tokio::spawn(write_loop(store, shared.clone(), rx, seen));
         Ok(Book { shared, queue })
@@ -270,13 +265,12 @@ impl Book {
         let Some(first) = ordered.slots.first().filter(|s| s.blocked.is_none()).map(|s| s.id.clone()) else {
             return Ok((ordered, false));
         };
-        let views = inner.roster.views.values().filter(|v| v.id.provider() == provider);
-        let latest = views.filter_map(|v| v.stats.last_used).max();
+        let views = &inner.roster.views;
+        let latest = ordered.slots.iter().filter_map(|s| views.get(&s.id)?.stats.last_used).max();
         let change = Change::Used(latest.map_or(now, |l| now.max(l + 1)));
         if let Some(view) = inner.roster.views.get_mut(&first) {
             view.stats.apply(&change, &policy);
-            inner.pending.entry(first.clone()).or_default().push_back(change.clone());
-            let _ = self.queue.send(Write::Stats(first.clone(), change));
+            inner.queue(&self.queue, &first, change);
         }
         if let Some(s) = session {
             inner.sessions.insert((provider.to_string(), s.to_string()), first, now);
@@ -315,8 +309,7 @@ impl Book {
         let mut guard = self.lock();
         let inner = &mut *guard;
         let out = inner.roster.views.get_mut(id)?.stats.apply(&change, &policy);
-        inner.pending.entry(id.clone()).or_default().push_back(change.clone());
-        let _ = self.queue.send(Write::Stats(id.clone(), change));
+        inner.queue(&self.queue, id, change);
         Some(out)
     }
 
@@ -383,7 +376,6 @@ impl Book {
     /// A config reload: new cooldown durations for the failures recorded from now on, and the
     /// declared profiles a reload from the feed builds on.
     pub fn set_config(&self, config: &Config) {
-        *self.shared.policy.write().unwrap_or_else(|e| e.into_inner()) = config.cooldown_policy();
         *self.shared.config.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(config.clone());
     }
 
@@ -510,15 +502,13 @@ impl Book {
         let policy = self.policy();
         let mut guard = self.lock();
         let inner = &mut *guard;
-        let mut reset = 0;
-        for (id, view) in inner.roster.views.iter_mut() {
-            if view.stats.expire(now, &policy) {
-                inner.pending.entry(id.clone()).or_default().push_back(Change::Expired(now));
-                let _ = self.queue.send(Write::Stats(id.clone(), Change::Expired(now)));
-                reset += 1;
-            }
+        let views = inner.roster.views.iter_mut();
+        let ended: Vec<ProfileId> =
+            views.filter_map(|(id, v)| v.stats.expire(now, &policy).then(|| id.clone())).collect();
+        for id in &ended {
+            inner.queue(&self.queue, id, Change::Expired(now));
         }
-        reset
+        ended.len()
     }
 
     /// Sweeps every `every` (see `sweep`) until the book is dropped.
@@ -714,8 +704,12 @@ impl Shared {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn config(&self) -> Arc<Config> {
+        self.config.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     fn policy(&self) -> CooldownPolicy {
-        self.policy.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.config.read().unwrap_or_else(|e| e.into_inner()).cooldown_policy()
     }
 
     /// A batch was written (or given up): its changes leave the pending queues, and the rows
@@ -760,7 +754,7 @@ impl Shared {
     /// rebuilt from it; sessions and probe throttles stay. Not when this server edited its
     /// roster since `edits` was read (false).
     fn reload(&self, snapshot: Snapshot, edits: u64) -> Result<bool, LoadError> {
-        let config = self.config.read().unwrap_or_else(|e| e.into_inner()).clone();
+        let config = self.config();
         let (mut roster, credentials, token_versions) = unseal(&snapshot, &config, &self.key)?;
         let policy = self.policy();
         let mut guard = self.lock();
@@ -783,6 +777,13 @@ impl Shared {
 }
 
 impl Inner {
+    /// A change already applied to a profile's stats here: pending until written, and queued
+    /// for the writer, in one critical section.
+    fn queue(&mut self, queue: &mpsc::UnboundedSender<Write>, id: &ProfileId, change: Change) {
+        self.pending.entry(id.clone()).or_default().push_back(change.clone());
+        let _ = queue.send(Write::Stats(id.clone(), change));
+    }
+
     /// Stats as stored become the profiles' state, with their pending changes replayed.
     fn put_stats(&mut self, stored: Vec<(ProfileId, UsageStats)>, policy: &CooldownPolicy) {
         for (id, mut s) in stored {
