@@ -289,28 +289,23 @@ mod tests {
             self.aliases.insert(from.into(), to.into());
             self
         }
-        fn chain(&self, req: ChainRequest<'_>) -> Result<Vec<String>, ChainError> {
-            let routing = Routing {
+        fn routing(&self) -> Routing<'_> {
+            Routing {
                 providers: &known,
                 aliases: &self.aliases,
                 virtual_models: &self.vms,
                 primary: self.primary.as_deref(),
                 fallbacks: &self.fallbacks,
-            };
-            resolve(&routing, &req).map(|c| c.iter().map(Candidate::label).collect())
+            }
+        }
+        fn chain(&self, req: ChainRequest<'_>) -> Result<Vec<String>, ChainError> {
+            resolve(&self.routing(), &req).map(|c| c.iter().map(Candidate::label).collect())
         }
         fn context(&self, lists: &[(&str, &[&str])], overflowed: &str) -> Result<Vec<String>, ChainError> {
-            let routing = Routing {
-                providers: &known,
-                aliases: &self.aliases,
-                virtual_models: &self.vms,
-                primary: self.primary.as_deref(),
-                fallbacks: &self.fallbacks,
-            };
             let lists = lists.iter().map(|(k, v)| (k.to_string(), v.iter().map(|s| s.to_string()).collect())).collect();
             let (provider, model) = split_model_ref(overflowed).unwrap();
             let cand = Candidate { provider: provider.into(), model: model.into() };
-            context_chain(&routing, &lists, &cand, 0).map(|c| c.iter().map(Candidate::label).collect())
+            context_chain(&self.routing(), &lists, &cand, 0).map(|c| c.iter().map(Candidate::label).collect())
         }
     }
 
