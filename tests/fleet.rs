@@ -25,6 +25,12 @@ keyring = "off"
     )
 }
 
+/// OpenAI's 429 as it is written: its error body, and a wait of 600 s.
+fn limited_for_ten_minutes() -> Reply {
+    let body = r#"{"error":{"message":"Rate limit reached for gpt-4.1 in organization org-x on requests per min (RPM): Limit 500, Used 500, Requested 1. Please try again in 600s.","type":"requests","param":null,"code":"rate_limit_exceeded"}}"#;
+    Reply::Status(429, vec![("retry-after", "600".into())], body.into())
+}
+
 fn chat() -> Value {
     json!({"model": "openai/gpt-4.1", "messages": [{"role": "user", "content": "hi"}]})
 }
@@ -127,7 +133,7 @@ async fn cli_changes_reach_a_running_server_within_a_second() {
     reaches(&rota, &agent, t, "order --reset", "openai:k1").await;
 
     // A 429 with Retry-After: 600 keeps k1 away; the CLI's clear brings it back.
-    mock.script(KEYS[0].1, vec![Reply::Status(429, vec![("retry-after", "600".into())], "{}".into())]);
+    mock.script(KEYS[0].1, vec![limited_for_ten_minutes()]);
     while served_by(&rota, &agent).await.ok().as_deref() != Some("openai:k2") {}
     rota.flush().await;
     assert!(served_by(&rota, &agent).await.ok().as_deref() == Some("openai:k2"), "k1 cools for 10 minutes");
@@ -177,7 +183,7 @@ async fn what_one_instance_learns_the_other_keeps_within_a_second() {
     let k1_calls = || mock.keys().iter().filter(|k| *k == KEYS[0].1).count();
 
     // Instance A sees k1 answer 429 with Retry-After: 600 (k1 would serve any later call).
-    mock.script(KEYS[0].1, vec![Reply::Status(429, vec![("retry-after", "600".into())], "{}".into())]);
+    mock.script(KEYS[0].1, vec![limited_for_ten_minutes()]);
     let t = Instant::now();
     assert_eq!(served_by(&a, &agent).await.ok().as_deref(), Some("openai:k2"), "k1 first, then k2");
     let took = book_says(&b, "openai:k1", true, t).await;
