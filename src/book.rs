@@ -8,9 +8,9 @@
 //! become the book's state, with the changes queued since replayed on top. Nothing is lost:
 //! `flush` waits until everything queued so far is written.
 //!
-//! Between batches the same task reads the database's change feed every `FEED_EVERY`, and
-//! reloads what other writers changed: stats, model cooldowns, and profiles, secrets and
-//! orders (docs/scale.md).
+//! Between batches the same task reads the database's change feed every `FEED_EVERY` (and at
+//! once when PostgreSQL notifies a change), and reloads what other writers changed: stats,
+//! model cooldowns, and profiles, secrets and orders (docs/scale.md).
 
 use crate::config::Config;
 use crate::engine::gate::{self, Availability, Gate, Position, ProbeThrottle};
@@ -549,6 +549,7 @@ async fn write_loop(store: Arc<dyn Store>, shared: Arc<Shared>, mut rx: mpsc::Un
     let mut buf = Vec::with_capacity(BATCH);
     let mut feed = tokio::time::interval(FEED_EVERY);
     feed.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut wake = store.wake();
     loop {
         tokio::select! {
             n = rx.recv_many(&mut buf, BATCH) => {
@@ -580,7 +581,12 @@ async fn write_loop(store: Arc<dyn Store>, shared: Arc<Shared>, mut rx: mpsc::Un
                     let _ = tx.send(());
                 }
             }
-            _ = feed.tick() => match follow(store.as_ref(), &shared, seen).await {
+            _ = async {
+                tokio::select! {
+                    _ = feed.tick() => {}
+                    _ = crate::store::woken(&mut wake) => {}
+                }
+            } => match follow(store.as_ref(), &shared, seen).await {
                 Ok(head) => seen = head,
                 Err(e) => tracing::warn!(error = %e, "reading the change feed failed; retrying"),
             },

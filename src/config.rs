@@ -656,20 +656,82 @@ impl Config {
         }
     }
 
-    /// The SQLite file named by `database.url` (`sqlite://rota.db`, `sqlite:rota.db`, a path).
-    pub fn database_path(&self) -> Result<PathBuf, ConfigError> {
+    /// The database named by `database.url`: an SQLite file (`sqlite://rota.db`,
+    /// `sqlite:rota.db`, a path) or a PostgreSQL server (`postgres://…`, `postgresql://…`).
+    pub fn database(&self) -> Result<DatabaseTarget, ConfigError> {
         let url = self.database.url.trim();
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            return Ok(DatabaseTarget::Postgres(url.to_string()));
+        }
         let rest = url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")).unwrap_or(url);
         let rest = rest.split('?').next().unwrap_or("");
         if url.contains("://") && !url.starts_with("sqlite://") {
+            let scheme = url.split("://").next().unwrap_or("");
             return Err(ConfigError(vec![format!(
-                "database.url: `{url}` is not supported yet; use sqlite://PATH (PostgreSQL support is planned)"
+                "database.url: the scheme `{scheme}://` is not supported; use sqlite://PATH or postgres://USER@HOST/DB"
             )]));
         }
         if rest.is_empty() || rest.contains(":memory:") {
             return Err(ConfigError(vec![format!("database.url: `{url}` does not name a database file")]));
         }
-        Ok(PathBuf::from(rest))
+        Ok(DatabaseTarget::Sqlite(PathBuf::from(rest)))
+    }
+}
+
+/// Where rota keeps its state (`database.url`).
+#[derive(Clone, PartialEq, Eq)]
+pub enum DatabaseTarget {
+    Sqlite(PathBuf),
+    /// A PostgreSQL connection URL as written; shown only through `Display`, which hides its
+    /// password.
+    Postgres(String),
+}
+
+impl DatabaseTarget {
+    /// The path the master key's file and keyring entry are named after: the SQLite file
+    /// (`rota.db` → `rota.key` beside it); with PostgreSQL, `rota.db` in the working directory
+    /// (so `rota.key` there). A fleet gives every instance the same `ROTA_MASTER_KEY` instead.
+    pub fn key_anchor(&self) -> PathBuf {
+        match self {
+            DatabaseTarget::Sqlite(path) => path.clone(),
+            DatabaseTarget::Postgres(_) => PathBuf::from("rota.db"),
+        }
+    }
+
+    /// False only for an SQLite file not created yet.
+    pub fn exists(&self) -> bool {
+        match self {
+            DatabaseTarget::Sqlite(path) => path.exists(),
+            DatabaseTarget::Postgres(_) => true,
+        }
+    }
+}
+
+impl std::fmt::Display for DatabaseTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DatabaseTarget::Sqlite(path) => write!(f, "{}", path.display()),
+            DatabaseTarget::Postgres(url) => f.write_str(&redacted_url(url)),
+        }
+    }
+}
+
+impl std::fmt::Debug for DatabaseTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DatabaseTarget({self})")
+    }
+}
+
+/// A database URL without its password.
+pub fn redacted_url(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) => {
+            if u.password().is_some() {
+                let _ = u.set_password(Some("***"));
+            }
+            u.to_string()
+        }
+        Err(_) => "(a database URL that does not parse)".into(),
     }
 }
 
@@ -813,12 +875,19 @@ base_url = "https://api.anthropic.com"
 
     #[test]
     fn database_url_forms() {
-        let with = |u: &str| Config { database: Database { url: u.into() }, ..Default::default() }.database_path();
-        assert_eq!(with("sqlite://rota.db").unwrap(), PathBuf::from("rota.db"));
-        assert_eq!(with("sqlite:///var/lib/rota.db?mode=rwc").unwrap(), PathBuf::from("/var/lib/rota.db"));
-        assert_eq!(with("data/x.db").unwrap(), PathBuf::from("data/x.db"));
-        assert!(with("postgres://h/db").is_err());
+        let with = |u: &str| Config { database: Database { url: u.into() }, ..Default::default() }.database();
+        let file = |p: &str| DatabaseTarget::Sqlite(PathBuf::from(p));
+        assert_eq!(with("sqlite://rota.db").unwrap(), file("rota.db"));
+        assert_eq!(with("sqlite:///var/lib/rota.db?mode=rwc").unwrap(), file("/var/lib/rota.db"));
+        assert_eq!(with("data/x.db").unwrap(), file("data/x.db"));
         assert!(with("sqlite::memory:").is_err());
+        let pg = with("postgres://rota:hunter2@db.internal:5432/rota").unwrap();
+        assert_eq!(pg, DatabaseTarget::Postgres("postgres://rota:hunter2@db.internal:5432/rota".into()));
+        assert_eq!(pg.to_string(), "postgres://rota:***@db.internal:5432/rota");
+        assert!(!format!("{pg:?}").contains("hunter2"));
+        assert!(with("postgresql://h/db").is_ok());
+        let refused = with("mysql://root:hunter2@h/db").unwrap_err().to_string();
+        assert!(refused.contains("mysql://") && !refused.contains("hunter2"), "{refused}");
     }
 
     #[test]

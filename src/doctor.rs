@@ -7,7 +7,8 @@ use crate::config::Config;
 use crate::engine::chain::{ChainRequest, FallbackOverride};
 use crate::secrets::{check_key, find_key_with, key_file_for};
 use crate::status::Status;
-use crate::store::{Snapshot, SqliteStore, Store};
+use crate::config::DatabaseTarget;
+use crate::store::Snapshot;
 use anyhow::Result;
 use serde::Serialize;
 use std::path::Path;
@@ -65,20 +66,19 @@ async fn build(config: &Config, file: Option<String>) -> Report {
         problems: config.problems(),
         ..Default::default()
     };
-    let snapshot = match config.database_path() {
+    let snapshot = match config.database() {
         Err(e) => {
             report.problems.extend(e.0);
             Snapshot::default()
         }
-        Ok(path) if !path.exists() => {
-            report.database =
-                Some(format!("{} (not created yet; `rota serve` or `rota migrate` creates it)", path.display()));
+        Ok(target) if !target.exists() => {
+            report.database = Some(format!("{target} (not created yet; `rota serve` or `rota migrate` creates it)"));
             Snapshot::default()
         }
-        Ok(path) => match inspect_database(&path, config.secrets.keyring, &mut report).await {
+        Ok(target) => match inspect_database(&target, config.secrets.keyring, &mut report).await {
             Ok(s) => s,
             Err(e) => {
-                report.problems.push(format!("database {}: {e:#}", path.display()));
+                report.problems.push(format!("database {target}: {e:#}"));
                 Snapshot::default()
             }
         },
@@ -164,11 +164,17 @@ async fn build(config: &Config, file: Option<String>) -> Report {
     report
 }
 
-/// Opens the database without creating anything, and checks the key against its secrets.
-async fn inspect_database(path: &Path, keyring: crate::secrets::Choice, report: &mut Report) -> Result<Snapshot> {
-    let store = SqliteStore::open(path).await?;
+/// Opens the existing database (applying pending migrations), and checks the key against its
+/// secrets.
+async fn inspect_database(
+    target: &DatabaseTarget,
+    keyring: crate::secrets::Choice,
+    report: &mut Report,
+) -> Result<Snapshot> {
+    let store = crate::store::open(target).await?;
     let applied = store.applied_migrations().await?;
-    report.database = Some(format!("{} ({applied} migration(s) applied)", path.display()));
+    report.database = Some(format!("{target} ({applied} migration(s) applied)"));
+    let path = &target.key_anchor();
     let ids = store.secret_key_ids().await?;
     report.key = Some(match find_key_with(path, keyring) {
         Err(e) => {

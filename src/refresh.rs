@@ -4,6 +4,11 @@
 //! compare-and-swap, and a refused refresh token (`invalid_grant`) first re-reads the store,
 //! since a sibling instance may have rotated it, before the profile is disabled as
 //! `auth_permanent` ("needs re-login").
+//!
+//! Across instances sharing a database, a refresh claim in the database (`refresh_claims`) lets
+//! one of them call the identity provider; the others wait for its tokens to land in the store
+//! and use them (docs/scale.md). A claim lapses after `CLAIM_FOR`, so a holder that dies
+//! mid-refresh holds nobody up for longer.
 
 use crate::book::{Book, Credential};
 use crate::config::Config;
@@ -30,7 +35,14 @@ pub struct Refresher {
     http: oauth::Http,
     clock: Arc<dyn Clock>,
     locks: Mutex<HashMap<ProfileId, Arc<tokio::sync::Mutex<()>>>>,
+    /// This instance, as the holder of refresh claims.
+    holder: String,
 }
+
+/// How long a refresh claim holds: longer than a token request may take.
+const CLAIM_FOR: Millis = 30_000;
+/// How often a waiting instance looks for the claim holder's tokens.
+const CLAIM_POLL: Duration = Duration::from_millis(50);
 
 pub fn access_of(c: &Credential) -> Option<String> {
     match c {
@@ -41,7 +53,15 @@ pub fn access_of(c: &Credential) -> Option<String> {
 
 impl Refresher {
     pub fn new(book: Arc<Book>, store: Arc<dyn Store>, key: Arc<MasterKey>, clock: Arc<dyn Clock>) -> Refresher {
-        Refresher { book, store, key, http: oauth::Http::default(), clock, locks: Mutex::new(HashMap::new()) }
+        Refresher {
+            book,
+            store,
+            key,
+            http: oauth::Http::default(),
+            clock,
+            locks: Mutex::new(HashMap::new()),
+            holder: uuid::Uuid::new_v4().to_string(),
+        }
     }
 
     /// Refreshes, every few seconds, the tokens of profiles about to expire, so that idle
@@ -137,6 +157,47 @@ impl Refresher {
         let Credential::OAuth { refresh: Some(refresh_token), .. } = &cred else {
             return Err(self.needs_relogin(id, "it has no refresh token"));
         };
+        if let Some(cred) = self.claim(id, version.as_deref()).await {
+            tracing::info!(profile = %id, "a sibling refreshed the tokens while this instance waited: using them");
+            return Ok(cred);
+        }
+        let result = self.call_idp(id, cfg, refresh_token, version).await;
+        if let Err(e) = self.store.release_refresh(id, &self.holder).await {
+            tracing::warn!(profile = %id, error = %e, "releasing the refresh claim failed; it lapses by itself");
+        }
+        result
+    }
+
+    /// Waits until this instance holds the profile's refresh claim (`None`), or until the
+    /// holder's new tokens are in the store (`Some`, adopted into the book). A database that
+    /// cannot be asked does not stop the refresh: at worst two instances refresh, and the
+    /// compare-and-swap keeps one result.
+    async fn claim(&self, id: &ProfileId, version: Option<&[u8]>) -> Option<Credential> {
+        loop {
+            let now = self.clock.now();
+            match self.store.claim_refresh(id, &self.holder, now, now + CLAIM_FOR).await {
+                Ok(true) => return None,
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(profile = %id, error = %e, "claiming the refresh failed; refreshing anyway");
+                    return None;
+                }
+            }
+            tokio::time::sleep(CLAIM_POLL).await;
+            if let Some(cred) = self.reread(id, version).await {
+                return Some(cred);
+            }
+        }
+    }
+
+    async fn call_idp(
+        &self,
+        id: &ProfileId,
+        cfg: &crate::config::OAuth,
+        refresh_token: &SecretString,
+        version: Option<Vec<u8>>,
+    ) -> Result<Credential, RefreshFailure> {
+        let provider = id.provider();
         let now = self.clock.now();
         match oauth::refresh(&self.http, provider, cfg, refresh_token, now).await {
             Ok(granted) => self.store_grant(id, granted, refresh_token, version).await,
@@ -151,7 +212,7 @@ impl Refresher {
                 let reason = if matches!(e, OAuthError::Transport(_)) { Reason::Network } else { Reason::Auth };
                 let message = format!("token refresh failed: {e}");
                 tracing::warn!(profile = %id, %reason, "{message}");
-                Err(fail(reason, message))
+                Err(RefreshFailure { reason, message })
             }
         }
     }

@@ -12,7 +12,7 @@ use crate::gateway::{self, AgentCache};
 use crate::metrics::Snapshot;
 use crate::refresh::Refresher;
 use crate::secrets::{MasterKey, resolve_key};
-use crate::store::{SqliteStore, Store};
+use crate::store::Store;
 use crate::web::{self, Sessions};
 use anyhow::{Context, Result};
 use axum::extract::State;
@@ -65,13 +65,11 @@ pub struct App {
 impl App {
     /// `watched`: the config file to reload on change (SPEC §8), if the config came from one.
     pub async fn build(config: Config, watched: Option<std::path::PathBuf>) -> Result<App> {
-        let db_path = config.database_path()?;
-        let store =
-            SqliteStore::open(&db_path).await.with_context(|| format!("opening database {}", db_path.display()))?;
-        let (key, origin) = resolve_key(&db_path, &store.secret_key_ids().await?, config.secrets.keyring)?;
-        tracing::info!(key_id = key.id(), from = %origin, database = %db_path.display(), "master key ready");
+        let target = config.database()?;
+        let store = crate::store::open(&target).await.with_context(|| format!("opening database {target}"))?;
+        let (key, origin) = resolve_key(&target.key_anchor(), &store.secret_key_ids().await?, config.secrets.keyring)?;
+        tracing::info!(key_id = key.id(), from = %origin, database = %target, "master key ready");
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-        let store: Arc<dyn Store> = Arc::new(store);
         let key = Arc::new(key);
         let book = Arc::new(Book::load(store.clone(), &config, key.clone(), clock.now()).await?);
         book.sweep_every(std::time::Duration::from_secs(1), clock.clone());

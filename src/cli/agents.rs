@@ -3,8 +3,8 @@
 use crate::agents::{digest, new_key, valid_name};
 use crate::config::Config;
 use crate::status::time;
-use crate::store::{SqliteStore, Store, StoreError};
-use anyhow::{Context, Result, bail};
+use crate::store::StoreError;
+use anyhow::{Result, bail};
 use clap::Subcommand;
 use secrecy::ExposeSecret;
 
@@ -27,9 +27,7 @@ pub enum AgentsCommand {
 }
 
 pub async fn run(config: &Config, cmd: AgentsCommand) -> Result<()> {
-    let path = config.database_path()?;
-    let open =
-        || async { SqliteStore::open(&path).await.with_context(|| format!("opening database {}", path.display())) };
+    let open = || super::open_store(config);
     let now = chrono::Utc::now().timestamp_millis();
     match cmd {
         AgentsCommand::Create { name, admin } => {

@@ -3,22 +3,18 @@
 use crate::config::Config;
 use crate::openclaw::{self, File};
 use crate::secrets::{check_key, find_key_with, resolve_key};
-use crate::store::{SqliteStore, Store, StoreError};
+use super::open_store as open;
+use crate::store::StoreError;
 use anyhow::{Context, Result, anyhow, bail};
 use std::io::Write;
 use std::path::Path;
-
-async fn open(config: &Config) -> Result<SqliteStore> {
-    let path = config.database_path()?;
-    SqliteStore::open(&path).await.with_context(|| format!("opening database {}", path.display()))
-}
 
 pub async fn import(config: &Config, path: &Path) -> Result<()> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let file: File = serde_json::from_str(&text)
         .with_context(|| format!("{} is not an OpenClaw auth-profiles.json", path.display()))?;
     let store = open(config).await?;
-    let (key, _) = resolve_key(&config.database_path()?, &store.secret_key_ids().await?, config.secrets.keyring)?;
+    let (key, _) = resolve_key(&config.database()?.key_anchor(), &store.secret_key_ids().await?, config.secrets.keyring)?;
     let now = chrono::Utc::now().timestamp_millis();
     let (profiles, orders) = openclaw::import(&file, &key, |p| config.has_provider(p), now)
         .map_err(|e| anyhow!("{}: {e}; nothing was imported", path.display()))?;
@@ -33,10 +29,11 @@ pub async fn import(config: &Config, path: &Path) -> Result<()> {
 
 /// Writes the file with mode 0600: it holds every stored secret in the clear.
 pub async fn export(config: &Config, output: &Path) -> Result<()> {
-    let db = config.database_path()?;
-    if !db.exists() {
-        bail!("database {} does not exist: nothing to export", db.display());
+    let target = config.database()?;
+    if !target.exists() {
+        bail!("database {target} does not exist: nothing to export");
     }
+    let db = target.key_anchor();
     let store = open(config).await?;
     let ids = store.secret_key_ids().await?;
     let (key, origin) = find_key_with(&db, config.secrets.keyring)?

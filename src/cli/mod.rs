@@ -6,7 +6,8 @@ mod keys;
 mod profiles;
 
 use crate::config::Config;
-use crate::store::SqliteStore;
+use crate::store::Store;
+use std::sync::Arc;
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use std::path::{Path, PathBuf};
@@ -105,6 +106,12 @@ fn init_logging() {
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).try_init();
 }
 
+/// Opens the configured database, applying pending migrations.
+pub(crate) async fn open_store(config: &Config) -> Result<Arc<dyn Store>> {
+    let target = config.database()?;
+    crate::store::open(&target).await.with_context(|| format!("opening database {target}"))
+}
+
 async fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Doctor { json } => crate::doctor::run(cli.config.as_deref(), json).await,
@@ -119,10 +126,9 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Migrate => {
             let config = load(cli.config.as_deref())?;
-            let path = config.database_path()?;
-            let store = SqliteStore::open(&path).await.with_context(|| format!("opening {}", path.display()))?;
+            let store = open_store(&config).await?;
             let n = store.applied_migrations().await?;
-            println!("{}: {n} migration(s) applied, schema up to date", path.display());
+            println!("{}: {n} migration(s) applied, schema up to date", store.describe());
             Ok(ExitCode::SUCCESS)
         }
         Command::Import(ImportCommand::Openclaw { file }) => {

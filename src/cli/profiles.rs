@@ -6,7 +6,8 @@ use crate::engine::{Change, ModelChange, ProfileId, ProfileType};
 use crate::profiles as rules;
 use crate::secrets::resolve_key;
 use crate::status::{Status, time};
-use crate::store::{Origin, SqliteStore, Store, StoreError, StoredProfile};
+use super::open_store as open;
+use crate::store::{Origin, StoreError, StoredProfile};
 use anyhow::{Context, Result, bail};
 use clap::Subcommand;
 use secrecy::SecretString;
@@ -110,11 +111,6 @@ async fn clear_model(config: &Config, model_ref: &str) -> Result<()> {
     Ok(())
 }
 
-async fn open(config: &Config) -> Result<SqliteStore> {
-    let path = config.database_path()?;
-    SqliteStore::open(&path).await.with_context(|| format!("opening database {}", path.display()))
-}
-
 fn parse_id(raw: &str) -> Result<ProfileId> {
     Ok(raw.parse::<ProfileId>()?)
 }
@@ -131,7 +127,7 @@ async fn add(config: &Config, provider: &str, name: &str, kind: &str, expires: O
     let new = rules::check_new(config, provider, name, kind, expires, now).map_err(anyhow::Error::msg)?;
     let secret = read_secret(new.kind)?;
     let store = open(config).await?;
-    let (key, origin) = resolve_key(&config.database_path()?, &store.secret_key_ids().await?, config.secrets.keyring)?;
+    let (key, origin) = resolve_key(&config.database()?.key_anchor(), &store.secret_key_ids().await?, config.secrets.keyring)?;
     let sealed = key.seal(&new.id, new.field, &secret);
     let profile = StoredProfile::stored(new.id.clone(), new.kind, new.expires_at, now);
     store.add_profile(&profile, &[sealed]).await.map_err(|e| match e {

@@ -52,9 +52,13 @@ impl AgentCache {
         let mut seen = store.feed_head(Some("agent")).await?;
         let cache = Arc::new(AgentCache { by_digest: RwLock::new(active(store.as_ref()).await?) });
         let weak = Arc::downgrade(&cache);
+        let mut wake = store.wake();
         tokio::spawn(async move {
             loop {
-                tokio::time::sleep(crate::book::FEED_EVERY).await;
+                tokio::select! {
+                    _ = tokio::time::sleep(crate::book::FEED_EVERY) => {}
+                    _ = crate::store::woken(&mut wake) => {}
+                }
                 let Some(cache) = weak.upgrade() else { return };
                 let head = match store.feed_head(Some("agent")).await {
                     Ok(head) if head == seen => continue,

@@ -1,8 +1,37 @@
-//! Persistence behind one seam, so that a PostgreSQL implementation can follow the SQLite one.
+//! Persistence behind one seam: the embedded SQLite store and the PostgreSQL store run the same
+//! SQL (`sql.rs`) on the same schema (`migrations/sqlite`, `migrations/postgres`).
 
+mod postgres;
+mod sql;
 mod sqlite;
 
-pub use sqlite::{MIGRATOR_COUNT, SqliteStore};
+pub use postgres::PgStore;
+pub use sqlite::SqliteStore;
+
+use crate::config::DatabaseTarget;
+use std::sync::Arc;
+
+/// Resolves when `wake` (from `Store::wake`) says another writer changed something; never
+/// when there is no such signal.
+pub async fn woken(wake: &mut Option<tokio::sync::watch::Receiver<u64>>) {
+    match wake {
+        Some(rx) => {
+            if rx.changed().await.is_err() {
+                *wake = None;
+            }
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// Opens the configured database (creating an SQLite file if needed) and applies pending
+/// migrations.
+pub async fn open(target: &DatabaseTarget) -> Result<Arc<dyn Store>, StoreError> {
+    Ok(match target {
+        DatabaseTarget::Sqlite(path) => Arc::new(SqliteStore::open(path).await?),
+        DatabaseTarget::Postgres(url) => Arc::new(PgStore::open(url).await?),
+    })
+}
 
 use crate::agents::Agent;
 use crate::audit::{AttemptRow, RequestRow};
@@ -169,6 +198,23 @@ pub enum StoreError {
 
 #[async_trait]
 pub trait Store: Send + Sync {
+    /// The database, as an operator names it (a file, or a URL without its password).
+    fn describe(&self) -> String;
+    /// How many migrations this build knows for this engine.
+    fn known_migrations(&self) -> usize;
+    /// How many migrations the database has applied.
+    async fn applied_migrations(&self) -> Result<i64, StoreError>;
+    async fn close(&self);
+    /// A receiver whose value changes when another writer may have changed the shared state
+    /// (PostgreSQL's `LISTEN rota_changes`), where the engine can say so; `None` where the
+    /// feed is polled only.
+    fn wake(&self) -> Option<tokio::sync::watch::Receiver<u64>>;
+    /// Claims the refresh of a profile's OAuth tokens for `holder` until `until`: true when no
+    /// other holder has an unexpired claim (docs/scale.md: one refresh per token, fleet-wide).
+    async fn claim_refresh(&self, id: &ProfileId, holder: &str, now: Millis, until: Millis)
+    -> Result<bool, StoreError>;
+    /// Gives up `holder`'s claim, if it still has it.
+    async fn release_refresh(&self, id: &ProfileId, holder: &str) -> Result<(), StoreError>;
     async fn snapshot(&self) -> Result<Snapshot, StoreError>;
     /// The ids of the keys that sealed the stored secrets.
     async fn secret_key_ids(&self) -> Result<Vec<String>, StoreError>;

@@ -1,0 +1,107 @@
+//! The PostgreSQL store, for a fleet of instances sharing one state (docs/scale.md).
+
+use super::sql::{corrupt, now, sql_store};
+use super::{
+    Applied, AttemptRecord, AuditQuery, FeedEntry, Origin, ProfileUsage, RequestRecord, Snapshot, Store, StoreError,
+    StoredProfile,
+};
+use crate::agents::Agent;
+use crate::audit::{AttemptRow, RequestRow};
+use crate::engine::{
+    Change, Cooldown, CooldownPolicy, Disabled, Millis, ModelChange, ModelCooldown, ProfileId, Reason, UsageStats,
+};
+use crate::secrets::{Sealed, SecretField};
+use async_trait::async_trait;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgListener, PgPool, PgPoolOptions, PgRow};
+use sqlx::{Postgres, Row};
+use std::collections::{BTreeMap, HashMap};
+use std::str::FromStr;
+use std::sync::OnceLock;
+use std::time::Duration;
+use tokio::sync::watch;
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
+
+/// The channel the change feed's trigger notifies (migrations/postgres).
+const CHANNEL: &str = "rota_changes";
+
+#[derive(Clone, Debug)]
+pub struct PgStore {
+    pool: PgPool,
+    description: String,
+    wake: std::sync::Arc<OnceLock<watch::Receiver<u64>>>,
+}
+
+impl PgStore {
+    /// Connects and applies pending migrations (sqlx holds an advisory lock meanwhile, so
+    /// instances that start together migrate once).
+    pub async fn open(url: &str) -> Result<PgStore, StoreError> {
+        let opts = PgConnectOptions::from_str(url)?.application_name("rota");
+        let pool = PgPoolOptions::new()
+            .max_connections(8)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_with(opts)
+            .await?;
+        MIGRATOR.run(&pool).await?;
+        Ok(PgStore { pool, description: crate::config::redacted_url(url), wake: Default::default() })
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// A transaction that may change the shared state. It takes the change feed's counter row
+    /// first, as every writer's trigger would at its first write: taking it up front orders
+    /// the writers before any of them holds another row, so two never wait on each other
+    /// (the deadlock of A holding a stats row and waiting for the counter while B holds the
+    /// counter and waits for that row).
+    async fn write_tx(&self) -> Result<sqlx::Transaction<'static, Postgres>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SELECT n FROM change_seq WHERE id = 1 FOR UPDATE").execute(&mut *tx).await?;
+        Ok(tx)
+    }
+
+    /// Audit rows touch no shared state: instances append them concurrently.
+    async fn audit_tx(&self) -> Result<sqlx::Transaction<'static, Postgres>, StoreError> {
+        Ok(self.pool.begin().await?)
+    }
+
+    /// A receiver bumped on every `NOTIFY rota_changes`, listened to by one task per store
+    /// (started on first use). The listener reconnects by itself; a notification lost while it
+    /// does is caught up by the feed's poll.
+    fn wake_channel(&self) -> Option<watch::Receiver<u64>> {
+        let rx = self.wake.get_or_init(|| {
+            let (tx, rx) = watch::channel(0u64);
+            let pool = self.pool.clone();
+            tokio::spawn(async move {
+                loop {
+                    if let Err(e) = listen(&pool, &tx).await {
+                        if tx.is_closed() || pool.is_closed() {
+                            return;
+                        }
+                        tracing::warn!(error = %e, "listening to the change feed failed; retrying in 1 s");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }
+            });
+            rx
+        });
+        Some(rx.clone())
+    }
+}
+
+async fn listen(pool: &PgPool, tx: &watch::Sender<u64>) -> Result<(), sqlx::Error> {
+    let mut listener = PgListener::connect_with(pool).await?;
+    listener.listen(CHANNEL).await?;
+    loop {
+        // `None`: the connection was lost (and is re-established by the next call); wake the
+        // reader so that it catches up on what it may have missed.
+        let _ = listener.try_recv().await?;
+        tx.send_modify(|n| *n += 1);
+        if tx.is_closed() {
+            return Ok(());
+        }
+    }
+}
+
+sql_store!(PgStore, Postgres, PgRow, PgConnection);

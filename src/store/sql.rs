@@ -1,0 +1,868 @@
+//! The SQL both stores run. SQLite and PostgreSQL read the same statements (numbered `$N`
+//! parameters, `coalesce`, `IS DISTINCT FROM`, `CASE` sums cast to `BIGINT`), so one text,
+//! instantiated for each driver by `sql_store!`, keeps the two from drifting apart. What differs
+//! (opening, the write lock, the change feed's wake-up) lives in `sqlite.rs` and `postgres.rs`.
+
+use super::StoreError;
+use crate::engine::Millis;
+
+pub(super) fn now() -> Millis {
+    chrono::Utc::now().timestamp_millis()
+}
+
+pub(super) fn corrupt(table: &'static str, detail: impl ToString) -> StoreError {
+    StoreError::Corrupt { table, detail: detail.to_string() }
+}
+
+/// Implements `Store` for `$store`, a struct with a `pool: sqlx::Pool<$db>` and two methods
+/// that begin transactions: `write_tx` (one that may change the shared state, serialized with
+/// every other such writer) and `audit_tx` (one that only appends audit rows), a
+/// `description` and a `wake_channel`, and a `MIGRATOR` static in scope.
+macro_rules! sql_store {
+    ($store:ty, $db:ty, $row:ty, $conn:ty) => {
+        /// Writes a profile's stats row and its cooldown windows, unless the profile is gone (a removal
+        /// raced the write). `usage_stats.cooldown_*` show the window that ends last.
+        async fn upsert_stats(
+            tx: &mut sqlx::Transaction<'_, $db>,
+            id: &ProfileId,
+            s: &UsageStats,
+        ) -> Result<(), StoreError> {
+            let counts = serde_json::to_string(&s.failure_counts).expect("reason counts serialize");
+            let head = s.cooldowns.iter().max_by_key(|c| (c.until, c.model.is_none()));
+            sqlx::query(
+                "INSERT INTO usage_stats (profile_id, last_used, last_success_at, cooldown_until, cooldown_reason,
+                     cooldown_model, disabled_until, disabled_reason, error_count, failure_counts, last_failure_at,
+                     window_opened_at, success_count, failure_total, billing_step, cleared_at)
+                 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16 WHERE EXISTS (SELECT 1 FROM profiles WHERE id = $17)
+                 ON CONFLICT (profile_id) DO UPDATE SET last_used = excluded.last_used,
+                     last_success_at = excluded.last_success_at, cooldown_until = excluded.cooldown_until,
+                     cooldown_reason = excluded.cooldown_reason, cooldown_model = excluded.cooldown_model,
+                     disabled_until = excluded.disabled_until, disabled_reason = excluded.disabled_reason,
+                     error_count = excluded.error_count, failure_counts = excluded.failure_counts,
+                     last_failure_at = excluded.last_failure_at, window_opened_at = excluded.window_opened_at,
+                     success_count = excluded.success_count, failure_total = excluded.failure_total,
+                     billing_step = excluded.billing_step, cleared_at = excluded.cleared_at",
+            )
+            .bind(id.as_str())
+            .bind(s.last_used)
+            .bind(s.last_success_at)
+            .bind(head.map(|c| c.until))
+            .bind(head.map(|c| c.reason.as_str()))
+            .bind(head.and_then(|c| c.model.as_deref()))
+            .bind(s.disabled.as_ref().and_then(|d| d.until))
+            .bind(s.disabled.as_ref().map(|d| d.reason.as_str()))
+            .bind(s.error_count as i64)
+            .bind(counts)
+            .bind(s.last_failure_at)
+            .bind(s.window_opened_at)
+            .bind(s.success_count as i64)
+            .bind(s.failure_total as i64)
+            .bind(i64::from(s.billing_step))
+            .bind(s.cleared_at)
+            .bind(id.as_str())
+            .execute(&mut **tx)
+            .await?;
+            sqlx::query("DELETE FROM profile_cooldowns WHERE profile_id = $1").bind(id.as_str()).execute(&mut **tx).await?;
+            for c in &s.cooldowns {
+                sqlx::query(
+                    "INSERT INTO profile_cooldowns (profile_id, model, cooldown_until, cooldown_reason, step, opened_at)
+                     SELECT $1, $2, $3, $4, $5, $6 WHERE EXISTS (SELECT 1 FROM profiles WHERE id = $7)",
+                )
+                .bind(id.as_str())
+                .bind(c.model.as_deref())
+                .bind(c.until)
+                .bind(c.reason.as_str())
+                .bind(i64::from(c.step))
+                .bind(c.opened_at)
+                .bind(id.as_str())
+                .execute(&mut **tx)
+                .await?;
+            }
+            Ok(())
+        }
+
+        fn sealed_row(row: &$row) -> Result<Sealed, StoreError> {
+            let field: String = row.try_get("field")?;
+            Ok(Sealed {
+                field: SecretField::parse(&field).ok_or_else(|| corrupt("secrets", format!("unknown field {field}")))?,
+                key_id: row.try_get("key_id")?,
+                nonce: row.try_get("nonce")?,
+                ciphertext: row.try_get("ciphertext")?,
+            })
+        }
+
+        /// Replaces every secret of a profile with `secrets`.
+        async fn replace_secrets(
+            tx: &mut sqlx::Transaction<'_, $db>,
+            id: &ProfileId,
+            secrets: &[Sealed],
+            now: Millis,
+        ) -> Result<(), StoreError> {
+            sqlx::query("DELETE FROM secrets WHERE profile_id = $1").bind(id.as_str()).execute(&mut **tx).await?;
+            for s in secrets {
+                sqlx::query(
+                    "INSERT INTO secrets (profile_id, field, key_id, nonce, ciphertext, updated_at) VALUES ($1, $2, $3, $4, $5, $6)",
+                )
+                .bind(id.as_str())
+                .bind(s.field.as_str())
+                .bind(&s.key_id)
+                .bind(&s.nonce)
+                .bind(&s.ciphertext)
+                .bind(now)
+                .execute(&mut **tx)
+                .await?;
+            }
+            Ok(())
+        }
+
+        async fn insert_profile(
+            tx: &mut sqlx::Transaction<'_, $db>,
+            p: &StoredProfile,
+            secrets: &[Sealed],
+        ) -> Result<(), StoreError> {
+            let inserted = sqlx::query(
+                "INSERT INTO profiles (id, provider, name, type, source, enabled, email, expires_at, created_at, updated_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (id) DO NOTHING",
+            )
+            .bind(p.id.as_str())
+            .bind(p.id.provider())
+            .bind(p.id.name())
+            .bind(p.kind.as_str())
+            .bind(p.origin.as_str())
+            .bind(p.enabled)
+            .bind(&p.email)
+            .bind(p.expires_at)
+            .bind(p.created_at)
+            .bind(p.created_at)
+            .execute(&mut **tx)
+            .await?;
+            if inserted.rows_affected() == 0 {
+                return Err(StoreError::Duplicate(p.id.clone()));
+            }
+            replace_secrets(tx, &p.id, secrets, p.created_at).await?;
+            sqlx::query("INSERT INTO usage_stats (profile_id) VALUES ($1)").bind(p.id.as_str()).execute(&mut **tx).await?;
+            Ok(())
+        }
+
+        fn agent_from_row(row: &$row) -> Result<Agent, StoreError> {
+            Ok(Agent {
+                id: row.try_get("id")?,
+                name: row.try_get("name")?,
+                admin: row.try_get("admin")?,
+                created_at: row.try_get("created_at")?,
+                revoked_at: row.try_get("revoked_at")?,
+            })
+        }
+
+        fn reason(row: &$row, col: &str) -> Result<Option<Reason>, StoreError> {
+            let raw: Option<String> = row.try_get(col)?;
+            raw.map(|r| r.parse().map_err(|e| corrupt("usage_stats", e))).transpose()
+        }
+
+        fn stats_from_row(row: &$row) -> Result<UsageStats, StoreError> {
+            let disabled = reason(row, "disabled_reason")?
+                .map(|reason| Disabled { until: row.try_get("disabled_until").ok().flatten(), reason });
+            let counts: String = row.try_get("failure_counts")?;
+            let failure_counts: BTreeMap<Reason, u32> = serde_json::from_str(&counts).map_err(|e| corrupt("usage_stats", e))?;
+            Ok(UsageStats {
+                last_used: row.try_get("last_used")?,
+                last_success_at: row.try_get("last_success_at")?,
+                cooldowns: Vec::new(),
+                disabled,
+                error_count: row.try_get::<i64, _>("error_count")? as u32,
+                failure_counts,
+                last_failure_at: row.try_get("last_failure_at")?,
+                window_opened_at: row.try_get("window_opened_at")?,
+                success_count: row.try_get::<i64, _>("success_count")? as u64,
+                failure_total: row.try_get::<i64, _>("failure_total")? as u64,
+                billing_step: row.try_get::<i64, _>("billing_step")? as u32,
+                cleared_at: row.try_get("cleared_at")?,
+            })
+        }
+
+        fn window_from_row(row: &$row) -> Result<Cooldown, StoreError> {
+            let reason: String = row.try_get("cooldown_reason")?;
+            Ok(Cooldown {
+                until: row.try_get("cooldown_until")?,
+                reason: reason.parse().map_err(|e| corrupt("profile_cooldowns", e))?,
+                model: row.try_get("model")?,
+                step: row.try_get::<i64, _>("step")?.clamp(1, u32::MAX as i64) as u32,
+                opened_at: row.try_get("opened_at")?,
+            })
+        }
+
+        /// One profile's stats as stored, with its cooldown windows; `None` when it has no row.
+        async fn load_stats(conn: &mut $conn, id: &ProfileId) -> Result<Option<UsageStats>, StoreError> {
+            let Some(row) = sqlx::query("SELECT * FROM usage_stats WHERE profile_id = $1")
+                .bind(id.as_str())
+                .fetch_optional(&mut *conn)
+                .await?
+            else {
+                return Ok(None);
+            };
+            let mut stats = stats_from_row(&row)?;
+            for row in sqlx::query(
+                "SELECT model, cooldown_until, cooldown_reason, step, opened_at FROM profile_cooldowns WHERE profile_id = $1",
+            )
+            .bind(id.as_str())
+            .fetch_all(&mut *conn)
+            .await?
+            {
+                stats.cooldowns.push(window_from_row(&row)?);
+            }
+            Ok(Some(stats))
+        }
+
+        fn model_cooldown_from_row(row: &$row) -> Result<ModelCooldown, StoreError> {
+            Ok(ModelCooldown {
+                until: row.try_get("cooldown_until")?,
+                error_count: row.try_get::<i64, _>("error_count")? as u32,
+                last_failure_at: row.try_get("last_failure_at")?,
+            })
+        }
+
+        async fn upsert_model_cooldown(
+            conn: &mut $conn,
+            (provider, model): &(String, String),
+            mc: &ModelCooldown,
+        ) -> Result<(), StoreError> {
+            sqlx::query(
+                "INSERT INTO model_cooldowns (provider, model, cooldown_until, error_count, last_failure_at)
+                 VALUES ($1, $2, $3, $4, $5)
+                 ON CONFLICT (provider, model) DO UPDATE SET cooldown_until = excluded.cooldown_until,
+                     error_count = excluded.error_count, last_failure_at = excluded.last_failure_at",
+            )
+            .bind(provider)
+            .bind(model)
+            .bind(mc.until)
+            .bind(mc.error_count as i64)
+            .bind(mc.last_failure_at)
+            .execute(&mut *conn)
+            .await?;
+            Ok(())
+        }
+
+        async fn feed_head(conn: &mut $conn) -> Result<i64, StoreError> {
+            Ok(sqlx::query_scalar("SELECT n FROM change_seq").fetch_one(&mut *conn).await?)
+        }
+
+        #[async_trait]
+        impl Store for $store {
+            fn describe(&self) -> String {
+                self.description.clone()
+            }
+
+            fn known_migrations(&self) -> usize {
+                MIGRATOR.iter().count()
+            }
+
+            async fn applied_migrations(&self) -> Result<i64, StoreError> {
+                Ok(sqlx::query_scalar("SELECT COUNT(*) FROM _sqlx_migrations WHERE success").fetch_one(&self.pool).await?)
+            }
+
+            async fn close(&self) {
+                self.pool.close().await;
+            }
+
+            fn wake(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+                self.wake_channel()
+            }
+
+            async fn claim_refresh(
+                &self,
+                id: &ProfileId,
+                holder: &str,
+                now: Millis,
+                until: Millis,
+            ) -> Result<bool, StoreError> {
+                let done = sqlx::query(
+                    "INSERT INTO refresh_claims (profile_id, holder, expires_at)
+                     SELECT $1, $2, $3 WHERE EXISTS (SELECT 1 FROM profiles WHERE id = $1)
+                     ON CONFLICT (profile_id) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
+                     WHERE refresh_claims.expires_at <= $4 OR refresh_claims.holder = $2",
+                )
+                .bind(id.as_str())
+                .bind(holder)
+                .bind(until)
+                .bind(now)
+                .execute(&self.pool)
+                .await?;
+                Ok(done.rows_affected() == 1)
+            }
+
+            async fn release_refresh(&self, id: &ProfileId, holder: &str) -> Result<(), StoreError> {
+                sqlx::query("DELETE FROM refresh_claims WHERE profile_id = $1 AND holder = $2")
+                    .bind(id.as_str())
+                    .bind(holder)
+                    .execute(&self.pool)
+                    .await?;
+                Ok(())
+            }
+
+            async fn snapshot(&self) -> Result<Snapshot, StoreError> {
+                let mut conn = self.pool.acquire().await?;
+                let mut snap = Snapshot::default();
+                for row in sqlx::query(
+                    "SELECT id, type, source, enabled, email, expires_at, created_at FROM profiles ORDER BY created_at, id",
+                )
+                .fetch_all(&mut *conn)
+                .await?
+                {
+                    let id: String = row.try_get("id")?;
+                    let kind: String = row.try_get("type")?;
+                    let source: String = row.try_get("source")?;
+                    snap.profiles.push(StoredProfile {
+                        id: id.parse().map_err(|e| corrupt("profiles", e))?,
+                        kind: kind.parse().map_err(|e| corrupt("profiles", e))?,
+                        origin: if source == "config" { Origin::Config } else { Origin::Stored },
+                        enabled: row.try_get("enabled")?,
+                        email: row.try_get("email")?,
+                        expires_at: row.try_get("expires_at")?,
+                        created_at: row.try_get("created_at")?,
+                    });
+                }
+                for row in sqlx::query("SELECT profile_id, field, key_id, nonce, ciphertext FROM secrets")
+                    .fetch_all(&mut *conn)
+                    .await?
+                {
+                    let id: String = row.try_get("profile_id")?;
+                    let sealed = sealed_row(&row)?;
+                    snap.secrets.entry(id.parse().map_err(|e| corrupt("secrets", e))?).or_default().push(sealed);
+                }
+                for row in sqlx::query("SELECT * FROM usage_stats").fetch_all(&mut *conn).await? {
+                    let id: String = row.try_get("profile_id")?;
+                    snap.stats.insert(id.parse().map_err(|e| corrupt("usage_stats", e))?, stats_from_row(&row)?);
+                }
+                for row in sqlx::query(
+                    "SELECT profile_id, model, cooldown_until, cooldown_reason, step, opened_at FROM profile_cooldowns",
+                )
+                .fetch_all(&mut *conn)
+                .await?
+                {
+                    let id: String = row.try_get("profile_id")?;
+                    let id: ProfileId = id.parse().map_err(|e| corrupt("profile_cooldowns", e))?;
+                    snap.stats.entry(id).or_default().cooldowns.push(window_from_row(&row)?);
+                }
+                for row in sqlx::query("SELECT provider, profile_ids FROM profile_order").fetch_all(&mut *conn).await? {
+                    let ids: String = row.try_get("profile_ids")?;
+                    let ids: Vec<ProfileId> = serde_json::from_str(&ids).map_err(|e| corrupt("profile_order", e))?;
+                    snap.orders.insert(row.try_get("provider")?, ids);
+                }
+                for row in
+                    sqlx::query("SELECT provider, model, cooldown_until, error_count, last_failure_at FROM model_cooldowns")
+                        .fetch_all(&mut *conn)
+                        .await?
+                {
+                    snap.model_cooldowns
+                        .insert((row.try_get("provider")?, row.try_get("model")?), model_cooldown_from_row(&row)?);
+                }
+                Ok(snap)
+            }
+
+            async fn secret_key_ids(&self) -> Result<Vec<String>, StoreError> {
+                Ok(sqlx::query_scalar("SELECT DISTINCT key_id FROM secrets ORDER BY key_id").fetch_all(&self.pool).await?)
+            }
+
+            async fn add_profile(&self, p: &StoredProfile, secrets: &[Sealed]) -> Result<(), StoreError> {
+                let mut tx = self.write_tx().await?;
+                insert_profile(&mut tx, p, secrets).await?;
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn import(
+                &self,
+                profiles: &[(StoredProfile, Vec<Sealed>, UsageStats)],
+                orders: &BTreeMap<String, Vec<ProfileId>>,
+            ) -> Result<(), StoreError> {
+                let mut tx = self.write_tx().await?;
+                for (p, secrets, stats) in profiles {
+                    insert_profile(&mut tx, p, secrets).await?;
+                    upsert_stats(&mut tx, &p.id, stats).await?;
+                }
+                for (provider, ids) in orders {
+                    sqlx::query(
+                        "INSERT INTO profile_order (provider, profile_ids, updated_at) VALUES ($1, $2, $3)
+                         ON CONFLICT (provider) DO UPDATE SET profile_ids = excluded.profile_ids, updated_at = excluded.updated_at",
+                    )
+                    .bind(provider)
+                    .bind(serde_json::to_string(ids).expect("profile ids serialize"))
+                    .bind(now())
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn sync_config_profiles(&self, profiles: &[StoredProfile]) -> Result<(), StoreError> {
+                let mut tx = self.write_tx().await?;
+                for p in profiles {
+                    sqlx::query(
+                        "INSERT INTO profiles (id, provider, name, type, source, enabled, expires_at, created_at, updated_at)
+                         VALUES ($1, $2, $3, $4, 'config', TRUE, $5, $6, $7)
+                         ON CONFLICT (id) DO UPDATE SET type = excluded.type, expires_at = excluded.expires_at,
+                             updated_at = excluded.updated_at
+                         WHERE profiles.source = 'config' AND (profiles.type, profiles.expires_at) IS DISTINCT FROM (excluded.type, excluded.expires_at)",
+                    )
+                    .bind(p.id.as_str())
+                    .bind(p.id.provider())
+                    .bind(p.id.name())
+                    .bind(p.kind.as_str())
+                    .bind(p.expires_at)
+                    .bind(p.created_at)
+                    .bind(p.created_at)
+                    .execute(&mut *tx)
+                    .await?;
+                    sqlx::query("INSERT INTO usage_stats (profile_id) VALUES ($1) ON CONFLICT DO NOTHING")
+                        .bind(p.id.as_str())
+                        .execute(&mut *tx)
+                        .await?;
+                }
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn remove_profile(&self, id: &ProfileId) -> Result<(), StoreError> {
+                let mut tx = self.write_tx().await?;
+                let done = sqlx::query("DELETE FROM profiles WHERE id = $1").bind(id.as_str()).execute(&mut *tx).await?;
+                if done.rows_affected() == 0 {
+                    return Err(StoreError::NotFound(id.clone()));
+                }
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn set_enabled(&self, id: &ProfileId, enabled: bool) -> Result<(), StoreError> {
+                let mut tx = self.write_tx().await?;
+                let done = sqlx::query("UPDATE profiles SET enabled = $1, updated_at = $2 WHERE id = $3")
+                    .bind(enabled)
+                    .bind(now())
+                    .bind(id.as_str())
+                    .execute(&mut *tx)
+                    .await?;
+                if done.rows_affected() == 0 {
+                    return Err(StoreError::NotFound(id.clone()));
+                }
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn save_stats(&self, batch: &[(ProfileId, UsageStats)]) -> Result<(), StoreError> {
+                let mut tx = self.write_tx().await?;
+                for (id, s) in batch {
+                    upsert_stats(&mut tx, id, s).await?;
+                }
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn save_model_cooldowns(&self, batch: &[((String, String), ModelCooldown)]) -> Result<(), StoreError> {
+                let mut tx = self.write_tx().await?;
+                for (key, mc) in batch {
+                    upsert_model_cooldown(&mut tx, key, mc).await?;
+                }
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn apply(
+                &self,
+                stats: &[(ProfileId, Vec<Change>)],
+                models: &[((String, String), Vec<ModelChange>)],
+                policy: &CooldownPolicy,
+            ) -> Result<Applied, StoreError> {
+                let mut tx = self.write_tx().await?;
+                let before = feed_head(&mut tx).await?;
+                let mut out = Applied::default();
+                for (id, changes) in stats {
+                    let Some(mut s) = load_stats(&mut tx, id).await? else { continue };
+                    for c in changes {
+                        s.apply(c, policy);
+                    }
+                    upsert_stats(&mut tx, id, &s).await?;
+                    out.stats.push((id.clone(), s));
+                }
+                for (key, changes) in models {
+                    let row = sqlx::query("SELECT * FROM model_cooldowns WHERE provider = $1 AND model = $2")
+                        .bind(&key.0)
+                        .bind(&key.1)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                    let mut mc = row.as_ref().map(model_cooldown_from_row).transpose()?;
+                    for c in changes {
+                        mc = ModelCooldown::apply(mc.as_ref(), c, policy);
+                    }
+                    if let Some(mc) = mc {
+                        upsert_model_cooldown(&mut tx, key, &mc).await?;
+                        out.models.push((key.clone(), mc));
+                    }
+                }
+                out.feed = (before, feed_head(&mut tx).await?);
+                tx.commit().await?;
+                Ok(out)
+            }
+
+            async fn changes_after(&self, seq: i64) -> Result<Vec<FeedEntry>, StoreError> {
+                let rows: Vec<(String, String, i64)> =
+                    sqlx::query_as("SELECT kind, key, seq FROM changes WHERE seq > $1 ORDER BY seq LIMIT 10000")
+                        .bind(seq)
+                        .fetch_all(&self.pool)
+                        .await?;
+                Ok(rows.into_iter().map(|(kind, key, seq)| FeedEntry { kind, key, seq }).collect())
+            }
+
+            async fn feed_head(&self, kind: Option<&str>) -> Result<i64, StoreError> {
+                let mut conn = self.pool.acquire().await?;
+                match kind {
+                    None => feed_head(&mut conn).await,
+                    Some(kind) => Ok(sqlx::query_scalar("SELECT coalesce(max(seq), 0) FROM changes WHERE kind = $1")
+                        .bind(kind)
+                        .fetch_one(&mut *conn)
+                        .await?),
+                }
+            }
+
+            async fn stats_of(&self, ids: &[ProfileId]) -> Result<Vec<(ProfileId, Option<UsageStats>)>, StoreError> {
+                let mut conn = self.pool.acquire().await?;
+                let mut out = Vec::with_capacity(ids.len());
+                for id in ids {
+                    out.push((id.clone(), load_stats(&mut conn, id).await?));
+                }
+                Ok(out)
+            }
+
+            async fn model_cooldowns(&self) -> Result<HashMap<(String, String), ModelCooldown>, StoreError> {
+                let mut out = HashMap::new();
+                for row in sqlx::query("SELECT * FROM model_cooldowns").fetch_all(&self.pool).await? {
+                    out.insert((row.try_get("provider")?, row.try_get("model")?), model_cooldown_from_row(&row)?);
+                }
+                Ok(out)
+            }
+
+            async fn set_order(&self, provider: &str, ids: Option<&[ProfileId]>) -> Result<(), StoreError> {
+                let mut tx = self.write_tx().await?;
+                match ids {
+                    Some(ids) => {
+                        let json = serde_json::to_string(ids).expect("profile ids serialize");
+                        sqlx::query(
+                            "INSERT INTO profile_order (provider, profile_ids, updated_at) VALUES ($1, $2, $3)
+                             ON CONFLICT (provider) DO UPDATE SET profile_ids = excluded.profile_ids, updated_at = excluded.updated_at",
+                        )
+                        .bind(provider)
+                        .bind(json)
+                        .bind(now())
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                    None => {
+                        sqlx::query("DELETE FROM profile_order WHERE provider = $1").bind(provider).execute(&mut *tx).await?;
+                    }
+                }
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn create_agent(&self, name: &str, key_digest: &str, admin: bool, now: Millis) -> Result<Agent, StoreError> {
+                let mut tx = self.write_tx().await?;
+                let row = sqlx::query(
+                    "INSERT INTO agents (id, name, key_digest, admin, created_at) VALUES ($1, $2, $3, $4, $5)
+                     ON CONFLICT (name) DO UPDATE SET key_digest = excluded.key_digest, admin = excluded.admin,
+                         created_at = excluded.created_at, revoked_at = NULL
+                     WHERE agents.revoked_at IS NOT NULL
+                     RETURNING id, name, admin, created_at, revoked_at",
+                )
+                .bind(uuid::Uuid::new_v4().to_string())
+                .bind(name)
+                .bind(key_digest)
+                .bind(admin)
+                .bind(now)
+                .fetch_optional(&mut *tx)
+                .await?;
+                let Some(row) = row else { return Err(StoreError::AgentExists(name.to_string())) };
+                let agent = agent_from_row(&row)?;
+                tx.commit().await?;
+                Ok(agent)
+            }
+
+            async fn agents(&self) -> Result<Vec<Agent>, StoreError> {
+                let rows = sqlx::query("SELECT id, name, admin, created_at, revoked_at FROM agents ORDER BY name")
+                    .fetch_all(&self.pool)
+                    .await?;
+                rows.iter().map(agent_from_row).collect()
+            }
+
+            async fn active_agents(&self) -> Result<Vec<(String, Agent)>, StoreError> {
+                let rows = sqlx::query(
+                    "SELECT id, name, key_digest, admin, created_at, revoked_at FROM agents WHERE revoked_at IS NULL",
+                )
+                .fetch_all(&self.pool)
+                .await?;
+                rows.iter().map(|r| Ok((r.try_get("key_digest")?, agent_from_row(r)?))).collect()
+            }
+
+            async fn revoke_agent(&self, name: &str, now: Millis) -> Result<(), StoreError> {
+                let mut tx = self.write_tx().await?;
+                let done = sqlx::query("UPDATE agents SET revoked_at = $1 WHERE name = $2 AND revoked_at IS NULL")
+                    .bind(now)
+                    .bind(name)
+                    .execute(&mut *tx)
+                    .await?;
+                if done.rows_affected() == 0 {
+                    return Err(StoreError::NoAgent(name.to_string()));
+                }
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn save_login(&self, p: &StoredProfile, secrets: &[Sealed]) -> Result<bool, StoreError> {
+                let mut tx = self.write_tx().await?;
+                let kind: Option<String> = sqlx::query_scalar("SELECT type FROM profiles WHERE id = $1")
+                    .bind(p.id.as_str())
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                let created = match kind.as_deref() {
+                    None => {
+                        insert_profile(&mut tx, p, secrets).await?;
+                        true
+                    }
+                    Some("oauth") => {
+                        sqlx::query("UPDATE profiles SET email = $1, expires_at = $2, enabled = TRUE, updated_at = $3 WHERE id = $4")
+                            .bind(&p.email)
+                            .bind(p.expires_at)
+                            .bind(p.created_at)
+                            .bind(p.id.as_str())
+                            .execute(&mut *tx)
+                            .await?;
+                        replace_secrets(&mut tx, &p.id, secrets, p.created_at).await?;
+                        false
+                    }
+                    Some(_) => return Err(StoreError::Duplicate(p.id.clone())),
+                };
+                tx.commit().await?;
+                Ok(created)
+            }
+
+            async fn swap_tokens(
+                &self,
+                id: &ProfileId,
+                expected: Option<&[u8]>,
+                secrets: &[Sealed],
+                expires_at: Option<Millis>,
+            ) -> Result<bool, StoreError> {
+                let mut tx = self.write_tx().await?;
+                let current: Option<Vec<u8>> =
+                    sqlx::query_scalar("SELECT nonce FROM secrets WHERE profile_id = $1 AND field = 'refresh_token'")
+                        .bind(id.as_str())
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                if current.as_deref() != expected {
+                    return Ok(false);
+                }
+                let now = chrono::Utc::now().timestamp_millis();
+                replace_secrets(&mut tx, id, secrets, now).await?;
+                sqlx::query("UPDATE profiles SET expires_at = $1, updated_at = $2 WHERE id = $3")
+                    .bind(expires_at)
+                    .bind(now)
+                    .bind(id.as_str())
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(true)
+            }
+
+            async fn reseal_all(&self, rows: &[(ProfileId, Sealed)]) -> Result<(), StoreError> {
+                let mut tx = self.write_tx().await?;
+                let stored: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM secrets").fetch_one(&mut *tx).await?;
+                if stored != rows.len() as i64 {
+                    return Err(corrupt(
+                        "secrets",
+                        format!("{stored} secrets stored, {} re-sealed: changed meanwhile", rows.len()),
+                    ));
+                }
+                let now = chrono::Utc::now().timestamp_millis();
+                for (id, s) in rows {
+                    let done = sqlx::query(
+                        "UPDATE secrets SET key_id = $1, nonce = $2, ciphertext = $3, updated_at = $4 WHERE profile_id = $5 AND field = $6",
+                    )
+                    .bind(&s.key_id)
+                    .bind(&s.nonce)
+                    .bind(&s.ciphertext)
+                    .bind(now)
+                    .bind(id.as_str())
+                    .bind(s.field.as_str())
+                    .execute(&mut *tx)
+                    .await?;
+                    if done.rows_affected() != 1 {
+                        return Err(corrupt("secrets", format!("{id} {} is not stored", s.field.as_str())));
+                    }
+                }
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn profile_secrets(&self, id: &ProfileId) -> Result<(Vec<Sealed>, Option<Millis>), StoreError> {
+                let expires: Option<Option<Millis>> = sqlx::query_scalar("SELECT expires_at FROM profiles WHERE id = $1")
+                    .bind(id.as_str())
+                    .fetch_optional(&self.pool)
+                    .await?;
+                let Some(expires) = expires else { return Err(StoreError::NotFound(id.clone())) };
+                let rows = sqlx::query("SELECT field, key_id, nonce, ciphertext FROM secrets WHERE profile_id = $1")
+                    .bind(id.as_str())
+                    .fetch_all(&self.pool)
+                    .await?;
+                let mut out = Vec::with_capacity(rows.len());
+                for r in rows {
+                    out.push(sealed_row(&r)?);
+                }
+                Ok((out, expires))
+            }
+
+            async fn attempts(&self, q: &AuditQuery) -> Result<Vec<AttemptRecord>, StoreError> {
+                let after = q.after.as_ref();
+                let rows = sqlx::query_as::<_, AttemptRecord>(
+                    "SELECT request_id, seq, kind, agent, provider, model, profile_id, started_at, duration_ms, ttfb_ms,
+                            http_status, outcome, reason, retry_after_ms, cooldown_until, error, tokens_in, tokens_out
+                     FROM attempts
+                     WHERE ($1 IS NULL OR agent = $1) AND ($2 IS NULL OR request_id = $2)
+                       AND ($3 IS NULL OR profile_id = $3) AND ($4 IS NULL OR provider = $4)
+                       AND ($5 IS NULL OR model = $5) AND ($6 IS NULL OR reason = $6) AND ($7 IS NULL OR outcome = $7)
+                       AND ($8 IS NULL OR started_at >= $8) AND ($9 IS NULL OR started_at < $9)
+                       AND ($10 IS NULL OR (started_at, request_id, seq) < ($10, $11, $12))
+                     ORDER BY started_at DESC, request_id DESC, seq DESC
+                     LIMIT $13",
+                )
+                .bind(&q.agent)
+                .bind(&q.request_id)
+                .bind(&q.profile)
+                .bind(&q.provider)
+                .bind(&q.model)
+                .bind(&q.reason)
+                .bind(&q.outcome)
+                .bind(q.since)
+                .bind(q.until)
+                .bind(after.map(|a| a.0))
+                .bind(after.map(|a| a.1.clone()))
+                .bind(after.map(|a| a.2))
+                .bind(i64::from(q.limit))
+                .fetch_all(&self.pool)
+                .await?;
+                Ok(rows)
+            }
+
+            async fn requests(&self, q: &AuditQuery) -> Result<Vec<RequestRecord>, StoreError> {
+                let after = q.after.as_ref();
+                let rows = sqlx::query_as::<_, RequestRecord>(
+                    "SELECT id, agent, api, requested_model, served_model, served_profile, status, attempts, started_at,
+                            duration_ms, stream, tokens_in, tokens_out
+                     FROM requests r
+                     WHERE ($1 IS NULL OR agent = $1) AND ($2 IS NULL OR id = $2)
+                       AND ($8 IS NULL OR started_at >= $8) AND ($9 IS NULL OR started_at < $9)
+                       AND ($10 IS NULL OR (started_at, id) < ($10, $11))
+                       AND (COALESCE($3, $4, $5, $6, $7) IS NULL OR EXISTS (
+                            SELECT 1 FROM attempts a WHERE a.request_id = r.id
+                              AND ($3 IS NULL OR a.profile_id = $3) AND ($4 IS NULL OR a.provider = $4)
+                              AND ($5 IS NULL OR a.model = $5) AND ($6 IS NULL OR a.reason = $6)
+                              AND ($7 IS NULL OR a.outcome = $7)))
+                     ORDER BY started_at DESC, id DESC
+                     LIMIT $12",
+                )
+                .bind(&q.agent)
+                .bind(&q.request_id)
+                .bind(&q.profile)
+                .bind(&q.provider)
+                .bind(&q.model)
+                .bind(&q.reason)
+                .bind(&q.outcome)
+                .bind(q.since)
+                .bind(q.until)
+                .bind(after.map(|a| a.0))
+                .bind(after.map(|a| a.1.clone()))
+                .bind(i64::from(q.limit))
+                .fetch_all(&self.pool)
+                .await?;
+                Ok(rows)
+            }
+
+            async fn usage(&self, since: Millis, until: Millis) -> Result<Vec<ProfileUsage>, StoreError> {
+                let rows = sqlx::query_as::<_, ProfileUsage>(
+                    "SELECT profile_id, count(*) AS attempts,
+                            sum(CASE WHEN outcome = 'success' THEN 1 ELSE 0 END) AS successes,
+                            sum(CASE WHEN outcome = 'failure' THEN 1 ELSE 0 END) AS failures,
+                            CAST(coalesce(sum(tokens_in), 0) AS BIGINT) AS tokens_in,
+                            CAST(coalesce(sum(tokens_out), 0) AS BIGINT) AS tokens_out
+                     FROM attempts
+                     WHERE profile_id IS NOT NULL AND started_at >= $1 AND started_at < $2
+                     GROUP BY profile_id ORDER BY profile_id",
+                )
+                .bind(since)
+                .bind(until)
+                .fetch_all(&self.pool)
+                .await?;
+                Ok(rows)
+            }
+
+            async fn insert_audit(&self, requests: &[RequestRow], attempts: &[AttemptRow]) -> Result<(), StoreError> {
+                // Multi-row INSERTs: one statement per chunk rather than per row, since every statement
+                // is a round trip to the SQLite worker thread. Chunks stay under SQLite's 32,766
+                // bound parameters. Each batch size is its own SQL text, and a prepared 1,000-row INSERT
+                // is hundreds of kB: not kept in the connection's statement cache (heaptrack found
+                // 62 MB of them when the writer fell behind under load).
+                let mut tx = self.audit_tx().await?;
+                for chunk in attempts.chunks(1000) {
+                    let mut q = sqlx::QueryBuilder::new(
+                        "INSERT INTO attempts (request_id, seq, kind, agent, provider, model, profile_id, started_at, duration_ms,
+                             ttfb_ms, http_status, outcome, reason, retry_after_ms, cooldown_until, error, tokens_in, tokens_out) ",
+                    );
+                    q.push_values(chunk, |mut b, a| {
+                        b.push_bind(&a.request_id)
+                            .push_bind(a.seq as i64)
+                            .push_bind(a.kind.as_str())
+                            .push_bind(&a.agent)
+                            .push_bind(&a.provider)
+                            .push_bind(&a.model)
+                            .push_bind(&a.profile_id)
+                            .push_bind(a.started_at)
+                            .push_bind(a.duration_ms)
+                            .push_bind(a.ttfb_ms)
+                            .push_bind(a.http_status.map(i64::from))
+                            .push_bind(a.outcome.as_str())
+                            .push_bind(a.reason.map(|r| r.as_str()))
+                            .push_bind(a.retry_after_ms)
+                            .push_bind(a.cooldown_until)
+                            .push_bind(&a.error)
+                            .push_bind(a.tokens_in)
+                            .push_bind(a.tokens_out);
+                    });
+                    q.build().persistent(false).execute(&mut *tx).await?;
+                }
+                for chunk in requests.chunks(1000) {
+                    let mut q = sqlx::QueryBuilder::new(
+                        "INSERT INTO requests (id, agent, api, requested_model, served_model, served_profile, status, attempts,
+                             started_at, duration_ms, stream, tokens_in, tokens_out) ",
+                    );
+                    q.push_values(chunk, |mut b, r| {
+                        b.push_bind(&r.id)
+                            .push_bind(&r.agent)
+                            .push_bind(r.api)
+                            .push_bind(&r.requested_model)
+                            .push_bind(&r.served_model)
+                            .push_bind(&r.served_profile)
+                            .push_bind(i64::from(r.status))
+                            .push_bind(r.attempts as i64)
+                            .push_bind(r.started_at)
+                            .push_bind(r.duration_ms)
+                            .push_bind(r.stream)
+                            .push_bind(r.tokens_in)
+                            .push_bind(r.tokens_out);
+                    });
+                    q.build().persistent(false).execute(&mut *tx).await?;
+                }
+                tx.commit().await?;
+                Ok(())
+            }
+        }
+    };
+}
+
+pub(crate) use sql_store;
