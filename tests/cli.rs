@@ -251,7 +251,7 @@ fn serve_migrates_answers_healthz_and_stops_cleanly_on_sigterm() {
     assert!(env.path("rota.db").exists() && env.path("rota.key").exists());
     let migrate = env.run(&["migrate"]);
     assert_ok(&migrate);
-    assert!(text(&migrate.stdout).contains("5 migration(s) applied, schema up to date"));
+    assert!(text(&migrate.stdout).contains("6 migration(s) applied, schema up to date"));
 }
 
 #[test]
