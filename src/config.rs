@@ -90,6 +90,10 @@ pub struct Secrets {
     /// (survives no reboot) or `off`. `ROTA_MASTER_KEY` always comes first.
     #[serde(default)]
     pub keyring: crate::keyring::Choice,
+    /// The master key's file (its name ends in `.key`). Default: beside the SQLite file
+    /// (`rota.db` → `rota.key`); with PostgreSQL, `rota.key` in the working directory.
+    #[serde(default)]
+    pub key_file: Option<PathBuf>,
 }
 
 /// Upstream timeouts (SPEC §6).
@@ -675,6 +679,20 @@ impl Config {
             return Err(ConfigError(vec![format!("database.url: `{url}` does not name a database file")]));
         }
         Ok(DatabaseTarget::Sqlite(PathBuf::from(rest)))
+    }
+}
+
+impl Config {
+    /// The path the master key's file (`key_file_for`) and keyring entry are named after.
+    pub fn key_anchor(&self) -> Result<PathBuf, ConfigError> {
+        match &self.secrets.key_file {
+            Some(file) if file.extension().is_some_and(|e| e == "key") => Ok(file.clone()),
+            Some(file) => Err(ConfigError(vec![format!(
+                "secrets.key_file: `{}` must end in `.key` (its rotation writes `.key.new` beside it)",
+                file.display()
+            )])),
+            None => Ok(self.database()?.key_anchor()),
+        }
     }
 }
 

@@ -75,7 +75,7 @@ async fn build(config: &Config, file: Option<String>) -> Report {
             report.database = Some(format!("{target} (not created yet; `rota serve` or `rota migrate` creates it)"));
             Snapshot::default()
         }
-        Ok(target) => match inspect_database(&target, config.secrets.keyring, &mut report).await {
+        Ok(target) => match inspect_database(&target, config, &mut report).await {
             Ok(s) => s,
             Err(e) => {
                 report.problems.push(format!("database {target}: {e:#}"));
@@ -168,13 +168,14 @@ async fn build(config: &Config, file: Option<String>) -> Report {
 /// secrets.
 async fn inspect_database(
     target: &DatabaseTarget,
-    keyring: crate::secrets::Choice,
+    config: &Config,
     report: &mut Report,
 ) -> Result<Snapshot> {
+    let keyring = config.secrets.keyring;
     let store = crate::store::open(target).await?;
     let applied = store.applied_migrations().await?;
     report.database = Some(format!("{target} ({applied} migration(s) applied)"));
-    let path = &target.key_anchor();
+    let path = &config.key_anchor()?;
     let ids = store.secret_key_ids().await?;
     report.key = Some(match find_key_with(path, keyring) {
         Err(e) => {

@@ -67,7 +67,7 @@ impl App {
     pub async fn build(config: Config, watched: Option<std::path::PathBuf>) -> Result<App> {
         let target = config.database()?;
         let store = crate::store::open(&target).await.with_context(|| format!("opening database {target}"))?;
-        let (key, origin) = resolve_key(&target.key_anchor(), &store.secret_key_ids().await?, config.secrets.keyring)?;
+        let (key, origin) = resolve_key(&config.key_anchor()?, &store.secret_key_ids().await?, config.secrets.keyring)?;
         tracing::info!(key_id = key.id(), from = %origin, database = %target, "master key ready");
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let key = Arc::new(key);

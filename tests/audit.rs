@@ -149,7 +149,7 @@ fallbacks = ["backup/gpt-4.1-mini"]
     );
     for (i, (sql, want)) in queries.iter().zip(&expected).enumerate() {
         let got: Vec<Vec<String>> = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
-            .fetch_all(rota.store.pool())
+            .fetch_all(rota.pool())
             .await
             .unwrap_or_else(|e| panic!("query {} failed: {e}\n{sql}", i + 1))
             .iter()

@@ -194,7 +194,7 @@ async fn what_one_instance_learns_the_other_keeps_within_a_second() {
     assert_eq!(k1_calls(), 1, "one call to k1, A's; B kept off it");
     let stored: i64 =
         sqlx::query_scalar("SELECT cooldown_until - opened_at FROM profile_cooldowns WHERE profile_id = 'openai:k1'")
-            .fetch_one(a.store.pool())
+            .fetch_one(a.pool())
             .await
             .unwrap();
     assert_eq!(stored, 600_000);

@@ -367,7 +367,7 @@ async fn upstream_echoing_the_key_never_reaches_the_client_or_the_audit() {
     assert!(text.contains("[REDACTED]"), "{text}");
     rota.flush().await;
     let errors: Vec<Option<String>> =
-        sqlx::query_scalar("SELECT error FROM attempts").fetch_all(rota.store.pool()).await.unwrap();
+        sqlx::query_scalar("SELECT error FROM attempts").fetch_all(rota.pool()).await.unwrap();
     assert_eq!(errors.len(), 1);
     assert!(!errors[0].as_deref().unwrap().contains("key-one-0001"), "{errors:?}");
 }
@@ -468,7 +468,7 @@ async fn a_responses_request_skips_a_provider_of_another_wire_format() {
     let a = rota.attempts().await;
     assert_eq!(a[0], row("skipped", "anthropic/claude", None, "skipped", Some("wire_format"), None));
     let err: Option<String> = sqlx::query_scalar("SELECT error FROM attempts WHERE reason = 'wire_format'")
-        .fetch_one(rota.store.pool())
+        .fetch_one(rota.pool())
         .await
         .unwrap();
     assert_eq!(err.as_deref(), Some("anthropic: the responses API is served only by OpenAI-format providers"));
@@ -632,11 +632,11 @@ async fn shutdown_under_load_loses_no_audit_row() {
     assert!(answered > 0, "some requests were in flight");
     let calls = mock.seen().len() as i64;
     let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM attempts WHERE outcome != 'skipped'")
-        .fetch_one(rota.store.pool())
+        .fetch_one(rota.pool())
         .await
         .unwrap();
     assert_eq!(rows, calls, "one attempts row per upstream call");
-    let requests: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM requests").fetch_one(rota.store.pool()).await.unwrap();
+    let requests: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM requests").fetch_one(rota.pool()).await.unwrap();
     assert_eq!(requests, answered, "one requests row per answered request");
 }
 
@@ -879,7 +879,7 @@ async fn each_reason_has_its_effect_on_keys_answer_attempts_and_stats() {
                     COALESCE(cooldown_until, disabled_until) - last_failure_at, cooldown_model IS NOT NULL
              FROM usage_stats WHERE profile_id = 'openai:k1'",
             )
-            .fetch_one(rota.store.pool())
+            .fetch_one(rota.pool())
             .await
             .unwrap();
         match case.lane {
@@ -1209,7 +1209,7 @@ async fn a_stream_cut_before_its_terminal_event_fails_with_an_in_band_error_and_
     assert_eq!(a.len(), 5);
     assert!(a.iter().all(|r| r.3 == "failure" && r.4.as_deref() == Some("network")), "{a:?}");
     let errors: Vec<String> = sqlx::query_scalar("SELECT error FROM attempts ORDER BY started_at, seq")
-        .fetch_all(rota.store.pool())
+        .fetch_all(rota.pool())
         .await
         .unwrap();
     assert!(errors[1].contains("in the middle of an event"), "{errors:?}");
@@ -1258,7 +1258,7 @@ async fn attempt_timings_run_from_the_moment_the_request_is_sent() {
     rota.flush().await;
     let rows: Vec<(i64, Option<i64>, Option<i64>)> =
         sqlx::query_as("SELECT stream, ttfb_ms, attempts.duration_ms FROM attempts JOIN requests ON requests.id = request_id ORDER BY attempts.started_at")
-            .fetch_all(rota.store.pool())
+            .fetch_all(rota.pool())
             .await
             .unwrap();
     let (stream, ttfb, duration) = rows[0];
@@ -1309,7 +1309,7 @@ async fn the_request_deadline_stops_the_walk_and_leaves_untried_profiles_alone()
     let touched: Vec<(String, Option<i64>, Option<i64>, i64)> = sqlx::query_as(
         "SELECT profile_id, last_used, cooldown_until, error_count FROM usage_stats WHERE last_used IS NOT NULL OR error_count > 0 OR cooldown_until IS NOT NULL",
     )
-    .fetch_all(rota.store.pool())
+    .fetch_all(rota.pool())
     .await
     .unwrap();
     assert_eq!(touched.len(), 1, "{touched:?}");
@@ -1356,7 +1356,7 @@ async fn an_upstream_redirect_is_never_followed() {
     assert_eq!(a[0].3, "failure");
     assert_eq!((a[0].4.as_deref(), a[0].5), (Some("server_error"), Some(307)));
     let error: String =
-        sqlx::query_scalar("SELECT error FROM attempts WHERE seq = 1").fetch_one(rota.store.pool()).await.unwrap();
+        sqlx::query_scalar("SELECT error FROM attempts WHERE seq = 1").fetch_one(rota.pool()).await.unwrap();
     assert!(
         error.contains(&format!("redirecting to {location}")) && error.contains("does not follow redirects"),
         "{error}"
@@ -1547,7 +1547,7 @@ async fn two_models_cooling_on_one_profile_leave_a_third_model_served_by_it() {
     let windows: Vec<(String, String, i64)> = sqlx::query_as(
         "SELECT model, cooldown_reason, step FROM profile_cooldowns WHERE profile_id = 'openai:k1' ORDER BY model",
     )
-    .fetch_all(rota.store.pool())
+    .fetch_all(rota.pool())
     .await
     .unwrap();
     assert_eq!(windows, [("gpt-4.1".into(), "rate_limit".into(), 1), ("gpt-4.1-mini".into(), "rate_limit".into(), 1)]);

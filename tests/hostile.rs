@@ -31,7 +31,7 @@ async fn echoed_model_names_leave_every_profile_in_service() {
     rota.flush().await;
     let reasons: Vec<(String, Option<String>)> =
         sqlx::query_as("SELECT model, reason FROM attempts ORDER BY started_at, seq")
-            .fetch_all(rota.store.pool())
+            .fetch_all(rota.pool())
             .await
             .unwrap();
     assert_eq!(reasons.len(), 5, "one call per request: a missing model is not the profile's fault: {reasons:?}");
@@ -40,7 +40,7 @@ async fn echoed_model_names_leave_every_profile_in_service() {
         "SELECT profile_id FROM usage_stats
          WHERE disabled_until IS NOT NULL OR disabled_reason IS NOT NULL OR (cooldown_until IS NOT NULL AND cooldown_model IS NULL)",
     )
-    .fetch_all(rota.store.pool())
+    .fetch_all(rota.pool())
     .await
     .unwrap();
     assert!(out_of_service.is_empty(), "no disabled lane, no profile-wide cooldown: {out_of_service:?}");
@@ -102,7 +102,7 @@ async fn lanes(rota: &Rota) -> Vec<(String, Option<i64>, Option<String>, Option<
     sqlx::query_as(
         "SELECT profile_id, disabled_until, disabled_reason, cooldown_until FROM usage_stats ORDER BY profile_id",
     )
-    .fetch_all(rota.store.pool())
+    .fetch_all(rota.pool())
     .await
     .unwrap()
 }
@@ -125,7 +125,7 @@ async fn an_agents_revocation_claims_cool_the_profiles_but_disable_none_when_rot
     let confirms: Vec<String> = mock.seen().into_iter().filter(|s| s.path == "/v1/models").map(|s| s.key).collect();
     assert_eq!(confirms, [KEYS[0].1, KEYS[1].1]);
     let error: String = sqlx::query_scalar("SELECT error FROM attempts ORDER BY seq LIMIT 1")
-        .fetch_one(rota.store.pool())
+        .fetch_one(rota.pool())
         .await
         .unwrap();
     assert!(error.contains("an agent's claim; rota's own call said HTTP 200"), "{error}");

@@ -120,7 +120,7 @@ struct Trace {
 
 async fn trace(rota: &Rota, mock: &Mock, final_status: u16) -> Trace {
     rota.flush().await;
-    let pool = rota.store.pool();
+    let pool = rota.pool();
     let attempts = sqlx::query_as(
         "SELECT kind, provider || '/' || model, profile_id, outcome, reason, http_status, cooldown_until IS NOT NULL
          FROM attempts ORDER BY seq",
@@ -224,7 +224,7 @@ async fn an_agent_loop_over_leases_walks_and_records_exactly_what_the_gateway_do
             via_leases.attempts.iter().filter(|a| a.0 != "skipped").map(|a| (a.0.clone(), a.2.clone())).collect();
         let leased: Vec<(String, Option<String>)> = leases.into_iter().map(|(k, p)| (k, Some(p))).collect();
         assert_eq!(leased, kinds, "scenario `{}`: one lease per attempt, in order", s.name);
-        let api: String = sqlx::query_scalar("SELECT api FROM requests").fetch_one(rota.store.pool()).await.unwrap();
+        let api: String = sqlx::query_scalar("SELECT api FROM requests").fetch_one(rota.pool()).await.unwrap();
         assert_eq!(api, "lease");
         if s.name == "a context overflow moves to the context fallback" {
             let served: Vec<&str> = via_leases.upstream.iter().map(|(_, m)| m.as_str()).collect();
@@ -286,7 +286,7 @@ async fn stats(rota: &Rota) -> Vec<(String, Option<i64>, i64, i64, Option<i64>)>
     sqlx::query_as(
         "SELECT profile_id, last_used, error_count, success_count, cooldown_until FROM usage_stats ORDER BY profile_id",
     )
-    .fetch_all(rota.store.pool())
+    .fetch_all(rota.pool())
     .await
     .unwrap()
 }
@@ -347,7 +347,7 @@ async fn refused_reports_change_nothing_and_say_why() {
     let (reason, status): (Option<String>, i64) = sqlx::query_as(
         "SELECT a.reason, r.status FROM attempts a JOIN requests r ON r.id = a.request_id WHERE a.profile_id = 'openai:k2'",
     )
-    .fetch_one(rota.store.pool())
+    .fetch_one(rota.pool())
     .await
     .unwrap();
     assert_eq!((reason.as_deref(), status), (Some("cancelled"), 499));
@@ -408,7 +408,7 @@ async fn leases_outstanding_at_shutdown_are_audited_as_cancelled() {
     let row: (String, Option<String>, Option<String>, i64) = sqlx::query_as(
         "SELECT a.profile_id, a.reason, a.error, r.status FROM attempts a JOIN requests r ON r.id = a.request_id",
     )
-    .fetch_one(rota.store.pool())
+    .fetch_one(rota.pool())
     .await
     .unwrap();
     assert_eq!(row.0, lease["profile_id"].as_str().unwrap());

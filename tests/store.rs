@@ -1,8 +1,11 @@
-//! The store on a real SQLite file: restarts restore state exactly, concurrent updates lose
-//! nothing, migrations are idempotent, and secrets never reach the file in plaintext.
+//! The store on a real SQLite file (and a real PostgreSQL database): restarts restore state
+//! exactly, concurrent updates lose nothing, migrations are idempotent, and secrets never reach
+//! the file in plaintext.
+
+mod support;
 
 use rota::book::Book;
-use rota::config::Config;
+use rota::config::{Config, DatabaseTarget};
 use rota::engine::{Change, Failure, ProfileId, ProfileType, Reason, Until};
 use rota::secrets::{MasterKey, SecretField};
 use rota::store::{SqliteStore, Store, StoredProfile};
@@ -24,7 +27,7 @@ fn key() -> MasterKey {
     MasterKey::from_bytes(&[42; 32])
 }
 
-async fn add_key(store: &SqliteStore, key: &MasterKey, profile: &str, secret: &str) {
+async fn add_key(store: &dyn Store, key: &MasterKey, profile: &str, secret: &str) {
     let pid = id(profile);
     let sealed = key.seal(&pid, SecretField::ApiKey, &SecretString::from(secret.to_string()));
     let row = StoredProfile::stored(pid, ProfileType::ApiKey, None, T0);
@@ -141,16 +144,24 @@ async fn two_hundred_concurrent_failures_on_one_profile_lose_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn three_instances_times_two_hundred_concurrent_failures_on_one_profile_lose_nothing() {
+async fn three_instances_times_two_hundred_concurrent_failures_on_one_sqlite_file_lose_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("rota.db");
+    three_instances_times_two_hundred_failures(DatabaseTarget::Sqlite(dir.path().join("rota.db"))).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_instances_times_two_hundred_concurrent_failures_on_one_postgres_database_lose_nothing() {
+    three_instances_times_two_hundred_failures(DatabaseTarget::Postgres(support::postgres_database().await)).await;
+}
+
+async fn three_instances_times_two_hundred_failures(target: DatabaseTarget) {
     let config = Config::from_toml(CONFIG).unwrap();
-    let first = SqliteStore::open(&path).await.unwrap();
-    add_key(&first, &key(), "openai:hot", "sk-hot").await;
+    let first = rota::store::open(&target).await.unwrap();
+    add_key(first.as_ref(), &key(), "openai:hot", "sk-hot").await;
     let mut books = Vec::new();
     for _ in 0..3 {
-        let store = SqliteStore::open(&path).await.unwrap();
-        books.push(Arc::new(Book::load(Arc::new(store), &config, Arc::new(key()), T0).await.unwrap()));
+        let store = rota::store::open(&target).await.unwrap();
+        books.push(Arc::new(Book::load(store, &config, Arc::new(key()), T0).await.unwrap()));
     }
     let hot = id("openai:hot");
     let mut tasks = Vec::new();

@@ -14,7 +14,7 @@ pub async fn import(config: &Config, path: &Path) -> Result<()> {
     let file: File = serde_json::from_str(&text)
         .with_context(|| format!("{} is not an OpenClaw auth-profiles.json", path.display()))?;
     let store = open(config).await?;
-    let (key, _) = resolve_key(&config.database()?.key_anchor(), &store.secret_key_ids().await?, config.secrets.keyring)?;
+    let (key, _) = resolve_key(&config.key_anchor()?, &store.secret_key_ids().await?, config.secrets.keyring)?;
     let now = chrono::Utc::now().timestamp_millis();
     let (profiles, orders) = openclaw::import(&file, &key, |p| config.has_provider(p), now)
         .map_err(|e| anyhow!("{}: {e}; nothing was imported", path.display()))?;
@@ -33,7 +33,7 @@ pub async fn export(config: &Config, output: &Path) -> Result<()> {
     if !target.exists() {
         bail!("database {target} does not exist: nothing to export");
     }
-    let db = target.key_anchor();
+    let db = config.key_anchor()?;
     let store = open(config).await?;
     let ids = store.secret_key_ids().await?;
     let (key, origin) = find_key_with(&db, config.secrets.keyring)?

@@ -1,5 +1,5 @@
 //! Test support: a fault-injecting upstream that answers per API key, and rota started
-//! in-process on a real SQLite file.
+//! in-process on a real SQLite file or a real PostgreSQL database.
 #![allow(dead_code)]
 
 use axum::body::Body;
@@ -12,7 +12,7 @@ use rota::config::Config;
 use rota::engine::{ProfileId, ProfileType};
 use rota::secrets::{SecretField, resolve_key};
 use rota::server::App;
-use rota::store::{SqliteStore, Store, StoredProfile};
+use rota::store::{Store, StoredProfile};
 use secrecy::SecretString;
 use serde_json::{Value, json};
 use std::collections::{HashMap, VecDeque};
@@ -355,13 +355,44 @@ fn sse(reply: Reply, anthropic: bool, mock: Mock) -> Response {
     r
 }
 
-/// rota, in-process, on a real SQLite file in a temporary folder.
+/// A fresh, empty database on the throwaway PostgreSQL server that `scripts/test.sh` starts
+/// (`ROTA_TEST_PG`: a URL of that server's maintenance database).
+pub async fn postgres_database() -> String {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let admin = std::env::var("ROTA_TEST_PG").expect(
+        "ROTA_TEST_PG is not set: the PostgreSQL tests need the server that scripts/test.sh starts \
+         (or `eval $(scripts/postgres.sh start DIR)`)",
+    );
+    let name = format!(
+        "rota_{}_{}_{}",
+        std::process::id(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        fastrand::u32(..)
+    );
+    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&admin).await.unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&mut conn).await.unwrap();
+    let mut url = url::Url::parse(&admin).unwrap();
+    url.set_path(&name);
+    url.to_string()
+}
+
+/// Where a test's rota keeps its state.
+pub enum Db {
+    /// `rota.db` in the instance's temporary folder.
+    Sqlite,
+    /// A PostgreSQL URL.
+    Postgres(String),
+}
+
+/// rota, in-process, on a real SQLite file in a temporary folder (or a PostgreSQL database).
 pub struct Rota {
     pub url: String,
     pub agent_key: String,
     /// An admin agent's key (`admin`).
     pub admin_key: String,
-    pub store: SqliteStore,
+    pub store: Arc<dyn Store>,
+    /// The SQLite file's pool, for tests that read it with SQL (`None` on PostgreSQL).
+    sqlite: Option<sqlx::SqlitePool>,
     pub app_flush: (Arc<rota::book::Book>, rota::audit::Audit),
     /// Shared by the instances of one database (`another`).
     pub dir: Arc<tempfile::TempDir>,
@@ -378,14 +409,26 @@ impl Rota {
     /// Like `start`, with OAuth profiles too: `(id, access token, refresh token)`, the access
     /// token valid for a day.
     pub async fn start_with(config: &str, profiles: &[(&str, &str)], oauth: &[(&str, &str, &str)]) -> Rota {
+        Self::start_on(Db::Sqlite, config, profiles, oauth).await
+    }
+
+    /// Like `start_with`, on the given database.
+    pub async fn start_on(db: Db, config: &str, profiles: &[(&str, &str)], oauth: &[(&str, &str, &str)]) -> Rota {
         let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("rota.db");
-        let text = format!("[database]\nurl = \"sqlite://{}\"\n{config}", db.display());
+        let db_section = match db {
+            Db::Sqlite => format!("[database]\nurl = \"sqlite://{}\"\n", dir.path().join("rota.db").display()),
+            // Every instance of the fleet reads the one key file, as if given the same key.
+            Db::Postgres(url) => format!(
+                "[database]\nurl = \"{url}\"\n[secrets]\nkey_file = \"{}\"\n",
+                dir.path().join("rota.key").display()
+            ),
+        };
+        let text = format!("{db_section}{config}");
         let file = dir.path().join("rota.toml");
         std::fs::write(&file, &text).unwrap();
-        Config::load(Some(&file)).unwrap_or_else(|e| panic!("{e}"));
-        let store = SqliteStore::open(&db).await.unwrap();
-        let (key, _) = resolve_key(&db, &[], rota::secrets::Choice::Off).unwrap();
+        let (loaded, _) = Config::load(Some(&file)).unwrap_or_else(|e| panic!("{e}"));
+        let store = rota::store::open(&loaded.database().unwrap()).await.unwrap();
+        let (key, _) = resolve_key(&loaded.key_anchor().unwrap(), &[], rota::secrets::Choice::Off).unwrap();
         for (i, (id, secret)) in profiles.iter().enumerate() {
             let pid: ProfileId = id.parse().unwrap();
             let sealed = key.seal(&pid, SecretField::ApiKey, &SecretString::from(secret.to_string()));
@@ -418,13 +461,21 @@ impl Rota {
     /// A second instance on the same database and config file, as a load balancer's second
     /// backend runs it.
     pub async fn another(&self) -> Rota {
-        let store = SqliteStore::open(&self.dir.path().join("rota.db")).await.unwrap();
+        let (config, _) = Config::load(Some(&self.dir.path().join("rota.toml"))).unwrap();
+        let store = rota::store::open(&config.database().unwrap()).await.unwrap();
         Self::serve(self.dir.clone(), (self.agent_key.clone(), self.admin_key.clone()), store).await
     }
 
-    async fn serve(dir: Arc<tempfile::TempDir>, (agent_key, admin_key): (String, String), store: SqliteStore) -> Rota {
+    async fn serve(dir: Arc<tempfile::TempDir>, (agent_key, admin_key): (String, String), store: Arc<dyn Store>) -> Rota {
         let file = dir.path().join("rota.toml");
         let (config, _) = Config::load(Some(&file)).unwrap_or_else(|e| panic!("{e}"));
+        let sqlite = match config.database().unwrap() {
+            rota::config::DatabaseTarget::Sqlite(path) => {
+                let opts = sqlx::sqlite::SqliteConnectOptions::new().filename(path).busy_timeout(Duration::from_secs(10));
+                Some(sqlx::SqlitePool::connect_with(opts).await.unwrap())
+            }
+            rota::config::DatabaseTarget::Postgres(_) => None,
+        };
         let app = App::build(config, Some(file)).await.unwrap();
         let app_flush = (app.book.clone(), app.audit.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -437,7 +488,12 @@ impl Rota {
             .await
             .unwrap()
         });
-        Rota { url, agent_key, admin_key, store, app_flush, dir, stop: Some(stop), done: Some(done) }
+        Rota { url, agent_key, admin_key, store, sqlite, app_flush, dir, stop: Some(stop), done: Some(done) }
+    }
+
+    /// The SQLite file's pool (tests that read the database with SQLite's SQL).
+    pub fn pool(&self) -> &sqlx::SqlitePool {
+        self.sqlite.as_ref().expect("an SQLite instance")
     }
 
     pub async fn flush(&self) {
@@ -486,7 +542,7 @@ impl Rota {
         sqlx::query_as(
             "SELECT kind, provider || '/' || model, profile_id, outcome, reason, http_status FROM attempts ORDER BY started_at, request_id, seq",
         )
-        .fetch_all(self.store.pool())
+        .fetch_all(self.pool())
         .await
         .unwrap()
     }
@@ -509,6 +565,6 @@ impl Rota {
 
     pub async fn scalar(&self, sql: &'static str) -> Option<i64> {
         self.flush().await;
-        sqlx::query_scalar(sql).fetch_one(self.store.pool()).await.unwrap()
+        sqlx::query_scalar(sql).fetch_one(self.pool()).await.unwrap()
     }
 }

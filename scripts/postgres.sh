@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# A throwaway PostgreSQL server for the tests (docs/scale.md), from Debian's packages.
+#
+#   scripts/postgres.sh start DIR   initdb + start on a free loopback port, data in DIR; prints
+#                                   `export ROTA_TEST_PG=postgres://…` for eval
+#   scripts/postgres.sh stop DIR    stops it (DIR is left for the caller to remove)
+#
+# Installs the `postgresql` package when the server binaries are missing. As root, the server
+# runs as the `postgres` user (PostgreSQL refuses to run as root).
+set -euo pipefail
+cmd=${1:?usage: postgres.sh start|stop DIR}
+dir=$(realpath -m "${2:?usage: postgres.sh start|stop DIR}")
+
+bindir() {
+    local d
+    d=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n1 || true)
+    if [[ -z "$d" || ! -x "$d/initdb" ]]; then
+        local sudo=""
+        [[ $(id -u) -eq 0 ]] || sudo="sudo"
+        $sudo apt-get update -qq >&2
+        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends postgresql >&2
+        d=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n1)
+    fi
+    printf '%s\n' "$d"
+}
+
+as_owner() {
+    if [[ $(id -u) -eq 0 ]]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+case "$cmd" in
+start)
+    bin=$(bindir)
+    mkdir -p "$dir"
+    [[ $(id -u) -ne 0 ]] || chown postgres "$dir"
+    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    as_owner "$bin/initdb" -D "$dir/data" -A trust -U rota >/dev/null
+    # Enough connections for many instances in parallel tests; fsync off: the data is thrown away.
+    as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/pg.log" -w -o \
+        "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=400 -c fsync=off" start >/dev/null
+    echo "export ROTA_TEST_PG=postgres://rota@127.0.0.1:$port/postgres"
+    ;;
+stop)
+    bin=$(bindir)
+    as_owner "$bin/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null
+    ;;
+*)
+    echo "usage: postgres.sh start|stop DIR" >&2
+    exit 2
+    ;;
+esac
