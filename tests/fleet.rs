@@ -1,13 +1,14 @@
 //! The database is the truth: the CLI's changes reach a running server, and instances on one
-//! SQLite file share what each of them learns (docs/scale.md). Real `rota` binaries for the CLI,
-//! in-process servers on one real file, a fault-injecting upstream on loopback.
+//! SQLite file or one PostgreSQL database share what each of them learns (docs/scale.md). Real
+//! `rota` binaries for the CLI, in-process servers on one real file or a real PostgreSQL server,
+//! a fault-injecting upstream on loopback.
 
 mod support;
 
 use serde_json::{Value, json};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-use support::{Mock, Reply, Rota};
+use support::{Db, Mock, Reply, Rota};
 
 const KEYS: [(&str, &str); 2] = [("openai:k1", "sk-fleet-key-one-0001"), ("openai:k2", "sk-fleet-key-two-0002")];
 
@@ -110,9 +111,18 @@ async fn reaches(rota: &Rota, key: &str, since: Instant, what: &str, want: &str)
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cli_changes_reach_a_running_server_within_a_second() {
+    cli_changes_reach_a_running_server(Db::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_changes_reach_a_running_server_on_postgres_within_a_second() {
+    cli_changes_reach_a_running_server(Db::Postgres(support::postgres_database().await)).await;
+}
+
+async fn cli_changes_reach_a_running_server(db: Db) {
     let mock = Mock::default();
     let base = mock.start().await;
-    let rota = Rota::start(&config(&base), &KEYS).await;
+    let rota = Rota::start_on(db, &config(&base), &KEYS, &[]).await;
     let agent = rota.agent_key.clone();
     let is = |p: &'static str| move |r: &Result<String, u16>| r.as_deref() == Ok(p);
     let not = |p: &'static str| move |r: &Result<String, u16>| r.as_ref().is_ok_and(|s| s != p);
@@ -175,10 +185,22 @@ async fn book_says(rota: &Rota, id: &str, blocked: bool, since: Instant) -> Dura
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_one_instance_learns_the_other_keeps_within_a_second() {
+    what_one_instance_learns_the_others_keep(Db::Sqlite, 2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_one_of_three_instances_on_postgres_learns_the_others_keep_within_a_second() {
+    what_one_instance_learns_the_others_keep(Db::Postgres(support::postgres_database().await), 3).await;
+}
+
+async fn what_one_instance_learns_the_others_keep(db: Db, instances: usize) {
     let mock = Mock::default();
     let base = mock.start().await;
-    let a = Rota::start(&config(&base), &KEYS).await;
-    let b = a.another().await;
+    let a = Rota::start_on(db, &config(&base), &KEYS, &[]).await;
+    let mut others = Vec::new();
+    for _ in 1..instances {
+        others.push(a.another().await);
+    }
     let agent = a.agent_key.clone();
     let k1_calls = || mock.keys().iter().filter(|k| *k == KEYS[0].1).count();
 
@@ -186,24 +208,29 @@ async fn what_one_instance_learns_the_other_keeps_within_a_second() {
     mock.script(KEYS[0].1, vec![limited_for_ten_minutes()]);
     let t = Instant::now();
     assert_eq!(served_by(&a, &agent).await.ok().as_deref(), Some("openai:k2"), "k1 first, then k2");
-    let took = book_says(&b, "openai:k1", true, t).await;
-    assert!(took <= Duration::from_secs(1), "B learned of the cooldown after {took:?}");
-    for _ in 0..4 {
-        assert_eq!(served_by(&b, &agent).await.ok().as_deref(), Some("openai:k2"));
+    for b in &others {
+        let took = book_says(b, "openai:k1", true, t).await;
+        assert!(took <= Duration::from_secs(1), "another instance learned of the cooldown after {took:?}");
     }
-    assert_eq!(k1_calls(), 1, "one call to k1, A's; B kept off it");
-    let stored: i64 =
-        sqlx::query_scalar("SELECT cooldown_until - opened_at FROM profile_cooldowns WHERE profile_id = 'openai:k1'")
-            .fetch_one(a.pool())
-            .await
-            .unwrap();
-    assert_eq!(stored, 600_000);
+    for b in &others {
+        for _ in 0..4 {
+            assert_eq!(served_by(b, &agent).await.ok().as_deref(), Some("openai:k2"));
+        }
+    }
+    assert_eq!(k1_calls(), 1, "one call to k1, A's; the others kept off it");
+    let k1: rota::engine::ProfileId = "openai:k1".parse().unwrap();
+    let stored = a.store.stats_of(std::slice::from_ref(&k1)).await.unwrap()[0].1.clone().unwrap();
+    let windows: Vec<i64> = stored.cooldowns.iter().map(|c| c.until - c.opened_at).collect();
+    assert_eq!(windows, [600_000]);
 
-    // A clear on B frees k1 on A.
+    // A clear on the last instance frees k1 on all the others.
+    let last = others.last().unwrap();
     let t = Instant::now();
-    let (code, _) = b.api("POST", "/api/v1/profiles/openai:k1/clear", Some(&b.admin_key.clone()), None).await;
+    let (code, _) = last.api("POST", "/api/v1/profiles/openai:k1/clear", Some(&last.admin_key.clone()), None).await;
     assert_eq!(code, 200);
-    let took = book_says(&a, "openai:k1", false, t).await;
-    assert!(took <= Duration::from_secs(1), "A learned of the clear after {took:?}");
+    for r in std::iter::once(&a).chain(&others[..others.len() - 1]) {
+        let took = book_says(r, "openai:k1", false, t).await;
+        assert!(took <= Duration::from_secs(1), "an instance learned of the clear after {took:?}");
+    }
     reaches(&a, &agent, t, "A serves k1 again", "openai:k1").await;
 }

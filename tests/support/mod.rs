@@ -415,15 +415,18 @@ impl Rota {
     /// Like `start_with`, on the given database.
     pub async fn start_on(db: Db, config: &str, profiles: &[(&str, &str)], oauth: &[(&str, &str, &str)]) -> Rota {
         let dir = tempfile::tempdir().unwrap();
-        let db_section = match db {
-            Db::Sqlite => format!("[database]\nurl = \"sqlite://{}\"\n", dir.path().join("rota.db").display()),
+        let text = match db {
+            Db::Sqlite => format!("[database]\nurl = \"sqlite://{}\"\n{config}", dir.path().join("rota.db").display()),
             // Every instance of the fleet reads the one key file, as if given the same key.
-            Db::Postgres(url) => format!(
-                "[database]\nurl = \"{url}\"\n[secrets]\nkey_file = \"{}\"\n",
-                dir.path().join("rota.key").display()
-            ),
+            Db::Postgres(url) => {
+                let key_file = format!("key_file = \"{}\"\n", dir.path().join("rota.key").display());
+                let config = match config.find("[secrets]\n") {
+                    Some(at) => format!("{}{key_file}{}", &config[..at + 10], &config[at + 10..]),
+                    None => format!("{config}\n[secrets]\n{key_file}"),
+                };
+                format!("[database]\nurl = \"{url}\"\n{config}")
+            }
         };
-        let text = format!("{db_section}{config}");
         let file = dir.path().join("rota.toml");
         std::fs::write(&file, &text).unwrap();
         let (loaded, _) = Config::load(Some(&file)).unwrap_or_else(|e| panic!("{e}"));
