@@ -157,11 +157,13 @@ impl Refresher {
         let Credential::OAuth { refresh: Some(refresh_token), .. } = &cred else {
             return Err(self.needs_relogin(id, "it has no refresh token"));
         };
-        if let Some(cred) = self.claim(id, version.as_deref()).await {
-            tracing::info!(profile = %id, "a sibling refreshed the tokens while this instance waited: using them");
-            return Ok(cred);
-        }
-        let result = self.call_idp(id, cfg, refresh_token, version).await;
+        let result = match self.claim(id, version.as_deref()).await {
+            Some(cred) => {
+                tracing::info!(profile = %id, "a sibling refreshed the tokens while this instance waited: using them");
+                Ok(cred)
+            }
+            None => self.call_idp(id, cfg, refresh_token, version).await,
+        };
         if let Err(e) = self.store.release_refresh(id, &self.holder).await {
             tracing::warn!(profile = %id, error = %e, "releasing the refresh claim failed; it lapses by itself");
         }
@@ -169,14 +171,16 @@ impl Refresher {
     }
 
     /// Waits until this instance holds the profile's refresh claim (`None`), or until the
-    /// holder's new tokens are in the store (`Some`, adopted into the book). A database that
+    /// holder's new tokens are in the store (`Some`, adopted into the book; the claim may be
+    /// this instance's then, for the caller to release). A database that
     /// cannot be asked does not stop the refresh: at worst two instances refresh, and the
     /// compare-and-swap keeps one result.
     async fn claim(&self, id: &ProfileId, version: Option<&[u8]>) -> Option<Credential> {
         loop {
             let now = self.clock.now();
             match self.store.claim_refresh(id, &self.holder, now, now + CLAIM_FOR).await {
-                Ok(true) => return None,
+                // The holder before may have stored its tokens and let go just now.
+                Ok(true) => return self.reread(id, version).await,
                 Ok(false) => {}
                 Err(e) => {
                     tracing::warn!(profile = %id, error = %e, "claiming the refresh failed; refreshing anyway");

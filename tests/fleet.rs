@@ -234,3 +234,72 @@ async fn what_one_instance_learns_the_others_keep(db: Db, instances: usize) {
     }
     reaches(&a, &agent, t, "A serves k1 again", "openai:k1").await;
 }
+
+/// One OAuth profile whose access token (valid for a day) is inside a 25-hour refresh lead:
+/// every request wants it refreshed. The IdP grants tokens valid for two days, after 200 ms.
+async fn expiring_token_fleet(db: Db, instances: usize) -> (Mock, Vec<Rota>) {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    mock.token_endpoint(2 * 86_400, Duration::from_millis(200));
+    let config = format!(
+        r#"
+[providers.corp]
+api = "openai"
+base_url = "{base}/v1"
+[providers.corp.oauth]
+authorize_url = "{base}/oauth/authorize"
+token_url = "{base}/oauth/token"
+client_id = "rota-test"
+[models]
+primary = "corp/m"
+[refresh]
+lead = "25h"
+[secrets]
+keyring = "off"
+"#
+    );
+    let first = Rota::start_on(db, &config, &[], &[("corp:alice", "at-old-0001", "rt-old-0001")]).await;
+    let mut fleet = vec![first];
+    for _ in 1..instances {
+        let next = fleet[0].another().await;
+        fleet.push(next);
+    }
+    (mock, fleet)
+}
+
+/// 50 concurrent requests spread over the instances: one call at the IdP, and every request
+/// served with its token.
+async fn one_refresh_for_the_fleet(db: Db, instances: usize) {
+    let (mock, fleet) = expiring_token_fleet(db, instances).await;
+    let agent = fleet[0].agent_key.clone();
+    let calls = (0..50).map(|i| {
+        let rota = &fleet[i % fleet.len()];
+        let agent = agent.clone();
+        async move {
+            let r = Rota::client()
+                .post(format!("{}/v1/chat/completions", rota.url))
+                .bearer_auth(agent)
+                .json(&json!({"model": "corp/m", "messages": [{"role": "user", "content": "hi"}]}))
+                .send()
+                .await
+                .unwrap();
+            r.status().as_u16()
+        }
+    });
+    let statuses = futures_util::future::join_all(calls).await;
+    assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
+    assert_eq!(mock.token_calls(), 1, "one refresh at the IdP for the whole fleet");
+    let keys = mock.keys();
+    assert_eq!(keys.len(), 50);
+    assert!(keys.iter().all(|k| k == "at-new-0001"), "every call with the one refreshed token: {keys:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_instances_on_one_sqlite_file_refresh_an_expiring_token_once() {
+    one_refresh_for_the_fleet(Db::Sqlite, 3).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_instances_on_postgres_refresh_an_expiring_token_once() {
+    one_refresh_for_the_fleet(Db::Postgres(support::postgres_database().await), 3).await;
+}

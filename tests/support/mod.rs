@@ -80,6 +80,9 @@ struct MockState {
     aborted: usize,
     /// Calls to the OAuth token endpoint (`/oauth/token`).
     token_calls: usize,
+    /// The lifetime of the access tokens it grants (default one hour), and how long it takes.
+    token_lifetime: Option<u64>,
+    token_delay: Duration,
 }
 
 #[derive(Clone, Default)]
@@ -89,6 +92,12 @@ impl Mock {
     /// Queues replies for calls made with `key` (then 200s).
     pub fn script(&self, key: &str, replies: Vec<Reply>) {
         self.0.lock().unwrap().script.entry(key.to_string()).or_default().extend(replies);
+    }
+
+    /// Grants access tokens valid for `secs`, each after `delay`.
+    pub fn token_endpoint(&self, secs: u64, delay: Duration) {
+        let mut st = self.0.lock().unwrap();
+        (st.token_lifetime, st.token_delay) = (Some(secs), delay);
     }
 
     /// Drops the replies still queued (calls then get 200s).
@@ -259,13 +268,14 @@ fn writes(body: &[String], how: Writes) -> Vec<Bytes> {
 
 /// An OAuth token endpoint that grants every refresh: access `at-new-000N`, refresh `rt-new-000N`.
 async fn token(State(mock): State<Mock>) -> Response {
-    let n = {
+    let (n, lifetime, delay) = {
         let mut st = mock.0.lock().unwrap();
         st.token_calls += 1;
-        st.token_calls
+        (st.token_calls, st.token_lifetime.unwrap_or(3600), st.token_delay)
     };
+    tokio::time::sleep(delay).await;
     axum::Json(json!({
-        "access_token": format!("at-new-{n:04}"), "token_type": "Bearer", "expires_in": 3600,
+        "access_token": format!("at-new-{n:04}"), "token_type": "Bearer", "expires_in": lifetime,
         "refresh_token": format!("rt-new-{n:04}"),
     }))
     .into_response()
