@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# The project's full test command: Rust tests, then the peer tests (real client SDKs against the
-# built binary, with llmock as the upstream), then the browser tests (Chromium against rota and a
-# real OpenID provider). Installs its Python peers into ./.venv and its npm peers into
-# tests/browser/node_modules on first use and again whenever their lock files change.
+# The project's full test command: Rust tests (on SQLite files and on a throwaway PostgreSQL
+# server), then the peer tests (real client SDKs against the built binary, with llmock as the
+# upstream), then the browser tests (Chromium against rota and a real OpenID provider). Installs
+# its Python peers into ./.venv and its npm peers into tests/browser/node_modules on first use and
+# again whenever their lock files change, and Debian's postgresql when its server is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+pg=$(mktemp -d)
+trap 'scripts/postgres.sh stop "$pg" || true; rm -rf "$pg"' EXIT
+eval "$(scripts/postgres.sh start "$pg")"
 
 cargo test --locked
 cargo build --locked
@@ -36,4 +41,4 @@ if [[ ! -x /usr/bin/chromium ]]; then
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends chromium >/dev/null
 fi
-exec tests/browser/run.sh
+tests/browser/run.sh

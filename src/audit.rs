@@ -3,7 +3,7 @@
 //! background task; `flush` waits until everything queued so far is on disk.
 
 use crate::engine::{Millis, Reason};
-use crate::store::Store;
+use crate::store::{AttemptRecord, RequestRecord, Store};
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 
@@ -87,6 +87,51 @@ pub struct RequestRow {
     pub tokens_out: Option<i64>,
 }
 
+impl From<AttemptRow> for AttemptRecord {
+    fn from(a: AttemptRow) -> AttemptRecord {
+        AttemptRecord {
+            request_id: a.request_id,
+            seq: i64::from(a.seq),
+            kind: a.kind.as_str().into(),
+            agent: a.agent,
+            provider: a.provider,
+            model: a.model,
+            profile_id: a.profile_id,
+            started_at: a.started_at,
+            duration_ms: a.duration_ms,
+            ttfb_ms: a.ttfb_ms,
+            http_status: a.http_status.map(i64::from),
+            outcome: a.outcome.as_str().into(),
+            reason: a.reason.map(|r| r.as_str().into()),
+            retry_after_ms: a.retry_after_ms,
+            cooldown_until: a.cooldown_until,
+            error: a.error,
+            tokens_in: a.tokens_in,
+            tokens_out: a.tokens_out,
+        }
+    }
+}
+
+impl From<RequestRow> for RequestRecord {
+    fn from(r: RequestRow) -> RequestRecord {
+        RequestRecord {
+            id: r.id,
+            agent: r.agent,
+            api: r.api.into(),
+            requested_model: r.requested_model,
+            served_model: r.served_model,
+            served_profile: r.served_profile,
+            status: Some(i64::from(r.status)),
+            attempts: i64::from(r.attempts),
+            started_at: r.started_at,
+            duration_ms: Some(r.duration_ms),
+            stream: r.stream,
+            tokens_in: r.tokens_in,
+            tokens_out: r.tokens_out,
+        }
+    }
+}
+
 enum Msg {
     Attempt(AttemptRow),
     Request(RequestRow),
@@ -141,8 +186,8 @@ async fn write_loop(
         let (mut requests, mut attempts, mut waiting) = (Vec::new(), Vec::new(), Vec::new());
         for m in buf.drain(..) {
             match m {
-                Msg::Attempt(a) => attempts.push(a),
-                Msg::Request(r) => requests.push(r),
+                Msg::Attempt(a) => attempts.push(AttemptRecord::from(a)),
+                Msg::Request(r) => requests.push(RequestRecord::from(r)),
                 Msg::Flush(tx) => waiting.push(tx),
             }
         }

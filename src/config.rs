@@ -663,22 +663,7 @@ impl Config {
     /// The database named by `database.url`: an SQLite file (`sqlite://rota.db`,
     /// `sqlite:rota.db`, a path) or a PostgreSQL server (`postgres://…`, `postgresql://…`).
     pub fn database(&self) -> Result<DatabaseTarget, ConfigError> {
-        let url = self.database.url.trim();
-        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            return Ok(DatabaseTarget::Postgres(url.to_string()));
-        }
-        let rest = url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")).unwrap_or(url);
-        let rest = rest.split('?').next().unwrap_or("");
-        if url.contains("://") && !url.starts_with("sqlite://") {
-            let scheme = url.split("://").next().unwrap_or("");
-            return Err(ConfigError(vec![format!(
-                "database.url: the scheme `{scheme}://` is not supported; use sqlite://PATH or postgres://USER@HOST/DB"
-            )]));
-        }
-        if rest.is_empty() || rest.contains(":memory:") {
-            return Err(ConfigError(vec![format!("database.url: `{url}` does not name a database file")]));
-        }
-        Ok(DatabaseTarget::Sqlite(PathBuf::from(rest)))
+        DatabaseTarget::parse(&self.database.url)
     }
 }
 
@@ -706,6 +691,26 @@ pub enum DatabaseTarget {
 }
 
 impl DatabaseTarget {
+    /// `url` in one of the forms `database.url` takes (see `Config::database`).
+    pub fn parse(url: &str) -> Result<DatabaseTarget, ConfigError> {
+        let url = url.trim();
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            return Ok(DatabaseTarget::Postgres(url.to_string()));
+        }
+        let rest = url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")).unwrap_or(url);
+        let rest = rest.split('?').next().unwrap_or("");
+        if url.contains("://") && !url.starts_with("sqlite://") {
+            let scheme = url.split("://").next().unwrap_or("");
+            return Err(ConfigError(vec![format!(
+                "database.url: the scheme `{scheme}://` is not supported; use sqlite://PATH or postgres://USER@HOST/DB"
+            )]));
+        }
+        if rest.is_empty() || rest.contains(":memory:") {
+            return Err(ConfigError(vec![format!("database.url: `{url}` does not name a database file")]));
+        }
+        Ok(DatabaseTarget::Sqlite(PathBuf::from(rest)))
+    }
+
     /// The path the master key's file and keyring entry are named after: the SQLite file
     /// (`rota.db` → `rota.key` beside it); with PostgreSQL, `rota.db` in the working directory
     /// (so `rota.key` there). A fleet gives every instance the same `ROTA_MASTER_KEY` instead.

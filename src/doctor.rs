@@ -4,10 +4,10 @@
 
 use crate::book::Roster;
 use crate::config::Config;
+use crate::config::DatabaseTarget;
 use crate::engine::chain::{ChainRequest, FallbackOverride};
 use crate::secrets::{check_key, find_key_with, key_file_for};
 use crate::status::Status;
-use crate::config::DatabaseTarget;
 use crate::store::Snapshot;
 use anyhow::Result;
 use serde::Serialize;
@@ -166,11 +166,7 @@ async fn build(config: &Config, file: Option<String>) -> Report {
 
 /// Opens the existing database (applying pending migrations), and checks the key against its
 /// secrets.
-async fn inspect_database(
-    target: &DatabaseTarget,
-    config: &Config,
-    report: &mut Report,
-) -> Result<Snapshot> {
+async fn inspect_database(target: &DatabaseTarget, config: &Config, report: &mut Report) -> Result<Snapshot> {
     let keyring = config.secrets.keyring;
     let store = crate::store::open(target).await?;
     let applied = store.applied_migrations().await?;

@@ -191,3 +191,78 @@ fn expected() -> Vec<Vec<Vec<String>>> {
         rows(&[&["openai/gpt-9", "1", "1"]]),
     ]
 }
+
+/// The snapshot's parts that must survive a copy, in a comparable order.
+fn state(s: rota::store::Snapshot) -> impl PartialEq + std::fmt::Debug {
+    let mut secrets: Vec<_> = s
+        .secrets
+        .into_iter()
+        .flat_map(|(id, sealed)| {
+            sealed.into_iter().map(move |x| (id.to_string(), x.field.as_str(), x.nonce, x.ciphertext))
+        })
+        .collect();
+    secrets.sort();
+    let mut stats: Vec<_> = s.stats.into_iter().map(|(id, st)| (id.to_string(), format!("{st:?}"))).collect();
+    stats.sort();
+    let mut models: Vec<_> = s.model_cooldowns.into_iter().map(|(k, m)| (k, format!("{m:?}"))).collect();
+    models.sort();
+    (s.profiles, secrets, stats, s.orders, models)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_sqlite_deployment_copied_into_postgres_keeps_its_state_its_audit_log_and_its_keys() {
+    let old = traffic(Db::Sqlite).await;
+    // The PostgreSQL deployment: the same config, another database, the same master key file.
+    let text = std::fs::read_to_string(old.dir.path().join("rota.toml")).unwrap();
+    let (first, rest) = text.split_once("\nurl = ").unwrap();
+    let (sqlite_url, rest) = rest.split_once('\n').unwrap();
+    let pg = support::postgres_database().await;
+    let key_file = old.dir.path().join("rota.key");
+    let new = tempfile::tempdir().unwrap();
+    let config = new.path().join("rota.toml");
+    let pg_text = format!("{first}\nurl = \"{pg}\"\n{rest}\n[secrets]\nkey_file = \"{}\"\n", key_file.display());
+    std::fs::write(&config, pg_text).unwrap();
+    let migrate = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_rota"))
+            .arg("--config")
+            .arg(&config)
+            .args(["migrate", "--from", sqlite_url.trim_matches('"')])
+            .env("ROTA_LOG", "warn")
+            .env_remove("ROTA_MASTER_KEY")
+            .output()
+            .unwrap()
+    };
+    let out = migrate();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        stdout.contains("4 profile(s), 0 order(s), 1 model cooldown(s), 2 agent(s), 5 request(s), 10 attempt(s)"),
+        "{stdout}"
+    );
+    let again = migrate();
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already holds profiles"), "a second copy is refused");
+
+    let target = rota::store::open(&rota::config::DatabaseTarget::Postgres(pg.clone())).await.unwrap();
+    assert_eq!(state(target.snapshot().await.unwrap()), state(old.store.snapshot().await.unwrap()));
+    let pool = sqlx::PgPool::connect(&pg).await.unwrap();
+    for (i, sql) in queries().iter().enumerate() {
+        let got: Vec<Vec<String>> = sqlx::raw_sql(sqlx::AssertSqlSafe(sql.clone()))
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+            .iter()
+            .map(render_pg)
+            .collect();
+        assert_eq!(got, expected()[i], "query {} of docs/audit.md on the copy:\n{sql}", i + 1);
+    }
+
+    // A server on the copy opens the sealed secrets (it would not start otherwise), knows the
+    // agents, and keeps the cooldowns.
+    let moved = Rota::on_config(new, (old.agent_key.clone(), old.admin_key.clone())).await;
+    let now = chrono::Utc::now().timestamp_millis();
+    let k1: rota::engine::ProfileId = "openai:k1".parse().unwrap();
+    assert!(moved.app_flush.0.stats(&k1).unwrap().blocked_until("gpt-4.1", now).is_some(), "k1 still cooling");
+    let r = moved.chat(json!({"model": "openai/gpt-4.1", "messages": [{"role": "user", "content": "hi"}]}), &[]).await;
+    assert_eq!(r.status(), 200);
+}

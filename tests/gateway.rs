@@ -1208,10 +1208,8 @@ async fn a_stream_cut_before_its_terminal_event_fails_with_an_in_band_error_and_
     let a = rota.attempts().await;
     assert_eq!(a.len(), 5);
     assert!(a.iter().all(|r| r.3 == "failure" && r.4.as_deref() == Some("network")), "{a:?}");
-    let errors: Vec<String> = sqlx::query_scalar("SELECT error FROM attempts ORDER BY started_at, seq")
-        .fetch_all(rota.pool())
-        .await
-        .unwrap();
+    let errors: Vec<String> =
+        sqlx::query_scalar("SELECT error FROM attempts ORDER BY started_at, seq").fetch_all(rota.pool()).await.unwrap();
     assert!(errors[1].contains("in the middle of an event"), "{errors:?}");
     assert!(errors[0].contains("before its terminal event `message_stop`"), "{errors:?}");
 }

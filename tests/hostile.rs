@@ -124,10 +124,8 @@ async fn an_agents_revocation_claims_cool_the_profiles_but_disable_none_when_rot
     // rota checked each claim with its own call, and the provider said 200.
     let confirms: Vec<String> = mock.seen().into_iter().filter(|s| s.path == "/v1/models").map(|s| s.key).collect();
     assert_eq!(confirms, [KEYS[0].1, KEYS[1].1]);
-    let error: String = sqlx::query_scalar("SELECT error FROM attempts ORDER BY seq LIMIT 1")
-        .fetch_one(rota.pool())
-        .await
-        .unwrap();
+    let error: String =
+        sqlx::query_scalar("SELECT error FROM attempts ORDER BY seq LIMIT 1").fetch_one(rota.pool()).await.unwrap();
     assert!(error.contains("an agent's claim; rota's own call said HTTP 200"), "{error}");
 }
 

@@ -1,9 +1,9 @@
 //! `rota import openclaw FILE` and `rota export openclaw --output FILE`.
 
+use super::open_store as open;
 use crate::config::Config;
 use crate::openclaw::{self, File};
 use crate::secrets::{check_key, find_key_with, resolve_key};
-use super::open_store as open;
 use crate::store::StoreError;
 use anyhow::{Context, Result, anyhow, bail};
 use std::io::Write;

@@ -1,12 +1,12 @@
 //! `rota rotate-key` and `rota login`.
 
+use super::open_store as open;
 use crate::config::Config;
 use crate::engine::{Change, ProfileId, ProfileType};
 use crate::oauth;
 use crate::secrets::{
     KeyOrigin, SecretField, check_key, find_key, key_file_for, new_key, pending_key_file, resolve_key, write_key_file,
 };
-use super::open_store as open;
 use crate::store::StoredProfile;
 use anyhow::{Context, Result, anyhow, bail};
 use std::io::{BufRead, IsTerminal};

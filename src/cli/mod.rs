@@ -7,11 +7,11 @@ mod profiles;
 
 use crate::config::Config;
 use crate::store::Store;
-use std::sync::Arc;
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 #[derive(Parser, Debug)]
 #[command(name = "rota", version, about = "Auth-profile rotation gateway for LLM providers")]
@@ -39,8 +39,13 @@ pub enum Command {
         #[arg(long, value_name = "PATH", default_value = "rota-demo.db")]
         database: PathBuf,
     },
-    /// Apply pending database migrations and exit.
-    Migrate,
+    /// Apply pending database migrations and exit; with --from, then copy everything another
+    /// database holds into this one (which must be empty), e.g. an SQLite file into PostgreSQL.
+    Migrate {
+        /// The database to copy from, in `database.url`'s forms (`sqlite://rota.db`, `postgres://…`).
+        #[arg(long, value_name = "URL")]
+        from: Option<String>,
+    },
     /// Check the configuration and show every agent's chain with each profile's state.
     Doctor {
         #[arg(long)]
@@ -106,6 +111,31 @@ fn init_logging() {
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).try_init();
 }
 
+/// `rota migrate --from URL`: copies the database at `from` into `to` (the configured one).
+async fn copy_from(from: &str, config: &Config, to: &dyn Store) -> Result<()> {
+    let source = crate::config::DatabaseTarget::parse(from)?;
+    if source == config.database()? {
+        bail!("--from names the configured database itself");
+    }
+    if !source.exists() {
+        bail!("database {source} does not exist");
+    }
+    let from = crate::store::open(&source).await.with_context(|| format!("opening database {source}"))?;
+    let c = crate::store::copy(from.as_ref(), to).await.with_context(|| format!("copying {source}"))?;
+    println!(
+        "copied from {source}: {} profile(s), {} order(s), {} model cooldown(s), {} agent(s), {} request(s), {} attempt(s)",
+        c.profiles, c.orders, c.model_cooldowns, c.agents, c.requests, c.attempts
+    );
+    if !c.key_ids.is_empty() {
+        println!(
+            "the secrets are sealed with master key {}: give every server on {} that key (ROTA_MASTER_KEY, the keyring or secrets.key_file)",
+            c.key_ids.join(", "),
+            to.describe()
+        );
+    }
+    Ok(())
+}
+
 /// Opens the configured database, applying pending migrations.
 pub(crate) async fn open_store(config: &Config) -> Result<Arc<dyn Store>> {
     let target = config.database()?;
@@ -124,11 +154,14 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             crate::demo::run(&listen, &database).await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Migrate => {
+        Command::Migrate { from } => {
             let config = load(cli.config.as_deref())?;
             let store = open_store(&config).await?;
             let n = store.applied_migrations().await?;
             println!("{}: {n} migration(s) applied, schema up to date", store.describe());
+            if let Some(from) = from {
+                copy_from(&from, &config, store.as_ref()).await?;
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Import(ImportCommand::Openclaw { file }) => {

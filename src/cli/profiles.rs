@@ -1,12 +1,12 @@
 //! `rota profiles list|add|remove|enable|disable|clear|order`.
 
+use super::open_store as open;
 use crate::book::Roster;
 use crate::config::Config;
 use crate::engine::{Change, ModelChange, ProfileId, ProfileType};
 use crate::profiles as rules;
 use crate::secrets::resolve_key;
 use crate::status::{Status, time};
-use super::open_store as open;
 use crate::store::{Origin, StoreError, StoredProfile};
 use anyhow::{Context, Result, bail};
 use clap::Subcommand;

@@ -1,10 +1,12 @@
 //! Persistence behind one seam: the embedded SQLite store and the PostgreSQL store run the same
 //! SQL (`sql.rs`) on the same schema (`migrations/sqlite`, `migrations/postgres`).
 
+mod copy;
 mod postgres;
 mod sql;
 mod sqlite;
 
+pub use copy::{Copied, CopyError, copy};
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
 
@@ -34,7 +36,6 @@ pub async fn open(target: &DatabaseTarget) -> Result<Arc<dyn Store>, StoreError>
 }
 
 use crate::agents::Agent;
-use crate::audit::{AttemptRow, RequestRow};
 use crate::engine::{Change, CooldownPolicy, Millis, ModelChange, ModelCooldown, ProfileId, ProfileType, UsageStats};
 use crate::secrets::Sealed;
 use async_trait::async_trait;
@@ -287,5 +288,9 @@ pub trait Store: Send + Sync {
     /// Attempts and tokens per profile with `since <= started_at < until`.
     async fn usage(&self, since: Millis, until: Millis) -> Result<Vec<ProfileUsage>, StoreError>;
     /// Appends audit rows in one transaction.
-    async fn insert_audit(&self, requests: &[RequestRow], attempts: &[AttemptRow]) -> Result<(), StoreError>;
+    async fn insert_audit(&self, requests: &[RequestRecord], attempts: &[AttemptRecord]) -> Result<(), StoreError>;
+    /// Every agent, revoked ones too, with the digest of its key (`rota migrate --from`).
+    async fn all_agents(&self) -> Result<Vec<(String, Agent)>, StoreError>;
+    /// Writes agents as they were elsewhere (`rota migrate --from`), ids and times kept.
+    async fn copy_agents(&self, agents: &[(String, Agent)]) -> Result<(), StoreError>;
 }

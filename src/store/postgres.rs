@@ -6,7 +6,6 @@ use super::{
     StoredProfile,
 };
 use crate::agents::Agent;
-use crate::audit::{AttemptRow, RequestRow};
 use crate::engine::{
     Change, Cooldown, CooldownPolicy, Disabled, Millis, ModelChange, ModelCooldown, ProfileId, Reason, UsageStats,
 };
@@ -37,11 +36,8 @@ impl PgStore {
     /// instances that start together migrate once).
     pub async fn open(url: &str) -> Result<PgStore, StoreError> {
         let opts = PgConnectOptions::from_str(url)?.application_name("rota");
-        let pool = PgPoolOptions::new()
-            .max_connections(8)
-            .acquire_timeout(Duration::from_secs(10))
-            .connect_with(opts)
-            .await?;
+        let pool =
+            PgPoolOptions::new().max_connections(8).acquire_timeout(Duration::from_secs(10)).connect_with(opts).await?;
         MIGRATOR.run(&pool).await?;
         Ok(PgStore { pool, description: crate::config::redacted_url(url), wake: Default::default() })
     }

@@ -601,6 +601,32 @@ macro_rules! sql_store {
                 rows.iter().map(|r| Ok((r.try_get("key_digest")?, agent_from_row(r)?))).collect()
             }
 
+            async fn all_agents(&self) -> Result<Vec<(String, Agent)>, StoreError> {
+                let rows = sqlx::query("SELECT id, name, key_digest, admin, created_at, revoked_at FROM agents ORDER BY name")
+                    .fetch_all(&self.pool)
+                    .await?;
+                rows.iter().map(|r| Ok((r.try_get("key_digest")?, agent_from_row(r)?))).collect()
+            }
+
+            async fn copy_agents(&self, agents: &[(String, Agent)]) -> Result<(), StoreError> {
+                let mut tx = self.write_tx().await?;
+                for (digest, a) in agents {
+                    sqlx::query(
+                        "INSERT INTO agents (id, name, key_digest, admin, created_at, revoked_at) VALUES ($1, $2, $3, $4, $5, $6)",
+                    )
+                    .bind(&a.id)
+                    .bind(&a.name)
+                    .bind(digest)
+                    .bind(a.admin)
+                    .bind(a.created_at)
+                    .bind(a.revoked_at)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                tx.commit().await?;
+                Ok(())
+            }
+
             async fn revoke_agent(&self, name: &str, now: Millis) -> Result<(), StoreError> {
                 let mut tx = self.write_tx().await?;
                 let done = sqlx::query("UPDATE agents SET revoked_at = $1 WHERE name = $2 AND revoked_at IS NULL")
@@ -802,7 +828,7 @@ macro_rules! sql_store {
                 Ok(rows)
             }
 
-            async fn insert_audit(&self, requests: &[RequestRow], attempts: &[AttemptRow]) -> Result<(), StoreError> {
+            async fn insert_audit(&self, requests: &[RequestRecord], attempts: &[AttemptRecord]) -> Result<(), StoreError> {
                 // Multi-row INSERTs: one statement per chunk rather than per row, since every statement
                 // is a round trip to the SQLite worker thread. Chunks stay under SQLite's 32,766
                 // bound parameters. Each batch size is its own SQL text, and a prepared 1,000-row INSERT
@@ -816,8 +842,8 @@ macro_rules! sql_store {
                     );
                     q.push_values(chunk, |mut b, a| {
                         b.push_bind(&a.request_id)
-                            .push_bind(a.seq as i64)
-                            .push_bind(a.kind.as_str())
+                            .push_bind(a.seq)
+                            .push_bind(&a.kind)
                             .push_bind(&a.agent)
                             .push_bind(&a.provider)
                             .push_bind(&a.model)
@@ -825,9 +851,9 @@ macro_rules! sql_store {
                             .push_bind(a.started_at)
                             .push_bind(a.duration_ms)
                             .push_bind(a.ttfb_ms)
-                            .push_bind(a.http_status.map(i64::from))
-                            .push_bind(a.outcome.as_str())
-                            .push_bind(a.reason.map(|r| r.as_str()))
+                            .push_bind(a.http_status)
+                            .push_bind(&a.outcome)
+                            .push_bind(&a.reason)
                             .push_bind(a.retry_after_ms)
                             .push_bind(a.cooldown_until)
                             .push_bind(&a.error)
@@ -844,12 +870,12 @@ macro_rules! sql_store {
                     q.push_values(chunk, |mut b, r| {
                         b.push_bind(&r.id)
                             .push_bind(&r.agent)
-                            .push_bind(r.api)
+                            .push_bind(&r.api)
                             .push_bind(&r.requested_model)
                             .push_bind(&r.served_model)
                             .push_bind(&r.served_profile)
-                            .push_bind(i64::from(r.status))
-                            .push_bind(r.attempts as i64)
+                            .push_bind(r.status)
+                            .push_bind(r.attempts)
                             .push_bind(r.started_at)
                             .push_bind(r.duration_ms)
                             .push_bind(r.stream)

@@ -6,7 +6,6 @@ use super::{
     StoredProfile,
 };
 use crate::agents::Agent;
-use crate::audit::{AttemptRow, RequestRow};
 use crate::engine::{
     Change, Cooldown, CooldownPolicy, Disabled, Millis, ModelChange, ModelCooldown, ProfileId, Reason, UsageStats,
 };

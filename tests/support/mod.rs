@@ -479,12 +479,25 @@ impl Rota {
         Self::serve(self.dir.clone(), (self.agent_key.clone(), self.admin_key.clone()), store).await
     }
 
-    async fn serve(dir: Arc<tempfile::TempDir>, (agent_key, admin_key): (String, String), store: Arc<dyn Store>) -> Rota {
+    /// rota serving the `rota.toml` in `dir` (its database already set up), with these agent
+    /// and admin keys.
+    pub async fn on_config(dir: tempfile::TempDir, keys: (String, String)) -> Rota {
+        let (config, _) = Config::load(Some(&dir.path().join("rota.toml"))).unwrap();
+        let store = rota::store::open(&config.database().unwrap()).await.unwrap();
+        Self::serve(Arc::new(dir), keys, store).await
+    }
+
+    async fn serve(
+        dir: Arc<tempfile::TempDir>,
+        (agent_key, admin_key): (String, String),
+        store: Arc<dyn Store>,
+    ) -> Rota {
         let file = dir.path().join("rota.toml");
         let (config, _) = Config::load(Some(&file)).unwrap_or_else(|e| panic!("{e}"));
         let sqlite = match config.database().unwrap() {
             rota::config::DatabaseTarget::Sqlite(path) => {
-                let opts = sqlx::sqlite::SqliteConnectOptions::new().filename(path).busy_timeout(Duration::from_secs(10));
+                let opts =
+                    sqlx::sqlite::SqliteConnectOptions::new().filename(path).busy_timeout(Duration::from_secs(10));
                 Some(sqlx::SqlitePool::connect_with(opts).await.unwrap())
             }
             rota::config::DatabaseTarget::Postgres(_) => None,
