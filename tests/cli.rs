@@ -688,3 +688,38 @@ fn profiles_clear_model_ends_a_model_cooldown() {
     assert_refused(&env.run(&["profiles", "clear", "--model", "gpt-4.1"]), "not a provider/model reference");
     assert_refused(&env.run(&["profiles", "clear"]), "required");
 }
+
+#[test]
+fn a_postgres_password_never_reaches_output_or_logs() {
+    // A server that is not there: every command fails, and says so without the password.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let password = "pg-secret-hunter2-0001";
+    let url = format!("postgres://rota:{password}@127.0.0.1:{port}/rota");
+    let env = Env::new(&format!("[database]\nurl = \"{url}\"\n{BASE}"));
+    let commands = [
+        &["doctor"][..],
+        &["migrate"],
+        &["profiles", "list"],
+        &["agents", "list"],
+        &["serve", "--listen", "127.0.0.1:0"],
+    ];
+    // Each waits out the pool's connect timeout (10 s): all at once.
+    let children: Vec<_> = commands
+        .iter()
+        .map(|args| {
+            let mut c = env.cmd(args);
+            c.env("ROTA_LOG", "debug").stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+            (args, c.spawn().unwrap())
+        })
+        .collect();
+    for (args, child) in children {
+        let out = child.wait_with_output().unwrap();
+        let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+        assert!(!out.status.success(), "{args:?} succeeded without a database: {all}");
+        assert!(
+            all.contains(&format!("postgres://rota:***@127.0.0.1:{port}/rota")),
+            "{args:?} names the database: {all}"
+        );
+        assert!(!all.contains(password), "{args:?} printed the password: {all}");
+    }
+}
