@@ -2,11 +2,13 @@
 """rota's benchmark: the direct call to the mock upstream and the same call through rota, side
 by side, in one run, with `hey` driving the load (see docs/performance.md).
 
-    scripts/bench.sh [--smoke] [--peers]
+    scripts/bench.sh [--smoke] [--peers] [--postgres URL]
 
 For each scenario: requests/s, p50/p99 latency, the latency rota adds (rota minus direct),
 rota's CPU time per request (utime+stime from /proc) and its peak RSS (VmHWM, reset before each
 scenario). `--peers` adds LiteLLM's proxy and Portkey's gateway in front of the same mock.
+`--postgres URL` (a server's maintenance database) adds the shared-state table: the same
+scenarios with rota on PostgreSQL, one instance and two, next to SQLite.
 Everything listens on 127.0.0.1.
 """
 
@@ -90,27 +92,38 @@ def pct(values: list[float], p: float) -> float:
 def hey(url: str, body: dict, n: int, c: int, headers: dict[str, str], pid: int | None = None,
         duration: str | None = None) -> Run:
     """`n` requests (or as many as fit in `duration`) at concurrency `c`; each times out at 20 s."""
+    return hey_many([url], body, n, c, headers, [pid] if pid else [], duration)
+
+
+def hey_many(urls: list[str], body: dict, n: int, c: int, headers: dict[str, str], pids: list[int],
+             duration: str | None = None) -> Run:
+    """Like `hey`, the requests and the concurrency split evenly over `urls` (one `hey` each, all at
+    once, as a load balancer spreads them); CPU time summed and peak RSS the largest over `pids`."""
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(body, f, separators=(",", ":"))
-    amount = ["-z", duration] if duration else ["-n", str(n)]
-    args = ["hey", *amount, "-c", str(c), "-t", "20", "-m", "POST", "-T", "application/json", "-D", f.name, "-o", "csv"]
+    amount = ["-z", duration] if duration else ["-n", str(n // len(urls))]
+    args = ["hey", *amount, "-c", str(c // len(urls)), "-t", "20", "-m", "POST", "-T", "application/json", "-D", f.name,
+            "-o", "csv"]
     for k, v in headers.items():
         args += ["-H", f"{k}: {v}"]
-    if pid:
+    for pid in pids:
         reset_peak(pid)
-        cpu0 = cpu_seconds(pid)
+    cpu0 = sum(cpu_seconds(pid) for pid in pids)
     t0 = time.monotonic()
-    out = subprocess.run(args + [url], capture_output=True, text=True, check=True).stdout
+    procs = [subprocess.Popen(args + [url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for url in urls]
+    outs = [p.communicate()[0] for p in procs]
     wall = time.monotonic() - t0
     os.unlink(f.name)
-    rows = list(csv.DictReader(io.StringIO(out)))
+    if any(p.returncode for p in procs):
+        raise RuntimeError(f"hey failed: {[p.returncode for p in procs]}")
+    rows = [r for out in outs for r in csv.DictReader(io.StringIO(out))]
     ok = [r for r in rows if r["status-code"] == "200"]
     lat = [float(r["response-time"]) * 1000 for r in ok]
     ttfb = [float(r["Response-delay"]) * 1000 for r in ok]
     run = Run(len(rows) / wall, pct(lat, 50), pct(lat, 99), pct(ttfb, 50), len(rows), len(rows) - len(ok))
-    if pid:
-        run.cpu_ms_per_req = (cpu_seconds(pid) - cpu0) * 1000 / max(1, len(rows))
-        run.peak_rss_mb = status_kb(pid, "VmHWM") / 1024
+    if pids:
+        run.cpu_ms_per_req = (sum(cpu_seconds(pid) for pid in pids) - cpu0) * 1000 / max(1, len(rows))
+        run.peak_rss_mb = max(status_kb(pid, "VmHWM") for pid in pids) / 1024
     return run
 
 
@@ -196,6 +209,7 @@ def main() -> int:
     ap.add_argument("--smoke", action="store_true", help="a few seconds: small request counts")
     ap.add_argument("--peers", action="store_true", help="add LiteLLM's proxy and Portkey's gateway")
     ap.add_argument("--out", help="also write the table (markdown) to this file")
+    ap.add_argument("--postgres", metavar="URL", help="add rota on PostgreSQL (a server's maintenance database URL)")
     a = ap.parse_args()
     bins = Path(a.bin).resolve()
     work = Path(tempfile.mkdtemp(prefix="rota-bench-"))
@@ -221,12 +235,19 @@ def run(a, b: Bench) -> int:
                        text=True, cwd=b.dir, env={**os.environ, **env}, check=True, capture_output=True)
     agent = subprocess.run([rota_bin, "--config", "rota.toml", "agents", "create", "bench"], text=True, cwd=b.dir,
                            env={**os.environ, **env}, check=True, capture_output=True).stdout.strip().splitlines()[-1]
+    pg_env = None
+    if a.postgres:
+        # The same profiles and agent, copied into a database of their own; the same key.
+        pg_env = {**env, "DATABASE_URL": create_database(a.postgres, f"rota_bench_{os.getpid()}"),
+                  "ROTA_MASTER_KEY": (b.dir / "bench.key").read_text().strip()}
+        subprocess.run([rota_bin, "--config", "rota.toml", "migrate", "--from", f"sqlite://{db}"], cwd=b.dir,
+                       env={**os.environ, **pg_env}, check=True, capture_output=True)
 
-    def serve() -> tuple[Proc, float]:
+    def serve(with_env: dict = env) -> tuple[Proc, float]:
         port = free_port()
         t0 = time.monotonic()
-        p = b.start("rota", [rota_bin, "--config", "rota.toml", "serve", "--listen", f"127.0.0.1:{port}"], env=env,
-                    ready=f"http://127.0.0.1:{port}")
+        p = b.start("rota", [rota_bin, "--config", "rota.toml", "serve", "--listen", f"127.0.0.1:{port}"],
+                    env=with_env, ready=f"http://127.0.0.1:{port}")
         wait_http(f"{p.url}/healthz")
         return p, (time.monotonic() - t0) * 1000
 
@@ -271,19 +292,64 @@ def run(a, b: Bench) -> int:
 
     rotated = sqlite_scalar(db, "SELECT round(100.0 * SUM(attempts > 1) / COUNT(*)) FROM requests WHERE requested_model = 'mix/m'")
 
+    shared = []
+    if pg_env:
+        rota.stop()
+        shared = [(name, "SQLite", 1, d, r) for name, d, r in results if name in SHARED_SCENARIOS]
+        for instances in (1, 2):
+            servers = [serve(pg_env)[0] for _ in range(instances)]
+            urls = [f"{p.url}/v1/chat/completions" for p in servers]
+            hey_many(urls, chat("bench/m"), 200, 8, rota_h, [])
+            for name, direct, _ in (r for r in results if r[0] in SHARED_SCENARIOS):
+                body, c, n = SHARED_SCENARIOS[name]
+                r = hey_many(urls, chat(body), b.n(n), c, rota_h, [p.pid for p in servers])
+                shared.append((name, "PostgreSQL", instances, direct, r))
+                progress(f"{name}, PostgreSQL x{instances}", r)
+            for p in servers:
+                p.stop()
+
     peers = []
     if a.peers:
         peers = run_peers(b, mock, results, direct_h, chat)
 
-    table = render(results, peers, startup_ms, idle_mb, rotated, b.smoke)
+    table = render(results, peers, startup_ms, idle_mb, rotated, b.smoke) + render_shared(shared)
     print(table)
     if a.out:
         Path(a.out).write_text(table)
-    bad = [(n, r.errors) for n, _, r in results if r.errors]
+    bad = [(n, r.errors) for n, _, r in results if r.errors] + [(f"{n} {s} x{i}", r.errors) for n, s, i, _, r in shared
+                                                                if r.errors]
     if bad:
         print(f"errors (non-200 answers): {bad}", file=sys.stderr)
         return 1
     return 0
+
+
+# The scenarios run again with rota on PostgreSQL: (model, concurrency, full request count).
+SHARED_SCENARIOS = {
+    "chat, 32 concurrent": ("bench/m", 32, 40000),
+    "failover mix, 32 concurrent": ("mix/m", 32, 40000),
+}
+
+
+def create_database(admin_url: str, name: str) -> str:
+    """Creates database `name` on the server of `admin_url` (with psql); returns its URL."""
+    subprocess.run(["psql", admin_url, "-q", "-c", f"CREATE DATABASE {name}"], check=True, capture_output=True)
+    base, _, _ = admin_url.rpartition("/")
+    return f"{base}/{name}"
+
+
+def render_shared(shared) -> str:
+    if not shared:
+        return ""
+    out = ["", "", "Shared state: the same scenarios with rota on SQLite (one instance, the rows above) and on "
+           "PostgreSQL (one instance, and two behind an even split of the load). Ratio: rota's req/s over the "
+           "direct call's in the same run.", "",
+           "| scenario | store | instances | req/s | ratio to direct | p50 ms | p99 ms | CPU ms/req (all instances) |",
+           "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for name, store, instances, d, r in shared:
+        out.append(f"| {name} | {store} | {instances} | {r.rps:,.0f} | {r.rps / d.rps:.2f} | {r.p50_ms:.3f} | "
+                   f"{r.p99_ms:.3f} | {r.cpu_ms_per_req:.3f} |")
+    return "\n".join(out)
 
 
 def progress(name: str, r: Run) -> None:

@@ -5,13 +5,26 @@
 #   scripts/bench.sh            release build, full counts (a few minutes)
 #   scripts/bench.sh --peers    also LiteLLM's proxy (PyPI) and Portkey's gateway (npm)
 #   scripts/bench.sh --smoke    seconds: debug build, small counts (run by scripts/test.sh)
+#   scripts/bench.sh --postgres also rota on PostgreSQL, one and two instances: on the server
+#                               of $ROTA_TEST_PG, else a throwaway one (scripts/postgres.sh)
 #   scripts/bench.sh --out F    also write the table to F
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 profile=release
+args=()
 for a in "$@"; do
     [[ $a == --smoke ]] && profile=debug
+    if [[ $a == --postgres ]]; then
+        if [[ -z ${ROTA_TEST_PG:-} ]]; then
+            pg=$(mktemp -d)
+            trap 'scripts/postgres.sh stop "$pg" || true; rm -rf "$pg"' EXIT
+            eval "$(scripts/postgres.sh start "$pg")"
+        fi
+        args+=(--postgres "$ROTA_TEST_PG")
+    else
+        args+=("$a")
+    fi
 done
 if [[ $profile == release ]]; then
     cargo build --release --locked --bin rota --bin rota-mock
@@ -28,4 +41,4 @@ fi
 
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 target_dir=${CARGO_TARGET_DIR:-target}
-exec python3 scripts/bench.py --bin "$target_dir/$profile" "$@"
+python3 scripts/bench.py --bin "$target_dir/$profile" "${args[@]}"
