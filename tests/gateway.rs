@@ -3,7 +3,6 @@
 
 mod support;
 
-use rota::store::Store;
 use serde_json::{Value, json};
 use support::{Mock, Reply, Rota, Writes, recorded};
 
