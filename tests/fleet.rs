@@ -241,23 +241,7 @@ async fn expiring_token_fleet(db: Db, instances: usize) -> (Mock, Vec<Rota>) {
     let mock = Mock::default();
     let base = mock.start().await;
     mock.token_endpoint(2 * 86_400, Duration::from_millis(200));
-    let config = format!(
-        r#"
-[providers.corp]
-api = "openai"
-base_url = "{base}/v1"
-[providers.corp.oauth]
-authorize_url = "{base}/oauth/authorize"
-token_url = "{base}/oauth/token"
-client_id = "rota-test"
-[models]
-primary = "corp/m"
-[refresh]
-lead = "25h"
-[secrets]
-keyring = "off"
-"#
-    );
+    let config = format!("{}[refresh]\nlead = \"25h\"\n[secrets]\nkeyring = \"off\"\n", support::oauth_provider(&base));
     let first = Rota::start_on(db, &config, &[], &[("corp:alice", "at-old-0001", "rt-old-0001")]).await;
     let mut fleet = vec![first];
     for _ in 1..instances {

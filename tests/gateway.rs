@@ -1363,21 +1363,7 @@ async fn an_upstream_redirect_is_never_followed() {
 // -- OAuth: a 401 refreshes the token once and retries the same profile ---------------------------
 
 fn oauth_config(base: &str) -> String {
-    format!(
-        r#"
-[providers.corp]
-api = "openai"
-base_url = "{base}/v1"
-[providers.corp.oauth]
-authorize_url = "{base}/oauth/authorize"
-token_url = "{base}/oauth/token"
-client_id = "rota-test"
-[models]
-primary = "corp/m"
-[auth.order]
-corp = ["corp:alice", "corp:spare"]
-"#
-    )
+    format!("{}[auth.order]\ncorp = [\"corp:alice\", \"corp:spare\"]\n", support::oauth_provider(base))
 }
 
 /// rota with an OAuth profile `corp:alice` (access `at-old-0001`, refused once with a 401) in

@@ -365,6 +365,24 @@ fn sse(reply: Reply, anthropic: bool, mock: Mock) -> Response {
     r
 }
 
+/// A provider `corp` in front of the mock at `base`, with OAuth settings whose token endpoint
+/// is the mock's (`Mock::token_endpoint`), and `corp/m` as the primary model.
+pub fn oauth_provider(base: &str) -> String {
+    format!(
+        r#"
+[providers.corp]
+api = "openai"
+base_url = "{base}/v1"
+[providers.corp.oauth]
+authorize_url = "{base}/oauth/authorize"
+token_url = "{base}/oauth/token"
+client_id = "rota-test"
+[models]
+primary = "corp/m"
+"#
+    )
+}
+
 /// A fresh, empty database on the throwaway PostgreSQL server that `scripts/test.sh` starts
 /// (`ROTA_TEST_PG`: a URL of that server's maintenance database).
 pub async fn postgres_database() -> String {
