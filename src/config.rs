@@ -665,9 +665,7 @@ impl Config {
     pub fn database(&self) -> Result<DatabaseTarget, ConfigError> {
         DatabaseTarget::parse(&self.database.url)
     }
-}
 
-impl Config {
     /// The path the master key's file (`key_file_for`) and keyring entry are named after.
     pub fn key_anchor(&self) -> Result<PathBuf, ConfigError> {
         match &self.secrets.key_file {

@@ -3,8 +3,7 @@
 //! (opening an existing database applies pending migrations).
 
 use crate::book::Roster;
-use crate::config::Config;
-use crate::config::DatabaseTarget;
+use crate::config::{Config, DatabaseTarget};
 use crate::engine::chain::{ChainRequest, FallbackOverride};
 use crate::secrets::{check_key, find_key_with, key_file_for};
 use crate::status::Status;

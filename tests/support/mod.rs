@@ -448,9 +448,10 @@ impl Rota {
             // Every instance of the fleet reads the one key file, as if given the same key.
             Db::Postgres(url) => {
                 let key_file = format!("key_file = \"{}\"\n", dir.path().join("rota.key").display());
-                let config = match config.find("[secrets]\n") {
-                    Some(at) => format!("{}{key_file}{}", &config[..at + 10], &config[at + 10..]),
-                    None => format!("{config}\n[secrets]\n{key_file}"),
+                let header = "[secrets]\n";
+                let config = match config.find(header).map(|at| at + header.len()) {
+                    Some(end) => format!("{}{key_file}{}", &config[..end], &config[end..]),
+                    None => format!("{config}\n{header}{key_file}"),
                 };
                 format!("[database]\nurl = \"{url}\"\n{config}")
             }
