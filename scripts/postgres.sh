@@ -25,7 +25,8 @@ bindir() {
 }
 
 as_owner() {
-    if [[ $(id -u) -eq 0 ]]; then runuser -u postgres -- "$@"; else "$@"; fi
+    # From /: the postgres user may not enter the caller's directory.
+    if [[ $(id -u) -eq 0 ]]; then (cd / && runuser -u postgres -- "$@"); else "$@"; fi
 }
 
 case "$cmd" in
