@@ -344,3 +344,20 @@ async fn only_active_agents_are_listed_with_their_key_digest() {
     assert_eq!((&again.id, again.admin, again.revoked_at), (&a.id, true, None), "same identity, new key");
     assert_eq!(active(store.clone()).await, [("digest-2".to_string(), again.clone())], "the old key stays dead");
 }
+
+#[tokio::test]
+async fn postgres_over_tls_verifies_the_server_certificate() {
+    let url = support::postgres_database().await;
+    let ca = std::env::var("ROTA_TEST_PG_CA").expect("ROTA_TEST_PG_CA: the test server's certificate");
+    let verified = format!("{url}?sslmode=verify-full&sslrootcert={ca}");
+    let store = rota::store::PgStore::open(&verified).await.unwrap();
+    let encrypted: bool = sqlx::query_scalar("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert!(encrypted, "the connection is TLS");
+    store.close().await;
+    // A certificate nobody vouches for is refused.
+    let unverified = rota::store::PgStore::open(&format!("{url}?sslmode=verify-full")).await;
+    assert!(unverified.is_err(), "the self-signed certificate must not be trusted without sslrootcert");
+}
