@@ -40,7 +40,15 @@ pub fn router(state: AppState) -> Router {
         .merge(gateway::router())
         .merge(api::router())
         .merge(web::router())
+        .layer(axum::middleware::map_response(nosniff))
         .with_state(state)
+}
+
+/// Every answer says its content type is the one to use: a browser never sniffs an error
+/// message or an upstream's text into HTML.
+async fn nosniff(mut r: axum::response::Response) -> axum::response::Response {
+    r.headers_mut().insert(http::header::X_CONTENT_TYPE_OPTIONS, http::HeaderValue::from_static("nosniff"));
+    r
 }
 
 /// Prometheus exposition (OpenMetrics text).

@@ -453,3 +453,24 @@ async fn usage_attempts_and_requests_filter_and_page() {
         assert_eq!((code, error_type(&v)), (400, "bad_request"), "{path}: {v}");
     }
 }
+
+#[tokio::test]
+async fn every_answer_forbids_content_sniffing() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let rota = Rota::start(&config(&base), &[("openai:k1", "sk-admin-test-0001")]).await;
+    let client = Rota::client();
+    let answers = [
+        client.get(format!("{}/healthz", rota.url)).send().await.unwrap(),
+        client.get(format!("{}/metrics", rota.url)).send().await.unwrap(),
+        client.get(format!("{}/ui/", rota.url)).send().await.unwrap(),
+        client.get(format!("{}/no/such/page", rota.url)).send().await.unwrap(),
+        client.post(format!("{}/v1/chat/completions", rota.url)).body("{").send().await.unwrap(),
+        rota.chat(json!({"model": "openai/gpt-4.1", "messages": [{"role": "user", "content": "hi"}]}), &[]).await,
+        client.get(format!("{}/api/v1/profiles", rota.url)).bearer_auth(&rota.admin_key).send().await.unwrap(),
+    ];
+    for r in answers {
+        let nosniff = r.headers().get("x-content-type-options").map(|v| v.to_str().unwrap().to_string());
+        assert_eq!(nosniff.as_deref(), Some("nosniff"), "{} {}", r.url(), r.status());
+    }
+}

@@ -361,3 +361,24 @@ async fn postgres_over_tls_verifies_the_server_certificate() {
     let unverified = rota::store::PgStore::open(&format!("{url}?sslmode=verify-full")).await;
     assert!(unverified.is_err(), "the self-signed certificate must not be trusted without sslrootcert");
 }
+
+#[cfg(unix)]
+#[tokio::test]
+async fn the_database_files_are_readable_by_their_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rota.db");
+    let store = SqliteStore::open(&path).await.unwrap();
+    add_key(&store, &key(), "openai:a", "sk-a").await;
+    let mode = |suffix: &str| {
+        let file = dir.path().join(format!("rota.db{suffix}"));
+        std::fs::metadata(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display())).permissions().mode() & 0o777
+    };
+    assert_eq!((mode(""), mode("-wal"), mode("-shm")), (0o600, 0o600, 0o600));
+    store.close().await;
+    // A database made readable to others (or by an older rota) is closed again at the next open.
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let store = SqliteStore::open(&path).await.unwrap();
+    assert_eq!(mode(""), 0o600);
+    store.close().await;
+}

@@ -27,6 +27,25 @@ pub struct SqliteStore {
     description: String,
 }
 
+/// Makes the database file readable by its owner only (it holds the audit log, emails and key
+/// digests). SQLite creates the `-wal` and `-shm` files with the database file's mode; ones left
+/// by an earlier run are set too.
+fn owner_only(path: &Path) -> Result<(), StoreError> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        for suffix in ["", "-wal", "-shm"] {
+            let mut file = path.as_os_str().to_owned();
+            file.push(suffix);
+            match std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(StoreError::Db(sqlx::Error::Io(e))),
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
 impl SqliteStore {
     /// Opens (creating if needed) the database file and applies pending migrations.
     pub async fn open(path: &Path) -> Result<SqliteStore, StoreError> {
@@ -41,6 +60,7 @@ impl SqliteStore {
             .busy_timeout(Duration::from_secs(10))
             .foreign_keys(true);
         let pool = SqlitePoolOptions::new().max_connections(4).connect_with(opts).await?;
+        owner_only(path)?;
         MIGRATOR.run(&pool).await?;
         Ok(SqliteStore { pool, description: path.display().to_string() })
     }
