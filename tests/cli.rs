@@ -763,3 +763,32 @@ fn every_command_works_on_postgres() {
     let original: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixture).unwrap()).unwrap();
     assert_eq!(back, original);
 }
+
+#[test]
+fn dotenv_is_read_from_the_working_directory_and_beside_the_config_never_from_a_parent() {
+    let env = Env::new(BASE);
+    std::fs::create_dir(env.path("work")).unwrap();
+    std::fs::write(env.path("work/rota.toml"), BASE).unwrap();
+    // A parent's `.env` belongs to another project: ignored.
+    std::fs::write(env.path(".env"), "ROTA_COOLDOWN__BASE=from-the-parent\n").unwrap();
+    let mut c = env.cmd(&["doctor"]);
+    c.current_dir(env.path("work"));
+    let out = c.stdin(Stdio::null()).output().unwrap();
+    assert_ok(&out);
+    assert!(!text(&out.stdout).contains("from-the-parent"), "{}", text(&out.stdout));
+    // The working directory's is read.
+    std::fs::write(env.path("work/.env"), "ROTA_COOLDOWN__BASE=from-the-working-directory\n").unwrap();
+    let mut c = env.cmd(&["doctor"]);
+    c.current_dir(env.path("work"));
+    let out = c.stdin(Stdio::null()).output().unwrap();
+    assert!(text(&out.stdout).contains("from-the-working-directory"), "{}", text(&out.stdout));
+    // So is the one beside a --config file elsewhere (run from a folder without one).
+    std::fs::remove_file(env.path(".env")).unwrap();
+    std::fs::create_dir(env.path("elsewhere")).unwrap();
+    std::fs::write(env.path("elsewhere/.env"), "ROTA_COOLDOWN__BASE=beside-the-config\n").unwrap();
+    let out = env.run(&["--config", "work/rota.toml", "doctor"]);
+    assert!(!text(&out.stdout).contains("beside-the-config"), "{}", text(&out.stdout));
+    std::fs::copy(env.path("work/rota.toml"), env.path("elsewhere/rota.toml")).unwrap();
+    let out = env.run(&["--config", "elsewhere/rota.toml", "doctor"]);
+    assert!(text(&out.stdout).contains("beside-the-config"), "{}", text(&out.stdout));
+}

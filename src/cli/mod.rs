@@ -89,10 +89,23 @@ pub enum ExportCommand {
     },
 }
 
+/// Loads a `.env` file, if there is one at `path` (never a parent directory's: a `.env` further
+/// up belongs to another project). Variables already set win.
+fn load_dotenv(path: &Path) {
+    match dotenvy::from_path(path) {
+        Err(dotenvy::Error::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => eprintln!("warning: {}: {e}", path.display()),
+        Ok(()) => {}
+    }
+}
+
 /// Parses the command line, runs the command and returns the process exit code.
 pub fn main() -> ExitCode {
-    let _ = dotenvy::dotenv();
+    load_dotenv(Path::new(".env"));
     let cli = Cli::parse();
+    if let Some(dir) = cli.config.as_deref().and_then(Path::parent).filter(|d| !d.as_os_str().is_empty()) {
+        load_dotenv(&dir.join(".env"));
+    }
     init_logging();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     match runtime.block_on(run(cli)) {
