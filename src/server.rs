@@ -33,6 +33,13 @@ pub struct AppState {
     pub logins: Arc<Logins>,
 }
 
+impl AppState {
+    /// The request's console session, if it is live and its agent is still an active admin.
+    pub fn session(&self, headers: &axum::http::HeaderMap) -> Option<crate::web::Session> {
+        self.sessions.find(headers, self.engine.clock.now(), |a| self.agents.is_active_admin(a))
+    }
+}
+
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(healthz))

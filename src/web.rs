@@ -60,7 +60,7 @@ fn page(html: &'static str) -> Response {
 
 /// The console with a session, else the sign-in page.
 async fn console(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    match state.sessions.find(&headers, state.engine.clock.now()) {
+    match state.session(&headers) {
         Some(_) => page(CONSOLE_HTML),
         None => page(SIGN_IN_HTML),
     }
@@ -111,11 +111,19 @@ impl Sessions {
         (token, session)
     }
 
-    /// The session the request's cookie names, if it is live.
-    pub fn find(&self, headers: &HeaderMap, now: Millis) -> Option<Session> {
+    /// The session the request's cookie names, if it is live and its agent still `admitted`
+    /// (an active admin: a key revoked or demoted anywhere, by the CLI or another instance too,
+    /// ends its sessions at their next use).
+    pub fn find(&self, headers: &HeaderMap, now: Millis, admitted: impl Fn(&Agent) -> bool) -> Option<Session> {
         let token = cookie(headers, COOKIE)?;
-        let map = self.by_digest.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(&digest(token)).filter(|s| s.expires_at > now).cloned()
+        let id = digest(token);
+        let mut map = self.by_digest.lock().unwrap_or_else(|e| e.into_inner());
+        let session = map.get(&id).filter(|s| s.expires_at > now)?;
+        if !admitted(&session.agent) {
+            map.remove(&id);
+            return None;
+        }
+        Some(session.clone())
     }
 
     pub fn end(&self, id: &str) {
@@ -207,10 +215,15 @@ mod tests {
         let (token, session) = s.create(agent, 1_000);
         let mut h = HeaderMap::new();
         h.insert(header::COOKIE, HeaderValue::from_str(&format!("{COOKIE}={token}")).unwrap());
-        assert_eq!(s.find(&h, 2_000).map(|x| x.id), Some(session.id.clone()));
-        assert!(s.find(&h, 1_000 + SESSION_TTL).is_none(), "expired");
+        let admitted = |_: &Agent| true;
+        assert_eq!(s.find(&h, 2_000, admitted).map(|x| x.id), Some(session.id.clone()));
+        assert!(s.find(&h, 1_000 + SESSION_TTL, admitted).is_none(), "expired");
         assert!(session.csrf_ok(Some(&session.csrf)) && !session.csrf_ok(Some("x")) && !session.csrf_ok(None));
+        assert!(s.find(&h, 2_000, |_| false).is_none(), "the agent is no longer an active admin");
+        assert!(s.find(&h, 2_000, admitted).is_none(), "and the session is gone");
+        let (token, _) = s.create(session.agent.clone(), 1_000);
+        h.insert(header::COOKIE, HeaderValue::from_str(&format!("{COOKIE}={token}")).unwrap());
         s.end_agent("ops");
-        assert!(s.find(&h, 2_000).is_none());
+        assert!(s.find(&h, 2_000, admitted).is_none());
     }
 }

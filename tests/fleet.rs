@@ -287,3 +287,29 @@ async fn three_instances_on_one_sqlite_file_refresh_an_expiring_token_once() {
 async fn three_instances_on_postgres_refresh_an_expiring_token_once() {
     one_refresh_for_the_fleet(Db::Postgres(support::postgres_database().await), 3).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_console_session_ends_when_the_cli_revokes_its_admin_key() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let rota = Rota::start(&config(&base), &KEYS).await;
+    let client = Rota::client();
+    let signed_in =
+        client.post(format!("{}/api/v1/session", rota.url)).json(&json!({"key": rota.admin_key})).send().await.unwrap();
+    assert_eq!(signed_in.status(), 200);
+    let cookie = signed_in.headers()["set-cookie"].to_str().unwrap().split(';').next().unwrap().to_string();
+    let current = || async {
+        let r = client.get(format!("{}/api/v1/session", rota.url)).header("cookie", &cookie).send().await.unwrap();
+        r.status().as_u16()
+    };
+    assert_eq!(current().await, 200);
+    cli(&rota, &["agents", "revoke", "admin"], "");
+    let t = Instant::now();
+    while current().await == 200 {
+        assert!(t.elapsed() < Duration::from_secs(1), "the session outlived its key by more than a second");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(current().await, 401, "and it stays ended");
+    let page = client.get(format!("{}/ui/", rota.url)).header("cookie", &cookie).send().await.unwrap();
+    assert!(page.text().await.unwrap().to_lowercase().contains("sign in"), "the console asks to sign in again");
+}

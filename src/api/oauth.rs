@@ -143,7 +143,7 @@ async fn authorize(
     };
     let now = state.engine.clock.now();
     let (url, pending) = oauth::authorize(&provider, cfg, &redirect_uri, now).map_err(login_error)?;
-    let nonce = state.sessions.find(&headers, now).map(|_| crate::web::random_token());
+    let nonce = state.session(&headers).map(|_| crate::web::random_token());
     let browser = nonce.as_deref().map(crate::web::digest);
     let answer = Authorization { authorize_url: url, state: pending.state.clone(), redirect_uri, paste };
     state

@@ -55,8 +55,7 @@ async fn sign_in(State(state): State<AppState>, Body(req): Body<SignIn>) -> Resu
     responses((status = 200, body = SessionInfo), (status = 401, body = super::ErrorBody)))]
 async fn current(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<SessionInfo>, ApiError> {
     let s = state
-        .sessions
-        .find(&headers, state.engine.clock.now())
+        .session(&headers)
         .ok_or_else(|| ApiError::new(401, "unauthorized", format!("no console session (cookie {COOKIE})")))?;
     Ok(Json(SessionInfo { agent: s.agent.name, csrf: s.csrf }))
 }
@@ -65,10 +64,7 @@ async fn current(State(state): State<AppState>, headers: HeaderMap) -> Result<Js
 #[utoipa::path(delete, path = "/api/v1/session", tag = "console", security(()),
     responses((status = 204, description = "Signed out"), (status = 401, body = super::ErrorBody), (status = 403, body = super::ErrorBody)))]
 async fn sign_out(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
-    let s = state
-        .sessions
-        .find(&headers, state.engine.clock.now())
-        .ok_or_else(|| ApiError::new(401, "unauthorized", "no console session"))?;
+    let s = state.session(&headers).ok_or_else(|| ApiError::new(401, "unauthorized", "no console session"))?;
     if !s.csrf_ok(headers.get("x-csrf-token").and_then(|v| v.to_str().ok())) {
         return Err(ApiError::new(403, "csrf", "missing or wrong x-csrf-token"));
     }

@@ -87,6 +87,11 @@ impl AgentCache {
         Ok(())
     }
 
+    /// True while `agent` (the same id) is active and an admin.
+    pub fn is_active_admin(&self, agent: &Agent) -> bool {
+        self.by_digest.read().unwrap_or_else(|e| e.into_inner()).values().any(|a| a.id == agent.id && a.admin)
+    }
+
     pub(crate) fn find(&self, key: &str) -> Option<Agent> {
         let d = digest(&SecretString::from(key.to_string()));
         self.by_digest.read().unwrap_or_else(|e| e.into_inner()).get(&d).cloned()
