@@ -246,6 +246,27 @@ macro_rules! sql_store {
             Ok(sqlx::query_scalar("SELECT n FROM change_seq").fetch_one(&mut *conn).await?)
         }
 
+        /// Binds an audit listing's filters as `$1`–`$11`: agent, request id, profile, provider,
+        /// model, reason, outcome, since, until, and the cursor's time and id.
+        fn bind_filters<'q, O>(
+            query: sqlx::query::QueryAs<'q, $db, O, <$db as sqlx::Database>::Arguments>,
+            q: &'q AuditQuery,
+        ) -> sqlx::query::QueryAs<'q, $db, O, <$db as sqlx::Database>::Arguments> {
+            let after = q.after.as_ref();
+            query
+                .bind(&q.agent)
+                .bind(&q.request_id)
+                .bind(&q.profile)
+                .bind(&q.provider)
+                .bind(&q.model)
+                .bind(&q.reason)
+                .bind(&q.outcome)
+                .bind(q.since)
+                .bind(q.until)
+                .bind(after.map(|a| a.0))
+                .bind(after.map(|a| a.1.as_str()))
+        }
+
         #[async_trait]
         impl Store for $store {
             fn describe(&self) -> String {
@@ -745,8 +766,7 @@ macro_rules! sql_store {
             }
 
             async fn attempts(&self, q: &AuditQuery) -> Result<Vec<AttemptRecord>, StoreError> {
-                let after = q.after.as_ref();
-                let rows = sqlx::query_as::<_, AttemptRecord>(
+                let query = sqlx::query_as::<_, AttemptRecord>(
                     "SELECT request_id, seq, kind, agent, provider, model, profile_id, started_at, duration_ms, ttfb_ms,
                             http_status, outcome, reason, retry_after_ms, cooldown_until, error, tokens_in, tokens_out
                      FROM attempts
@@ -757,28 +777,17 @@ macro_rules! sql_store {
                        AND ($10 IS NULL OR (started_at, request_id, seq) < ($10, $11, $12))
                      ORDER BY started_at DESC, request_id DESC, seq DESC
                      LIMIT $13",
-                )
-                .bind(&q.agent)
-                .bind(&q.request_id)
-                .bind(&q.profile)
-                .bind(&q.provider)
-                .bind(&q.model)
-                .bind(&q.reason)
-                .bind(&q.outcome)
-                .bind(q.since)
-                .bind(q.until)
-                .bind(after.map(|a| a.0))
-                .bind(after.map(|a| a.1.clone()))
-                .bind(after.map(|a| a.2))
-                .bind(i64::from(q.limit))
-                .fetch_all(&self.pool)
-                .await?;
+                );
+                let rows = bind_filters(query, q)
+                    .bind(q.after.as_ref().map(|a| a.2))
+                    .bind(i64::from(q.limit))
+                    .fetch_all(&self.pool)
+                    .await?;
                 Ok(rows)
             }
 
             async fn requests(&self, q: &AuditQuery) -> Result<Vec<RequestRecord>, StoreError> {
-                let after = q.after.as_ref();
-                let rows = sqlx::query_as::<_, RequestRecord>(
+                let query = sqlx::query_as::<_, RequestRecord>(
                     "SELECT id, agent, api, requested_model, served_model, served_profile, status, attempts, started_at,
                             duration_ms, stream, tokens_in, tokens_out
                      FROM requests r
@@ -792,21 +801,8 @@ macro_rules! sql_store {
                               AND ($7 IS NULL OR a.outcome = $7)))
                      ORDER BY started_at DESC, id DESC
                      LIMIT $12",
-                )
-                .bind(&q.agent)
-                .bind(&q.request_id)
-                .bind(&q.profile)
-                .bind(&q.provider)
-                .bind(&q.model)
-                .bind(&q.reason)
-                .bind(&q.outcome)
-                .bind(q.since)
-                .bind(q.until)
-                .bind(after.map(|a| a.0))
-                .bind(after.map(|a| a.1.clone()))
-                .bind(i64::from(q.limit))
-                .fetch_all(&self.pool)
-                .await?;
+                );
+                let rows = bind_filters(query, q).bind(i64::from(q.limit)).fetch_all(&self.pool).await?;
                 Ok(rows)
             }
 
