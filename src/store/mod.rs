@@ -225,8 +225,11 @@ pub trait Store: Send + Sync {
     async fn sync_config_profiles(&self, profiles: &[StoredProfile]) -> Result<(), StoreError>;
     async fn remove_profile(&self, id: &ProfileId) -> Result<(), StoreError>;
     async fn set_enabled(&self, id: &ProfileId, enabled: bool) -> Result<(), StoreError>;
-    /// Writes stats rows, in one transaction, in the given order.
+    /// Overwrites stats rows, in one transaction, in the given order. Whatever another writer
+    /// changed meanwhile is lost: for a database no server writes to (a copy, a test's seed);
+    /// servers and the CLI write through `apply`.
     async fn save_stats(&self, batch: &[(ProfileId, UsageStats)]) -> Result<(), StoreError>;
+    /// Overwrites model cooldown rows; the same caveat as `save_stats`.
     async fn save_model_cooldowns(&self, batch: &[((String, String), ModelCooldown)]) -> Result<(), StoreError>;
     /// Replays changes on the stored rows, in order, in one write transaction, and returns the
     /// rows as they now are (profiles that are gone are left out). Because every writer replays
