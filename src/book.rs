@@ -5,8 +5,10 @@
 //! the same critical section (`Change`), so the writer sees changes in the order they happened.
 //! The writer replays a batch of them on the rows as stored, in one write transaction, so that
 //! what another writer (the CLI, another instance) did meanwhile is kept; the rows it gets back
-//! become the book's state, with the changes queued since replayed on top. Nothing is lost:
-//! `flush` waits until everything queued so far is written.
+//! become the book's state, with the changes queued since replayed on top. Nothing is lost: a
+//! failing write is retried until the database takes it, and `flush` waits until everything
+//! queued so far is written. What waits is bounded by the profiles: successes and uses of a
+//! profile coalesce while they wait.
 //!
 //! Between batches the same task reads the database's change feed every `FEED_EVERY` (and at
 //! once when PostgreSQL notifies a change), and reloads what other writers changed: stats,
@@ -18,15 +20,16 @@ use crate::engine::order::{self, OrderRequest, Ordered, PinError};
 use crate::engine::recent::Recent;
 use crate::engine::{
     Change, CooldownPolicy, Failure, Millis, ModelChange, ModelCooldown, ProfileId, ProfileType, ProfileView, Reason,
-    Until, UsageStats, Views,
+    Until, Unwritten, UsageStats, Views,
 };
 use crate::secrets::{MasterKey, OpenError, SecretField};
 use crate::store::{Origin, Snapshot, Store, StoreError, StoredProfile};
 use secrecy::SecretString;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Notify, watch};
 
 /// How often the change feed is read: other writers' changes are in force within this much
 /// (plus the time a reload takes).
@@ -109,13 +112,14 @@ pub fn config_rows(config: &Config, now: Millis) -> Vec<StoredProfile> {
         .collect()
 }
 
-enum Write {
-    Stats(ProfileId, Change),
-    Model((String, String), ModelChange),
-    Flush(oneshot::Sender<()>),
-}
-
 type ModelKey = (String, String);
+
+/// What the writer took to write: the changes, and the count of changes queued up to them.
+struct Batch {
+    stats: Vec<(ProfileId, Vec<Change>)>,
+    models: Vec<(ModelKey, Vec<ModelChange>)>,
+    upto: u64,
+}
 
 /// What a snapshot's secrets unseal to: the roster, the credentials and the refresh-token
 /// versions.
@@ -177,10 +181,14 @@ struct Inner {
     model_cooldowns: HashMap<ModelKey, ModelCooldown>,
     probes: ProbeThrottle,
     sessions: Recent<(String, String), ProfileId>,
-    /// Changes applied here and queued, not yet written: replayed on top of what the database
-    /// says (a written batch, a reload from the feed).
-    pending: HashMap<ProfileId, VecDeque<Change>>,
-    model_pending: HashMap<ModelKey, VecDeque<ModelChange>>,
+    /// Changes applied here and not yet written, replayed on top of what the database says (a
+    /// written batch, a reload from the feed): those the writer is writing, then those queued.
+    inflight: HashMap<ProfileId, Vec<Change>>,
+    pending: HashMap<ProfileId, Unwritten>,
+    model_inflight: HashMap<ModelKey, Vec<ModelChange>>,
+    model_pending: HashMap<ModelKey, Vec<ModelChange>>,
+    /// Changes queued so far (coalesced ones too): what `flush` waits for.
+    queued: u64,
     /// Counts this server's own edits of profiles, secrets and orders (made in memory as they
     /// are stored): a reload from a snapshot read before one of them would undo it.
     local_edits: u64,
@@ -193,11 +201,24 @@ struct Shared {
     /// the feed builds on.
     config: RwLock<Arc<Config>>,
     key: Arc<MasterKey>,
+    /// Wakes the writer: changes were queued, a flush waits, or the book was dropped.
+    wake: Notify,
+    /// Changes written so far (the `queued` count they reach).
+    written: watch::Sender<u64>,
+    /// The last write failed; the writer is retrying it.
+    failing: AtomicBool,
+    closed: AtomicBool,
 }
 
 pub struct Book {
     shared: Arc<Shared>,
-    queue: mpsc::UnboundedSender<Write>,
+}
+
+impl Drop for Book {
+    fn drop(&mut self) {
+        self.shared.closed.store(true, Ordering::Relaxed);
+        self.shared.wake.notify_one();
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -227,14 +248,24 @@ impl Book {
             model_cooldowns: snapshot.model_cooldowns,
             probes: ProbeThrottle::default(),
             sessions: Recent::new(SESSION_TTL, SESSION_KEYS),
+            inflight: HashMap::new(),
             pending: HashMap::new(),
+            model_inflight: HashMap::new(),
             model_pending: HashMap::new(),
+            queued: 0,
             local_edits: 0,
         };
-        let shared = Arc::new(Shared { inner: Mutex::new(inner), config: RwLock::new(Arc::new(config.clone())), key });
-        let (queue, rx) = mpsc::unbounded_channel();
-        tokio::spawn(write_loop(store, shared.clone(), rx, seen));
-        Ok(Book { shared, queue })
+        let shared = Arc::new(Shared {
+            inner: Mutex::new(inner),
+            config: RwLock::new(Arc::new(config.clone())),
+            key,
+            wake: Notify::new(),
+            written: watch::Sender::new(0),
+            failing: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+        });
+        tokio::spawn(write_loop(store, shared.clone(), seen));
+        Ok(Book { shared })
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -270,7 +301,8 @@ impl Book {
         let change = Change::Used(latest.map_or(now, |l| now.max(l + 1)));
         if let Some(view) = inner.roster.views.get_mut(&first) {
             view.stats.apply(&change, &policy);
-            inner.queue(&self.queue, &first, change);
+            inner.queue(&first, change);
+            self.shared.wake.notify_one();
         }
         if let Some(s) = session {
             inner.sessions.insert((provider.to_string(), s.to_string()), first, now);
@@ -309,7 +341,8 @@ impl Book {
         let mut guard = self.lock();
         let inner = &mut *guard;
         let out = inner.roster.views.get_mut(id)?.stats.apply(&change, &policy);
-        inner.queue(&self.queue, id, change);
+        inner.queue(id, change);
+        self.shared.wake.notify_one();
         Some(out)
     }
 
@@ -317,8 +350,9 @@ impl Book {
     fn update_model(&self, inner: &mut Inner, key: ModelKey, change: ModelChange) -> Option<ModelCooldown> {
         let next = ModelCooldown::apply(inner.model_cooldowns.get(&key), &change, &self.policy())?;
         inner.model_cooldowns.insert(key.clone(), next.clone());
-        inner.model_pending.entry(key.clone()).or_default().push_back(change.clone());
-        let _ = self.queue.send(Write::Model(key, change));
+        inner.model_pending.entry(key).or_default().push(change);
+        inner.queued += 1;
+        self.shared.wake.notify_one();
         Some(next)
     }
 
@@ -333,7 +367,7 @@ impl Book {
     /// The profile served `model`: its error state goes, and so does the model's own cooldown
     /// on that provider (the model exists after all).
     pub fn record_success(&self, id: &ProfileId, model: &str, now: Millis) {
-        self.update(id, Change::Served(model.to_string(), now));
+        self.update(id, Change::Served(model.to_string(), now, 1));
         self.end_model_cooldown(id.provider(), model, now);
     }
 
@@ -506,7 +540,10 @@ impl Book {
         let ended: Vec<ProfileId> =
             views.filter_map(|(id, v)| v.stats.expire(now, &policy).then(|| id.clone())).collect();
         for id in &ended {
-            inner.queue(&self.queue, id, Change::Expired(now));
+            inner.queue(id, Change::Expired(now));
+        }
+        if !ended.is_empty() {
+            self.shared.wake.notify_one();
         }
         ended.len()
     }
@@ -528,12 +565,26 @@ impl Book {
         self.update(id, Change::Cleared(now)).is_some()
     }
 
-    /// Waits until every change made so far is written.
+    /// Waits until every change made so far is written. Concurrent callers share the writer's
+    /// transactions (group commit).
     pub async fn flush(&self) {
-        let (tx, rx) = oneshot::channel();
-        if self.queue.send(Write::Flush(tx)).is_ok() {
-            let _ = rx.await;
-        }
+        let target = self.lock().queued;
+        let mut written = self.shared.written.subscribe();
+        self.shared.wake.notify_one();
+        let _ = written.wait_for(|w| *w >= target).await;
+    }
+
+    /// `flush`, for at most `limit`: whether everything made so far is written.
+    pub async fn durable(&self, limit: Duration) -> bool {
+        tokio::time::timeout(limit, self.flush()).await.is_ok()
+    }
+
+    /// Whether the last write of stats failed (the writer retries it), and how many profiles
+    /// and models have changes waiting.
+    pub fn writer_state(&self) -> (bool, usize) {
+        let inner = self.lock();
+        let waiting = inner.pending.len() + inner.inflight.len() + inner.model_pending.len();
+        (self.shared.failing.load(Ordering::Relaxed), waiting)
     }
 
     /// Decides whether a candidate is tried, probed or skipped (claims the probe atomically).
@@ -543,42 +594,23 @@ impl Book {
 }
 
 /// The background task: writes the queued changes in batches, and reads the change feed
-/// between them. One task does both, so a reload never races a batch being written.
-async fn write_loop(store: Arc<dyn Store>, shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Write>, mut seen: i64) {
-    const BATCH: usize = 512;
-    let mut buf = Vec::with_capacity(BATCH);
+/// between them. One task does both, so a reload never races a batch being written. It ends
+/// when the book is dropped, after writing what was left.
+async fn write_loop(store: Arc<dyn Store>, shared: Arc<Shared>, mut seen: i64) {
     let mut feed = tokio::time::interval(FEED_EVERY);
     feed.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut wake = store.wake();
     loop {
         tokio::select! {
-            n = rx.recv_many(&mut buf, BATCH) => {
-                if n == 0 {
-                    return;
-                }
-                let mut stats: Vec<(ProfileId, Vec<Change>)> = Vec::new();
-                let mut models: Vec<(ModelKey, Vec<ModelChange>)> = Vec::new();
-                let mut waiting = Vec::new();
-                for w in buf.drain(..) {
-                    match w {
-                        Write::Stats(id, c) => match stats.iter_mut().find(|(i, _)| *i == id) {
-                            Some(slot) => slot.1.push(c),
-                            None => stats.push((id, vec![c])),
-                        },
-                        Write::Model(k, c) => match models.iter_mut().find(|(key, _)| *key == k) {
-                            Some(slot) => slot.1.push(c),
-                            None => models.push((k, vec![c])),
-                        },
-                        Write::Flush(tx) => waiting.push(tx),
-                    }
-                }
-                if let Some(feed) = write_batch(store.as_ref(), &shared, &stats, &models).await
+            _ = shared.wake.notified() => {
+                let batch = shared.take();
+                if let Some(feed) = write_batch(store.as_ref(), &shared, batch).await
                     && feed.0 == seen
                 {
                     seen = feed.1; // the entries in between are this batch's own
                 }
-                for tx in waiting {
-                    let _ = tx.send(());
+                if shared.closed.load(Ordering::Relaxed) {
+                    return;
                 }
             }
             _ = async {
@@ -594,48 +626,75 @@ async fn write_loop(store: Arc<dyn Store>, shared: Arc<Shared>, mut rx: mpsc::Un
     }
 }
 
-/// Writes one batch of changes and puts the rows written back into the book. A failing batch
-/// is retried with backoff (the database may be busy or briefly unavailable); if it keeps
-/// failing, profiles are written one by one so that one bad row cannot hold back the others,
-/// and each that still fails is logged with its key. Returns the feed's head before and after
-/// the batch, when it was written whole.
-async fn write_batch(
-    store: &dyn Store,
-    shared: &Shared,
-    stats: &[(ProfileId, Vec<Change>)],
-    models: &[(ModelKey, Vec<ModelChange>)],
-) -> Option<(i64, i64)> {
+/// The longest pause between two tries of a failing write.
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// Writes one batch and puts the rows written back into the book. A failing batch is retried
+/// until the database takes it (busy, read-only or failing for a while: nothing is dropped, and
+/// later changes coalesce meanwhile). From the third failure on, rows are also tried one by
+/// one: when some of them can be written, the database works and the others are bad rows,
+/// logged with their key and given up, so that one cannot hold back the rest. Returns the
+/// feed's head before and after the batch, when it was written whole.
+async fn write_batch(store: &dyn Store, shared: &Shared, batch: Batch) -> Option<(i64, i64)> {
+    if batch.stats.is_empty() && batch.models.is_empty() {
+        shared.written.send_modify(|w| *w = (*w).max(batch.upto));
+        return None;
+    }
     let mut delay = Duration::from_millis(50);
-    for attempt in 1..=5 {
-        match store.apply(stats, models, &shared.policy()).await {
+    let mut tries = 0u32;
+    loop {
+        match store.apply(&batch.stats, &batch.models, &shared.policy()).await {
             Ok(applied) => {
-                shared.settle(stats, models, applied.stats, applied.models);
+                if tries > 0 {
+                    tracing::info!(tries, "usage stats written after the database recovered");
+                }
+                shared.settle(&batch.stats, &batch.models, applied.stats, applied.models);
+                shared.done(batch.upto);
                 return Some(applied.feed);
             }
-            Err(e) => tracing::warn!(error = %e, attempt, "writing usage stats failed; retrying"),
+            Err(e) => {
+                tries += 1;
+                shared.failing.store(true, Ordering::Relaxed);
+                if tries == 1 || tries.is_power_of_two() {
+                    tracing::error!(error = %e, tries, "writing usage stats failed; retrying until the database takes them");
+                }
+            }
+        }
+        if tries >= 3 && write_one_by_one(store, shared, &batch).await {
+            shared.done(batch.upto);
+            return None;
         }
         tokio::time::sleep(delay).await;
-        delay *= 2;
+        delay = (delay * 2).min(BACKOFF_MAX);
     }
-    for row in stats {
-        match store.apply(std::slice::from_ref(row), &[], &shared.policy()).await {
-            Ok(applied) => shared.settle(std::slice::from_ref(row), &[], applied.stats, vec![]),
-            Err(e) => {
-                tracing::error!(profile = %row.0, error = %e, "usage stats of this profile could not be written");
-                shared.settle(std::slice::from_ref(row), &[], vec![], vec![]);
-            }
+}
+
+/// Writes each row of the batch alone; when at least one could be written, settles them all
+/// (the ones that could not are logged and given up) and returns true.
+async fn write_one_by_one(store: &dyn Store, shared: &Shared, batch: &Batch) -> bool {
+    let policy = shared.policy();
+    let mut written = (Vec::new(), Vec::new());
+    let mut bad = Vec::new();
+    for row in &batch.stats {
+        match store.apply(std::slice::from_ref(row), &[], &policy).await {
+            Ok(applied) => written.0.extend(applied.stats),
+            Err(e) => bad.push((row.0.to_string(), e)),
         }
     }
-    for row in models {
-        match store.apply(&[], std::slice::from_ref(row), &shared.policy()).await {
-            Ok(applied) => shared.settle(&[], std::slice::from_ref(row), vec![], applied.models),
-            Err(e) => {
-                tracing::error!(provider = %row.0.0, model = %row.0.1, error = %e, "model cooldown could not be written");
-                shared.settle(&[], std::slice::from_ref(row), vec![], vec![]);
-            }
+    for row in &batch.models {
+        match store.apply(&[], std::slice::from_ref(row), &policy).await {
+            Ok(applied) => written.1.extend(applied.models),
+            Err(e) => bad.push((format!("model {}/{}", row.0.0, row.0.1), e)),
         }
     }
-    None
+    if bad.len() == batch.stats.len() + batch.models.len() {
+        return false;
+    }
+    for (key, e) in bad {
+        tracing::error!(key, error = %e, "usage stats of this profile or model could not be written; given up");
+    }
+    shared.settle(&batch.stats, &batch.models, written.0, written.1);
+    true
 }
 
 /// Reads the change feed after `seen` and reloads what changed; returns the new position.
@@ -718,7 +777,31 @@ impl Shared {
         self.config.read().unwrap_or_else(|e| e.into_inner()).cooldown_policy()
     }
 
-    /// A batch was written (or given up): its changes leave the pending queues, and the rows
+    /// Moves every queued change to the writer (in flight until settled).
+    fn take(&self) -> Batch {
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        let mut stats: Vec<(ProfileId, Vec<Change>)> =
+            inner.pending.drain().map(|(id, p)| (id, p.into_changes())).collect();
+        stats.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut models: Vec<(ModelKey, Vec<ModelChange>)> = inner.model_pending.drain().collect();
+        models.sort_by(|a, b| a.0.cmp(&b.0));
+        for (id, changes) in &stats {
+            inner.inflight.insert(id.clone(), changes.clone());
+        }
+        for (key, changes) in &models {
+            inner.model_inflight.insert(key.clone(), changes.clone());
+        }
+        Batch { stats, models, upto: inner.queued }
+    }
+
+    /// Everything queued up to `upto` is written (or given up).
+    fn done(&self, upto: u64) {
+        self.failing.store(false, Ordering::Relaxed);
+        self.written.send_modify(|w| *w = (*w).max(upto));
+    }
+
+    /// A batch was written (or given up): its changes are no longer in flight, and the rows
     /// as stored, with what was queued since replayed on top, become the book's state.
     fn settle(
         &self,
@@ -730,18 +813,12 @@ impl Shared {
         let policy = self.policy();
         let mut guard = self.lock();
         let inner = &mut *guard;
-        for (id, changes) in stats {
-            if let Some(q) = inner.pending.get_mut(id) {
-                q.drain(..changes.len().min(q.len()));
-            }
+        for (id, _) in stats {
+            inner.inflight.remove(id);
         }
-        for (key, changes) in models {
-            if let Some(q) = inner.model_pending.get_mut(key) {
-                q.drain(..changes.len().min(q.len()));
-            }
+        for (key, _) in models {
+            inner.model_inflight.remove(key);
         }
-        inner.pending.retain(|_, q| !q.is_empty());
-        inner.model_pending.retain(|_, q| !q.is_empty());
         inner.put_stats(stored, &policy);
         inner.put_models(stored_models, &policy);
     }
@@ -769,8 +846,8 @@ impl Shared {
             return Ok(false);
         }
         for (id, view) in roster.views.iter_mut() {
-            for c in inner.pending.get(id).into_iter().flatten() {
-                view.stats.apply(c, &policy);
+            for c in inner.unwritten(id) {
+                view.stats.apply(&c, &policy);
             }
         }
         inner.pending.retain(|id, _| roster.views.contains_key(id));
@@ -783,28 +860,46 @@ impl Shared {
 }
 
 impl Inner {
-    /// A change already applied to a profile's stats here: pending until written, and queued
-    /// for the writer, in one critical section.
-    fn queue(&mut self, queue: &mpsc::UnboundedSender<Write>, id: &ProfileId, change: Change) {
-        self.pending.entry(id.clone()).or_default().push_back(change.clone());
-        let _ = queue.send(Write::Stats(id.clone(), change));
+    /// A change already applied to a profile's stats here: queued for the writer in the same
+    /// critical section, so that the writer sees changes in the order they happened.
+    fn queue(&mut self, id: &ProfileId, change: Change) {
+        self.queued += 1;
+        match self.pending.get_mut(id) {
+            Some(p) => p.push(change),
+            None => {
+                let mut p = Unwritten::default();
+                p.push(change);
+                self.pending.insert(id.clone(), p);
+            }
+        }
     }
 
-    /// Stats as stored become the profiles' state, with their pending changes replayed.
+    /// A profile's changes not yet written, in order: those in flight, then those queued.
+    fn unwritten(&self, id: &ProfileId) -> impl Iterator<Item = Change> + '_ {
+        let inflight = self.inflight.get(id).into_iter().flatten().cloned();
+        inflight.chain(self.pending.get(id).into_iter().flat_map(Unwritten::replay))
+    }
+
+    /// Stats as stored become the profiles' state, with their unwritten changes replayed.
     fn put_stats(&mut self, stored: Vec<(ProfileId, UsageStats)>, policy: &CooldownPolicy) {
         for (id, mut s) in stored {
-            let Some(view) = self.roster.views.get_mut(&id) else { continue };
-            for c in self.pending.get(&id).into_iter().flatten() {
-                s.apply(c, policy);
+            if !self.roster.views.contains_key(&id) {
+                continue;
             }
-            view.stats = s;
+            for c in self.unwritten(&id) {
+                s.apply(&c, policy);
+            }
+            if let Some(view) = self.roster.views.get_mut(&id) {
+                view.stats = s;
+            }
         }
     }
 
     fn put_models(&mut self, stored: Vec<(ModelKey, ModelCooldown)>, policy: &CooldownPolicy) {
         for (key, m) in stored {
             let mut m = Some(m);
-            for c in self.model_pending.get(&key).into_iter().flatten() {
+            let inflight = self.model_inflight.get(&key).into_iter().flatten();
+            for c in inflight.chain(self.model_pending.get(&key).into_iter().flatten()) {
                 m = ModelCooldown::apply(m.as_ref(), c, policy);
             }
             if let Some(m) = m {

@@ -20,8 +20,9 @@ pub const DEFAULT_FILE: &str = "rota.toml";
 
 /// The top-level sections a `ROTA_` variable may override (`ROTA_SECTION__KEY`). Other `ROTA_`
 /// variables (`ROTA_CONFIG`, `ROTA_MASTER_KEY`, `ROTA_LOG`, an operator's own) are not config.
-const SECTIONS: [&str; 18] = [
+const SECTIONS: [&str; 19] = [
     "server",
+    "audit",
     "database",
     "providers",
     "auth",
@@ -48,6 +49,8 @@ pub struct Config {
     pub server: Server,
     #[serde(default)]
     pub database: Database,
+    #[serde(default)]
+    pub audit: AuditConfig,
     #[serde(default)]
     pub providers: BTreeMap<String, Provider>,
     #[serde(default)]
@@ -201,11 +204,30 @@ fn default_body_max() -> usize {
 pub struct Server {
     #[serde(default = "default_listen")]
     pub listen: String,
+    /// After SIGTERM: how long requests in flight may still run before open streams are cut
+    /// (with the in-band error, audited `cancelled`).
+    #[serde(default = "d30s", deserialize_with = "duration")]
+    pub shutdown_grace: Duration,
+    /// A connection that has not sent a whole request head within this is closed.
+    #[serde(default = "d10s", deserialize_with = "duration")]
+    pub header_timeout: Duration,
+    /// A request body that has not arrived whole within this is refused (408).
+    #[serde(default = "d30s", deserialize_with = "duration")]
+    pub body_timeout: Duration,
+    /// Connections served at once; more wait in the kernel's accept queue.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
 }
 
 impl Default for Server {
     fn default() -> Self {
-        Server { listen: default_listen() }
+        Server {
+            listen: default_listen(),
+            shutdown_grace: d30s(),
+            header_timeout: d10s(),
+            body_timeout: d30s(),
+            max_connections: default_max_connections(),
+        }
     }
 }
 
@@ -213,17 +235,66 @@ fn default_listen() -> String {
     "127.0.0.1:8080".into()
 }
 
+fn default_max_connections() -> usize {
+    4096
+}
+
+fn d30s() -> Duration {
+    Duration::from_secs(30)
+}
+
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Database {
     #[serde(default = "default_db")]
     pub url: String,
+    /// SQLite: the size the write-ahead log is truncated to after a checkpoint, in MiB.
+    #[serde(default = "default_wal_limit")]
+    pub wal_limit_mb: u64,
+    /// SQLite: how often the write-ahead log is checkpointed and truncated (when no reader
+    /// still needs it).
+    #[serde(default = "d30s", deserialize_with = "duration")]
+    pub checkpoint_every: Duration,
 }
 
 impl Default for Database {
     fn default() -> Self {
-        Database { url: default_db() }
+        Database { url: default_db(), wal_limit_mb: default_wal_limit(), checkpoint_every: d30s() }
     }
+}
+
+fn default_wal_limit() -> u64 {
+    64
+}
+
+/// The audit trail's writer and its retention (docs/audit.md).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditConfig {
+    /// Rows (requests and attempts) waiting to be written at most; beyond, rows are shed and
+    /// counted (`rota_audit_dropped_total`).
+    #[serde(default = "default_audit_queue")]
+    pub queue: usize,
+    /// How long raw `requests` and `attempts` rows are kept; `0s` keeps them for ever.
+    #[serde(default = "d90d", deserialize_with = "duration")]
+    pub retention: Duration,
+    /// How often rows past `retention` are rolled up into `usage_daily` and deleted.
+    #[serde(default = "d1h", deserialize_with = "duration")]
+    pub prune_every: Duration,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        AuditConfig { queue: default_audit_queue(), retention: d90d(), prune_every: d1h() }
+    }
+}
+
+fn default_audit_queue() -> usize {
+    50_000
+}
+
+fn d90d() -> Duration {
+    Duration::from_secs(90 * 86_400)
 }
 
 fn default_db() -> String {
@@ -535,6 +606,15 @@ impl Config {
     /// Everything wrong with a parsed configuration, each naming its key. Empty when sound.
     pub fn problems(&self) -> Vec<String> {
         let mut out = Vec::new();
+        if self.server.max_connections == 0 {
+            out.push("server.max_connections: must be at least 1".into());
+        }
+        if self.audit.queue == 0 {
+            out.push("audit.queue: must be at least 1".into());
+        }
+        if self.audit.prune_every.is_zero() || self.database.checkpoint_every.is_zero() {
+            out.push("audit.prune_every and database.checkpoint_every: must be longer than 0s".into());
+        }
         for (name, p) in &self.providers {
             if !valid_provider_name(name) {
                 out.push(format!("providers.{name}: provider names may only hold a-z, 0-9, `-` and `_`"));
@@ -896,7 +976,7 @@ base_url = "https://api.anthropic.com"
 
     #[test]
     fn database_url_forms() {
-        let with = |u: &str| Config { database: Database { url: u.into() }, ..Default::default() }.database();
+        let with = |u: &str| Config { database: Database { url: u.into(), ..Default::default() }, ..Default::default() }.database();
         let file = |p: &str| DatabaseTarget::Sqlite(PathBuf::from(p));
         assert_eq!(with("sqlite://rota.db").unwrap(), file("rota.db"));
         assert_eq!(with("sqlite:///var/lib/rota.db?mode=rwc").unwrap(), file("/var/lib/rota.db"));

@@ -54,6 +54,18 @@ pub struct Metrics {
     profiles: Family<StateLabels, Gauge>,
     cooldown_left: Family<ProfileLabels, Gauge>,
     audit_queue: Gauge,
+    audit_dropped: Family<TableLabels, Counter>,
+    write_failing: Family<WriterLabels, Gauge>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TableLabels {
+    table: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WriterLabels {
+    writer: String,
 }
 
 /// What a scrape reports about the profiles and the writers at that moment.
@@ -62,12 +74,19 @@ pub struct Snapshot {
     pub profiles: Vec<((String, String), i64)>,
     /// Profile → seconds until its window ends (only profiles in a timed window).
     pub cooldown_left: Vec<(String, i64)>,
-    pub audit_queue: i64,
+    pub audit: crate::audit::Health,
+    /// The stats writer's last write failed.
+    pub stats_failing: bool,
 }
 
 impl Snapshot {
     /// Counts the profiles by provider and state, and the seconds left of each timed window.
-    pub fn of(states: Vec<(ProfileId, Status)>, now: Millis, audit_queue: usize) -> Snapshot {
+    pub fn of(
+        states: Vec<(ProfileId, Status)>,
+        now: Millis,
+        audit: crate::audit::Health,
+        stats_failing: bool,
+    ) -> Snapshot {
         let mut profiles: BTreeMap<(String, String), i64> = BTreeMap::new();
         let mut cooldown_left = Vec::new();
         for (id, status) in states {
@@ -82,7 +101,7 @@ impl Snapshot {
                 cooldown_left.push((id.to_string(), (until - now + 999) / 1000));
             }
         }
-        Snapshot { profiles: profiles.into_iter().collect(), cooldown_left, audit_queue: audit_queue as i64 }
+        Snapshot { profiles: profiles.into_iter().collect(), cooldown_left, audit, stats_failing }
     }
 }
 
@@ -99,6 +118,8 @@ impl Default for Metrics {
         let profiles = Family::default();
         let cooldown_left = Family::default();
         let audit_queue = Gauge::default();
+        let audit_dropped = Family::default();
+        let write_failing = Family::default();
         registry.register("requests", "Requests answered, by agent, API and HTTP status", requests.clone());
         registry.register("attempts", "Upstream calls and skipped candidates, by outcome and reason", attempts.clone());
         registry.register(
@@ -123,6 +144,16 @@ impl Default for Metrics {
             cooldown_left.clone(),
         );
         registry.register("audit_queue_depth", "Audit rows queued and not yet written", audit_queue.clone());
+        registry.register(
+            "audit_dropped",
+            "Audit rows shed because the queue was full (audit.queue), by table",
+            audit_dropped.clone(),
+        );
+        registry.register(
+            "database_write_failing",
+            "1 while the last write of this writer (audit, stats) failed and is being retried",
+            write_failing.clone(),
+        );
         Metrics {
             registry,
             requests,
@@ -133,6 +164,8 @@ impl Default for Metrics {
             profiles,
             cooldown_left,
             audit_queue,
+            audit_dropped,
+            write_failing,
         }
     }
 }
@@ -184,7 +217,14 @@ impl Metrics {
         for (profile, secs) in now.cooldown_left {
             self.cooldown_left.get_or_create(&ProfileLabels { profile }).set(secs);
         }
-        self.audit_queue.set(now.audit_queue);
+        self.audit_queue.set(now.audit.queued as i64);
+        for (table, dropped) in [("requests", now.audit.dropped_requests), ("attempts", now.audit.dropped_attempts)] {
+            let counter = self.audit_dropped.get_or_create(&TableLabels { table: table.into() });
+            counter.inc_by(dropped.saturating_sub(counter.get()));
+        }
+        for (writer, failing) in [("audit", now.audit.failing), ("stats", now.stats_failing)] {
+            self.write_failing.get_or_create(&WriterLabels { writer: writer.into() }).set(i64::from(failing));
+        }
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String cannot fail");
         out

@@ -62,12 +62,29 @@ async fn nosniff(mut r: axum::response::Response) -> axum::response::Response {
 async fn metrics(State(state): State<AppState>) -> impl axum::response::IntoResponse {
     let engine = &state.engine;
     let now = engine.clock.now();
-    let snapshot = Snapshot::of(engine.book.states(now), now, engine.audit.queue_depth());
+    let snapshot = Snapshot::of(engine.book.states(now), now, engine.audit.health(), engine.book.writer_state().0);
     ([("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")], engine.metrics.render(snapshot))
 }
 
-async fn healthz(State(_): State<AppState>) -> Json<Value> {
-    Json(json!({ "status": "ok", "version": env!("CARGO_PKG_VERSION") }))
+/// Always 200 while rota serves (a load balancer keeps sending: requests are answered even
+/// when the database fails); `status` is `degraded` while a writer fails or the audit queue is
+/// over half full, with the details (docs/api.md).
+async fn healthz(State(state): State<AppState>) -> Json<Value> {
+    let audit = state.engine.audit.health();
+    let (stats_failing, stats_waiting) = state.engine.book.writer_state();
+    let degraded = audit.degraded() || stats_failing;
+    Json(json!({
+        "status": if degraded { "degraded" } else { "ok" },
+        "version": env!("CARGO_PKG_VERSION"),
+        "audit": {
+            "queued": audit.queued,
+            "capacity": audit.capacity,
+            "dropped_requests": audit.dropped_requests,
+            "dropped_attempts": audit.dropped_attempts,
+            "failing": audit.failing,
+        },
+        "stats": { "failing": stats_failing, "waiting": stats_waiting },
+    }))
 }
 
 /// A ready gateway: store opened, secrets unlocked, profiles loaded, writers running.
@@ -88,7 +105,7 @@ impl App {
         let key = Arc::new(key);
         let book = Arc::new(Book::load(store.clone(), &config, key.clone(), clock.now()).await?);
         book.sweep_every(std::time::Duration::from_secs(1), clock.clone());
-        let audit = Audit::start(store.clone());
+        let audit = Audit::start(store.clone(), config.audit.queue);
         let upstream = Upstream::new(&config.timeouts);
         let refresher = Arc::new(Refresher::new(book.clone(), store.clone(), key.clone(), clock.clone()));
         let engine = Arc::new(Engine::new(

@@ -9,7 +9,7 @@ use proptest::test_runner::Config as ProptestConfig;
 use rota::engine::order::{OrderRequest, Ordered, Rotation, Slot, order};
 use rota::engine::{
     Change, Cooldown, CooldownPolicy, Disabled, Failure, Millis, ProfileId, ProfileType, ProfileView, Reason, Until,
-    UsageStats,
+    Unwritten, UsageStats,
 };
 use std::collections::HashSet;
 use std::time::Duration;
@@ -672,7 +672,7 @@ fn changes_of(server: &[(Millis, u8, usize, Option<Millis>, Millis)]) -> Vec<Cha
             match kind {
                 0 => Change::Used(now),
                 1 => Change::Counted(Reason::ServerError, now),
-                2 => Change::Served(MODELS[model].into(), now),
+                2 => Change::Served(MODELS[model].into(), now, 1),
                 _ => Change::Failed(f, now),
             }
         })
@@ -711,7 +711,7 @@ proptest! {
         let (a, b) = (changes_of(&a), changes_of(&b));
         let landed = replay(&interleave(&a, &b, &picks), &pol);
         let at = |c: &Change| match c {
-            Change::Used(t) | Change::Counted(_, t) | Change::Served(_, t) | Change::Failed(_, t) | Change::Cleared(t) | Change::Expired(t) => *t,
+            Change::Used(t) | Change::Counted(_, t) | Change::Served(_, t, _) | Change::Failed(_, t) | Change::Cleared(t) | Change::Expired(t) => *t,
         };
         let mut in_time = [a.clone(), b.clone()].concat();
         in_time.sort_by_key(at);
@@ -720,6 +720,33 @@ proptest! {
             (landed.failure_total, landed.success_count, landed.last_used, landed.last_success_at, landed.last_failure_at),
             (ordered.failure_total, ordered.success_count, ordered.last_used, ordered.last_success_at, ordered.last_failure_at)
         );
+    }
+
+    /// Changes waiting for the writer coalesce (successes in a row, uses) without changing what
+    /// they leave: replaying the coalesced changes on any stored row gives the row the changes
+    /// one by one give, even on a row another server changed meanwhile.
+    #[test]
+    fn coalesced_changes_leave_what_the_changes_one_by_one_leave(
+        before in server_changes(),
+        a in server_changes(),
+        pol in policy(),
+    ) {
+        let stored = replay(&changes_of(&before), &pol);
+        let a = changes_of(&a);
+        let mut waiting = Unwritten::default();
+        for c in &a {
+            waiting.push(c.clone());
+        }
+        let coalesced = waiting.clone().into_changes();
+        prop_assert!(coalesced.len() <= a.len());
+        let (mut one_by_one, mut at_once) = (stored.clone(), stored);
+        for c in &a {
+            one_by_one.apply(c, &pol);
+        }
+        for c in waiting.replay() {
+            at_once.apply(&c, &pol);
+        }
+        prop_assert_eq!(one_by_one, at_once);
     }
 
     /// No server undoes what another learned: after both servers' failures land, in any order,
@@ -735,7 +762,7 @@ proptest! {
         let (a, b) = (changes_of(&a), changes_of(&b));
         let all = interleave(&a, &b, &picks);
         let landed = replay(&all, &pol);
-        let last = all.iter().filter_map(|c| match c { Change::Failed(_, t) | Change::Used(t) | Change::Counted(_, t) | Change::Served(_, t) => Some(*t), _ => None }).max().unwrap_or(NOW);
+        let last = all.iter().filter_map(|c| match c { Change::Failed(_, t) | Change::Used(t) | Change::Counted(_, t) | Change::Served(_, t, _) => Some(*t), _ => None }).max().unwrap_or(NOW);
         for c in &all {
             let Change::Failed(f, now) = c else { continue };
             // A hint past cooldown.max is an exhausted quota: the disabled lane, which a success of
@@ -743,7 +770,7 @@ proptest! {
             let max = pol.max.as_millis() as Millis;
             let quota = f.hint_ms.is_some_and(|h| h.clamp(1000, (pol.hint_max.as_millis() as Millis).max(1000)) > max);
             let served_after =
-                all.iter().any(|x| matches!(x, Change::Served(m, t) if (quota || *m == f.model) && t >= now));
+                all.iter().any(|x| matches!(x, Change::Served(m, t, _) if (quota || *m == f.model) && t >= now));
             if served_after {
                 continue;
             }

@@ -764,7 +764,7 @@ async fn list_attempts(
     Params(p): Params<AuditParams>,
 ) -> Result<Json<AttemptPage>, ApiError> {
     let q = p.query()?;
-    state.engine.audit.flush().await;
+    state.engine.audit.flush_within(std::time::Duration::from_secs(2)).await;
     let rows = state.store.attempts(&q).await.map_err(store_error)?;
     let (items, next_cursor) = page(rows, q.limit, |r| format!("{}.{}.{}", r.started_at, r.seq, r.request_id));
     Ok(Json(AttemptPage { items, next_cursor }))
@@ -782,7 +782,7 @@ async fn list_requests(
     Params(p): Params<AuditParams>,
 ) -> Result<Json<RequestPage>, ApiError> {
     let q = p.query()?;
-    state.engine.audit.flush().await;
+    state.engine.audit.flush_within(std::time::Duration::from_secs(2)).await;
     let rows = state.store.requests(&q).await.map_err(store_error)?;
     let (items, next_cursor) = page(rows, q.limit, |r| format!("{}.0.{}", r.started_at, r.id));
     Ok(Json(RequestPage { items, next_cursor }))

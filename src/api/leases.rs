@@ -520,6 +520,7 @@ async fn report(
         weigh_claim(engine, &settings, &attempt, &mut class).await;
     }
     let verdict = engine.settle(&mut walk, &settings.config, &attempt, row, &mut class, report.http_status, true).await;
+    engine.durable(&walk).await;
     let reason = class.reason;
     let recorded = Recorded { outcome: "failure".into(), reason: Some(reason.to_string()) };
     match verdict {

@@ -14,7 +14,9 @@ pub mod stats;
 
 pub use profile::{BadProfileId, ProfileId, ProfileType, ProfileView, Unusable, Views};
 pub use reason::{Mark, Next, Reason};
-pub use stats::{Change, Cooldown, CooldownPolicy, Disabled, Failure, ModelChange, ModelCooldown, Until, UsageStats};
+pub use stats::{
+    Change, Cooldown, CooldownPolicy, Disabled, Failure, ModelChange, ModelCooldown, Until, Unwritten, UsageStats,
+};
 
 /// Unix time in milliseconds, the unit of every stored time.
 pub type Millis = i64;

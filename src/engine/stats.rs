@@ -143,12 +143,48 @@ pub enum Change {
     Failed(Failure, Millis),
     /// A failed call that is retried on the same profile (`count_failure`).
     Counted(Reason, Millis),
-    /// Served this model.
-    Served(String, Millis),
+    /// Served this model, this many times (successes in a row coalesce while they wait to be
+    /// written: the latest time with the count is the same change as each in turn).
+    Served(String, Millis, u32),
     /// An admin cleared the profile, or its account logged in again.
     Cleared(Millis),
     /// The sweep: windows that have ended go.
     Expired(Millis),
+}
+
+/// A profile's changes waiting to be written, coalesced so that what waits for a slow
+/// database is bounded by the profiles, not by the requests: successes in a row of one model
+/// become one change with their count and the latest time, and every `Used` the latest one
+/// (it only moves `last_used` forward, whatever else happens). Replayed, they leave the stats
+/// as the changes one by one would.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Unwritten {
+    used: Option<Millis>,
+    changes: Vec<Change>,
+}
+
+impl Unwritten {
+    pub fn push(&mut self, change: Change) {
+        match (change, self.changes.last_mut()) {
+            (Change::Used(t), _) => self.used = self.used.max(Some(t)),
+            (Change::Served(m, t, n), Some(Change::Served(last, at, times))) if *last == m => {
+                *at = (*at).max(t);
+                *times += n;
+            }
+            (c, _) => self.changes.push(c),
+        }
+    }
+
+    /// The changes to replay, in order.
+    pub fn replay(&self) -> impl Iterator<Item = Change> + '_ {
+        self.changes.iter().cloned().chain(self.used.map(Change::Used))
+    }
+
+    pub fn into_changes(self) -> Vec<Change> {
+        let mut v = self.changes;
+        v.extend(self.used.map(Change::Used));
+        v
+    }
 }
 
 /// What the engine needs to know about one failed attempt.
@@ -213,7 +249,10 @@ impl UsageStats {
             Change::Counted(reason, now) => {
                 self.count_failure(*reason, *now, policy);
             }
-            Change::Served(model, now) => self.record_success(model, *now),
+            Change::Served(model, now, times) => {
+                self.record_success(model, *now);
+                self.success_count += u64::from(times.saturating_sub(1));
+            }
             Change::Cleared(now) => self.clear_errors(*now),
             Change::Expired(now) => {
                 self.expire(*now, policy);

@@ -40,6 +40,9 @@ impl Settings {
     }
 }
 
+/// How long an answer waits for the window its failures opened to be written.
+const DURABLE_WAIT: Duration = Duration::from_secs(2);
+
 /// Everything a request needs, shared by all requests.
 pub struct Engine {
     settings: std::sync::RwLock<Arc<Settings>>,
@@ -234,6 +237,7 @@ impl Engine {
                 Step::Try(att) => att,
                 Step::Refuse(message) => return refuse(inc.api, 400, &message, &inc.request_id),
                 Step::Exhausted(out) => {
+                    self.durable(&walk).await;
                     tracing::warn!(request_id = %inc.request_id, status = out.status, "{}", out.message);
                     walk.trail.finish(out.status, None, (None, None));
                     return answer::error(inc.api, out.status, &out.message, out.retry_after_secs, &inc.request_id);
@@ -244,6 +248,7 @@ impl Engine {
             let att = match self.ready(&mut walk, config, att).await {
                 Ok(att) => att,
                 Err((Verdict::Stop, message)) => {
+                    self.durable(&walk).await;
                     walk.trail.finish(502, None, (None, None));
                     return answer::error(inc.api, 502, &message, None, &inc.request_id);
                 }
@@ -259,6 +264,7 @@ impl Engine {
             row.duration_ms = Some(sent.elapsed().as_millis() as Millis);
             match called {
                 Called::Stream(opened) => {
+                    self.durable(&walk).await;
                     walk.log_fallback(cand);
                     let (cand, pid) = (cand.clone(), pid.clone());
                     let trail = walk.trail.clone();
@@ -269,10 +275,12 @@ impl Engine {
                 }
                 Called::Served(resp, tokens) => {
                     walk.succeeded(&self.book, row, resp.status().as_u16(), tokens, self.now());
+                    self.durable(&walk).await;
                     return with_rota_headers(resp, &walk.trail, cand, pid);
                 }
                 Called::Failed(f) if f.deadline => {
                     walk.abandoned(row, &f.class.message);
+                    self.durable(&walk).await;
                     return self.timed_out(&inc, &walk);
                 }
                 Called::Failed(f) => {
@@ -284,6 +292,7 @@ impl Engine {
                         }
                         Verdict::Moved => {}
                         Verdict::Stop => {
+                            self.durable(&walk).await;
                             let status = f.status.unwrap_or(502);
                             walk.trail.finish(status, None, (None, None));
                             let resp = match f.body {
@@ -297,6 +306,16 @@ impl Engine {
                     }
                 }
             }
+        }
+    }
+
+    /// A window this request's failures opened is written before the client hears the answer
+    /// (all requests waiting share the writer's transactions), so a restart right after cannot
+    /// forget what rota acted on. While the database fails, the answer waits `DURABLE_WAIT` at
+    /// most: requests are served, and `/healthz` says the writer fails.
+    pub async fn durable(&self, walk: &Walk) {
+        if walk.marked() && !self.book.durable(DURABLE_WAIT).await {
+            tracing::warn!(request_id = %walk.trail.request_id, "answering before the cooldown it caused is written: the database does not take writes");
         }
     }
 

@@ -209,6 +209,9 @@ pub struct Walk {
     index: usize,
     cur: Option<Cursor>,
     failures: Vec<ModelFailure>,
+    /// A failure of this request put a profile or a model in a window: the answer waits until
+    /// that is written (`Engine::durable`).
+    marked: bool,
     pub trail: Trail,
 }
 
@@ -230,8 +233,14 @@ impl Walk {
             index: 0,
             cur: None,
             failures: Vec::new(),
+            marked: false,
             trail,
         }
+    }
+
+    /// Whether a failure of this request opened or extended a window.
+    pub fn marked(&self) -> bool {
+        self.marked
     }
 
     /// `failover.enabled`: when false, the first failure ends the walk (SPEC §5).
@@ -450,6 +459,7 @@ impl Walk {
         describe(&mut row, class);
         row.cooldown_until = until.and_then(until_ms);
         self.trail.record(row);
+        self.marked |= until.is_some();
         until
     }
 

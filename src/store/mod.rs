@@ -168,6 +168,14 @@ pub struct RequestRecord {
     pub tokens_out: Option<i64>,
 }
 
+/// What one `prune_audit` batch deleted; `more`: rows that old are left.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Pruned {
+    pub attempts: u64,
+    pub requests: u64,
+    pub more: bool,
+}
+
 /// What one profile did in a time range, from the audit log.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct ProfileUsage {
@@ -292,6 +300,14 @@ pub trait Store: Send + Sync {
     async fn usage(&self, since: Millis, until: Millis) -> Result<Vec<ProfileUsage>, StoreError>;
     /// Appends audit rows in one transaction.
     async fn insert_audit(&self, requests: &[RequestRecord], attempts: &[AttemptRecord]) -> Result<(), StoreError>;
+    /// Deletes up to about `batch` of the oldest attempts started before `before`, and the
+    /// requests as old, in one transaction, adding the attempts to the `usage_daily` roll-up.
+    async fn prune_audit(&self, before: Millis, batch: usize) -> Result<Pruned, StoreError>;
+    /// Copies the write-ahead log into the database and truncates it, when no reader still
+    /// needs it (SQLite); whether it could. Nothing to do elsewhere.
+    async fn checkpoint(&self) -> Result<bool, StoreError>;
+    /// The write-ahead log's size in bytes, where there is one.
+    fn wal_bytes(&self) -> Option<u64>;
     /// Every agent, revoked ones too, with the digest of its key (`rota migrate --from`).
     async fn all_agents(&self) -> Result<Vec<(String, Agent)>, StoreError>;
     /// Writes agents as they were elsewhere (`rota migrate --from`), ids and times kept.

@@ -2,8 +2,8 @@
 
 use super::sql::{corrupt, now, sql_store};
 use super::{
-    Applied, AttemptRecord, AuditQuery, FeedEntry, Origin, ProfileUsage, RequestRecord, Snapshot, Store, StoreError,
-    StoredProfile,
+    Applied, AttemptRecord, AuditQuery, FeedEntry, Origin, ProfileUsage, Pruned, RequestRecord, Snapshot, Store,
+    StoreError, StoredProfile,
 };
 use crate::agents::Agent;
 use crate::engine::{
@@ -36,8 +36,12 @@ impl PgStore {
     /// instances that start together migrate once).
     pub async fn open(url: &str) -> Result<PgStore, StoreError> {
         let opts = PgConnectOptions::from_str(url)?.application_name("rota");
-        let pool =
-            PgPoolOptions::new().max_connections(8).acquire_timeout(Duration::from_secs(10)).connect_with(opts).await?;
+        let pool = PgPoolOptions::new()
+            .max_connections(8)
+            .acquire_timeout(Duration::from_secs(10))
+            .before_acquire(|conn, _| Box::pin(async move { Ok(super::sqlite::usable(conn)) }))
+            .connect_with(opts)
+            .await?;
         MIGRATOR.run(&pool).await?;
         Ok(PgStore { pool, description: crate::config::redacted_url(url), wake: Default::default() })
     }
@@ -65,6 +69,15 @@ impl PgStore {
     /// A receiver bumped on every `NOTIFY rota_changes`, listened to by one task per store
     /// (started on first use). The listener reconnects by itself; a notification lost while it
     /// does is caught up by the feed's poll.
+    /// PostgreSQL keeps its own write-ahead log in check.
+    async fn checkpoint_wal(&self) -> Result<bool, StoreError> {
+        Ok(true)
+    }
+
+    fn wal_size(&self) -> Option<u64> {
+        None
+    }
+
     fn wake_channel(&self) -> Option<watch::Receiver<u64>> {
         let rx = self.wake.get_or_init(|| {
             let (tx, rx) = watch::channel(0u64);

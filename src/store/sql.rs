@@ -289,6 +289,14 @@ macro_rules! sql_store {
                 self.wake_channel()
             }
 
+            async fn checkpoint(&self) -> Result<bool, StoreError> {
+                self.checkpoint_wal().await
+            }
+
+            fn wal_bytes(&self) -> Option<u64> {
+                self.wal_size()
+            }
+
             async fn claim_refresh(
                 &self,
                 id: &ProfileId,
@@ -856,6 +864,9 @@ macro_rules! sql_store {
                             .push_bind(a.tokens_in)
                             .push_bind(a.tokens_out);
                     });
+                    // A retried batch whose first commit did land (an I/O error after the commit
+                    // record was written) adds nothing twice.
+                    q.push(" ON CONFLICT DO NOTHING");
                     q.build().persistent(false).execute(&mut *tx).await?;
                 }
                 for chunk in requests.chunks(1000) {
@@ -878,10 +889,81 @@ macro_rules! sql_store {
                             .push_bind(r.tokens_in)
                             .push_bind(r.tokens_out);
                     });
+                    q.push(" ON CONFLICT DO NOTHING");
                     q.build().persistent(false).execute(&mut *tx).await?;
                 }
                 tx.commit().await?;
                 Ok(())
+            }
+
+            async fn prune_audit(&self, before: Millis, batch: usize) -> Result<Pruned, StoreError> {
+                let mut tx = self.audit_tx().await?;
+                // The batch ends at the `batch`-th oldest attempt (all of its millisecond go too).
+                let last: Option<i64> = sqlx::query_scalar(
+                    "SELECT started_at FROM attempts WHERE started_at < $1 ORDER BY started_at LIMIT 1 OFFSET $2",
+                )
+                .bind(before)
+                .bind(batch as i64 - 1)
+                .fetch_optional(&mut *tx)
+                .await?;
+                let upto = last.unwrap_or(before - 1);
+                let gone = sqlx::query(
+                    "DELETE FROM attempts WHERE started_at <= $1 AND started_at < $2
+                     RETURNING started_at, agent, provider, model, profile_id, outcome, tokens_in, tokens_out",
+                )
+                .bind(upto)
+                .bind(before)
+                .fetch_all(&mut *tx)
+                .await?;
+                let mut days: BTreeMap<(String, String, String, String, String), [i64; 5]> = BTreeMap::new();
+                for r in &gone {
+                    let day = chrono::DateTime::from_timestamp_millis(r.try_get("started_at")?)
+                        .map(|t| t.format("%Y-%m-%d").to_string())
+                        .unwrap_or_default();
+                    let text = |c: &str| -> Result<String, sqlx::Error> {
+                        Ok(r.try_get::<Option<String>, _>(c)?.unwrap_or_default())
+                    };
+                    let key = (day, text("agent")?, text("provider")?, text("model")?, text("profile_id")?);
+                    let outcome: String = r.try_get("outcome")?;
+                    let sums = days.entry(key).or_default();
+                    sums[0] += 1;
+                    sums[1] += i64::from(outcome == "success");
+                    sums[2] += i64::from(outcome == "failure");
+                    sums[3] += r.try_get::<Option<i64>, _>("tokens_in")?.unwrap_or(0);
+                    sums[4] += r.try_get::<Option<i64>, _>("tokens_out")?.unwrap_or(0);
+                }
+                for ((day, agent, provider, model, profile), [n, ok, failed, tin, tout]) in &days {
+                    sqlx::query(
+                        "INSERT INTO usage_daily (day, agent, provider, model, profile_id, attempts, successes, failures,
+                             tokens_in, tokens_out) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                         ON CONFLICT (day, agent, provider, model, profile_id) DO UPDATE SET
+                             attempts = usage_daily.attempts + excluded.attempts,
+                             successes = usage_daily.successes + excluded.successes,
+                             failures = usage_daily.failures + excluded.failures,
+                             tokens_in = usage_daily.tokens_in + excluded.tokens_in,
+                             tokens_out = usage_daily.tokens_out + excluded.tokens_out",
+                    )
+                    .bind(day)
+                    .bind(agent)
+                    .bind(provider)
+                    .bind(model)
+                    .bind(profile)
+                    .bind(n)
+                    .bind(ok)
+                    .bind(failed)
+                    .bind(tin)
+                    .bind(tout)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                let requests = sqlx::query("DELETE FROM requests WHERE started_at <= $1 AND started_at < $2")
+                    .bind(upto)
+                    .bind(before)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                tx.commit().await?;
+                Ok(Pruned { attempts: gone.len() as u64, requests, more: last.is_some() })
             }
         }
     };

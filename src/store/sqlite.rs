@@ -2,8 +2,8 @@
 
 use super::sql::{corrupt, now, sql_store};
 use super::{
-    Applied, AttemptRecord, AuditQuery, FeedEntry, Origin, ProfileUsage, RequestRecord, Snapshot, Store, StoreError,
-    StoredProfile,
+    Applied, AttemptRecord, AuditQuery, FeedEntry, Origin, ProfileUsage, Pruned, RequestRecord, Snapshot, Store,
+    StoreError, StoredProfile,
 };
 use crate::agents::Agent;
 use crate::engine::{
@@ -46,6 +46,21 @@ fn owner_only(path: &Path) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// What the write-ahead log is cut back to when SQLite resets it (`database.wal_limit_mb` is
+/// kept by the checkpoint task, which truncates it whole).
+const JOURNAL_SIZE_LIMIT: u64 = 64 << 20;
+
+/// Whether a pooled connection may be handed out: one left inside a transaction (its commit
+/// failed on an I/O error, and so did the rollback) would refuse every later `BEGIN` and keep
+/// the write lock, so it is closed and a fresh connection opened instead.
+pub(super) fn usable<C: sqlx::Connection>(conn: &C) -> bool {
+    let ok = !conn.is_in_transaction();
+    if !ok {
+        tracing::warn!("a database connection was left inside a failed transaction; reconnecting");
+    }
+    ok
+}
+
 impl SqliteStore {
     /// Opens (creating if needed) the database file and applies pending migrations.
     pub async fn open(path: &Path) -> Result<SqliteStore, StoreError> {
@@ -58,8 +73,13 @@ impl SqliteStore {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(Duration::from_secs(10))
-            .foreign_keys(true);
-        let pool = SqlitePoolOptions::new().max_connections(4).connect_with(opts).await?;
+            .foreign_keys(true)
+            .pragma("journal_size_limit", JOURNAL_SIZE_LIMIT.to_string());
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .before_acquire(|conn, _| Box::pin(async move { Ok(usable(conn)) }))
+            .connect_with(opts)
+            .await?;
         owner_only(path)?;
         MIGRATOR.run(&pool).await?;
         Ok(SqliteStore { pool, description: path.display().to_string() })
@@ -85,6 +105,16 @@ impl SqliteStore {
     /// The feed is polled: SQLite cannot tell another process's commit.
     fn wake_channel(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
         None
+    }
+
+    /// `PRAGMA wal_checkpoint(TRUNCATE)`: false when a reader still needs the log.
+    async fn checkpoint_wal(&self) -> Result<bool, StoreError> {
+        let busy: i64 = sqlx::query_scalar("PRAGMA wal_checkpoint(TRUNCATE)").fetch_one(&self.pool).await?;
+        Ok(busy == 0)
+    }
+
+    fn wal_size(&self) -> Option<u64> {
+        std::fs::metadata(format!("{}-wal", self.description)).ok().map(|m| m.len())
     }
 }
 
