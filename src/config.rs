@@ -976,7 +976,9 @@ base_url = "https://api.anthropic.com"
 
     #[test]
     fn database_url_forms() {
-        let with = |u: &str| Config { database: Database { url: u.into(), ..Default::default() }, ..Default::default() }.database();
+        let with = |u: &str| {
+            Config { database: Database { url: u.into(), ..Default::default() }, ..Default::default() }.database()
+        };
         let file = |p: &str| DatabaseTarget::Sqlite(PathBuf::from(p));
         assert_eq!(with("sqlite://rota.db").unwrap(), file("rota.db"));
         assert_eq!(with("sqlite:///var/lib/rota.db?mode=rwc").unwrap(), file("/var/lib/rota.db"));

@@ -24,4 +24,5 @@ pub mod server;
 pub mod status;
 pub mod store;
 pub mod translate;
+pub mod upkeep;
 pub mod web;

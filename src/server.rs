@@ -20,6 +20,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{Value, json};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// What every handler shares; cheap to clone.
 #[derive(Clone)]
@@ -47,8 +48,53 @@ pub fn router(state: AppState) -> Router {
         .merge(gateway::router())
         .merge(api::router())
         .merge(web::router())
+        .layer(axum::middleware::from_fn_with_state(state.clone(), body_deadline))
         .layer(axum::middleware::map_response(nosniff))
         .with_state(state)
+}
+
+/// A request body that has not arrived whole within `server.body_timeout` (a client that
+/// trickles it, holding the connection) fails to read with `BodyTimeout`.
+async fn body_deadline(
+    State(state): State<AppState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use futures_util::StreamExt;
+    if req.method() == http::Method::GET || req.method() == http::Method::HEAD {
+        return next.run(req).await;
+    }
+    let limit = state.engine.settings().config.server.body_timeout;
+    let deadline = tokio::time::Instant::now() + limit;
+    let (parts, body) = req.into_parts();
+    let timed = futures_util::stream::unfold(Some(body.into_data_stream()), move |stream| async move {
+        let mut stream = stream?;
+        match tokio::time::timeout_at(deadline, stream.next()).await {
+            Ok(Some(chunk)) => Some((chunk, Some(stream))),
+            Ok(None) => None,
+            Err(_) => Some((Err(axum::Error::new(BodyTimeout(limit))), None)),
+        }
+    });
+    next.run(axum::extract::Request::from_parts(parts, axum::body::Body::from_stream(timed))).await
+}
+
+/// The request body did not arrive within `server.body_timeout`.
+#[derive(Debug, thiserror::Error)]
+#[error("the request body did not arrive within {}s (server.body_timeout)", .0.as_secs_f64())]
+pub struct BodyTimeout(pub Duration);
+
+impl BodyTimeout {
+    /// Whether reading a body failed because of its deadline.
+    pub fn caused<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a BodyTimeout> {
+        let mut cur = Some(e);
+        while let Some(e) = cur {
+            if let Some(t) = e.downcast_ref::<BodyTimeout>() {
+                return Some(t);
+            }
+            cur = e.source();
+        }
+        None
+    }
 }
 
 /// Every answer says its content type is the one to use: a browser never sniffs an error
@@ -118,6 +164,7 @@ impl App {
         ));
         let weak = Arc::downgrade(&engine);
         refresher.sweep(move || weak.upgrade().map(|e| e.settings()));
+        crate::upkeep::start(store.clone(), Arc::downgrade(&engine));
         if let Some(path) = watched {
             crate::reload::watch(path, Arc::downgrade(&engine));
         }
@@ -128,38 +175,114 @@ impl App {
         Ok(App { state, book, audit })
     }
 
-    /// Serves until `shutdown` completes, lets in-flight requests finish, then flushes every
-    /// pending stats and audit write.
+    /// Serves until `shutdown` completes. Then: no new connection is accepted; requests in
+    /// flight have `server.shutdown_grace` to finish; streams still open are then cut with the
+    /// in-band error (audited `cancelled`), and what still runs `CUT_WAIT` later is abandoned.
+    /// Last, pending stats and audit writes get `FLUSH_WAIT` to reach the database; what is
+    /// left is logged.
     pub async fn serve(
         self,
         listener: tokio::net::TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<()> {
-        let (leases, clock) = (self.state.leases.clone(), self.state.engine.clock.clone());
-        // Small writes (a stream's events, a short answer) go out at once, not after Nagle's delay.
-        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let engine = self.state.engine.clone();
+        let leases = self.state.leases.clone();
+        let server = engine.settings().config.server.clone();
+        let limit = Arc::new(tokio::sync::Semaphore::new(server.max_connections));
+        let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+        let mut http = hyper::server::conn::http1::Builder::new();
+        http.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(server.header_timeout);
+        let service = hyper_util::service::TowerToHyperService::new(router(self.state));
+        tokio::pin!(shutdown);
+        loop {
+            // A connection over `server.max_connections` waits in the kernel's accept queue.
+            let permit = tokio::select! {
+                biased;
+                _ = &mut shutdown => break,
+                p = limit.clone().acquire_owned() => p.expect("the semaphore is never closed"),
+            };
+            let tcp = tokio::select! {
+                biased;
+                _ = &mut shutdown => break,
+                accepted = listener.accept() => match accepted {
+                    Ok((tcp, _)) => tcp,
+                    Err(e) => {
+                        // Out of file descriptors, say: accepting again at once would spin.
+                        tracing::warn!(error = %e, "accepting a connection failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+            };
+            // Small writes (a stream's events, a short answer) go out at once, not after Nagle's delay.
             if let Err(e) = tcp.set_nodelay(true) {
                 tracing::debug!(error = %e, "TCP_NODELAY not set");
             }
-        });
-        axum::serve(listener, router(self.state)).with_graceful_shutdown(shutdown).await?;
-        leases.expire(clock.now(), true);
-        self.book.flush().await;
-        self.audit.flush().await;
+            let conn = graceful.watch(http.serve_connection(hyper_util::rt::TokioIo::new(tcp), service.clone()));
+            tokio::spawn(async move {
+                if let Err(e) = conn.await {
+                    tracing::debug!(error = %e, "connection ended with an error");
+                }
+                drop(permit);
+            });
+        }
+        drop(listener);
+        let open = |limit: &tokio::sync::Semaphore| server.max_connections - limit.available_permits();
+        tracing::info!(connections = open(&limit), grace = ?server.shutdown_grace, "shutting down: no new connections");
+        let finished = graceful.shutdown();
+        tokio::pin!(finished);
+        if tokio::time::timeout(server.shutdown_grace, &mut finished).await.is_err() {
+            tracing::warn!(connections = open(&limit), "shutdown grace over: cutting open streams");
+            engine.stopping.cancel();
+            if tokio::time::timeout(CUT_WAIT, &mut finished).await.is_err() {
+                tracing::error!(connections = open(&limit), "abandoning requests still running");
+            }
+        }
+        leases.expire(engine.clock.now(), true);
+        let (book, audit) = (self.book.flush(), self.audit.flush());
+        if tokio::time::timeout(FLUSH_WAIT, async { tokio::join!(book, audit) }).await.is_err() {
+            let health = self.audit.health();
+            let (_, stats) = self.book.writer_state();
+            tracing::error!(
+                audit_rows = health.queued,
+                stats_profiles = stats,
+                "the database did not take the last writes in time; they are lost"
+            );
+        }
         Ok(())
     }
 }
 
+/// How long requests still running after the grace may take to end once streams are cut.
+const CUT_WAIT: Duration = Duration::from_secs(3);
+/// How long the last stats and audit writes may take at shutdown.
+const FLUSH_WAIT: Duration = Duration::from_secs(10);
+
 pub async fn run(config: Config, file: Option<std::path::PathBuf>, listen: Option<String>) -> Result<()> {
     let addr = listen.unwrap_or_else(|| config.server.listen.clone());
+    raise_file_limit(config.server.max_connections);
     let app = App::build(config, file).await?;
     let listener = tokio::net::TcpListener::bind(&addr).await.with_context(|| format!("cannot listen on {addr}"))?;
     let local = listener.local_addr()?;
     println!("rota listening on http://{local}");
     tracing::info!(%local, "serving");
     app.serve(listener, shutdown_signal()).await?;
-    tracing::info!("stopped; every pending write is flushed");
+    tracing::info!("stopped");
     Ok(())
+}
+
+/// Every connection is a file descriptor: the soft limit (often 1,024) goes up to the hard
+/// one, so that `server.max_connections` (plus the database and upstream connections) fit.
+fn raise_file_limit(connections: usize) {
+    #[cfg(unix)]
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(n) if n < connections as u64 + 256 => tracing::warn!(
+            limit = n,
+            "the open-file limit is below server.max_connections plus headroom: raise it (ulimit -n)"
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, "the open-file limit could not be raised"),
+    }
 }
 
 pub async fn shutdown_signal() {

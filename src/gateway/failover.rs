@@ -52,6 +52,9 @@ pub struct Engine {
     pub metrics: Arc<Metrics>,
     pub clock: Arc<dyn Clock>,
     pub refresher: Arc<Refresher>,
+    /// Cancelled when the shutdown grace (`server.shutdown_grace`) is over: open streams end
+    /// with the in-band error.
+    pub stopping: tokio_util::sync::CancellationToken,
 }
 
 /// One client request, parsed.
@@ -112,6 +115,7 @@ impl Engine {
             metrics,
             clock,
             refresher,
+            stopping: tokio_util::sync::CancellationToken::new(),
         }
     }
 

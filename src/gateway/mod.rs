@@ -136,6 +136,9 @@ async fn handle(api: Api, State(state): State<AppState>, headers: HeaderMap, bod
     let limit = settings.config.limits.max_body_bytes;
     let bytes = match axum::body::to_bytes(body, limit).await {
         Ok(b) => b,
+        Err(e) if crate::server::BodyTimeout::caused(&e).is_some() => {
+            return refuse(api, 408, &e.to_string(), &request_id);
+        }
         Err(_) => {
             return refuse(
                 api,

@@ -161,6 +161,7 @@ pub fn respond(
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
     let book = engine.book.clone();
     let clock = engine.clock.clone();
+    let stopping = engine.stopping.clone();
     row.ttfb_ms = ttfb_ms;
     row.http_status = Some(200);
     tokio::spawn(async move {
@@ -182,6 +183,10 @@ pub fn respond(
         while !gone && cut.is_none() && *relay.phase() == Phase::Flowing {
             let next = tokio::select! {
                 _ = tx.closed() => { gone = true; break }
+                _ = stopping.cancelled() => {
+                    cut = Some(Ended::Stopped("rota is shutting down (server.shutdown_grace is over)".into()));
+                    break;
+                }
                 next = timeout_at(idle_deadline.min(deadline), upstream.next()) => next,
             };
             match next {
@@ -218,7 +223,7 @@ pub fn respond(
         // rota says in-band why the stream broke, unless the upstream said it itself.
         let why = match &ended {
             Ended::Failed { class, said: false } if class.reason != Reason::Cancelled => Some(class.message.as_str()),
-            Ended::Deadline(message) => Some(message.as_str()),
+            Ended::Deadline(message) | Ended::Stopped(message) => Some(message.as_str()),
             _ => None,
         };
         if let Some(why) = why {

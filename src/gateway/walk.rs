@@ -183,6 +183,8 @@ pub enum Ended {
     },
     /// rota's own request deadline (`timeouts.total`) cut the stream: not the profile's fault.
     Deadline(String),
+    /// rota shut down and cut the stream (`cancelled`): not the profile's fault either.
+    Stopped(String),
 }
 
 /// The profiles of the candidate under way.
@@ -508,6 +510,11 @@ impl Walk {
                 self.mark(book, row, &class, now);
             }
             Ended::Deadline(message) => self.abandoned(row, &message),
+            Ended::Stopped(message) => {
+                row.reason = Some(Reason::Cancelled);
+                row.error = Some(truncate(&message, 500));
+                self.trail.record(row);
+            }
         }
         self.trail.finish(200, Some((&self.chain[self.index], &pid)), tokens);
     }

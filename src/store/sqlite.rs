@@ -50,6 +50,9 @@ fn owner_only(path: &Path) -> Result<(), StoreError> {
 /// kept by the checkpoint task, which truncates it whole).
 const JOURNAL_SIZE_LIMIT: u64 = 64 << 20;
 
+/// How long a statement waits for another connection's lock.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Whether a pooled connection may be handed out: one left inside a transaction (its commit
 /// failed on an I/O error, and so did the rollback) would refuse every later `BEGIN` and keep
 /// the write lock, so it is closed and a fresh connection opened instead.
@@ -72,7 +75,7 @@ impl SqliteStore {
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
-            .busy_timeout(Duration::from_secs(10))
+            .busy_timeout(BUSY_TIMEOUT)
             .foreign_keys(true)
             .pragma("journal_size_limit", JOURNAL_SIZE_LIMIT.to_string());
         let pool = SqlitePoolOptions::new()
@@ -107,10 +110,22 @@ impl SqliteStore {
         None
     }
 
-    /// `PRAGMA wal_checkpoint(TRUNCATE)`: false when a reader still needs the log.
+    /// `PRAGMA wal_checkpoint(TRUNCATE)` without waiting: false when a reader still needs the
+    /// log or a writer is busy (a waiting TRUNCATE would hold up every writer meanwhile).
     async fn checkpoint_wal(&self) -> Result<bool, StoreError> {
-        let busy: i64 = sqlx::query_scalar("PRAGMA wal_checkpoint(TRUNCATE)").fetch_one(&self.pool).await?;
-        Ok(busy == 0)
+        let mut conn = self.pool.acquire().await?;
+        sqlx::query("PRAGMA busy_timeout = 0").execute(&mut *conn).await?;
+        let done = sqlx::query_scalar::<_, i64>("PRAGMA wal_checkpoint(TRUNCATE)").fetch_one(&mut *conn).await;
+        sqlx::query(sqlx::AssertSqlSafe(format!("PRAGMA busy_timeout = {}", BUSY_TIMEOUT.as_millis())))
+            .execute(&mut *conn)
+            .await?;
+        match done {
+            Ok(busy) => Ok(busy == 0),
+            Err(sqlx::Error::Database(e)) if e.message().contains("locked") || e.message().contains("busy") => {
+                Ok(false)
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     fn wal_size(&self) -> Option<u64> {
