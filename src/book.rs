@@ -203,6 +203,9 @@ struct Shared {
     key: Arc<MasterKey>,
     /// Wakes the writer: changes were queued, a flush waits, or the book was dropped.
     wake: Notify,
+    /// A flush waits: write without gathering.
+    urgent: AtomicBool,
+    hurry: Notify,
     /// Changes written so far (the `queued` count they reach).
     written: watch::Sender<u64>,
     /// The last write failed; the writer is retrying it.
@@ -217,6 +220,7 @@ pub struct Book {
 impl Drop for Book {
     fn drop(&mut self) {
         self.shared.closed.store(true, Ordering::Relaxed);
+        self.shared.hurry.notify_one();
         self.shared.wake.notify_one();
     }
 }
@@ -260,6 +264,8 @@ impl Book {
             config: RwLock::new(Arc::new(config.clone())),
             key,
             wake: Notify::new(),
+            urgent: AtomicBool::new(false),
+            hurry: Notify::new(),
             written: watch::Sender::new(0),
             failing: AtomicBool::new(false),
             closed: AtomicBool::new(false),
@@ -570,6 +576,8 @@ impl Book {
     pub async fn flush(&self) {
         let target = self.lock().queued;
         let mut written = self.shared.written.subscribe();
+        self.shared.urgent.store(true, Ordering::Relaxed);
+        self.shared.hurry.notify_one();
         self.shared.wake.notify_one();
         let _ = written.wait_for(|w| *w >= target).await;
     }
@@ -603,6 +611,14 @@ async fn write_loop(store: Arc<dyn Store>, shared: Arc<Shared>, mut seen: i64) {
     loop {
         tokio::select! {
             _ = shared.wake.notified() => {
+                // Let uses and successes coalesce for a moment (SQLite has one writer, and the
+                // audit trail needs its turn), unless someone waits for the write.
+                if !shared.urgent.swap(false, Ordering::Relaxed) && !shared.closed.load(Ordering::Relaxed) {
+                    tokio::select! {
+                        _ = tokio::time::sleep(GATHER) => {}
+                        _ = shared.hurry.notified() => {}
+                    }
+                }
                 let batch = shared.take();
                 if let Some(feed) = write_batch(store.as_ref(), &shared, batch).await
                     && feed.0 == seen
@@ -628,6 +644,9 @@ async fn write_loop(store: Arc<dyn Store>, shared: Arc<Shared>, mut seen: i64) {
 
 /// The longest pause between two tries of a failing write.
 const BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// How long changes gather before a write that nobody waits for.
+const GATHER: Duration = Duration::from_millis(50);
 
 /// Writes one batch and puts the rows written back into the book. A failing batch is retried
 /// until the database takes it (busy, read-only or failing for a while: nothing is dropped, and
@@ -655,6 +674,7 @@ async fn write_batch(store: &dyn Store, shared: &Shared, batch: Batch) -> Option
             Err(e) => {
                 tries += 1;
                 shared.failing.store(true, Ordering::Relaxed);
+                store.write_failed(&e);
                 if tries == 1 || tries.is_power_of_two() {
                     tracing::error!(error = %e, tries, "writing usage stats failed; retrying until the database takes them");
                 }

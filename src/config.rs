@@ -239,6 +239,10 @@ fn default_max_connections() -> usize {
     4096
 }
 
+fn d1s() -> Duration {
+    Duration::from_secs(1)
+}
+
 fn d30s() -> Duration {
     Duration::from_secs(30)
 }
@@ -251,15 +255,15 @@ pub struct Database {
     /// SQLite: the size the write-ahead log is truncated to after a checkpoint, in MiB.
     #[serde(default = "default_wal_limit")]
     pub wal_limit_mb: u64,
-    /// SQLite: how often the write-ahead log is checkpointed and truncated (when no reader
-    /// still needs it).
-    #[serde(default = "d30s", deserialize_with = "duration")]
+    /// SQLite: how often the write-ahead log is copied into the database (and truncated when
+    /// over `wal_limit_mb`).
+    #[serde(default = "d1s", deserialize_with = "duration")]
     pub checkpoint_every: Duration,
 }
 
 impl Default for Database {
     fn default() -> Self {
-        Database { url: default_db(), wal_limit_mb: default_wal_limit(), checkpoint_every: d30s() }
+        Database { url: default_db(), wal_limit_mb: default_wal_limit(), checkpoint_every: d1s() }
     }
 }
 

@@ -15,18 +15,17 @@ pub fn start(store: Arc<dyn Store>, engine: Weak<Engine>) {
     tokio::spawn(retention(store, engine));
 }
 
-/// Every `database.checkpoint_every`, or every second while the log is over
-/// `database.wal_limit_mb` (a long reader kept it from being reset), the log is copied into the
-/// database and truncated. A reader still using the log is never waited for.
+/// Every `database.checkpoint_every` the log is copied into the database beside the writers,
+/// so that the next writer starts it over; while it is over `database.wal_limit_mb` (a long
+/// reader kept it from starting over) it is truncated as soon as the reader is done.
 async fn checkpoints(store: Arc<dyn Store>, engine: Weak<Engine>) {
     loop {
         let Some(db) = engine.upgrade().map(|e| e.settings().config.database.clone()) else { return };
+        tokio::time::sleep(db.checkpoint_every).await;
         let over = store.wal_bytes().is_some_and(|b| b > db.wal_limit_mb << 20);
-        tokio::time::sleep(if over { Duration::from_secs(1) } else { db.checkpoint_every }).await;
-        match store.checkpoint().await {
-            Ok(true) if over => tracing::info!("the write-ahead log is truncated again"),
-            Ok(true) => {}
-            Ok(false) => tracing::debug!("a reader still uses the write-ahead log; checkpoint later"),
+        match store.checkpoint(over).await {
+            Ok(true) if over => tracing::info!("the write-ahead log is back under database.wal_limit_mb"),
+            Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "checkpointing the write-ahead log failed"),
         }
     }

@@ -205,6 +205,19 @@ pub enum StoreError {
     Corrupt { table: &'static str, detail: String },
 }
 
+impl StoreError {
+    /// Another connection held a lock for longer than the busy timeout: waiting helps.
+    pub fn is_busy(&self) -> bool {
+        match self {
+            StoreError::Db(sqlx::Error::Database(e)) => {
+                e.code().and_then(|c| c.parse::<i64>().ok()).is_some_and(|c| matches!(c & 0xff, 5 | 6))
+            }
+            StoreError::Db(sqlx::Error::PoolTimedOut) => true,
+            _ => false,
+        }
+    }
+}
+
 #[async_trait]
 pub trait Store: Send + Sync {
     /// The database, as an operator names it (a file, or a URL without its password).
@@ -303,11 +316,14 @@ pub trait Store: Send + Sync {
     /// Deletes up to about `batch` of the oldest attempts started before `before`, and the
     /// requests as old, in one transaction, adding the attempts to the `usage_daily` roll-up.
     async fn prune_audit(&self, before: Millis, batch: usize) -> Result<Pruned, StoreError>;
-    /// Copies the write-ahead log into the database and truncates it, when no reader still
-    /// needs it (SQLite); whether it could. Nothing to do elsewhere.
-    async fn checkpoint(&self) -> Result<bool, StoreError>;
+    /// Copies the write-ahead log into the database (SQLite), and with `truncate` empties it;
+    /// whether all of it was copied (emptied). Nothing to do elsewhere.
+    async fn checkpoint(&self, truncate: bool) -> Result<bool, StoreError>;
     /// The write-ahead log's size in bytes, where there is one.
     fn wal_bytes(&self) -> Option<u64>;
+    /// A write failed with `e`: after anything but another writer's lock, the connections
+    /// open now are replaced before their next use (a writer calls this before retrying).
+    fn write_failed(&self, e: &StoreError);
     /// Every agent, revoked ones too, with the digest of its key (`rota migrate --from`).
     async fn all_agents(&self) -> Result<Vec<(String, Agent)>, StoreError>;
     /// Writes agents as they were elsewhere (`rota migrate --from`), ids and times kept.

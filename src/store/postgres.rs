@@ -69,8 +69,11 @@ impl PgStore {
     /// A receiver bumped on every `NOTIFY rota_changes`, listened to by one task per store
     /// (started on first use). The listener reconnects by itself; a notification lost while it
     /// does is caught up by the feed's poll.
+    /// A broken PostgreSQL connection fails its next use and is replaced by the pool.
+    fn write_error(&self, _: &StoreError) {}
+
     /// PostgreSQL keeps its own write-ahead log in check.
-    async fn checkpoint_wal(&self) -> Result<bool, StoreError> {
+    async fn checkpoint_wal(&self, _truncate: bool) -> Result<bool, StoreError> {
         Ok(true)
     }
 

@@ -289,12 +289,16 @@ macro_rules! sql_store {
                 self.wake_channel()
             }
 
-            async fn checkpoint(&self) -> Result<bool, StoreError> {
-                self.checkpoint_wal().await
+            async fn checkpoint(&self, truncate: bool) -> Result<bool, StoreError> {
+                self.checkpoint_wal(truncate).await
             }
 
             fn wal_bytes(&self) -> Option<u64> {
                 self.wal_size()
+            }
+
+            fn write_failed(&self, e: &StoreError) {
+                self.write_error(e)
             }
 
             async fn claim_refresh(

@@ -17,6 +17,8 @@ use sqlx::sqlite::{
 use sqlx::{Row, Sqlite, SqlitePool};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
@@ -25,6 +27,26 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite")
 pub struct SqliteStore {
     pool: SqlitePool,
     description: String,
+    failures: Arc<Failures>,
+}
+
+/// When a write last failed for another reason than a lock (an I/O error, a read-only file):
+/// connections opened before then are closed when next taken from the pool, and new ones
+/// opened. A connection keeps what went wrong: one opened while the file was unwritable stays
+/// read-only after the disk recovers, one whose commit failed may keep a transaction open.
+#[derive(Debug)]
+struct Failures {
+    opened: std::time::Instant,
+    /// Milliseconds after `opened`; 0: none.
+    last: AtomicU64,
+}
+
+impl Failures {
+    /// Whether a connection `age` old predates the last failure.
+    fn outlived(&self, age: Duration) -> bool {
+        let last = self.last.load(Ordering::Relaxed);
+        last > 0 && self.opened.elapsed().saturating_sub(age) <= Duration::from_millis(last)
+    }
 }
 
 /// Makes the database file readable by its owner only (it holds the audit log, emails and key
@@ -46,8 +68,7 @@ fn owner_only(path: &Path) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// What the write-ahead log is cut back to when SQLite resets it (`database.wal_limit_mb` is
-/// kept by the checkpoint task, which truncates it whole).
+/// What the write-ahead log is cut back to when a writer starts it over.
 const JOURNAL_SIZE_LIMIT: u64 = 64 << 20;
 
 /// How long a statement waits for another connection's lock.
@@ -77,15 +98,23 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(BUSY_TIMEOUT)
             .foreign_keys(true)
-            .pragma("journal_size_limit", JOURNAL_SIZE_LIMIT.to_string());
+            .pragma("journal_size_limit", JOURNAL_SIZE_LIMIT.to_string())
+            // Checkpoints run beside the writers (`rota serve`'s upkeep, and the last connection
+            // of any process as it closes), never inside a writer's commit.
+            .pragma("wal_autocheckpoint", "0");
+        let failures = Arc::new(Failures { opened: std::time::Instant::now(), last: AtomicU64::new(0) });
+        let seen = failures.clone();
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
-            .before_acquire(|conn, _| Box::pin(async move { Ok(usable(conn)) }))
+            .before_acquire(move |conn, meta| {
+                let fresh = !seen.outlived(meta.age);
+                Box::pin(async move { Ok(fresh && usable(conn)) })
+            })
             .connect_with(opts)
             .await?;
         owner_only(path)?;
         MIGRATOR.run(&pool).await?;
-        Ok(SqliteStore { pool, description: path.display().to_string() })
+        Ok(SqliteStore { pool, description: path.display().to_string(), failures })
     }
 
     pub fn pool(&self) -> &SqlitePool {
@@ -105,26 +134,41 @@ impl SqliteStore {
         self.write_tx().await
     }
 
+    /// A write failed: unless another connection's lock was all, every connection open now is
+    /// replaced before its next use.
+    fn write_error(&self, e: &StoreError) {
+        if !e.is_busy() {
+            let ms = self.failures.opened.elapsed().as_millis().max(1) as u64;
+            self.failures.last.store(ms, Ordering::Relaxed);
+        }
+    }
+
     /// The feed is polled: SQLite cannot tell another process's commit.
     fn wake_channel(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
         None
     }
 
-    /// `PRAGMA wal_checkpoint(TRUNCATE)` without waiting: false when a reader still needs the
-    /// log or a writer is busy (a waiting TRUNCATE would hold up every writer meanwhile).
-    async fn checkpoint_wal(&self) -> Result<bool, StoreError> {
+    /// `truncate` false: `PRAGMA wal_checkpoint(PASSIVE)`, which copies the log into the
+    /// database beside the writers (the next writer then starts the log over, cut back to
+    /// `journal_size_limit`); whether every frame was copied. `truncate` true, for a log grown
+    /// past its limit: `TRUNCATE`, which holds up writers while it runs, so it waits for a
+    /// reader or writer 250 ms at most; whether the log is empty now.
+    async fn checkpoint_wal(&self, truncate: bool) -> Result<bool, StoreError> {
         let mut conn = self.pool.acquire().await?;
-        sqlx::query("PRAGMA busy_timeout = 0").execute(&mut *conn).await?;
+        if !truncate {
+            let (_, log, copied): (i64, i64, i64) =
+                sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)").fetch_one(&mut *conn).await?;
+            return Ok(log == copied);
+        }
+        sqlx::query("PRAGMA busy_timeout = 250").execute(&mut *conn).await?;
         let done = sqlx::query_scalar::<_, i64>("PRAGMA wal_checkpoint(TRUNCATE)").fetch_one(&mut *conn).await;
         sqlx::query(sqlx::AssertSqlSafe(format!("PRAGMA busy_timeout = {}", BUSY_TIMEOUT.as_millis())))
             .execute(&mut *conn)
             .await?;
-        match done {
+        match done.map_err(StoreError::from) {
             Ok(busy) => Ok(busy == 0),
-            Err(sqlx::Error::Database(e)) if e.message().contains("locked") || e.message().contains("busy") => {
-                Ok(false)
-            }
-            Err(e) => Err(e.into()),
+            Err(e) if e.is_busy() => Ok(false),
+            Err(e) => Err(e),
         }
     }
 
