@@ -266,3 +266,50 @@ async fn an_sqlite_deployment_copied_into_postgres_keeps_its_state_its_audit_log
     let r = moved.chat(json!({"model": "openai/gpt-4.1", "messages": [{"role": "user", "content": "hi"}]}), &[]).await;
     assert_eq!(r.status(), 200);
 }
+
+/// `audit.retention`: rota's own background task deletes rows older than the setting after
+/// one `audit.prune_every`, keeping their daily roll-up and every newer row.
+#[tokio::test]
+async fn rows_past_the_retention_are_rolled_up_and_gone_after_one_prune_cycle() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let config = format!(
+        "[providers.openai]\napi = \"openai\"\nbase_url = \"{base}/v1\"\n[models]\nprimary = \"openai/gpt-4.1\"\n[audit]\nretention = \"7d\"\nprune_every = \"1s\"\n"
+    );
+    let rota = Rota::start_on(Db::Sqlite, &config, &KEYS[..1], &[]).await;
+    let old = chrono::Utc::now().timestamp_millis() - 8 * 86_400_000;
+    sqlx::query(
+        "INSERT INTO requests (id, agent, api, status, attempts, started_at, duration_ms, stream)
+         VALUES ('old-1', 'planner', 'chat', 200, 1, $1, 5, 0)",
+    )
+    .bind(old)
+    .execute(rota.pool())
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO attempts (request_id, seq, kind, agent, provider, model, profile_id, started_at, outcome, tokens_in, tokens_out)
+         VALUES ('old-1', 1, 'primary', 'planner', 'openai', 'gpt-4.1', 'openai:k1', $1, 'success', 12, 3)",
+    )
+    .bind(old)
+    .execute(rota.pool())
+    .await
+    .unwrap();
+    let served =
+        rota.chat(json!({"model": "openai/gpt-4.1", "messages": [{"role": "user", "content": "hi"}]}), &[]).await;
+    assert_eq!(served.status(), 200);
+    rota.flush().await;
+
+    let t = std::time::Instant::now();
+    while rota.scalar("SELECT count(*) FROM requests WHERE id = 'old-1'").await != Some(0) {
+        assert!(t.elapsed() < std::time::Duration::from_secs(5), "the old row outlived a prune cycle");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(rota.scalar("SELECT count(*) FROM attempts WHERE request_id = 'old-1'").await, Some(0));
+    assert_eq!(rota.scalar("SELECT count(*) FROM requests").await, Some(1), "the new request stays");
+    let rolled: (String, i64, i64, i64) =
+        sqlx::query_as("SELECT profile_id, attempts, successes, tokens_in FROM usage_daily")
+            .fetch_one(rota.pool())
+            .await
+            .unwrap();
+    assert_eq!(rolled, ("openai:k1".to_string(), 1, 1, 12));
+}

@@ -8,7 +8,7 @@ use rota::book::Book;
 use rota::config::{Config, DatabaseTarget};
 use rota::engine::{Change, Failure, ProfileId, ProfileType, Reason, Until};
 use rota::secrets::{MasterKey, SecretField};
-use rota::store::{SqliteStore, Store, StoredProfile};
+use rota::store::{AttemptRecord, AuditQuery, Pruned, RequestRecord, SqliteStore, Store, StoredProfile};
 use secrecy::{ExposeSecret, SecretString};
 use std::sync::Arc;
 
@@ -381,4 +381,120 @@ async fn the_database_files_are_readable_by_their_owner_only() {
     let store = SqliteStore::open(&path).await.unwrap();
     assert_eq!(mode(""), 0o600);
     store.close().await;
+}
+
+const DAY: i64 = 86_400_000;
+
+fn attempt(
+    request: &str,
+    seq: i64,
+    profile: &str,
+    outcome: &str,
+    at: i64,
+    tokens: Option<(i64, i64)>,
+) -> AttemptRecord {
+    AttemptRecord {
+        request_id: request.into(),
+        seq,
+        kind: if seq == 1 { "primary" } else { "rotate" }.into(),
+        agent: Some("planner".into()),
+        provider: "openai".into(),
+        model: "gpt-4.1".into(),
+        profile_id: Some(profile.into()),
+        started_at: at,
+        duration_ms: Some(5),
+        ttfb_ms: None,
+        http_status: Some(if outcome == "success" { 200 } else { 429 }),
+        outcome: outcome.into(),
+        reason: (outcome == "failure").then(|| "rate_limit".into()),
+        retry_after_ms: None,
+        cooldown_until: None,
+        error: None,
+        tokens_in: tokens.map(|t| t.0),
+        tokens_out: tokens.map(|t| t.1),
+    }
+}
+
+fn request(id: &str, attempts: i64, at: i64) -> RequestRecord {
+    RequestRecord {
+        id: id.into(),
+        agent: Some("planner".into()),
+        api: "chat".into(),
+        requested_model: Some("openai/gpt-4.1".into()),
+        served_model: Some("openai/gpt-4.1".into()),
+        served_profile: Some("openai:b".into()),
+        status: Some(200),
+        attempts,
+        started_at: at,
+        duration_ms: Some(9),
+        stream: false,
+        tokens_in: None,
+        tokens_out: None,
+    }
+}
+
+#[tokio::test]
+async fn pruning_rolls_old_audit_rows_up_per_day_then_deletes_them_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    pruning_rolls_old_rows_up(DatabaseTarget::Sqlite(dir.path().join("rota.db"))).await;
+}
+
+#[tokio::test]
+async fn pruning_rolls_old_audit_rows_up_per_day_then_deletes_them_on_postgres() {
+    pruning_rolls_old_rows_up(DatabaseTarget::Postgres(support::postgres_database().await)).await;
+}
+
+async fn pruning_rolls_old_rows_up(target: DatabaseTarget) {
+    let store = rota::store::open(&target).await.unwrap();
+    // 2027-01-12, three days before T0 (2027-01-15T08:00Z).
+    let old = T0 - 3 * DAY;
+    let requests = [request("r1", 2, old), request("r2", 1, old + 1_000), request("r3", 1, T0)];
+    let attempts = [
+        attempt("r1", 1, "openai:a", "failure", old, None),
+        attempt("r1", 2, "openai:b", "success", old + 10, Some((10, 5))),
+        attempt("r2", 1, "openai:b", "success", old + 1_000, Some((7, 3))),
+        attempt("r3", 1, "openai:b", "success", T0, Some((1, 1))),
+    ];
+    store.insert_audit(&requests, &attempts).await.unwrap();
+    store.insert_audit(&requests, &attempts).await.unwrap(); // a retried batch adds nothing
+
+    // Two attempts a batch: r1's two, then r2's one; the day's roll-up row grows batch by batch.
+    let pruned = |a, r, more| Pruned { attempts: a, requests: r, more };
+    assert_eq!(store.prune_audit(T0 - DAY, 2).await.unwrap(), pruned(2, 1, true));
+    assert_eq!(store.prune_audit(T0 - DAY, 2).await.unwrap(), pruned(1, 1, false));
+    assert_eq!(store.prune_audit(T0 - DAY, 2).await.unwrap(), pruned(0, 0, false));
+
+    let left = store.attempts(&AuditQuery { limit: 10, ..Default::default() }).await.unwrap();
+    assert_eq!(left.iter().map(|a| a.request_id.as_str()).collect::<Vec<_>>(), ["r3"]);
+    let left = store.requests(&AuditQuery { limit: 10, ..Default::default() }).await.unwrap();
+    assert_eq!(left.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(), ["r3"]);
+
+    type Daily = (String, String, String, String, String, i64, i64, i64, i64, i64);
+    let sql = "SELECT day, agent, provider, model, profile_id, attempts, successes, failures, tokens_in, tokens_out
+               FROM usage_daily ORDER BY profile_id";
+    let daily: Vec<Daily> = match &target {
+        DatabaseTarget::Sqlite(path) => {
+            let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", path.display())).await.unwrap();
+            sqlx::query_as(sql).fetch_all(&pool).await.unwrap()
+        }
+        DatabaseTarget::Postgres(url) => {
+            let pool = sqlx::PgPool::connect(url).await.unwrap();
+            sqlx::query_as(sql).fetch_all(&pool).await.unwrap()
+        }
+    };
+    let row = |p: &str, n, ok, failed, tin, tout| {
+        (
+            "2027-01-12".to_string(),
+            "planner".to_string(),
+            "openai".to_string(),
+            "gpt-4.1".to_string(),
+            p.to_string(),
+            n,
+            ok,
+            failed,
+            tin,
+            tout,
+        )
+    };
+    assert_eq!(daily, [row("openai:a", 1, 0, 1, 0, 0), row("openai:b", 2, 2, 0, 17, 8)]);
 }
