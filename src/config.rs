@@ -280,7 +280,7 @@ pub struct AuditConfig {
     #[serde(default = "default_audit_queue")]
     pub queue: usize,
     /// How long raw `requests` and `attempts` rows are kept; `0s` keeps them for ever.
-    #[serde(default = "d90d", deserialize_with = "duration")]
+    #[serde(default = "d30d", deserialize_with = "duration")]
     pub retention: Duration,
     /// How often rows past `retention` are rolled up into `usage_daily` and deleted.
     #[serde(default = "d1h", deserialize_with = "duration")]
@@ -289,7 +289,7 @@ pub struct AuditConfig {
 
 impl Default for AuditConfig {
     fn default() -> Self {
-        AuditConfig { queue: default_audit_queue(), retention: d90d(), prune_every: d1h() }
+        AuditConfig { queue: default_audit_queue(), retention: d30d(), prune_every: d1h() }
     }
 }
 
@@ -297,8 +297,8 @@ fn default_audit_queue() -> usize {
     50_000
 }
 
-fn d90d() -> Duration {
-    Duration::from_secs(90 * 86_400)
+fn d30d() -> Duration {
+    Duration::from_secs(30 * 86_400)
 }
 
 fn default_db() -> String {
