@@ -191,6 +191,9 @@ base_url = "{mock}/v1"
 [providers.mix]
 api = "openai"
 base_url = "{mock}/v1"
+[providers.many]
+api = "openai"
+base_url = "{mock}/v1"
 [models]
 primary = "bench/m"
 [auth.order]
@@ -233,6 +236,12 @@ def run(a, b: Bench) -> int:
     for name, key in [("ok1", "sk-ok-1"), ("ok2", "sk-ok-2"), ("bad1", "sk-limited-1"), ("bad2", "sk-limited-2")]:
         subprocess.run([rota_bin, "--config", "rota.toml", "profiles", "add", "mix", "--name", name], input=key,
                        text=True, cwd=b.dir, env={**os.environ, **env}, check=True, capture_output=True)
+    # A provider with MANY profiles, imported at once (OpenClaw's auth-profiles.json format).
+    many = {"version": 1, "profiles": {f"many:k{i:04}": {"type": "api_key", "provider": "many", "key": f"sk-ok-many-{i}"}
+                                       for i in range(MANY)}}
+    (b.dir / "many.json").write_text(json.dumps(many))
+    subprocess.run([rota_bin, "--config", "rota.toml", "import", "openclaw", "many.json"], text=True, cwd=b.dir,
+                   env={**os.environ, **env}, check=True, capture_output=True)
     agent = subprocess.run([rota_bin, "--config", "rota.toml", "agents", "create", "bench"], text=True, cwd=b.dir,
                            env={**os.environ, **env}, check=True, capture_output=True).stdout.strip().splitlines()[-1]
     pg_env = None
@@ -270,6 +279,7 @@ def run(a, b: Bench) -> int:
         ("chat, 32 concurrent", chat("m"), chat("bench/m"), 32, b.n(40000)),
         ("stream, 32 concurrent", chat("m", True), chat("bench/m", True), 32, b.n(20000)),
         ("failover mix, 32 concurrent", chat("m"), chat("mix/m"), 32, b.n(40000)),
+        (f"chat, 32 concurrent, {MANY:,} profiles", chat("m"), chat("many/m"), 32, b.n(40000)),
     ]
     results = []
     for name, direct_body, rota_body, c, n in scenarios:
@@ -323,6 +333,9 @@ def run(a, b: Bench) -> int:
         return 1
     return 0
 
+
+# Profiles of the `many` provider.
+MANY = 2000
 
 # The scenarios run again with rota on PostgreSQL: (model, concurrency, full request count).
 SHARED_SCENARIOS = {
@@ -430,8 +443,11 @@ def render(results, peers, startup_ms, idle_mb, rotated, smoke) -> str:
         out.append(f"| {name} | {peer} | {r.rps:,.0f} | {f(r.p50_ms)} | {f(r.p99_ms)} | {f(r.ttfb_p50_ms)} | "
                    f"{f(r.p50_ms - base.p50_ms)} | {f(r.p99_ms - base.p99_ms)} | {f(r.cpu_ms_per_req)} | {f(r.peak_rss_mb, 1)} |")
     out.append("")
+    two = next(r for n, _, r in results if n == "chat, 32 concurrent")
+    many = next(r for n, _, r in results if n.endswith(" profiles"))
     out.append(f"rota start-up to ready: {startup_ms:.0f} ms; idle RSS: {idle_mb:.1f} MB; "
-               f"failover mix: {rotated}% of requests rotated past a 429")
+               f"failover mix: {rotated}% of requests rotated past a 429; "
+               f"{MANY:,} profiles on one provider: {many.rps / two.rps:.0%} of the req/s with 2")
     return "\n".join(out)
 
 
