@@ -19,6 +19,8 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 pub const COOKIE: &str = "rota_session";
+/// The header of the console's background refreshes: they do not extend the session.
+pub const BACKGROUND: &str = "x-rota-background";
 /// A session lasts this long from sign-in.
 const SESSION_TTL: Millis = 12 * 3_600_000;
 
@@ -150,7 +152,8 @@ impl Sessions {
     /// The session the request's cookie names, if it is live (used within its idle timeout,
     /// younger than 12 hours) and its agent still `admitted` (an active admin: a key revoked or
     /// demoted anywhere, by the CLI or another instance too, ends its sessions at their next
-    /// use). Finding it counts as a use: its idle timeout starts again.
+    /// use). Finding it counts as a use, its idle timeout starting again, unless the request
+    /// says it is the console's own background refresh (`x-rota-background`).
     pub fn find(&self, headers: &HeaderMap, now: Millis, admitted: impl Fn(&Agent) -> bool) -> Option<Session> {
         let token = cookie(headers, COOKIE)?;
         let id = digest(token);
@@ -160,7 +163,9 @@ impl Sessions {
             map.remove(&id);
             return None;
         }
-        session.last_used = session.last_used.max(now);
+        if !headers.contains_key(BACKGROUND) {
+            session.last_used = session.last_used.max(now);
+        }
         Some(session.clone())
     }
 

@@ -271,6 +271,22 @@ async fn an_idle_console_session_ends_and_each_use_extends_it() {
     assert_eq!(current().await, 401, "2 s unused: signed out");
     let profiles = client.get(format!("{}/api/v1/profiles", rota.url)).header("cookie", &cookie).send().await.unwrap();
     assert_eq!(profiles.status(), 401);
+
+    // The console's background refresh is answered but is not a use: an unattended console
+    // still signs out.
+    let signed = client.post(format!("{}/api/v1/session", rota.url)).json(&json!({"key": rota.admin_key}));
+    let (cookie, _) = set_cookie(&signed.send().await.unwrap(), "rota_session").unwrap();
+    let poll = || async {
+        let r = client.get(format!("{}/api/v1/profiles", rota.url)).header("cookie", &cookie);
+        r.header("x-rota-background", "1").send().await.unwrap().status().as_u16()
+    };
+    let t0 = std::time::Instant::now();
+    for at in [800, 1_500] {
+        tokio::time::sleep(Duration::from_millis(at).saturating_sub(t0.elapsed())).await;
+        assert_eq!(poll().await, 200, "within 2 s of signing in");
+    }
+    tokio::time::sleep(Duration::from_millis(2_400).saturating_sub(t0.elapsed())).await;
+    assert_eq!(poll().await, 401, "background refreshes did not keep it alive");
 }
 
 #[tokio::test]
