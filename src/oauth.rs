@@ -378,6 +378,55 @@ mod tests {
         assert_eq!(denied, Err("the provider refused the login (access_denied: no)".into()));
     }
 
+    /// A userinfo endpoint answering `body`, and a provider config that uses it.
+    async fn with_userinfo(body: serde_json::Value) -> OAuthConfig {
+        let app = axum::Router::new().route("/me", axum::routing::get(move || async move { axum::Json(body) }));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        OAuthConfig {
+            authorize_url: "https://idp.test/authorize".into(),
+            token_url: "https://idp.test/token".into(),
+            device_url: None,
+            userinfo_url: Some(format!("http://{addr}/me")),
+            client_id: "rota".into(),
+            client_secret_env: None,
+            scopes: vec![],
+            extra_params: Default::default(),
+            redirect_uri: None,
+        }
+    }
+
+    fn granted(claims: Option<&str>) -> Granted {
+        use base64::Engine as _;
+        let enc = |v: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v);
+        Granted {
+            access: SecretString::from("at"),
+            refresh: None,
+            expires_at: None,
+            id_token: claims.map(|c| format!("{}.{}.sig", enc(r#"{"alg":"RS256"}"#), enc(c))),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_account_is_its_subject_and_userinfo_counts_only_for_the_same_subject() {
+        let http = Http::default();
+        let id_token = Some(r#"{"iss":"https://issuer.test","sub":"42","email":"a@example.com"}"#);
+        let same = with_userinfo(serde_json::json!({"sub": "42", "email": "a@new.example.com"})).await;
+        let got = account(&http, &same, &granted(id_token)).await;
+        let want = |s: &str, e: &str| Account { subject: Some(s.into()), email: Some(e.into()) };
+        assert_eq!(got, want("https://issuer.test 42", "a@new.example.com"));
+        let other = with_userinfo(serde_json::json!({"sub": "666", "email": "victim@example.com"})).await;
+        let got = account(&http, &other, &granted(id_token)).await;
+        assert_eq!(got, want("https://issuer.test 42", "a@example.com"), "another subject's userinfo is not used");
+        let plain = with_userinfo(serde_json::json!({"sub": "7", "email": "p@example.com"})).await;
+        let got = account(&http, &plain, &granted(None)).await;
+        assert_eq!(got, want("https://idp.test/token 7", "p@example.com"), "no id_token: the token_url issues");
+        let nobody = with_userinfo(serde_json::json!({"email": "n@example.com"})).await;
+        let got = account(&http, &nobody, &granted(None)).await;
+        assert_eq!(got, Account { subject: None, email: Some("n@example.com".into()) });
+    }
+
     #[test]
     fn the_email_comes_from_the_id_token_claims() {
         use base64::Engine as _;
