@@ -108,6 +108,7 @@ pub fn config_rows(config: &Config, now: Millis) -> Vec<StoredProfile> {
             email: None,
             expires_at: p.expires.map(|e| e.timestamp_millis()),
             created_at: now,
+            oauth_subject: None,
         })
         .collect()
 }

@@ -217,6 +217,19 @@ pub struct Server {
     /// Connections served at once; more wait in the kernel's accept queue.
     #[serde(default = "default_max_connections")]
     pub max_connections: usize,
+    /// The address browsers reach rota at (`https://rota.example.com`): OAuth's `redirect_uri`
+    /// is built from it, never from the request's `Host`, and with `https` the console's and
+    /// the logins' cookies are `Secure`. Unset: the `Host` header and plain `http` (loopback and
+    /// development only).
+    #[serde(default, deserialize_with = "public_url")]
+    pub public_url: Option<String>,
+    /// A console session unused for this long is signed out; each use extends it.
+    #[serde(default = "d30m", deserialize_with = "duration")]
+    pub session_idle: Duration,
+    /// A file holding the bearer token `/metrics` asks for (read at each scrape, so it can be
+    /// replaced without a restart). Unset: `/metrics` needs no token.
+    #[serde(default)]
+    pub metrics_token_file: Option<PathBuf>,
 }
 
 impl Default for Server {
@@ -227,8 +240,63 @@ impl Default for Server {
             header_timeout: d10s(),
             body_timeout: d30s(),
             max_connections: default_max_connections(),
+            public_url: None,
+            session_idle: d30m(),
+            metrics_token_file: None,
         }
     }
+}
+
+impl Server {
+    /// Whether cookies carry `Secure`: `public_url` is an `https` address.
+    pub fn secure_cookies(&self) -> bool {
+        self.public_url.as_deref().is_some_and(|u| u.starts_with("https://"))
+    }
+}
+
+/// The token in `file` (trimmed): an error that says why when it cannot be read or is empty.
+/// The error never holds the file's content.
+pub fn read_token_file(file: &Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(format!("{} is empty", file.display()));
+    }
+    Ok(token.to_string())
+}
+
+fn d30m() -> Duration {
+    Duration::from_secs(30 * 60)
+}
+
+/// `server.public_url`: an `http(s)` origin (scheme, host, optional port; no path, query,
+/// fragment or user), kept without a trailing slash. Empty is unset (`ROTA_SERVER__PUBLIC_URL=`).
+fn public_url<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let Some(text) = Option::<String>::deserialize(d)?.filter(|t| !t.trim().is_empty()) else { return Ok(None) };
+    check_public_url(&text).map(Some).map_err(serde::de::Error::custom)
+}
+
+pub fn check_public_url(text: &str) -> Result<String, String> {
+    let text = text.trim();
+    let bad = |why: &str| {
+        format!(
+            "invalid public_url `{text}`: {why}; write the address browsers reach rota at, e.g. \"https://rota.example.com\""
+        )
+    };
+    let url = url::Url::parse(text).map_err(|e| bad(&e.to_string()))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(bad("the scheme must be http or https"));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(bad("no host"));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(bad("no user or password belongs in it"));
+    }
+    if url.path() != "/" || url.query().is_some() || url.fragment().is_some() {
+        return Err(bad("rota is served at the root of its address: no path, query or fragment"));
+    }
+    Ok(url.origin().ascii_serialization())
 }
 
 fn default_listen() -> String {
@@ -686,6 +754,14 @@ impl Config {
         }
         if self.billing.base.is_zero() || self.billing.max < self.billing.base {
             out.push("billing: `base` must be positive and no longer than `max`".into());
+        }
+        if self.server.session_idle.is_zero() {
+            out.push("server.session_idle: must be positive".into());
+        }
+        if let Some(file) = &self.server.metrics_token_file
+            && let Err(why) = read_token_file(file)
+        {
+            out.push(format!("server.metrics_token_file: {why}"));
         }
         self.routing_problems(&mut out);
         out

@@ -98,11 +98,46 @@ impl Snapshot {
             };
             *profiles.entry((id.provider().to_string(), state.to_string())).or_default() += 1;
             if let Some(until) = until {
-                cooldown_left.push((id.to_string(), (until - now + 999) / 1000));
+                cooldown_left.push((profile_label(&id), (until - now + 999) / 1000));
             }
         }
         Snapshot { profiles: profiles.into_iter().collect(), cooldown_left, audit, stats_failing }
     }
+}
+
+/// A profile as metrics name it. A profile whose name holds an email (`corp:alice@example.com`,
+/// as OAuth logins name theirs) is shown as `<provider>:sha256-<first 12 hex digits of the
+/// SHA-256 of its whole id>`, so that no email reaches a label; other ids are shown as they are.
+/// `printf %s corp:alice@example.com | sha256sum | cut -c1-12` finds one's label.
+pub fn profile_label(id: &ProfileId) -> String {
+    if !id.name().contains('@') {
+        return id.to_string();
+    }
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(id.as_str().as_bytes());
+    let hex: String = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
+    format!("{}:sha256-{hex}", id.provider())
+}
+
+/// Whether a scrape may read `/metrics`: always when `server.metrics_token_file` is unset,
+/// else only with `Authorization: Bearer <the file's token>` (compared as digests). A file that
+/// cannot be read or is empty refuses every scrape.
+pub fn scrape_allowed(server: &crate::config::Server, headers: &http::HeaderMap) -> bool {
+    let Some(file) = &server.metrics_token_file else { return true };
+    let want = match crate::config::read_token_file(file) {
+        Ok(t) => t,
+        Err(why) => {
+            tracing::error!("server.metrics_token_file: {why}: /metrics refuses every scrape");
+            return false;
+        }
+    };
+    let presented = headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")))
+        .map(str::trim);
+    use sha2::Digest as _;
+    presented.is_some_and(|p| sha2::Sha256::digest(p.as_bytes()) == sha2::Sha256::digest(want.as_bytes()))
 }
 
 impl Default for Metrics {

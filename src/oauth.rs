@@ -1,6 +1,7 @@
 //! OAuth 2.0 / OIDC logins (SPEC §8), generic over the providers the config declares:
 //! authorization code with PKCE (callback or pasted redirect URL), the device flow (RFC 8628),
-//! and refresh. The profile is named after the account's email, from userinfo or the id_token.
+//! and refresh. The profile is keyed by the account's OpenID subject (`sub`) and named after
+//! its email, from userinfo or the id_token.
 
 use crate::config::OAuth as OAuthConfig;
 use crate::engine::Millis;
@@ -277,28 +278,56 @@ pub async fn refresh(
     Ok(Granted::of(&tokens, now))
 }
 
-/// The account's email: from userinfo when configured, else from the id_token's claims.
-pub async fn email(http: &Http, cfg: &OAuthConfig, granted: &Granted) -> Option<String> {
-    if let Some(url) = &cfg.userinfo_url {
-        let resp = http.0.get(url).bearer_auth(granted.access.expose_secret()).send().await.ok()?;
-        if resp.status().is_success() {
-            let v: serde_json::Value = serde_json::from_slice(&resp.bytes().await.ok()?).ok()?;
-            if let Some(e) = v.get("email").and_then(|e| e.as_str()) {
-                return Some(e.to_string());
-            }
-        }
-    }
-    granted.id_token.as_deref().and_then(id_token_email)
+/// Who logged in: the account's subject (what its profile is keyed by) and its email (what
+/// the profile is named after and shows; not trusted to identify the account).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Account {
+    /// `<issuer> <sub>`: the OpenID `sub` claim with its issuer (the id_token's `iss`, else the
+    /// provider's `token_url`). `None` when the provider names no subject (plain OAuth 2.0).
+    pub subject: Option<String>,
+    pub email: Option<String>,
 }
 
-/// The `email` claim of a JWT's payload. The id_token came straight from the token endpoint
-/// over the connection rota opened, so its signature is not checked (OIDC Core §3.1.3.7).
-pub fn id_token_email(jwt: &str) -> Option<String> {
+/// The account of a login: `sub` and `email` from the id_token's claims, and from userinfo when
+/// configured (its `email` is preferred; a userinfo whose `sub` differs from the id_token's is
+/// not used at all, as OIDC Core §5.3.2 requires).
+pub async fn account(http: &Http, cfg: &OAuthConfig, granted: &Granted) -> Account {
+    let claims = granted.id_token.as_deref().and_then(id_token_claims).unwrap_or_default();
+    let text = |v: &serde_json::Value, k: &str| v.get(k).and_then(|e| e.as_str()).map(str::to_string);
+    let mut sub = text(&claims, "sub");
+    let mut email = text(&claims, "email");
+    if let Some(info) = userinfo(http, cfg, granted).await {
+        let info_sub = text(&info, "sub");
+        if sub.is_none() || info_sub == sub {
+            sub = sub.or(info_sub);
+            email = text(&info, "email").or(email);
+        }
+    }
+    let issuer = text(&claims, "iss").unwrap_or_else(|| cfg.token_url.clone());
+    Account { subject: sub.filter(|s| !s.is_empty()).map(|s| format!("{issuer} {s}")), email }
+}
+
+async fn userinfo(http: &Http, cfg: &OAuthConfig, granted: &Granted) -> Option<serde_json::Value> {
+    let url = cfg.userinfo_url.as_ref()?;
+    let resp = http.0.get(url).bearer_auth(granted.access.expose_secret()).send().await.ok()?;
+    if !resp.status().is_success() {
+        return None;
+    }
+    serde_json::from_slice(&resp.bytes().await.ok()?).ok()
+}
+
+/// The claims of a JWT's payload. The id_token came straight from the token endpoint over the
+/// connection rota opened, so its signature is not checked (OIDC Core §3.1.3.7).
+pub fn id_token_claims(jwt: &str) -> Option<serde_json::Value> {
     use base64::Engine as _;
     let payload = jwt.split('.').nth(1)?;
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(payload.trim_end_matches('=')).ok()?;
-    let claims: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
-    claims.get("email").and_then(|e| e.as_str()).map(str::to_string)
+    serde_json::from_slice::<serde_json::Value>(&bytes).ok().filter(serde_json::Value::is_object)
+}
+
+/// The `email` claim of a JWT's payload.
+pub fn id_token_email(jwt: &str) -> Option<String> {
+    id_token_claims(jwt)?.get("email").and_then(|e| e.as_str()).map(str::to_string)
 }
 
 /// The `code` of a redirect URL pasted by a person, after checking its `state`. The URL is
@@ -347,6 +376,55 @@ mod tests {
         assert!(code_from_pasted("abc", "s1").unwrap_err().contains("not a redirect URL"));
         let denied = code_from_pasted("http://h/cb?error=access_denied&error_description=no&state=s1", "s1");
         assert_eq!(denied, Err("the provider refused the login (access_denied: no)".into()));
+    }
+
+    /// A userinfo endpoint answering `body`, and a provider config that uses it.
+    async fn with_userinfo(body: serde_json::Value) -> OAuthConfig {
+        let app = axum::Router::new().route("/me", axum::routing::get(move || async move { axum::Json(body) }));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        OAuthConfig {
+            authorize_url: "https://idp.test/authorize".into(),
+            token_url: "https://idp.test/token".into(),
+            device_url: None,
+            userinfo_url: Some(format!("http://{addr}/me")),
+            client_id: "rota".into(),
+            client_secret_env: None,
+            scopes: vec![],
+            extra_params: Default::default(),
+            redirect_uri: None,
+        }
+    }
+
+    fn granted(claims: Option<&str>) -> Granted {
+        use base64::Engine as _;
+        let enc = |v: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v);
+        Granted {
+            access: SecretString::from("at"),
+            refresh: None,
+            expires_at: None,
+            id_token: claims.map(|c| format!("{}.{}.sig", enc(r#"{"alg":"RS256"}"#), enc(c))),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_account_is_its_subject_and_userinfo_counts_only_for_the_same_subject() {
+        let http = Http::default();
+        let id_token = Some(r#"{"iss":"https://issuer.test","sub":"42","email":"a@example.com"}"#);
+        let same = with_userinfo(serde_json::json!({"sub": "42", "email": "a@new.example.com"})).await;
+        let got = account(&http, &same, &granted(id_token)).await;
+        let want = |s: &str, e: &str| Account { subject: Some(s.into()), email: Some(e.into()) };
+        assert_eq!(got, want("https://issuer.test 42", "a@new.example.com"));
+        let other = with_userinfo(serde_json::json!({"sub": "666", "email": "victim@example.com"})).await;
+        let got = account(&http, &other, &granted(id_token)).await;
+        assert_eq!(got, want("https://issuer.test 42", "a@example.com"), "another subject's userinfo is not used");
+        let plain = with_userinfo(serde_json::json!({"sub": "7", "email": "p@example.com"})).await;
+        let got = account(&http, &plain, &granted(None)).await;
+        assert_eq!(got, want("https://idp.test/token 7", "p@example.com"), "no id_token: the token_url issues");
+        let nobody = with_userinfo(serde_json::json!({"email": "n@example.com"})).await;
+        let got = account(&http, &nobody, &granted(None)).await;
+        assert_eq!(got, Account { subject: None, email: Some("n@example.com".into()) });
     }
 
     #[test]

@@ -199,7 +199,29 @@ pub fn find_key(db_path: &Path, keyring: Option<&Keyring>) -> Result<Option<(Mas
     let text =
         std::fs::read_to_string(&file).map_err(|source| KeyError::Io { action: "read", path: file.clone(), source })?;
     let key = MasterKey::decode(&text).ok_or_else(|| KeyError::BadFile(file.clone()))?;
+    owner_only(&file);
     Ok(Some((key, KeyOrigin::File(file))))
+}
+
+/// Makes a key file readable by its owner only when it is more open than that (one copied with
+/// a loose umask, or made by hand), and says so.
+fn owner_only(file: &Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let Ok(meta) = std::fs::metadata(file) else { return };
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            match std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o600)) {
+                Ok(()) => tracing::warn!(file = %file.display(), "the key file was mode {mode:o}; it is now 0600"),
+                Err(e) => {
+                    tracing::warn!(file = %file.display(), error = %e, "the key file is mode {mode:o} and could not be made 0600")
+                }
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = file;
 }
 
 /// `find_key` with the keyring `choice` opens (creates nothing).
@@ -254,6 +276,16 @@ pub fn resolve_key(
     choice: Choice,
 ) -> Result<(MasterKey, KeyOrigin), KeyError> {
     let (keyring, why_not) = crate::keyring::open(choice, db_path).map_err(KeyError::Keyring)?;
+    match (&keyring, &why_not) {
+        (Some(k), _) => {
+            tracing::info!(keyring = choice.as_str(), store = k.store, "the OS keyring is in use for the master key")
+        }
+        (None, Some(why)) => tracing::info!(
+            keyring = choice.as_str(),
+            "no OS keyring for the master key, so {MASTER_KEY_ENV} or the key file: {why}"
+        ),
+        (None, None) => tracing::debug!(keyring = choice.as_str(), "the OS keyring is off"),
+    }
     let file = key_file_for(db_path);
     let pending = pending_key_file(&file);
     if pending.exists()
@@ -284,12 +316,7 @@ pub fn resolve_key(
                 k.set(&text).map_err(KeyError::Keyring)?;
                 (key, KeyOrigin::NewKeyring(k.store))
             }
-            None => {
-                if let Some(why) = why_not {
-                    tracing::info!("the master key goes in a key file, not the OS keyring: {why}");
-                }
-                (create_key_file(&file)?, KeyOrigin::NewFile(file))
-            }
+            None => (create_key_file(&file)?, KeyOrigin::NewFile(file)),
         },
     };
     check_key(&key, &origin, stored_key_ids)?;
@@ -351,6 +378,21 @@ mod tests {
         assert_eq!(key(1).id(), key(1).id());
         assert_ne!(key(1).id(), key(2).id());
         assert_eq!(key(1).id().len(), 16);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_key_file_found_more_open_than_0600_is_made_0600() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("rota.db");
+        let file = key_file_for(&db);
+        write_key_file(&file, &new_key().1).unwrap();
+        let mode = || std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(), 0o600, "created 0600");
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(find_key(&db, None).unwrap().is_some());
+        assert_eq!(mode(), 0o600, "found 0644, left 0600");
     }
 
     #[test]

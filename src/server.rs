@@ -104,12 +104,19 @@ async fn nosniff(mut r: axum::response::Response) -> axum::response::Response {
     r
 }
 
-/// Prometheus exposition (OpenMetrics text).
-async fn metrics(State(state): State<AppState>) -> impl axum::response::IntoResponse {
+/// Prometheus exposition (OpenMetrics text); with `server.metrics_token_file`, only for its bearer token.
+async fn metrics(State(state): State<AppState>, headers: http::HeaderMap) -> axum::response::Response {
+    use axum::response::IntoResponse;
     let engine = &state.engine;
+    if !crate::metrics::scrape_allowed(&engine.settings().config.server, &headers) {
+        let challenge = [("www-authenticate", "Bearer realm=\"rota metrics\"")];
+        return (http::StatusCode::UNAUTHORIZED, challenge, "a bearer token is needed (server.metrics_token_file)\n")
+            .into_response();
+    }
     let now = engine.clock.now();
     let snapshot = Snapshot::of(engine.book.states(now), now, engine.audit.health(), engine.book.writer_state().0);
     ([("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")], engine.metrics.render(snapshot))
+        .into_response()
 }
 
 /// Always 200 while rota serves (a load balancer keeps sending: requests are answered even

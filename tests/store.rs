@@ -498,3 +498,60 @@ async fn pruning_rolls_old_rows_up(target: DatabaseTarget) {
     };
     assert_eq!(daily, [row("openai:a", 1, 0, 1, 0, 0), row("openai:b", 2, 2, 0, 17, 8)]);
 }
+
+#[tokio::test]
+async fn an_oauth_login_is_matched_by_its_subject_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    logins_are_matched_by_subject(DatabaseTarget::Sqlite(dir.path().join("rota.db"))).await;
+}
+
+#[tokio::test]
+async fn an_oauth_login_is_matched_by_its_subject_on_postgres() {
+    logins_are_matched_by_subject(DatabaseTarget::Postgres(support::postgres_database().await)).await;
+}
+
+/// `save_login` with subjects: the same subject updates its profile (and a copy to the other
+/// engine keeps it), another subject never overwrites one, a profile without a subject adopts
+/// the first one that logs in to it.
+async fn logins_are_matched_by_subject(target: DatabaseTarget) {
+    let store = rota::store::open(&target).await.unwrap();
+    let login = |profile: &str, subject: Option<&str>, email: &str, token: &str| {
+        let pid = id(profile);
+        let sealed = key().seal(&pid, SecretField::AccessToken, &SecretString::from(token.to_string()));
+        let mut row = StoredProfile::stored(pid, ProfileType::OAuth, None, T0);
+        row.email = Some(email.into());
+        row.oauth_subject = subject.map(str::to_string);
+        let store = store.clone();
+        async move { store.save_login(&row, &[sealed]).await }
+    };
+    let token = |snap: &rota::store::Snapshot, profile: &str| {
+        let pid = id(profile);
+        key().open(&pid, &snap.secrets[&pid][0]).unwrap().expose_secret().to_string()
+    };
+    assert!(login("corp:a@x", Some("iss s1"), "a@x", "at-1").await.unwrap(), "added");
+    assert_eq!(store.login_profile("corp", "iss s1").await.unwrap(), Some(id("corp:a@x")));
+    assert_eq!(store.login_profile("other", "iss s1").await.unwrap(), None, "per provider");
+    assert!(!login("corp:a@x", Some("iss s1"), "a@new", "at-2").await.unwrap(), "updated");
+    for (profile, subject) in [("corp:a@x", Some("iss s2")), ("corp:a@x", None), ("corp:b@x", Some("iss s1"))] {
+        let err = login(profile, subject, "a@x", "at-evil").await.unwrap_err();
+        assert!(matches!(err, rota::store::StoreError::OtherAccount(_)), "{profile} {subject:?}: {err}");
+    }
+    let snap = store.snapshot().await.unwrap();
+    assert_eq!(snap.profiles.len(), 1);
+    assert_eq!(snap.profiles[0].email.as_deref(), Some("a@new"));
+    assert_eq!(snap.profiles[0].oauth_subject.as_deref(), Some("iss s1"));
+    assert_eq!(token(&snap, "corp:a@x"), "at-2");
+
+    // A profile from before subjects: the next login's subject is kept; no subject stays none.
+    assert!(login("corp:old@x", None, "old@x", "at-3").await.unwrap());
+    assert!(!login("corp:old@x", None, "old@x", "at-4").await.unwrap());
+    assert!(!login("corp:old@x", Some("iss s3"), "old@x", "at-5").await.unwrap());
+    assert_eq!(store.login_profile("corp", "iss s3").await.unwrap(), Some(id("corp:old@x")));
+    assert!(login("corp:old@x", Some("iss s4"), "old@x", "at-evil").await.is_err());
+
+    // `rota migrate --from` copies subjects too.
+    let dir = tempfile::tempdir().unwrap();
+    let copy = rota::store::open(&DatabaseTarget::Sqlite(dir.path().join("copy.db"))).await.unwrap();
+    rota::store::copy(store.as_ref(), copy.as_ref()).await.unwrap();
+    assert_eq!(copy.login_profile("corp", "iss s1").await.unwrap(), Some(id("corp:a@x")));
+}

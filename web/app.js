@@ -19,9 +19,12 @@ function el(tag, attrs = {}, text) {
   return e;
 }
 
-async function api(method, path, body) {
+// `background`: a refresh nobody asked for (the 5 s profile poll); it does not count as a use
+// of the session, so an unattended console still signs out after server.session_idle.
+async function api(method, path, body, { background = false } = {}) {
   const headers = {};
   if (method !== "GET") headers["x-csrf-token"] = csrf;
+  if (background) headers["x-rota-background"] = "1";
   if (body !== undefined) headers["content-type"] = "application/json";
   const resp = await fetch(path, {
     method,
@@ -105,8 +108,12 @@ function ordered(provider) {
   return mine.sort((a, b) => rank(a.id) - rank(b.id) || a.id.localeCompare(b.id));
 }
 
-async function loadProfiles() {
-  [providers, profiles] = await Promise.all([api("GET", "/api/v1/providers"), api("GET", "/api/v1/profiles")]);
+async function loadProfiles(background = false) {
+  const opts = { background };
+  [providers, profiles] = await Promise.all([
+    api("GET", "/api/v1/providers", undefined, opts),
+    api("GET", "/api/v1/profiles", undefined, opts),
+  ]);
   renderProfiles();
 }
 
@@ -406,7 +413,7 @@ async function main() {
   show("profiles");
   setInterval(tick, 1000);
   setInterval(() => {
-    if (!$("#view-profiles").hidden) guarded(loadProfiles);
+    if (!$("#view-profiles").hidden) guarded(() => loadProfiles(true));
   }, 5000);
 }
 

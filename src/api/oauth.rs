@@ -1,15 +1,20 @@
 //! OAuth logins from the console or the API: authorization code + PKCE through rota's callback
-//! or a pasted redirect URL, and the device flow. A login names its profile `provider:<email>`
-//! (`provider:default` without an email); logging in the same account again updates it.
+//! or a pasted redirect URL, and the device flow. A login's profile is keyed by the account's
+//! OpenID subject and named `provider:<email>` (`provider:default` without an email); logging in
+//! the same account again updates it, and another account claiming the same email is refused.
+//!
+//! A callback is accepted only from the browser that started the login: one with a console
+//! session holds the login's cookie from the start; a login started with an API key is bound
+//! to the first browser that opens the `/oauth/go` link it answers with.
 
 use super::{Admin, ApiError, Body};
 use crate::book::Credential;
 use crate::config::{Config, OAuth as OAuthConfig};
 use crate::engine::{Millis, ProfileId, ProfileType};
-use crate::oauth::{self, Granted, OAuthError, Pending};
+use crate::oauth::{self, Account, Granted, OAuthError, Pending};
 use crate::secrets::SecretField;
 use crate::server::AppState;
-use crate::store::{StoreError, StoredProfile};
+use crate::store::{Store, StoreError, StoredProfile};
 use axum::Json;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -28,11 +33,25 @@ pub fn routes() -> OpenApiRouter<AppState> {
 /// A browser login must come back within this time.
 const PENDING_TTL: Millis = 15 * 60_000;
 
-/// A started login: the PKCE verifier and state, bound to the browser that started it (the
-/// digest of its login cookie) when a console session started it.
+/// Which browser may finish a login through the callback.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Binding {
+    /// The browser holding the login cookie with this digest.
+    Browser(String),
+    /// Not yet bound: the first browser to open `/oauth/go?ticket=…` with the ticket of this
+    /// digest will be.
+    Ticket(String),
+    /// No browser: a paste-URL login started without a console session, finished only through
+    /// the (authenticated) paste endpoint.
+    Nobody,
+}
+
+/// A started login: the PKCE verifier and state, the provider's authorization URL, and the
+/// browser it is bound to.
 struct Started {
     pending: Pending,
-    browser: Option<String>,
+    authorize_url: String,
+    binding: Binding,
 }
 
 #[derive(Clone, Serialize, ToSchema)]
@@ -51,11 +70,41 @@ pub struct Logins {
     flows: Mutex<HashMap<String, FlowInfo>>,
 }
 
+/// Why a login's state was not taken.
+enum Refused {
+    /// No such login (never started, finished, or expired).
+    Unknown,
+    /// The login exists but `check` refused it (with this status and why): it stays, to be
+    /// finished by the right party.
+    Check(StatusCode, String),
+}
+
 impl Logins {
-    fn take(&self, state: &str, now: Millis) -> Option<Started> {
+    /// Consumes the login of `state` if it is live and `check` accepts it; otherwise leaves it
+    /// (a forged callback from another browser does not spoil the real one).
+    fn take_if(
+        &self,
+        state: &str,
+        now: Millis,
+        check: impl FnOnce(&Started) -> Result<(), (StatusCode, String)>,
+    ) -> Result<Started, Refused> {
         let mut map = self.started.lock().unwrap_or_else(|e| e.into_inner());
         map.retain(|_, s| now - s.pending.created_at < PENDING_TTL);
-        map.remove(state)
+        let started = map.get(state).ok_or(Refused::Unknown)?;
+        check(started).map_err(|(status, why)| Refused::Check(status, why))?;
+        map.remove(state).ok_or(Refused::Unknown)
+    }
+
+    /// Binds the login whose go-ticket is `ticket` to a new browser nonce; returns the
+    /// provider's authorization URL and the nonce. Each ticket works once.
+    fn bind(&self, ticket: &str, now: Millis) -> Option<(String, String)> {
+        let want = Binding::Ticket(crate::web::digest(ticket));
+        let mut map = self.started.lock().unwrap_or_else(|e| e.into_inner());
+        map.retain(|_, s| now - s.pending.created_at < PENDING_TTL);
+        let started = map.values_mut().find(|s| s.binding == want)?;
+        let nonce = crate::web::random_token();
+        started.binding = Binding::Browser(crate::web::digest(&nonce));
+        Some((started.authorize_url.clone(), nonce))
     }
 
     fn set_flow(&self, id: &str, info: FlowInfo) {
@@ -81,14 +130,29 @@ fn login_error(e: OAuthError) -> ApiError {
     }
 }
 
+/// The profile a login of `account` goes to: the one already holding its subject, else
+/// `provider:<email>` (`provider:default` without an email).
+pub async fn login_target(store: &dyn Store, provider: &str, account: &Account) -> anyhow::Result<ProfileId> {
+    if let Some(subject) = &account.subject
+        && let Some(id) = store.login_profile(provider, subject).await?
+    {
+        return Ok(id);
+    }
+    let name = account.email.as_deref().unwrap_or("default");
+    ProfileId::new(provider, name).map_err(|e| anyhow::anyhow!("the account's email: {e}"))
+}
+
 /// Stores a completed login as the account's profile (added or updated) and puts it in
 /// rotation at once. Returns the profile id.
 pub async fn complete(state: &AppState, provider: &str, granted: Granted) -> Result<ProfileId, ApiError> {
     let settings = state.engine.settings();
     let cfg = oauth_config(&settings.config, provider)?;
-    let email = oauth::email(&state.logins.http, cfg, &granted).await;
-    let name = email.clone().unwrap_or_else(|| "default".into());
-    let id = ProfileId::new(provider, &name).map_err(|e| ApiError::bad_request(format!("the account's email: {e}")))?;
+    let account = oauth::account(&state.logins.http, cfg, &granted).await;
+    let id =
+        login_target(state.store.as_ref(), provider, &account).await.map_err(|e| match e.downcast::<StoreError>() {
+            Ok(e) => ApiError::internal(e),
+            Err(e) => ApiError::bad_request(e.to_string()),
+        })?;
     if settings.config.auth.profiles.contains_key(&id) {
         return Err(ApiError::conflict(format!("profile {id} is declared in the config file")));
     }
@@ -99,9 +163,13 @@ pub async fn complete(state: &AppState, provider: &str, granted: Granted) -> Res
     }
     let version = sealed.get(1).map(|s| s.nonce.clone());
     let mut profile = StoredProfile::stored(id.clone(), ProfileType::OAuth, granted.expires_at, now);
-    profile.email = email;
+    profile.email = account.email;
+    profile.oauth_subject = account.subject;
     let added = state.store.save_login(&profile, &sealed).await.map_err(|e| match e {
         StoreError::Duplicate(id) => ApiError::conflict(format!("profile {id} exists and is not an OAuth profile")),
+        StoreError::OtherAccount(id) => ApiError::conflict(format!(
+            "profile {id} belongs to another account with the same email: the login was not saved (delete that profile first if it is stale)"
+        )),
         other => ApiError::internal(other),
     })?;
     let book = &state.engine.book;
@@ -114,13 +182,33 @@ pub async fn complete(state: &AppState, provider: &str, granted: Granted) -> Res
 
 #[derive(Serialize, ToSchema)]
 pub struct Authorization {
-    /// Open it in a browser.
+    /// Open it in a browser. Started with a console session: the provider's authorization
+    /// URL (the session's browser is bound to the login by a cookie). Started with an API key:
+    /// rota's own `/oauth/go?ticket=…`, which binds the first browser that opens it and sends it
+    /// on to the provider; it works once. With `paste`: the provider's URL.
     pub authorize_url: String,
     pub state: String,
     pub redirect_uri: String,
     /// True when the provider redirects to an address rota does not serve: paste the address
     /// the browser ends on to `/api/v1/oauth/{provider}/paste`.
     pub paste: bool,
+}
+
+/// Where browsers reach rota: `server.public_url`, else (loopback and development) `http://`
+/// and the request's `Host`.
+fn public_base(config: &Config, headers: &HeaderMap) -> String {
+    if let Some(u) = &config.server.public_url {
+        return u.clone();
+    }
+    let host = headers.get("host").and_then(|h| h.to_str().ok()).unwrap_or("127.0.0.1:8080");
+    let loopback = ["127.", "localhost", "[::1]"].iter().any(|p| host.starts_with(p));
+    if !loopback {
+        tracing::warn!(
+            host,
+            "server.public_url is not set: the OAuth redirect_uri is built from the request's Host header; set it in production"
+        );
+    }
+    format!("http://{host}")
 }
 
 /// Start a browser login
@@ -134,32 +222,63 @@ async fn authorize(
 ) -> Result<Response, ApiError> {
     let settings = state.engine.settings();
     let cfg = oauth_config(&settings.config, &provider)?;
+    let base = public_base(&settings.config, &headers);
     let (redirect_uri, paste) = match &cfg.redirect_uri {
         Some(r) => (r.clone(), true),
-        None => {
-            let host = headers.get("host").and_then(|h| h.to_str().ok()).unwrap_or("127.0.0.1:8080");
-            (format!("http://{host}/oauth/callback"), false)
-        }
+        None => (format!("{base}/oauth/callback"), false),
     };
     let now = state.engine.clock.now();
     let (url, pending) = oauth::authorize(&provider, cfg, &redirect_uri, now).map_err(login_error)?;
-    let nonce = state.session(&headers).map(|_| crate::web::random_token());
-    let browser = nonce.as_deref().map(crate::web::digest);
-    let answer = Authorization { authorize_url: url, state: pending.state.clone(), redirect_uri, paste };
+    let secure = settings.config.server.secure_cookies();
+    let (binding, open, cookie) = match state.session(&headers) {
+        Some(_) => {
+            let nonce = crate::web::random_token();
+            (
+                Binding::Browser(crate::web::digest(&nonce)),
+                url.clone(),
+                Some(crate::web::login_cookie(Some(&nonce), secure)),
+            )
+        }
+        None if paste => (Binding::Nobody, url.clone(), None),
+        None => {
+            let ticket = crate::web::random_token();
+            (Binding::Ticket(crate::web::digest(&ticket)), format!("{base}/oauth/go?ticket={ticket}"), None)
+        }
+    };
+    let answer = Authorization { authorize_url: open, state: pending.state.clone(), redirect_uri, paste };
     state
         .logins
         .started
         .lock()
         .unwrap_or_else(|e| e.into_inner())
-        .insert(pending.state.clone(), Started { pending, browser });
+        .insert(pending.state.clone(), Started { pending, authorize_url: url, binding });
     let mut resp = Json(answer).into_response();
-    if let Some(n) = nonce {
-        resp.headers_mut().insert(axum::http::header::SET_COOKIE, crate::web::login_cookie(Some(&n)));
+    if let Some(c) = cookie {
+        resp.headers_mut().insert(axum::http::header::SET_COOKIE, c);
     }
     Ok(resp)
 }
 
-/// The provider sends the browser here after consent: `?code=…&state=…`.
+/// `GET /oauth/go?ticket=…`: binds a login started with an API key to this browser (its login
+/// cookie) and sends it on to the provider. A ticket works once.
+pub async fn go(State(state): State<AppState>, RawQuery(query): RawQuery) -> Response {
+    let query = query.unwrap_or_default();
+    let ticket = url::form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == "ticket").map(|(_, v)| v.to_string());
+    let now = state.engine.clock.now();
+    match ticket.and_then(|t| state.logins.bind(&t, now)) {
+        Some((to, nonce)) => {
+            crate::web::go_redirect(&to, &nonce, state.engine.settings().config.server.secure_cookies())
+        }
+        None => crate::web::error_page(
+            StatusCode::BAD_REQUEST,
+            "this login link is unknown, expired or already used: start the login again",
+        ),
+    }
+}
+
+/// The provider sends the browser here after consent: `?code=…&state=…`. The login must be
+/// live and bound to this browser (its login cookie) before it is consumed: a callback from
+/// any other browser is refused and leaves the login to its own browser.
 pub async fn callback(State(state): State<AppState>, headers: HeaderMap, RawQuery(query): RawQuery) -> Response {
     let page = |status: StatusCode, msg: &str| crate::web::error_page(status, msg);
     let query = query.unwrap_or_default();
@@ -167,26 +286,39 @@ pub async fn callback(State(state): State<AppState>, headers: HeaderMap, RawQuer
         url::form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == "state").map(|(_, v)| v.to_string());
     let Some(state_param) = state_param else { return page(StatusCode::BAD_REQUEST, "the callback has no state") };
     let now = state.engine.clock.now();
-    let Some(started) = state.logins.take(&state_param, now) else {
-        return page(StatusCode::BAD_REQUEST, "unknown or expired login state: start the login again from the console");
-    };
     let browser = crate::web::cookie(&headers, crate::web::LOGIN_COOKIE).map(crate::web::digest);
-    if started.browser.is_some() && started.browser != browser {
-        return page(
-            StatusCode::BAD_REQUEST,
-            "this login was started in another browser: start it again from the console",
-        );
-    }
-    let code = match oauth::code_from_pasted(&format!("?{query}"), &started.pending.state) {
-        Ok(c) => c,
-        Err(e) => return page(StatusCode::BAD_REQUEST, &e),
+    let mut code = String::new();
+    let check = |s: &Started| {
+        code = oauth::code_from_pasted(&format!("?{query}"), &s.pending.state)
+            .map_err(|e| (StatusCode::BAD_REQUEST, e))?;
+        match (&s.binding, &browser) {
+            (Binding::Browser(want), Some(have)) if want == have => Ok(()),
+            _ => {
+                tracing::warn!("an OAuth callback from another browser than the login's was refused");
+                Err((
+                    StatusCode::FORBIDDEN,
+                    "this login was started in another browser: finish it there, or start it again here".to_string(),
+                ))
+            }
+        }
+    };
+    let started = match state.logins.take_if(&state_param, now, check) {
+        Ok(s) => s,
+        Err(Refused::Unknown) => {
+            return page(
+                StatusCode::BAD_REQUEST,
+                "unknown or expired login state: start the login again from the console",
+            );
+        }
+        Err(Refused::Check(status, why)) => return page(status, &why),
     };
     let provider = started.pending.provider.clone();
+    let secure = state.engine.settings().config.server.secure_cookies();
     match finish_code(&state, started.pending, &code).await {
-        Ok(id) => crate::web::continue_page(&format!(
-            "/ui/?added={}",
-            url::form_urlencoded::byte_serialize(id.as_str().as_bytes()).collect::<String>()
-        )),
+        Ok(id) => crate::web::continue_page(
+            &format!("/ui/?added={}", url::form_urlencoded::byte_serialize(id.as_str().as_bytes()).collect::<String>()),
+            secure,
+        ),
         Err(e) => page(e.status, &format!("{provider}: {}", e.message)),
     }
 }
@@ -232,12 +364,24 @@ async fn paste(
         url::form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == "state").map(|(_, v)| v.to_string())
     });
     let now = state.engine.clock.now();
-    let started = claimed
-        .as_deref()
-        .and_then(|s| state.logins.take(s, now))
-        .filter(|s| s.pending.provider == provider)
-        .ok_or_else(|| ApiError::bad_request("the `state` does not match a login started here: start it again"))?;
-    let code = oauth::code_from_pasted(&req.url, &started.pending.state).map_err(ApiError::bad_request)?;
+    let refused = || ApiError::bad_request("the `state` does not match a login started here: start it again");
+    // The pasted URL's own state must be the login's before anything is consumed.
+    let mut code = String::new();
+    let check = |s: &Started| {
+        if s.pending.provider != provider {
+            return Err((
+                StatusCode::BAD_REQUEST,
+                format!("this login is for another provider ({})", s.pending.provider),
+            ));
+        }
+        code = oauth::code_from_pasted(&req.url, &s.pending.state).map_err(|e| (StatusCode::BAD_REQUEST, e))?;
+        Ok(())
+    };
+    let started = match claimed.as_deref().map(|s| state.logins.take_if(s, now, check)) {
+        Some(Ok(s)) => s,
+        Some(Err(Refused::Check(_, why))) => return Err(ApiError::bad_request(why)),
+        Some(Err(Refused::Unknown)) | None => return Err(refused()),
+    };
     let id = finish_code(&state, started.pending, &code).await?;
     Ok((StatusCode::CREATED, Json(LoggedIn { profile_id: id.to_string() })))
 }

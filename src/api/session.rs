@@ -32,7 +32,8 @@ pub struct SessionInfo {
 
 /// Sign in to the console
 ///
-/// Sets the session cookie (`HttpOnly; SameSite=Strict`).
+/// Sets the session cookie (`HttpOnly; SameSite=Strict`, and `Secure` when `server.public_url`
+/// is https). The session ends after `server.session_idle` unused, 12 hours at most.
 #[utoipa::path(post, path = "/api/v1/session", tag = "console", security(()), request_body = SignIn,
     responses((status = 200, body = SessionInfo), (status = 400, body = super::ErrorBody),
         (status = 401, body = super::ErrorBody), (status = 403, body = super::ErrorBody)))]
@@ -44,10 +45,12 @@ async fn sign_in(State(state): State<AppState>, Body(req): Body<SignIn>) -> Resu
     if !agent.admin {
         return Err(ApiError::new(403, "forbidden", format!("agent {} is not an admin", agent.name)));
     }
-    let (token, session) = state.sessions.create(agent, state.engine.clock.now());
+    let settings = state.engine.settings();
+    let server = &settings.config.server;
+    let (token, session) = state.sessions.create(agent, state.engine.clock.now(), server.session_idle);
     tracing::info!(agent = %session.agent.name, "console sign-in");
     let body = SessionInfo { agent: session.agent.name, csrf: session.csrf };
-    Ok(([(header::SET_COOKIE, web::set_cookie(Some(&token)))], Json(body)).into_response())
+    Ok(([(header::SET_COOKIE, web::set_cookie(Some(&token), server.secure_cookies()))], Json(body)).into_response())
 }
 
 /// The current console session
@@ -69,5 +72,6 @@ async fn sign_out(State(state): State<AppState>, headers: HeaderMap) -> Result<R
         return Err(ApiError::new(403, "csrf", "missing or wrong x-csrf-token"));
     }
     state.sessions.end(&s.id);
-    Ok((StatusCode::NO_CONTENT, [(header::SET_COOKIE, web::set_cookie(None))]).into_response())
+    let secure = state.engine.settings().config.server.secure_cookies();
+    Ok((StatusCode::NO_CONTENT, [(header::SET_COOKIE, web::set_cookie(None, secure))]).into_response())
 }

@@ -2,7 +2,7 @@
 
 use super::open_store as open;
 use crate::config::Config;
-use crate::engine::{Change, ProfileId, ProfileType};
+use crate::engine::{Change, ProfileType};
 use crate::oauth;
 use crate::secrets::{
     KeyOrigin, SecretField, check_key, find_key, key_file_for, new_key, pending_key_file, resolve_key, write_key_file,
@@ -108,16 +108,17 @@ pub async fn login(config: &Config, provider: &str, device: bool) -> Result<()> 
         let code = oauth::code_from_pasted(&line, &pending.state).map_err(|e| anyhow!(e))?;
         oauth::exchange(&http, cfg, pending, &code, now()).await?
     };
-    let email = oauth::email(&http, cfg, &granted).await;
-    let id = ProfileId::new(provider, email.as_deref().unwrap_or("default"))?;
+    let account = oauth::account(&http, cfg, &granted).await;
     let store = open(config).await?;
+    let id = crate::api::oauth::login_target(store.as_ref(), provider, &account).await?;
     let (key, _) = resolve_key(&config.key_anchor()?, &store.secret_key_ids().await?, config.secrets.keyring)?;
     let mut sealed = vec![key.seal(&id, SecretField::AccessToken, &granted.access)];
     if let Some(r) = &granted.refresh {
         sealed.push(key.seal(&id, SecretField::RefreshToken, r));
     }
     let mut profile = StoredProfile::stored(id.clone(), ProfileType::OAuth, granted.expires_at, now());
-    profile.email = email;
+    profile.email = account.email;
+    profile.oauth_subject = account.subject;
     let added = store.save_login(&profile, &sealed).await?;
     // A new login ends "needs re-login" and any cooldown.
     store.apply(&[(id.clone(), vec![Change::Cleared(now())])], &[], &config.cooldown_policy()).await?;

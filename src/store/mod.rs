@@ -68,12 +68,24 @@ pub struct StoredProfile {
     pub email: Option<String>,
     pub expires_at: Option<Millis>,
     pub created_at: Millis,
+    /// An OAuth profile's account: `<issuer> <sub>` (`oauth::Account::subject`), what a login
+    /// is matched by. `None` for other profiles and for logins without an OpenID subject.
+    pub oauth_subject: Option<String>,
 }
 
 impl StoredProfile {
     /// A profile added through the CLI, API or an import: enabled, its secret sealed in the database.
     pub fn stored(id: ProfileId, kind: ProfileType, expires_at: Option<Millis>, created_at: Millis) -> StoredProfile {
-        StoredProfile { id, kind, origin: Origin::Stored, enabled: true, email: None, expires_at, created_at }
+        StoredProfile {
+            id,
+            kind,
+            origin: Origin::Stored,
+            enabled: true,
+            email: None,
+            expires_at,
+            created_at,
+            oauth_subject: None,
+        }
     }
 }
 
@@ -191,6 +203,9 @@ pub struct ProfileUsage {
 pub enum StoreError {
     #[error("profile {0} already exists")]
     Duplicate(ProfileId),
+    /// A login would overwrite the profile of another account (another OpenID subject).
+    #[error("profile {0} belongs to another account (a different OpenID subject)")]
+    OtherAccount(ProfileId),
     #[error("profile {0} does not exist")]
     NotFound(ProfileId),
     #[error("agent {0} already exists")]
@@ -286,8 +301,14 @@ pub trait Store: Send + Sync {
         profiles: &[(StoredProfile, Vec<Sealed>, UsageStats)],
         orders: &BTreeMap<String, Vec<ProfileId>>,
     ) -> Result<(), StoreError>;
+    /// The profile of `provider` whose OAuth account is `subject`, if any.
+    async fn login_profile(&self, provider: &str, subject: &str) -> Result<Option<ProfileId>, StoreError>;
     /// Records an OAuth login: adds the profile, or updates the one of the same account
-    /// (email, expiry, enabled) and replaces its tokens. True when it was added.
+    /// (email, expiry, enabled) and replaces its tokens. True when it was added. The account is
+    /// `profile.oauth_subject`: an existing profile with another subject (or any subject, when
+    /// the login has none), or another profile with this subject, is `OtherAccount` and nothing
+    /// is written; a profile without a subject yet (logged in before subjects were kept) takes
+    /// this one.
     async fn save_login(&self, profile: &StoredProfile, secrets: &[Sealed]) -> Result<bool, StoreError>;
     /// Replaces a profile's OAuth tokens if its refresh token is still the one sealed with
     /// `expected` (the nonce of its sealed refresh token): compare-and-swap against a sibling

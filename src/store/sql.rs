@@ -121,8 +121,8 @@ macro_rules! sql_store {
             secrets: &[Sealed],
         ) -> Result<(), StoreError> {
             let inserted = sqlx::query(
-                "INSERT INTO profiles (id, provider, name, type, source, enabled, email, expires_at, created_at, updated_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (id) DO NOTHING",
+                "INSERT INTO profiles (id, provider, name, type, source, enabled, email, expires_at, created_at, updated_at, oauth_subject)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT (id) DO NOTHING",
             )
             .bind(p.id.as_str())
             .bind(p.id.provider())
@@ -134,6 +134,7 @@ macro_rules! sql_store {
             .bind(p.expires_at)
             .bind(p.created_at)
             .bind(p.created_at)
+            .bind(&p.oauth_subject)
             .execute(&mut **tx)
             .await?;
             if inserted.rows_affected() == 0 {
@@ -336,7 +337,7 @@ macro_rules! sql_store {
                 let mut conn = self.pool.acquire().await?;
                 let mut snap = Snapshot::default();
                 for row in sqlx::query(
-                    "SELECT id, type, source, enabled, email, expires_at, created_at FROM profiles ORDER BY created_at, id",
+                    "SELECT id, type, source, enabled, email, expires_at, created_at, oauth_subject FROM profiles ORDER BY created_at, id",
                 )
                 .fetch_all(&mut *conn)
                 .await?
@@ -352,6 +353,7 @@ macro_rules! sql_store {
                         email: row.try_get("email")?,
                         expires_at: row.try_get("expires_at")?,
                         created_at: row.try_get("created_at")?,
+                        oauth_subject: row.try_get("oauth_subject")?,
                     });
                 }
                 for row in sqlx::query("SELECT profile_id, field, key_id, nonce, ciphertext FROM secrets")
@@ -674,25 +676,53 @@ macro_rules! sql_store {
                 Ok(())
             }
 
+            async fn login_profile(&self, provider: &str, subject: &str) -> Result<Option<ProfileId>, StoreError> {
+                let id: Option<String> = sqlx::query_scalar("SELECT id FROM profiles WHERE provider = $1 AND oauth_subject = $2")
+                    .bind(provider)
+                    .bind(subject)
+                    .fetch_optional(&self.pool)
+                    .await?;
+                id.map(|id| id.parse().map_err(|e| corrupt("profiles", e))).transpose()
+            }
+
             async fn save_login(&self, p: &StoredProfile, secrets: &[Sealed]) -> Result<bool, StoreError> {
                 let mut tx = self.write_tx().await?;
-                let kind: Option<String> = sqlx::query_scalar("SELECT type FROM profiles WHERE id = $1")
-                    .bind(p.id.as_str())
-                    .fetch_optional(&mut *tx)
-                    .await?;
-                let created = match kind.as_deref() {
+                if let Some(subject) = &p.oauth_subject {
+                    let holder: Option<String> =
+                        sqlx::query_scalar("SELECT id FROM profiles WHERE provider = $1 AND oauth_subject = $2")
+                            .bind(p.id.provider())
+                            .bind(subject)
+                            .fetch_optional(&mut *tx)
+                            .await?;
+                    if holder.is_some_and(|h| h != p.id.as_str()) {
+                        return Err(StoreError::OtherAccount(p.id.clone()));
+                    }
+                }
+                let row: Option<(String, Option<String>)> =
+                    sqlx::query_as("SELECT type, oauth_subject FROM profiles WHERE id = $1")
+                        .bind(p.id.as_str())
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                let created = match row {
                     None => {
                         insert_profile(&mut tx, p, secrets).await?;
                         true
                     }
-                    Some("oauth") => {
-                        sqlx::query("UPDATE profiles SET email = $1, expires_at = $2, enabled = TRUE, updated_at = $3 WHERE id = $4")
-                            .bind(&p.email)
-                            .bind(p.expires_at)
-                            .bind(p.created_at)
-                            .bind(p.id.as_str())
-                            .execute(&mut *tx)
-                            .await?;
+                    Some((kind, stored)) if kind == "oauth" => {
+                        if stored.is_some() && stored != p.oauth_subject {
+                            return Err(StoreError::OtherAccount(p.id.clone()));
+                        }
+                        sqlx::query(
+                            "UPDATE profiles SET email = $1, expires_at = $2, enabled = TRUE, updated_at = $3,
+                                 oauth_subject = coalesce($4, oauth_subject) WHERE id = $5",
+                        )
+                        .bind(&p.email)
+                        .bind(p.expires_at)
+                        .bind(p.created_at)
+                        .bind(&p.oauth_subject)
+                        .bind(p.id.as_str())
+                        .execute(&mut *tx)
+                        .await?;
                         replace_secrets(&mut tx, &p.id, secrets, p.created_at).await?;
                         false
                     }

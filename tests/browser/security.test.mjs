@@ -1,10 +1,12 @@
 // The console's and the admin API's security properties: nothing without a session or key, CSRF
 // on every mutation made with the session cookie, the cookie's flags, the OAuth callback's
-// state check, and no secret (tokens, client secret, API keys) in any page.
+// state and browser checks (a forged callback from another browser is refused and does not
+// spend the login), the console's CSP, and no secret (tokens, client secret, API keys) in any
+// page.
 
 import assert from 'node:assert/strict';
 
-import { CLIENT_SECRET, apiLogin, e2e, newPage, randomToken, signIn } from './harness.mjs';
+import { CLIENT_SECRET, apiLogin, e2e, idpLogin, newPage, randomToken, signIn } from './harness.mjs';
 
 const ALICE = 'corp:alice@example.com';
 const STATIC = 'corp:static';
@@ -146,8 +148,36 @@ e2e('security: sessions, CSRF, cookie flags, callback state, no secrets in pages
   assert.equal(dup.status, 400, `duplicated code: ${dup.status}`);
   assert.equal((await idp.stats()).code_grants, codesBefore, 'no code exchange for a refused callback');
 
+  // -- a forged callback from another browser: refused, and the real browser still finishes ------
+  // A login started with the admin key answers with rota's /oauth/go link; the browser that opens
+  // it is the one bound to the login. Another browser that knows the state calls the callback
+  // first (route interception cannot hold a redirected navigation, so it forges the code too).
+  const viaKey = await rota.api('POST', '/api/v1/oauth/corp/authorize', { body: {} });
+  assert.equal(viaKey.status, 200, viaKey.text);
+  assert.ok(viaKey.json.authorize_url.startsWith(`${rota.url}/oauth/go?ticket=`), viaKey.json.authorize_url);
+  const real = await newPage(env.browser);
+  await real.goto(viaKey.json.authorize_url);
+  assert.ok(real.url().startsWith(`${new URL(idp.issuer).origin}/`), `the go link led to the IdP: ${real.url()}`);
+  const codesHeld = (await idp.stats()).code_grants;
+  const other = await newPage(env.browser);
+  const forgedUrl = `${rota.url}/oauth/callback?code=${randomToken()}&state=${encodeURIComponent(viaKey.json.state)}`;
+  const forgedAnswer = await other.goto(forgedUrl);
+  assert.equal(forgedAnswer.status(), 403, 'the callback from another browser');
+  assert.match(await other.locator('#error').innerText(), /another browser/);
+  assert.equal((await other.goto(viaKey.json.authorize_url)).status(), 400, 'the go link binds one browser only');
+  await other.context().close();
+  assert.equal((await idp.stats()).code_grants, codesHeld, 'no code exchange for the forged callback');
+  await idpLogin(real, idp, 'erin');
+  await real.waitForURL((u) => u.href.startsWith(`${rota.url}/ui/`));
+  await rota.waitProfile('corp:erin@example.com'); // the real browser still finished: the state was not spent
+  await real.context().close();
+
   // -- the browser: cookie jar, and no secret in any page ---------------------------------------------
   const console_ = await newPage(env.browser);
+  const cspViolations = [];
+  console_.on('console', (m) => {
+    if (/Content Security Policy|Content-Security-Policy/i.test(m.text())) cspViolations.push(m.text());
+  });
   await signIn(console_, rota);
   const jar = (await console_.context().cookies(rota.url)).find((c) => c.name === 'rota_session');
   assert.ok(jar, 'the browser holds rota_session');
@@ -187,6 +217,7 @@ e2e('security: sessions, CSRF, cookie flags, callback state, no secrets in pages
     session: { ...sessionStorage },
   }));
   assert.match(sources['view-source of /ui/'], /tab-profiles|<script/, 'view-source got the console page');
+  assert.deepEqual(cspViolations, [], 'the console runs under its CSP without a violation');
   for (const [where, text] of Object.entries(sources)) {
     for (const [what, secret] of secrets) {
       assert.ok(!text.includes(secret), `${where} contains ${what}`);

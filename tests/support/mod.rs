@@ -267,18 +267,41 @@ fn writes(body: &[String], how: Writes) -> Vec<Bytes> {
 }
 
 /// An OAuth token endpoint that grants every refresh: access `at-new-000N`, refresh `rt-new-000N`.
-async fn token(State(mock): State<Mock>) -> Response {
+/// An authorization code (`grant_type=authorization_code`) is granted too, with an id_token
+/// whose claims the code itself names: `code_for(sub, email)` (issuer `https://idp.test`).
+async fn token(State(mock): State<Mock>, body: Bytes) -> Response {
     let (n, lifetime, delay) = {
         let mut st = mock.0.lock().unwrap();
         st.token_calls += 1;
         (st.token_calls, st.token_lifetime.unwrap_or(3600), st.token_delay)
     };
     tokio::time::sleep(delay).await;
-    axum::Json(json!({
+    let form: HashMap<String, String> = url::form_urlencoded::parse(&body).into_owned().collect();
+    let mut answer = json!({
         "access_token": format!("at-new-{n:04}"), "token_type": "Bearer", "expires_in": lifetime,
         "refresh_token": format!("rt-new-{n:04}"),
-    }))
-    .into_response()
+    });
+    if form.get("grant_type").map(String::as_str) == Some("authorization_code") {
+        use base64::Engine as _;
+        let claims = form.get("code").and_then(|c| base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(c).ok());
+        let Some(claims) = claims else {
+            return (StatusCode::BAD_REQUEST, axum::Json(json!({"error": "invalid_grant"}))).into_response();
+        };
+        let enc = |b: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b);
+        answer["id_token"] = json!(format!("{}.{}.sig", enc(br#"{"alg":"none"}"#), enc(&claims)));
+    }
+    axum::Json(answer).into_response()
+}
+
+/// An authorization code that the mock's token endpoint exchanges for tokens with an id_token
+/// naming this account (`sub`, and `email` when given).
+pub fn code_for(sub: &str, email: Option<&str>) -> String {
+    use base64::Engine as _;
+    let mut claims = json!({"iss": "https://idp.test", "sub": sub, "aud": "rota-test"});
+    if let Some(e) = email {
+        claims["email"] = json!(e);
+    }
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(claims.to_string())
 }
 
 fn sse(reply: Reply, anthropic: bool, mock: Mock) -> Response {
