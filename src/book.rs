@@ -16,7 +16,7 @@
 
 use crate::config::Config;
 use crate::engine::gate::{self, Availability, Gate, Position, ProbeThrottle};
-use crate::engine::order::{self, OrderRequest, Ordered, PinError};
+use crate::engine::order::{self, OrderRequest, Ordered, PinError, RotationIndex, Slot};
 use crate::engine::recent::Recent;
 use crate::engine::{
     Change, CooldownPolicy, Failure, Millis, ModelChange, ModelCooldown, ProfileId, ProfileType, ProfileView, Reason,
@@ -147,6 +147,12 @@ impl Roster {
         Roster { views: views(snapshot, config), emails, stored_ids, orders: snapshot.orders.clone() }
     }
 
+    /// Whether `provider`'s profiles follow an explicit order (stored, or the config file's).
+    pub fn has_explicit_order(&self, config: &Config, provider: &str) -> bool {
+        let set = |o: Option<&Vec<ProfileId>>| o.is_some_and(|o| !o.is_empty());
+        set(self.orders.get(provider)) || set(config.auth.order.get(provider))
+    }
+
     pub fn order(
         &self,
         config: &Config,
@@ -182,6 +188,9 @@ struct Inner {
     model_cooldowns: HashMap<ModelKey, ModelCooldown>,
     probes: ProbeThrottle,
     sessions: Recent<(String, String), ProfileId>,
+    /// Each provider's profiles in rotation order, built on first use and dropped when the
+    /// roster or the config changes (`forget_order`).
+    rotation: HashMap<String, RotationIndex>,
     /// Changes applied here and not yet written, replayed on top of what the database says (a
     /// written batch, a reload from the feed): those the writer is writing, then those queued.
     inflight: HashMap<ProfileId, Vec<Change>>,
@@ -253,6 +262,7 @@ impl Book {
             model_cooldowns: snapshot.model_cooldowns,
             probes: ProbeThrottle::default(),
             sessions: Recent::new(SESSION_TTL, SESSION_KEYS),
+            rotation: HashMap::new(),
             inflight: HashMap::new(),
             pending: HashMap::new(),
             model_inflight: HashMap::new(),
@@ -296,24 +306,29 @@ impl Book {
         let policy = self.policy();
         let mut guard = self.lock();
         let inner = &mut *guard;
-        let sticky =
-            session.and_then(|s| inner.sessions.get(&(provider.to_string(), s.to_string()), now)).map(|(id, _)| id);
-        let mut ordered = inner.roster.order(config, provider, model, sticky, pin, now)?;
+        let sticky = session
+            .and_then(|s| inner.sessions.get(&(provider.to_string(), s.to_string()), now))
+            .map(|(id, _)| id.clone());
+        let pinned = pin.is_some_and(|p| p.provider() == provider);
+        if !pinned && sticky.is_none() && !inner.roster.has_explicit_order(config, provider) {
+            let first = inner.first_usable(config, (provider, model), exclude, now);
+            if let Some(id) = first.first().cloned() {
+                let latest = inner.rotation.get(provider).and_then(RotationIndex::latest);
+                inner.use_first(&id, latest, session, now, &policy);
+                self.shared.wake.notify_one();
+                let slots = first.into_iter().map(|id| Slot { id, blocked: None }).collect();
+                return Ok((Ordered { slots, pinned: false, more: true }, true));
+            }
+        }
+        let mut ordered = inner.roster.order(config, provider, model, sticky.as_ref(), pin, now)?;
         ordered.slots.retain(|s| !exclude.contains(&s.id));
         let Some(first) = ordered.slots.first().filter(|s| s.blocked.is_none()).map(|s| s.id.clone()) else {
             return Ok((ordered, false));
         };
         let views = &inner.roster.views;
         let latest = ordered.slots.iter().filter_map(|s| views.get(&s.id)?.stats.last_used).max();
-        let change = Change::Used(latest.map_or(now, |l| now.max(l + 1)));
-        if let Some(view) = inner.roster.views.get_mut(&first) {
-            view.stats.apply(&change, &policy);
-            inner.queue(&first, change);
-            self.shared.wake.notify_one();
-        }
-        if let Some(s) = session {
-            inner.sessions.insert((provider.to_string(), s.to_string()), first, now);
-        }
+        inner.use_first(&first, latest, session, now, &policy);
+        self.shared.wake.notify_one();
         Ok((ordered, true))
     }
 
@@ -348,7 +363,11 @@ impl Book {
         let mut guard = self.lock();
         let inner = &mut *guard;
         let out = inner.roster.views.get_mut(id)?.stats.apply(&change, &policy);
+        let used = matches!(change, Change::Used(_));
         inner.queue(id, change);
+        if used {
+            inner.reorder(id);
+        }
         self.shared.wake.notify_one();
         Some(out)
     }
@@ -418,6 +437,7 @@ impl Book {
     /// declared profiles a reload from the feed builds on.
     pub fn set_config(&self, config: &Config) {
         *self.shared.config.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(config.clone());
+        self.lock().forget_order();
     }
 
     /// A snapshot of what ordering reads (for listings; the hot path never copies it).
@@ -429,6 +449,7 @@ impl Book {
     pub fn add_profile(&self, profile: &StoredProfile, credential: Credential) {
         let mut inner = self.lock();
         inner.local_edits += 1;
+        inner.forget_order();
         let view = ProfileView {
             id: profile.id.clone(),
             kind: profile.kind,
@@ -451,6 +472,7 @@ impl Book {
     pub fn set_tokens(&self, profile: &StoredProfile, credential: Credential, version: Option<Vec<u8>>) {
         let mut inner = self.lock();
         inner.local_edits += 1;
+        inner.forget_order();
         let stats = inner.roster.views.get(&profile.id).map(|v| v.stats.clone()).unwrap_or_default();
         let enabled = inner.roster.views.get(&profile.id).map_or(profile.enabled, |v| v.enabled);
         let view = ProfileView {
@@ -501,6 +523,7 @@ impl Book {
     pub fn remove_profile(&self, id: &ProfileId) -> bool {
         let mut inner = self.lock();
         inner.local_edits += 1;
+        inner.forget_order();
         let known = inner.roster.views.remove(id).is_some();
         inner.credentials.remove(id);
         inner.token_versions.remove(id);
@@ -517,6 +540,7 @@ impl Book {
     pub fn set_enabled(&self, id: &ProfileId, enabled: bool) -> bool {
         let mut inner = self.lock();
         inner.local_edits += 1;
+        inner.forget_order();
         match inner.roster.views.get_mut(id) {
             Some(v) => {
                 v.enabled = enabled;
@@ -530,6 +554,7 @@ impl Book {
     pub fn set_order(&self, provider: &str, ids: Option<Vec<ProfileId>>) {
         let mut inner = self.lock();
         inner.local_edits += 1;
+        inner.forget_order();
         match ids {
             Some(ids) => inner.roster.orders.insert(provider.to_string(), ids),
             None => inner.roster.orders.remove(provider),
@@ -873,6 +898,7 @@ impl Shared {
         }
         inner.pending.retain(|id, _| roster.views.contains_key(id));
         inner.roster = roster;
+        inner.forget_order();
         inner.credentials = credentials;
         inner.token_versions = token_versions;
         inner.put_models(snapshot.model_cooldowns.into_iter().collect(), &policy);
@@ -880,7 +906,75 @@ impl Shared {
     }
 }
 
+/// How many usable profiles a request gets at once from the rotation index; a walk that tries
+/// them all asks for the next ones.
+const FIRST: usize = 8;
+
 impl Inner {
+    /// The first usable profiles of `provider` for `model`, less `exclude`, from the rotation
+    /// index (built here when missing). Only for a provider without an explicit order.
+    fn first_usable(
+        &mut self,
+        config: &Config,
+        (provider, model): (&str, &str),
+        exclude: &[ProfileId],
+        now: Millis,
+    ) -> Vec<ProfileId> {
+        let roster = &self.roster;
+        let index = self.rotation.entry(provider.to_string()).or_insert_with(|| {
+            let configured = config.configured_profiles(provider);
+            let stored = roster.stored_ids.get(provider).map(Vec::as_slice).unwrap_or(&[]);
+            let base = if configured.is_empty() { stored } else { &configured };
+            RotationIndex::new(base, &roster.views, config.rotation.order)
+        });
+        let req = OrderRequest {
+            provider,
+            model,
+            now,
+            stored_order: None,
+            config_order: None,
+            configured: &[],
+            stored: &[],
+            rotation: config.rotation.order,
+            sticky: None,
+            pin: None,
+        };
+        index.first(&req, &roster.views, exclude, FIRST)
+    }
+
+    /// Marks the profile a request takes used, later than every other profile of its provider
+    /// (`latest`), and sticks `session` to it.
+    fn use_first(
+        &mut self,
+        id: &ProfileId,
+        latest: Option<Millis>,
+        session: Option<&str>,
+        now: Millis,
+        policy: &CooldownPolicy,
+    ) {
+        let change = Change::Used(latest.map_or(now, |l| now.max(l + 1)));
+        if let Some(view) = self.roster.views.get_mut(id) {
+            view.stats.apply(&change, policy);
+            self.queue(id, change);
+            self.reorder(id);
+        }
+        if let Some(s) = session {
+            self.sessions.insert((id.provider().to_string(), s.to_string()), id.clone(), now);
+        }
+    }
+
+    /// The profile's last use changed: its place in the rotation index too.
+    fn reorder(&mut self, id: &ProfileId) {
+        if let Some(index) = self.rotation.get_mut(id.provider()) {
+            index.touch(id, &self.roster.views);
+        }
+    }
+
+    /// The roster or the config changed: the rotation indexes are built again on next use.
+    fn forget_order(&mut self) {
+        self.rotation.clear();
+    }
+
     /// A change already applied to a profile's stats here: queued for the writer in the same
     /// critical section, so that the writer sees changes in the order they happened.
     fn queue(&mut self, id: &ProfileId, change: Change) {
@@ -913,6 +1007,7 @@ impl Inner {
             if let Some(view) = self.roster.views.get_mut(&id) {
                 view.stats = s;
             }
+            self.reorder(&id);
         }
     }
 

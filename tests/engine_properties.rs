@@ -6,7 +6,7 @@
 
 use proptest::prelude::*;
 use proptest::test_runner::Config as ProptestConfig;
-use rota::engine::order::{OrderRequest, Ordered, Rotation, Slot, order};
+use rota::engine::order::{OrderRequest, Ordered, Rotation, RotationIndex, Slot, order};
 use rota::engine::{
     Change, Cooldown, CooldownPolicy, Disabled, Failure, Millis, ProfileId, ProfileType, ProfileView, Reason, Until,
     Unwritten, UsageStats,
@@ -747,6 +747,45 @@ proptest! {
             at_once.apply(&c, &pol);
         }
         prop_assert_eq!(one_by_one, at_once);
+    }
+
+    /// The rotation index gives what `order` gives first, without an explicit order or a
+    /// sticky session: the first k usable profiles, less those excluded, and again after each
+    /// of a series of uses (which move a profile to the end).
+    #[test]
+    fn the_rotation_index_gives_the_first_usable_profiles_of_the_order(
+        sc in scenario(),
+        k in 1usize..6,
+        exclude in proptest::collection::vec(0usize..14, 0..3),
+        uses in proptest::collection::vec(0usize..14, 0..8),
+    ) {
+        let sc = Scenario { stored_order: None, config_order: None, sticky: None, ..sc };
+        let mut w = World::new(&sc);
+        let base = w.base().0;
+        let mut index = RotationIndex::new(&base, &w.book, sc.rotation);
+        let ids = universe(sc.specs.len());
+        let exclude: Vec<ProfileId> = exclude.iter().filter_map(|&i| ids.get(i).cloned()).collect();
+        let mut now = NOW;
+        for step in 0..=uses.len() {
+            let want: Vec<ProfileId> = run_order(&w, &sc)
+                .slots
+                .into_iter()
+                .filter(|s| s.blocked.is_none() && !exclude.contains(&s.id))
+                .map(|s| s.id)
+                .take(k)
+                .collect();
+            prop_assert_eq!(index.first(&w.request(&sc), &w.book, &exclude, k), want, "after {} uses", step);
+            let Some(used) = uses.get(step).and_then(|&i| ids.get(i)) else { continue };
+            now += 1;
+            if let Some(v) = w.book.get_mut(used) {
+                v.stats.apply(&Change::Used(now), &CooldownPolicy::default());
+                prop_assert!(index.latest() <= Some(now));
+                index.touch(used, &w.book);
+                if base.contains(used) {
+                    prop_assert_eq!(index.latest(), Some(now));
+                }
+            }
+        }
     }
 
     /// No server undoes what another learned: after both servers' failures land, in any order,

@@ -66,6 +66,37 @@ async fn lru_rotation_spreads_six_requests_over_three_keys() {
     assert_eq!(rota.scalar("SELECT SUM(success_count) FROM usage_stats").await, Some(6));
 }
 
+/// A provider with more profiles than a request takes at once from the rotation index (8):
+/// when the first ones all fail, the walk asks for the next ones and keeps rotating on the same
+/// model instead of falling back.
+#[tokio::test]
+async fn a_walk_rotates_past_the_first_eight_profiles_of_a_large_provider() {
+    let mock = Mock::default();
+    let base = mock.start().await;
+    let keys: Vec<(String, String)> =
+        (0..11).map(|i| (format!("openai:a{i:02}"), format!("sk-large-{i:02}"))).collect();
+    let profiles: Vec<(&str, &str)> = keys.iter().map(|(id, k)| (id.as_str(), k.as_str())).collect();
+    let rota = Rota::start(&config(&base, ""), &profiles).await;
+    let bad = r#"{"error":{"message":"The server had an error processing your request","type":"server_error"}}"#;
+    for (_, key) in &keys[..10] {
+        mock.script(key, vec![Reply::Status(500, vec![], bad.into()); 3]);
+    }
+    let resp =
+        rota.chat(json!({"model": "openai/gpt-4.1", "messages": [{"role": "user", "content": "hi"}]}), &[]).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["x-rota-profile"], "openai:a10");
+    let kinds: Vec<String> =
+        rota.attempts().await.into_iter().filter(|a| a.3 == "failure" || a.3 == "success").map(|a| a.0).collect();
+    let profiles: Vec<Option<String>> =
+        rota.attempts().await.into_iter().filter(|a| a.0 != "retry").map(|a| a.2).collect();
+    assert_eq!(
+        profiles,
+        keys.iter().map(|(id, _)| Some(id.clone())).collect::<Vec<_>>(),
+        "each profile once, in order"
+    );
+    assert!(kinds.iter().all(|k| k == "primary" || k == "rotate" || k == "retry"), "no fallback: {kinds:?}");
+}
+
 #[tokio::test]
 async fn answer_carries_rota_headers_and_the_body_reaches_upstream_unchanged_but_model() {
     let mock = Mock::default();

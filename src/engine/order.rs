@@ -47,6 +47,9 @@ pub struct Ordered {
     pub slots: Vec<Slot>,
     /// The request pinned a profile: it is the only slot and it never rotates.
     pub pinned: bool,
+    /// Only the first usable profiles are listed (`RotationIndex::first`): the order goes on,
+    /// and asking again without them gives the next ones.
+    pub more: bool,
 }
 
 impl Ordered {
@@ -97,7 +100,7 @@ pub fn order(req: &OrderRequest<'_>, profiles: &Views) -> Result<Ordered, PinErr
             return Err(PinError::Unusable(pin.clone(), why));
         }
         let slot = Slot { id: pin.clone(), blocked: blocked(view, req) };
-        return Ok(Ordered { slots: vec![slot], pinned: true });
+        return Ok(Ordered { slots: vec![slot], pinned: true, more: false });
     }
 
     let explicit = explicit(req);
@@ -144,7 +147,92 @@ pub fn order(req: &OrderRequest<'_>, profiles: &Views) -> Result<Ordered, PinErr
         .map(|v| Slot { id: v.id.clone(), blocked: None })
         .chain(cooled.into_iter().map(|(v, b)| Slot { id: v.id.clone(), blocked: Some(b) }))
         .collect();
-    Ok(Ordered { slots, pinned: false })
+    Ok(Ordered { slots, pinned: false, more: false })
+}
+
+/// A provider's profiles kept in the rotation's order (no explicit order), so that a request
+/// finds the first usable ones without sorting, or copying, all of them: with thousands of
+/// profiles on one provider, `order` is O(n log n) per request, `RotationIndex::first` about
+/// O(log n + k). Keyed as `order` sorts usable profiles (`lru`: last used, then type, then the
+/// position in the provider's list; `type_first`: type first), so both give the same order.
+#[derive(Clone, Debug)]
+pub struct RotationIndex {
+    rotation: Rotation,
+    ids: Vec<ProfileId>,
+    /// Each position's key as it is in `keys`.
+    key_of: Vec<(Millis, Millis)>,
+    pos_of: std::collections::HashMap<ProfileId, usize, foldhash::fast::RandomState>,
+    keys: std::collections::BTreeSet<(Millis, Millis, usize)>,
+    /// The latest `last_used` of the provider's profiles.
+    latest: Option<Millis>,
+}
+
+impl RotationIndex {
+    /// The index of `base` (the provider's profiles, in the order that breaks ties; its first
+    /// occurrence of an id counts), with the stats of `profiles`.
+    pub fn new(base: &[ProfileId], profiles: &Views, rotation: Rotation) -> RotationIndex {
+        let mut index = RotationIndex {
+            rotation,
+            ids: Vec::with_capacity(base.len()),
+            key_of: Vec::with_capacity(base.len()),
+            pos_of: Default::default(),
+            keys: Default::default(),
+            latest: None,
+        };
+        for id in base {
+            if index.pos_of.contains_key(id) {
+                continue;
+            }
+            let pos = index.ids.len();
+            index.pos_of.insert(id.clone(), pos);
+            index.ids.push(id.clone());
+            index.key_of.push((0, 0));
+            index.touch(id, profiles);
+        }
+        index
+    }
+
+    /// The key of `id` after its stats (last use, type) changed.
+    pub fn touch(&mut self, id: &ProfileId, profiles: &Views) {
+        let (Some(&pos), Some(v)) = (self.pos_of.get(id), profiles.get(id)) else { return };
+        let lru = v.stats.last_used.unwrap_or(0);
+        let key = match self.rotation {
+            Rotation::Lru => (lru, v.kind as Millis),
+            Rotation::TypeFirst => (v.kind as Millis, lru),
+        };
+        self.keys.remove(&(self.key_of[pos].0, self.key_of[pos].1, pos));
+        self.keys.insert((key.0, key.1, pos));
+        self.key_of[pos] = key;
+        self.latest = self.latest.max(v.stats.last_used);
+    }
+
+    /// The latest `last_used` of the provider's profiles.
+    pub fn latest(&self) -> Option<Millis> {
+        self.latest
+    }
+
+    /// The first `k` profiles of `req`'s order that are usable for its model, less `exclude`:
+    /// what `order` puts first, found without looking at the rest. Empty when none is usable
+    /// (then `order` tells why: cooling, or no profile).
+    pub fn first(&self, req: &OrderRequest<'_>, profiles: &Views, exclude: &[ProfileId], k: usize) -> Vec<ProfileId> {
+        let mut out = Vec::with_capacity(k.min(self.ids.len()));
+        for &(_, _, pos) in &self.keys {
+            if out.len() == k {
+                break;
+            }
+            let id = &self.ids[pos];
+            let Some(view) = profiles.get(id) else { continue };
+            if id.provider() != req.provider
+                || view.unusable(req.now).is_some()
+                || blocked(view, req).is_some()
+                || exclude.contains(id)
+            {
+                continue;
+            }
+            out.push(id.clone());
+        }
+        out
+    }
 }
 
 fn blocked(view: &ProfileView, req: &OrderRequest<'_>) -> Option<(Until, Reason)> {
@@ -454,6 +542,7 @@ mod tests {
         let o = Ordered {
             slots: vec![slot(50, Reason::Overloaded), slot(70, Reason::RateLimit), slot(90, Reason::RateLimit)],
             pinned: false,
+            more: false,
         };
         assert_eq!(o.all_blocked(), Some((Until::At(50), Reason::RateLimit)));
         let mut with_free = o.clone();

@@ -196,6 +196,10 @@ struct Cursor {
     pinned: bool,
     /// `Book::pick` marked the first slot used as it ordered them.
     picked: bool,
+    /// The order goes on past `slots` (`Ordered::more`): once they are tried, ask for the next.
+    more: bool,
+    /// The profiles of this candidate tried before `slots`.
+    tried: Vec<ProfileId>,
     /// This candidate's latest failure, for the aggregated error.
     last: Option<ModelFailure>,
 }
@@ -281,7 +285,7 @@ impl Walk {
                             Kind::Retry
                         } else if self.trail.seq == 0 {
                             Kind::Primary
-                        } else if cur.j > 0 {
+                        } else if cur.j > 0 || !cur.tried.is_empty() {
                             Kind::Rotate
                         } else {
                             Kind::Fallback
@@ -296,6 +300,22 @@ impl Walk {
                     }
                     cur.j += 1;
                     cur.tries = 0;
+                }
+                if cur.more {
+                    // The next usable profiles of this candidate, those tried left out.
+                    cur.tried.append(&mut cur.slots);
+                    let exclude: Vec<ProfileId> = self.exclude.iter().chain(&cur.tried).cloned().collect();
+                    let cand = &self.chain[self.index];
+                    let target = (cand.provider.as_str(), cand.model.as_str());
+                    if let Ok((ordered, picked)) =
+                        book.pick(config, target, self.session.as_deref(), None, &exclude, now)
+                    {
+                        cur.slots = ordered.slots.into_iter().filter(|s| s.blocked.is_none()).map(|s| s.id).collect();
+                        (cur.j, cur.tries, cur.picked, cur.more) = (0, 0, picked, ordered.more);
+                        if !cur.slots.is_empty() {
+                            continue;
+                        }
+                    }
                 }
                 self.failures.extend(cur.last.take());
                 self.cur = None;
@@ -361,6 +381,8 @@ impl Walk {
                 probe: gate == Gate::Probe,
                 pinned: ordered.pinned,
                 picked,
+                more: ordered.more && gate != Gate::Probe,
+                tried: Vec::new(),
                 last: None,
             });
         }
