@@ -1,8 +1,9 @@
-//! Micro-benchmarks of the engine (divan): ordering 10 to 10,000 profiles, classifying a
+//! Micro-benchmarks of the engine (divan): ordering 10 to 10,000 profiles (whole, and the
+//! first usable ones through the rotation index, with a use moving one to the end), classifying a
 //! provider error, and one whole failover decision. `cargo bench --bench engine`.
 
 use rota::engine::classify::{Classifier, Observed};
-use rota::engine::order::{OrderRequest, Rotation, order};
+use rota::engine::order::{OrderRequest, Rotation, RotationIndex, order};
 use rota::engine::{CooldownPolicy, Failure, ProfileId, ProfileType, ProfileView, UsageStats, Views};
 
 const NOW: i64 = 1_800_000_000_000;
@@ -62,6 +63,24 @@ fn request<'a>(ids: &'a [ProfileId]) -> OrderRequest<'a> {
 fn order_profiles(bencher: divan::Bencher, n: usize) {
     let (ids, views) = profiles(n);
     bencher.bench_local(|| order(divan::black_box(&request(&ids)), divan::black_box(&views)).unwrap());
+}
+
+/// What a request does on the hot path: the first 8 usable profiles from the rotation index,
+/// then the first one used (moved to the end of the rotation).
+#[divan::bench(args = [10, 100, 1_000, 10_000])]
+fn first_usable_from_the_index(bencher: divan::Bencher, n: usize) {
+    let (ids, mut views) = profiles(n);
+    let mut index = RotationIndex::new(&ids, &views, Rotation::Lru);
+    let mut now = NOW;
+    bencher.bench_local(|| {
+        let first = index.first(divan::black_box(&request(&ids)), &views, &[], 8);
+        now += 1;
+        if let Some(v) = views.get_mut(&first[0]) {
+            v.stats.mark_used(now);
+        }
+        index.touch(&first[0], &views);
+        first
+    });
 }
 
 const BODY: &str = r#"{"error":{"message":"Rate limit reached for gpt-4.1 in organization org-x on requests per min (RPM): Limit 500, Used 500. Please try again in 1.2s.","type":"requests","code":"rate_limit_exceeded"}}"#;
