@@ -147,6 +147,17 @@ impl Server {
             .sum::<f64>() as u64
     }
 
+    /// Watches for `d`: the largest RSS seen (MB), and whether `/healthz` said `degraded`.
+    async fn watch(&self, d: Duration) -> (u64, bool) {
+        let (t, mut rss_max, mut degraded) = (Instant::now(), self.rss_mb(), false);
+        while t.elapsed() < d {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            rss_max = rss_max.max(self.rss_mb());
+            degraded |= self.health().await["status"] == "degraded";
+        }
+        (rss_max, degraded)
+    }
+
     /// Waits until both writers are idle and not failing; how long that took.
     async fn drained(&self, limit: Duration) -> Duration {
         let t = Instant::now();
@@ -311,16 +322,9 @@ async fn an_unwritable_database_loses_nothing_uncounted_and_writes_resume() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let rss_before = server.rss_mb();
     let fault = if long() { 30 } else { 10 };
-    let (mut rss_max, mut degraded) = (rss_before, false);
-    {
-        let _frozen = Immutable::set(site.dir.path());
-        let t = Instant::now();
-        while t.elapsed() < Duration::from_secs(fault) {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            rss_max = rss_max.max(server.rss_mb());
-            degraded |= server.health().await["status"] == "degraded";
-        }
-    }
+    let frozen = Immutable::set(site.dir.path());
+    let (rss_max, degraded) = server.watch(Duration::from_secs(fault)).await;
+    drop(frozen);
     let answered = load.stop().await;
     let resumed = server.drained(Duration::from_secs(10)).await;
     let (missing, dropped, dropped_attempts) = assert_nothing_lost_uncounted(&site, &server, &answered).await;
@@ -353,12 +357,7 @@ async fn a_writer_blocked_by_an_auditor_sheds_exactly_what_it_counts() {
     let block = if long() { 60 } else { 15 };
     let mut auditor = site.db().await;
     sqlx::query("BEGIN IMMEDIATE").execute(&mut auditor).await.unwrap();
-    let (t, mut rss_max, mut degraded) = (Instant::now(), rss_before, false);
-    while t.elapsed() < Duration::from_secs(block) {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        rss_max = rss_max.max(server.rss_mb());
-        degraded |= server.health().await["status"] == "degraded";
-    }
+    let (rss_max, degraded) = server.watch(Duration::from_secs(block)).await;
     sqlx::query("ROLLBACK").execute(&mut auditor).await.unwrap();
     drop(auditor);
     let answered = load.stop().await;
