@@ -11,7 +11,7 @@ pg=$(mktemp -d)
 trap 'scripts/postgres.sh stop "$pg" || true; rm -rf "$pg"' EXIT
 eval "$(scripts/postgres.sh start "$pg")"
 
-cargo test --locked
+cargo test --locked --workspace
 cargo build --locked
 
 req=tests/peers/requirements.txt

@@ -9,7 +9,7 @@ pub mod cli;
 pub mod config;
 pub mod demo;
 pub mod doctor;
-pub mod engine;
+pub use rota_engine as engine;
 pub mod gateway;
 pub mod keyring;
 pub mod metrics;

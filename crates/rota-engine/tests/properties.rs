@@ -6,8 +6,8 @@
 
 use proptest::prelude::*;
 use proptest::test_runner::Config as ProptestConfig;
-use rota::engine::order::{OrderRequest, Ordered, Rotation, RotationIndex, Slot, order};
-use rota::engine::{
+use rota_engine::order::{OrderRequest, Ordered, Rotation, RotationIndex, Slot, order};
+use rota_engine::{
     Change, Cooldown, CooldownPolicy, Disabled, Failure, Millis, ProfileId, ProfileType, ProfileView, Reason, Until,
     Unwritten, UsageStats,
 };
@@ -177,7 +177,7 @@ fn view_of(id: ProfileId, s: &ProfileSpec) -> ProfileView {
 }
 
 struct World {
-    book: rota::engine::Views,
+    book: rota_engine::Views,
     stored: Vec<ProfileId>,
     configured: Vec<ProfileId>,
     stored_order: Option<Vec<ProfileId>>,
@@ -189,7 +189,7 @@ impl World {
     fn new(sc: &Scenario) -> World {
         let ids = universe(sc.specs.len());
         let pick = |v: &Vec<usize>| v.iter().map(|&i| ids[i].clone()).collect::<Vec<_>>();
-        let mut book: rota::engine::Views =
+        let mut book: rota_engine::Views =
             sc.specs.iter().enumerate().map(|(i, s)| (own(i), view_of(own(i), s))).collect();
         let foreign_spec = ProfileSpec {
             kind: ProfileType::OAuth,

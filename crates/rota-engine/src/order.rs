@@ -243,7 +243,7 @@ fn blocked(view: &ProfileView, req: &OrderRequest<'_>) -> Option<(Until, Reason)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::{Cooldown, Disabled, ProfileType, UsageStats};
+    use crate::{Cooldown, Disabled, ProfileType, UsageStats};
 
     const NOW: Millis = 10_000_000;
 

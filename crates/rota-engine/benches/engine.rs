@@ -1,10 +1,10 @@
 //! Micro-benchmarks of the engine (divan): ordering 10 to 10,000 profiles (whole, and the
 //! first usable ones through the rotation index, with a use moving one to the end), classifying a
-//! provider error, and one whole failover decision. `cargo bench --bench engine`.
+//! provider error, and one whole failover decision. `cargo bench -p rota-engine`.
 
-use rota::engine::classify::{Classifier, Observed};
-use rota::engine::order::{OrderRequest, Rotation, RotationIndex, order};
-use rota::engine::{CooldownPolicy, Failure, ProfileId, ProfileType, ProfileView, UsageStats, Views};
+use rota_engine::classify::{Classifier, Observed};
+use rota_engine::order::{OrderRequest, Rotation, RotationIndex, order};
+use rota_engine::{CooldownPolicy, Failure, ProfileId, ProfileType, ProfileView, UsageStats, Views};
 
 const NOW: i64 = 1_800_000_000_000;
 
@@ -20,7 +20,7 @@ fn profiles(n: usize) -> (Vec<ProfileId>, Views) {
         let mut stats = UsageStats { last_used: Some(NOW - ((i * 7919) % 100_000) as i64), ..Default::default() };
         if i % 10 == 0 {
             let f = Failure {
-                reason: rota::engine::Reason::RateLimit,
+                reason: rota_engine::Reason::RateLimit,
                 model: "gpt-4.1".into(),
                 hint_ms: None,
                 account_wide: false,
