@@ -617,7 +617,8 @@ impl Book {
     /// and models have changes waiting.
     pub fn writer_state(&self) -> (bool, usize) {
         let inner = self.lock();
-        let waiting = inner.pending.len() + inner.inflight.len() + inner.model_pending.len();
+        let waiting =
+            inner.pending.len() + inner.inflight.len() + inner.model_pending.len() + inner.model_inflight.len();
         (self.shared.failing.load(Ordering::Relaxed), waiting)
     }
 
@@ -927,19 +928,7 @@ impl Inner {
             let base = if configured.is_empty() { stored } else { &configured };
             RotationIndex::new(base, &roster.views, config.rotation.order)
         });
-        let req = OrderRequest {
-            provider,
-            model,
-            now,
-            stored_order: None,
-            config_order: None,
-            configured: &[],
-            stored: &[],
-            rotation: config.rotation.order,
-            sticky: None,
-            pin: None,
-        };
-        index.first(&req, &roster.views, exclude, FIRST)
+        index.first((provider, model), now, &roster.views, exclude, FIRST)
     }
 
     /// Marks the profile a request takes used, later than every other profile of its provider

@@ -39,7 +39,7 @@ impl PgStore {
         let pool = PgPoolOptions::new()
             .max_connections(8)
             .acquire_timeout(Duration::from_secs(10))
-            .before_acquire(|conn, _| Box::pin(async move { Ok(super::sqlite::usable(conn)) }))
+            .before_acquire(|conn, _| Box::pin(async move { Ok(super::sql::usable(conn)) }))
             .connect_with(opts)
             .await?;
         MIGRATOR.run(&pool).await?;

@@ -14,6 +14,17 @@ pub(super) fn corrupt(table: &'static str, detail: impl ToString) -> StoreError 
     StoreError::Corrupt { table, detail: detail.to_string() }
 }
 
+/// Whether a pooled connection may be handed out: one left inside a transaction (its commit
+/// failed on an I/O error, and so did the rollback) would refuse every later `BEGIN` and keep
+/// the write lock, so it is closed and a fresh connection opened instead.
+pub(super) fn usable<C: sqlx::Connection>(conn: &C) -> bool {
+    let ok = !conn.is_in_transaction();
+    if !ok {
+        tracing::warn!("a database connection was left inside a failed transaction; reconnecting");
+    }
+    ok
+}
+
 /// Implements `Store` for `$store`, a struct with a `pool: sqlx::Pool<$db>` and two methods
 /// that begin transactions: `write_tx` (one that may change the shared state, serialized with
 /// every other such writer) and `audit_tx` (one that only appends audit rows), a

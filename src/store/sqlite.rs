@@ -74,17 +74,6 @@ const JOURNAL_SIZE_LIMIT: u64 = 64 << 20;
 /// How long a statement waits for another connection's lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Whether a pooled connection may be handed out: one left inside a transaction (its commit
-/// failed on an I/O error, and so did the rollback) would refuse every later `BEGIN` and keep
-/// the write lock, so it is closed and a fresh connection opened instead.
-pub(super) fn usable<C: sqlx::Connection>(conn: &C) -> bool {
-    let ok = !conn.is_in_transaction();
-    if !ok {
-        tracing::warn!("a database connection was left inside a failed transaction; reconnecting");
-    }
-    ok
-}
-
 impl SqliteStore {
     /// Opens (creating if needed) the database file and applies pending migrations.
     pub async fn open(path: &Path) -> Result<SqliteStore, StoreError> {
@@ -108,7 +97,7 @@ impl SqliteStore {
             .max_connections(4)
             .before_acquire(move |conn, meta| {
                 let fresh = !seen.outlived(meta.age);
-                Box::pin(async move { Ok(fresh && usable(conn)) })
+                Box::pin(async move { Ok(fresh && super::sql::usable(conn)) })
             })
             .connect_with(opts)
             .await?;

@@ -211,10 +211,18 @@ impl RotationIndex {
         self.latest
     }
 
-    /// The first `k` profiles of `req`'s order that are usable for its model, less `exclude`:
-    /// what `order` puts first, found without looking at the rest. Empty when none is usable
+    /// The first `k` profiles of the order of `provider`'s profiles for `model` that are
+    /// usable at `now`, less `exclude`: what `order` puts first without an explicit order, a
+    /// sticky session or a pin, found without looking at the rest. Empty when none is usable
     /// (then `order` tells why: cooling, or no profile).
-    pub fn first(&self, req: &OrderRequest<'_>, profiles: &Views, exclude: &[ProfileId], k: usize) -> Vec<ProfileId> {
+    pub fn first(
+        &self,
+        (provider, model): (&str, &str),
+        now: Millis,
+        profiles: &Views,
+        exclude: &[ProfileId],
+        k: usize,
+    ) -> Vec<ProfileId> {
         let mut out = Vec::with_capacity(k.min(self.ids.len()));
         for &(_, _, pos) in &self.keys {
             if out.len() == k {
@@ -222,9 +230,9 @@ impl RotationIndex {
             }
             let id = &self.ids[pos];
             let Some(view) = profiles.get(id) else { continue };
-            if id.provider() != req.provider
-                || view.unusable(req.now).is_some()
-                || blocked(view, req).is_some()
+            if id.provider() != provider
+                || view.unusable(now).is_some()
+                || view.stats.blocked_until(model, now).is_some()
                 || exclude.contains(id)
             {
                 continue;

@@ -774,7 +774,7 @@ proptest! {
                 .map(|s| s.id)
                 .take(k)
                 .collect();
-            prop_assert_eq!(index.first(&w.request(&sc), &w.book, &exclude, k), want, "after {} uses", step);
+            prop_assert_eq!(index.first((PROVIDER, MODELS[sc.model]), NOW, &w.book, &exclude, k), want, "after {} uses", step);
             let Some(used) = uses.get(step).and_then(|&i| ids.get(i)) else { continue };
             now += 1;
             if let Some(v) = w.book.get_mut(used) {
