@@ -39,6 +39,13 @@ struct Site {
 }
 
 impl Site {
+    /// A site whose providers are a fresh mock upstream, and that mock.
+    async fn on_mock(extra: &str) -> (Mock, Site) {
+        let mock = Mock::default();
+        let upstream = mock.start().await;
+        (mock, Site::new(&upstream, extra).await)
+    }
+
     async fn new(upstream: &str, extra: &str) -> Site {
         let dir = tempfile::tempdir().unwrap();
         let mut config = format!(
@@ -314,9 +321,7 @@ async fn assert_nothing_lost_uncounted(site: &Site, server: &Server, answered: &
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unwritable_database_loses_nothing_uncounted_and_writes_resume() {
     let _one = SERIAL.lock().await;
-    let mock = Mock::default();
-    let upstream = mock.start().await;
-    let site = Site::new(&upstream, "[audit]\nqueue = 20000\n").await;
+    let (_mock, site) = Site::on_mock("[audit]\nqueue = 20000\n").await;
     let server = site.serve();
     let load = Load::start(&server.url, &site.agent);
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -347,9 +352,7 @@ async fn an_unwritable_database_loses_nothing_uncounted_and_writes_resume() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writer_blocked_by_an_auditor_sheds_exactly_what_it_counts() {
     let _one = SERIAL.lock().await;
-    let mock = Mock::default();
-    let upstream = mock.start().await;
-    let site = Site::new(&upstream, "[audit]\nqueue = 2000\n").await;
+    let (_mock, site) = Site::on_mock("[audit]\nqueue = 2000\n").await;
     let server = site.serve();
     let load = Load::start(&server.url, &site.agent);
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -375,9 +378,7 @@ async fn a_writer_blocked_by_an_auditor_sheds_exactly_what_it_counts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_wal_shrinks_back_under_its_limit_after_a_long_reader() {
     let _one = SERIAL.lock().await;
-    let mock = Mock::default();
-    let upstream = mock.start().await;
-    let site = Site::new(&upstream, "[database]\nwal_limit_mb = 1\ncheckpoint_every = \"2s\"\n").await;
+    let (_mock, site) = Site::on_mock("[database]\nwal_limit_mb = 1\ncheckpoint_every = \"2s\"\n").await;
     let server = site.serve();
     let load = Load::start(&server.url, &site.agent);
     let wal = || std::fs::metadata(site.path("rota.db-wal")).map(|m| m.len()).unwrap_or(0);
@@ -415,9 +416,7 @@ async fn the_wal_shrinks_back_under_its_limit_after_a_long_reader() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_under_load_keeps_every_cooldown_and_loses_at_most_the_window() {
     let _one = SERIAL.lock().await;
-    let mock = Mock::default();
-    let upstream = mock.start().await;
-    let site = Site::new(&upstream, "").await;
+    let (mock, site) = Site::on_mock("").await;
     let kills = 10;
     let mut worst = Duration::ZERO;
     let mut lost_total = 0;
@@ -482,9 +481,7 @@ async fn sigkill_under_load_keeps_every_cooldown_and_loses_at_most_the_window() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_cuts_an_endless_stream_after_the_grace_and_audits_it_cancelled() {
     let _one = SERIAL.lock().await;
-    let mock = Mock::default();
-    let upstream = mock.start().await;
-    let site = Site::new(&upstream, "[server]\nshutdown_grace = \"2s\"\n").await;
+    let (mock, site) = Site::on_mock("[server]\nshutdown_grace = \"2s\"\n").await;
     let mut server = site.serve();
     mock.script("sk-fault-0", vec![Reply::StreamStallAfterFirst]);
     let mut resp = client()
@@ -521,9 +518,7 @@ async fn the_doors_close_on_slow_and_idle_clients_and_healthz_still_answers() {
     let _one = SERIAL.lock().await;
     #[cfg(unix)]
     rlimit::increase_nofile_limit(u64::MAX).unwrap();
-    let mock = Mock::default();
-    let upstream = mock.start().await;
-    let site = Site::new(&upstream, "[server]\nheader_timeout = \"1s\"\nbody_timeout = \"1s\"\n").await;
+    let (_mock, site) = Site::on_mock("[server]\nheader_timeout = \"1s\"\nbody_timeout = \"1s\"\n").await;
     let server = site.serve();
 
     // Slowloris: half a request head, then nothing.
