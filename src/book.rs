@@ -24,7 +24,7 @@ use crate::engine::{
 };
 use crate::secrets::{MasterKey, OpenError, SecretField};
 use crate::store::{Origin, Snapshot, Store, StoreError, StoredProfile};
-use secrecy::SecretString;
+use secrecy::{ExposeSecret, SecretString};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
@@ -45,6 +45,18 @@ pub enum Credential {
     ApiKey(SecretString),
     Token(SecretString),
     OAuth { access: Option<SecretString>, refresh: Option<SecretString> },
+}
+
+impl Credential {
+    /// The secrets an upstream could echo back: the ones rota sends.
+    pub fn secrets(&self) -> Vec<&str> {
+        match self {
+            Credential::ApiKey(s) | Credential::Token(s) => vec![s.expose_secret()],
+            Credential::OAuth { access, refresh } => {
+                access.iter().chain(refresh.iter()).map(|s| s.expose_secret()).collect()
+            }
+        }
+    }
 }
 
 /// Builds the profile views ordering works on, from what is stored plus the config file.

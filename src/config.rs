@@ -729,7 +729,7 @@ impl Config {
                     out.push(format!("{key}.{field}: environment variable `{v}` is unset or empty"));
                 }
                 Some(v) => {
-                    if let Some(bad) = p.secret().and_then(|s| crate::profiles::invisible(s.expose_secret())) {
+                    if let Some(bad) = p.secret().and_then(|s| crate::secrets::invisible(s.expose_secret())) {
                         out.push(format!(
                             "{key}.{field}: environment variable `{v}` holds {bad} (a secret is visible ASCII)"
                         ));

@@ -1,17 +1,21 @@
 #![forbid(unsafe_code)]
 //! rota: an auth-profile rotation gateway for LLM providers.
 
+pub mod access;
 pub mod agents;
 pub mod api;
+pub mod app;
 pub mod audit;
 pub mod book;
 pub mod cli;
 pub mod config;
+pub mod deadline;
 pub mod demo;
 pub mod doctor;
 pub use rota_engine as engine;
 pub mod gateway;
 pub mod keyring;
+pub mod leases;
 pub mod metrics;
 pub mod oauth;
 pub mod openclaw;
@@ -21,8 +25,10 @@ pub mod refresh;
 pub mod reload;
 pub mod secrets;
 pub mod server;
+pub mod settings;
 pub mod status;
 pub mod store;
 pub mod translate;
 pub mod upkeep;
+pub mod walk;
 pub mod web;

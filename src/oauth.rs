@@ -119,12 +119,12 @@ impl<'c> oauth2::AsyncHttpClient<'c> for Http {
                 .body(body)
                 .send()
                 .await
-                .map_err(|e| HttpError(crate::gateway::upstream::error_text(&e)))?;
+                .map_err(|e| HttpError(crate::redact::error_text(&e)))?;
             let mut out = http::Response::builder().status(resp.status());
             for (k, v) in resp.headers() {
                 out = out.header(k, v);
             }
-            let bytes = resp.bytes().await.map_err(|e| HttpError(crate::gateway::upstream::error_text(&e)))?;
+            let bytes = resp.bytes().await.map_err(|e| HttpError(crate::redact::error_text(&e)))?;
             out.body(bytes.to_vec()).map_err(|e| HttpError(e.to_string()))
         })
     }

@@ -135,7 +135,7 @@ pub fn import(
         if fields.iter().any(|(_, s)| s.trim().is_empty()) {
             return Err(format!("profiles.\"{raw}\": empty secret"));
         }
-        if let Some(bad) = fields.iter().find_map(|(_, s)| crate::profiles::invisible(s)) {
+        if let Some(bad) = fields.iter().find_map(|(_, s)| crate::secrets::invisible(s)) {
             return Err(format!("profiles.\"{raw}\": the secret contains {bad} (a secret is visible ASCII)"));
         }
         let secrets = fields.iter().map(|(f, s)| key.seal(&id, *f, &SecretString::from(s.to_string()))).collect();

@@ -72,22 +72,10 @@ pub fn check_secret(raw: &str, kind: ProfileType) -> Result<SecretString, String
     if trimmed.is_empty() {
         return Err(format!("empty {what}: nothing was added"));
     }
-    if let Some(bad) = invisible(trimmed) {
+    if let Some(bad) = crate::secrets::invisible(trimmed) {
         return Err(format!("the {what} contains {bad}: nothing was added (a secret is visible ASCII)"));
     }
     Ok(SecretString::from(trimmed.to_string()))
-}
-
-/// What in `secret` is not visible ASCII, described without echoing the secret.
-pub fn invisible(secret: &str) -> Option<&'static str> {
-    let c = secret.chars().find(|c| !('!'..='~').contains(c))?;
-    Some(if c.is_whitespace() {
-        "whitespace"
-    } else if c.is_control() {
-        "a control character"
-    } else {
-        "a non-ASCII character"
-    })
 }
 
 /// Checks an explicit order: known profiles of this provider, each once.

@@ -47,6 +47,25 @@ pub fn truncate(text: &str, max: usize) -> String {
     out
 }
 
+/// The error and its causes, e.g. "error sending request: client error (Connect): tcp connect
+/// error: Connection refused (os error 111)".
+pub fn error_text(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts = vec![e.to_string()];
+    let mut src = e.source();
+    while let Some(s) = src {
+        parts.push(s.to_string());
+        src = s.source();
+    }
+    let mut text = parts.join(": ");
+    if let Some(re) = e.downcast_ref::<reqwest::Error>()
+        && re.is_timeout()
+        && !text.contains("timed out")
+    {
+        text.push_str(" (timed out)");
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,11 +15,13 @@ use crate::config::Config;
 use crate::engine::{Clock, Failure, Millis, ProfileId, Reason};
 use crate::oauth::{self, Granted, OAuthError};
 use crate::secrets::{MasterKey, SecretField};
+use crate::settings::Live;
 use crate::store::{Store, StoredProfile};
 use secrecy::{ExposeSecret, SecretString};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 /// Why no fresh credential could be had: the failure as the walk records it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,16 +67,14 @@ impl Refresher {
     }
 
     /// Refreshes, every few seconds, the tokens of profiles about to expire, so that idle
-    /// profiles are fresh when traffic comes. `settings` gives the config in force.
-    pub fn sweep(
-        self: &Arc<Self>,
-        settings: impl Fn() -> Option<Arc<crate::gateway::failover::Settings>> + Send + 'static,
-    ) {
+    /// profiles are fresh when traffic comes; until `tasks` is cancelled.
+    pub fn sweep(self: &Arc<Self>, settings: Live, tasks: CancellationToken) {
         let weak: Weak<Refresher> = Arc::downgrade(self);
-        tokio::spawn(async move {
+        tokio::spawn(tasks.run_until_cancelled_owned(async move {
             loop {
                 tokio::time::sleep(Duration::from_secs(5)).await;
-                let (Some(me), Some(settings)) = (weak.upgrade(), settings()) else { return };
+                let Some(me) = weak.upgrade() else { return };
+                let settings = settings.get();
                 let now = me.clock.now();
                 let lead = settings.config.refresh.lead.as_millis() as Millis;
                 for id in me.book.expiring(now + lead) {
@@ -96,7 +96,7 @@ impl Refresher {
                     }
                 }
             }
-        });
+        }));
     }
 
     /// A refreshed credential when `cred` is an OAuth access token inside the lead window (or

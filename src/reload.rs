@@ -1,11 +1,14 @@
 //! Config reload (SPEC §8): a changed config file applies to the next request; a broken edit is
 //! rejected and logged, and the last good config stays in force.
 
+use crate::book::Book;
 use crate::config::Config;
-use crate::gateway::failover::{Engine, Settings};
+use crate::settings::Settings;
 use std::path::{Path, PathBuf};
-use std::sync::Weak;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 /// How often the file is checked.
 pub const EVERY: Duration = Duration::from_secs(1);
@@ -17,21 +20,23 @@ fn stamp(path: &Path) -> Stamp {
     Some((m.modified().ok()?, m.len()))
 }
 
-/// Watches `path` until the engine is gone.
-pub fn watch(path: PathBuf, engine: Weak<Engine>) {
-    tokio::spawn(async move {
+/// Watches `path` until `tasks` is cancelled, and puts each good change in force: the book
+/// takes its profiles and orders, then `settings` sends it to every reader.
+pub fn watch(path: PathBuf, settings: watch::Sender<Arc<Settings>>, book: Arc<Book>, tasks: CancellationToken) {
+    tokio::spawn(tasks.run_until_cancelled_owned(async move {
         let mut last = stamp(&path);
         loop {
             tokio::time::sleep(EVERY).await;
-            let Some(engine) = engine.upgrade() else { return };
             let now = stamp(&path);
             if now == last {
                 continue;
             }
             last = now;
-            match load(&path, &engine.settings().config) {
+            let current = settings.borrow().clone();
+            match load(&path, &current.config) {
                 Ok(config) => {
-                    engine.replace_settings(Settings::new(config));
+                    book.set_config(&config);
+                    settings.send_replace(Arc::new(Settings::new(config)));
                     tracing::info!(file = %path.display(), "config reloaded; it applies to the next request");
                 }
                 Err(why) => {
@@ -39,7 +44,7 @@ pub fn watch(path: PathBuf, engine: Weak<Engine>) {
                 }
             }
         }
-    });
+    }));
 }
 
 fn load(path: &Path, current: &Config) -> Result<Config, String> {

@@ -329,6 +329,18 @@ fn create_key_file(path: &Path) -> Result<MasterKey, KeyError> {
     Ok(key)
 }
 
+/// What in `secret` is not visible ASCII, described without echoing the secret.
+pub fn invisible(secret: &str) -> Option<&'static str> {
+    let c = secret.chars().find(|c| !('!'..='~').contains(c))?;
+    Some(if c.is_whitespace() {
+        "whitespace"
+    } else if c.is_control() {
+        "a control character"
+    } else {
+        "a non-ASCII character"
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

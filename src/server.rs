@@ -1,144 +1,25 @@
 //! `rota serve`: opens the store, unlocks the secrets, loads the profile book and serves HTTP
 //! until SIGTERM or Ctrl-C, then flushes every pending write.
 
-use crate::api::{self, leases::Leases, oauth::Logins};
+use crate::access::AgentCache;
+use crate::api::ApiState;
+use crate::api::oauth::Logins;
+use crate::api::session::Sessions;
+use crate::app::AppState;
 use crate::audit::Audit;
 use crate::book::Book;
 use crate::config::Config;
 use crate::engine::{Clock, SystemClock};
-use crate::gateway::failover::{Engine, Settings};
+use crate::gateway::Gateway;
 use crate::gateway::upstream::Upstream;
-use crate::gateway::{self, AgentCache};
-use crate::metrics::Snapshot;
+use crate::leases::Leases;
 use crate::refresh::Refresher;
-use crate::secrets::{MasterKey, resolve_key};
-use crate::store::Store;
-use crate::web::{self, Sessions};
+use crate::secrets::resolve_key;
+use crate::settings::Settings;
+use crate::walk::Runtime;
 use anyhow::{Context, Result};
-use axum::extract::State;
-use axum::routing::get;
-use axum::{Json, Router};
-use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// What every handler shares; cheap to clone.
-#[derive(Clone)]
-pub struct AppState {
-    pub engine: Arc<Engine>,
-    pub agents: Arc<AgentCache>,
-    pub leases: Arc<Leases>,
-    pub store: Arc<dyn Store>,
-    pub key: Arc<MasterKey>,
-    pub sessions: Arc<Sessions>,
-    pub logins: Arc<Logins>,
-}
-
-impl AppState {
-    /// The request's console session, if it is live and its agent is still an active admin.
-    pub fn session(&self, headers: &axum::http::HeaderMap) -> Option<crate::web::Session> {
-        self.sessions.find(headers, self.engine.clock.now(), |a| self.agents.is_active_admin(a))
-    }
-}
-
-pub fn router(state: AppState) -> Router {
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/metrics", get(metrics))
-        .merge(gateway::router())
-        .merge(api::router())
-        .merge(web::router())
-        .layer(axum::middleware::from_fn_with_state(state.clone(), body_deadline))
-        .layer(axum::middleware::map_response(nosniff))
-        .with_state(state)
-}
-
-/// A request body that has not arrived whole within `server.body_timeout` (a client that
-/// trickles it, holding the connection) fails to read with `BodyTimeout`.
-async fn body_deadline(
-    State(state): State<AppState>,
-    req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
-    use futures_util::StreamExt;
-    if req.method() == http::Method::GET || req.method() == http::Method::HEAD {
-        return next.run(req).await;
-    }
-    let limit = state.engine.settings().config.server.body_timeout;
-    let deadline = tokio::time::Instant::now() + limit;
-    let (parts, body) = req.into_parts();
-    let timed = futures_util::stream::unfold(Some(body.into_data_stream()), move |stream| async move {
-        let mut stream = stream?;
-        match tokio::time::timeout_at(deadline, stream.next()).await {
-            Ok(Some(chunk)) => Some((chunk, Some(stream))),
-            Ok(None) => None,
-            Err(_) => Some((Err(axum::Error::new(BodyTimeout(limit))), None)),
-        }
-    });
-    next.run(axum::extract::Request::from_parts(parts, axum::body::Body::from_stream(timed))).await
-}
-
-/// The request body did not arrive within `server.body_timeout`.
-#[derive(Debug, thiserror::Error)]
-#[error("the request body did not arrive within {}s (server.body_timeout)", .0.as_secs_f64())]
-pub struct BodyTimeout(pub Duration);
-
-impl BodyTimeout {
-    /// Whether reading a body failed because of its deadline.
-    pub fn caused<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a BodyTimeout> {
-        let mut cur = Some(e);
-        while let Some(e) = cur {
-            if let Some(t) = e.downcast_ref::<BodyTimeout>() {
-                return Some(t);
-            }
-            cur = e.source();
-        }
-        None
-    }
-}
-
-/// Every answer says its content type is the one to use: a browser never sniffs an error
-/// message or an upstream's text into HTML.
-async fn nosniff(mut r: axum::response::Response) -> axum::response::Response {
-    r.headers_mut().insert(http::header::X_CONTENT_TYPE_OPTIONS, http::HeaderValue::from_static("nosniff"));
-    r
-}
-
-/// Prometheus exposition (OpenMetrics text); with `server.metrics_token_file`, only for its bearer token.
-async fn metrics(State(state): State<AppState>, headers: http::HeaderMap) -> axum::response::Response {
-    use axum::response::IntoResponse;
-    let engine = &state.engine;
-    if !crate::metrics::scrape_allowed(&engine.settings().config.server, &headers) {
-        let challenge = [("www-authenticate", "Bearer realm=\"rota metrics\"")];
-        return (http::StatusCode::UNAUTHORIZED, challenge, "a bearer token is needed (server.metrics_token_file)\n")
-            .into_response();
-    }
-    let now = engine.clock.now();
-    let snapshot = Snapshot::of(engine.book.states(now), now, engine.audit.health(), engine.book.writer_state().0);
-    ([("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")], engine.metrics.render(snapshot))
-        .into_response()
-}
-
-/// Always 200 while rota serves (a load balancer keeps sending: requests are answered even
-/// when the database fails); `status` is `degraded` while a writer fails or the audit queue is
-/// over half full, with the details (docs/api.md).
-async fn healthz(State(state): State<AppState>) -> Json<Value> {
-    let audit = state.engine.audit.health();
-    let (stats_failing, stats_waiting) = state.engine.book.writer_state();
-    let degraded = audit.degraded() || stats_failing;
-    Json(json!({
-        "status": if degraded { "degraded" } else { "ok" },
-        "version": env!("CARGO_PKG_VERSION"),
-        "audit": {
-            "queued": audit.queued,
-            "capacity": audit.capacity,
-            "dropped_requests": audit.dropped_requests,
-            "dropped_attempts": audit.dropped_attempts,
-            "failing": audit.failing,
-        },
-        "stats": { "failing": stats_failing, "waiting": stats_waiting },
-    }))
-}
 
 /// A ready gateway: store opened, secrets unlocked, profiles loaded, writers running.
 pub struct App {
@@ -161,24 +42,21 @@ impl App {
         let audit = Audit::start(store.clone(), config.audit.queue);
         let upstream = Upstream::new(&config.timeouts);
         let refresher = Arc::new(Refresher::new(book.clone(), store.clone(), key.clone(), clock.clone()));
-        let engine = Arc::new(Engine::new(
-            Settings::new(config),
-            book.clone(),
-            upstream,
-            audit.clone(),
-            clock,
-            refresher.clone(),
-        ));
-        let weak = Arc::downgrade(&engine);
-        refresher.sweep(move || weak.upgrade().map(|e| e.settings()));
-        crate::upkeep::start(store.clone(), Arc::downgrade(&engine));
+        let (sender, live) = crate::settings::channel(Settings::new(config));
+        let runtime =
+            Arc::new(Runtime::new(live.clone(), book.clone(), audit.clone(), clock.clone(), refresher.clone()));
+        // The background tasks end when the runtime is dropped.
+        refresher.sweep(live.clone(), runtime.tasks());
+        crate::upkeep::start(store.clone(), live, clock.clone(), runtime.tasks());
         if let Some(path) = watched {
-            crate::reload::watch(path, Arc::downgrade(&engine));
+            crate::reload::watch(path, sender, book.clone(), runtime.tasks());
         }
-        let leases = Leases::start(Arc::downgrade(&engine));
+        let leases = Leases::start(clock, runtime.tasks());
         let agents = AgentCache::load(store.clone()).await?;
         let (sessions, logins) = (Arc::new(Sessions::default()), Arc::new(Logins::default()));
-        let state = AppState { engine, agents, leases, store, key, sessions, logins };
+        let gateway = Gateway { runtime: runtime.clone(), upstream: upstream.clone(), agents: agents.clone() };
+        let api = ApiState { runtime, upstream, agents, leases, store, key, sessions, logins };
+        let state = AppState { gateway, api };
         Ok(App { state, book, audit })
     }
 
@@ -192,14 +70,14 @@ impl App {
         listener: tokio::net::TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<()> {
-        let engine = self.state.engine.clone();
-        let leases = self.state.leases.clone();
-        let server = engine.settings().config.server.clone();
+        let runtime = self.state.api.runtime.clone();
+        let leases = self.state.api.leases.clone();
+        let server = runtime.settings().config.server.clone();
         let limit = Arc::new(tokio::sync::Semaphore::new(server.max_connections));
         let graceful = hyper_util::server::graceful::GracefulShutdown::new();
         let mut http = hyper::server::conn::http1::Builder::new();
         http.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(server.header_timeout);
-        let service = hyper_util::service::TowerToHyperService::new(router(self.state));
+        let service = hyper_util::service::TowerToHyperService::new(crate::app::router(self.state));
         tokio::pin!(shutdown);
         loop {
             // A connection over `server.max_connections` waits in the kernel's accept queue.
@@ -240,12 +118,12 @@ impl App {
         tokio::pin!(finished);
         if tokio::time::timeout(server.shutdown_grace, &mut finished).await.is_err() {
             tracing::warn!(connections = open(&limit), "shutdown grace over: cutting open streams");
-            engine.stopping.cancel();
+            runtime.stopping.cancel();
             if tokio::time::timeout(CUT_WAIT, &mut finished).await.is_err() {
                 tracing::error!(connections = open(&limit), "abandoning requests still running");
             }
         }
-        leases.expire(engine.clock.now(), true);
+        leases.expire(runtime.clock.now(), true);
         let (book, audit) = (self.book.flush(), self.audit.flush());
         if tokio::time::timeout(FLUSH_WAIT, async { tokio::join!(book, audit) }).await.is_err() {
             let health = self.audit.health();

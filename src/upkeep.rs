@@ -1,26 +1,28 @@
 //! The database's upkeep, in the background: the SQLite write-ahead log kept small, and audit
 //! rows past `audit.retention` rolled up into `usage_daily` and deleted (docs/audit.md).
 
-use crate::gateway::failover::Engine;
+use crate::engine::Clock;
+use crate::settings::Live;
 use crate::store::{Pruned, Store};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
 /// Rows deleted per transaction: short enough not to hold up the audit writer.
 const PRUNE_BATCH: usize = 5_000;
 
-/// Runs both tasks until the engine is dropped.
-pub fn start(store: Arc<dyn Store>, engine: Weak<Engine>) {
-    tokio::spawn(checkpoints(store.clone(), engine.clone()));
-    tokio::spawn(retention(store, engine));
+/// Runs both tasks until `tasks` is cancelled.
+pub fn start(store: Arc<dyn Store>, settings: Live, clock: Arc<dyn Clock>, tasks: CancellationToken) {
+    tokio::spawn(tasks.clone().run_until_cancelled_owned(checkpoints(store.clone(), settings.clone())));
+    tokio::spawn(tasks.run_until_cancelled_owned(retention(store, settings, clock)));
 }
 
 /// Every `database.checkpoint_every` the log is copied into the database beside the writers,
 /// so that the next writer starts it over; while it is over `database.wal_limit_mb` (a long
 /// reader kept it from starting over) it is truncated as soon as the reader is done.
-async fn checkpoints(store: Arc<dyn Store>, engine: Weak<Engine>) {
+async fn checkpoints(store: Arc<dyn Store>, settings: Live) {
     loop {
-        let Some(db) = engine.upgrade().map(|e| e.settings().config.database.clone()) else { return };
+        let db = settings.get().config.database.clone();
         tokio::time::sleep(db.checkpoint_every).await;
         let over = store.wal_bytes().is_some_and(|b| b > db.wal_limit_mb << 20);
         match store.checkpoint(over).await {
@@ -33,13 +35,11 @@ async fn checkpoints(store: Arc<dyn Store>, engine: Weak<Engine>) {
 
 /// Shortly after start and then every `audit.prune_every`: rows older than `audit.retention`
 /// go, in batches, each rolled up first.
-async fn retention(store: Arc<dyn Store>, engine: Weak<Engine>) {
+async fn retention(store: Arc<dyn Store>, settings: Live, clock: Arc<dyn Clock>) {
     let mut wait = Duration::from_secs(1);
     loop {
         tokio::time::sleep(wait).await;
-        let Some((audit, now)) = engine.upgrade().map(|e| (e.settings().config.audit.clone(), e.clock.now())) else {
-            return;
-        };
+        let (audit, now) = (settings.get().config.audit.clone(), clock.now());
         wait = audit.prune_every;
         if audit.retention.is_zero() {
             continue;

@@ -521,7 +521,7 @@ async fn chat_client_is_served_by_an_anthropic_upstream_through_translation() {
     body["model"] = json!("anthropic/claude-sonnet-4-5");
     body["stream"] = json!(true);
     let text = rota.chat(body, &[]).await.text().await.unwrap();
-    let events = rota::gateway::sse::Splitter::default().push(text.as_bytes());
+    let events = rota::translate::sse::Splitter::default().push(text.as_bytes());
     let data: Vec<&str> = events.iter().map(|e| e.data.as_str()).collect();
     assert!(data[0].contains("\"role\":\"assistant\""), "{text}");
     assert!(data.iter().any(|d| d.contains("\"content\":\"t1\"")), "{text}");
@@ -544,7 +544,7 @@ async fn anthropic_client_is_served_by_an_openai_upstream_through_translation() 
     assert_eq!(v["usage"], json!({"input_tokens": 3, "output_tokens": 2}));
     let text = rota.messages(json!({"model": "openai/gpt-4.1", "max_tokens": 10, "stream": true, "messages": [{"role": "user", "content": "hi"}]})).await.text().await.unwrap();
     let names: Vec<String> =
-        rota::gateway::sse::Splitter::default().push(text.as_bytes()).iter().filter_map(|e| e.name.clone()).collect();
+        rota::translate::sse::Splitter::default().push(text.as_bytes()).iter().filter_map(|e| e.name.clone()).collect();
     assert_eq!(names.first().map(String::as_str), Some("message_start"), "{text}");
     assert_eq!(names.last().map(String::as_str), Some("message_stop"), "{text}");
     assert!(names.iter().filter(|n| *n == "content_block_delta").count() == 3, "{text}");
@@ -1108,7 +1108,7 @@ async fn metrics_count_the_traffic_sent() {
 
 /// The events of an SSE body, with `created` (the translator's clock) left out.
 fn events_of(text: &str) -> Vec<(Option<String>, String)> {
-    let mut split = rota::gateway::sse::Splitter::default();
+    let mut split = rota::translate::sse::Splitter::default();
     let evs = split.push(text.as_bytes());
     assert!(split.rest().is_empty(), "half an event reached the client: {text}");
     evs.into_iter()

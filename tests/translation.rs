@@ -3,7 +3,7 @@
 //! gateway's own SSE splitter) and round-trip properties.
 
 use proptest::prelude::*;
-use rota::gateway::sse::Splitter;
+use rota::translate::sse::Splitter;
 use rota::translate::{
     DEFAULT_MAX_TOKENS, StreamTranslator, Translated, Untranslatable, chat_response_to_messages, chat_to_messages,
     messages_response_to_chat, messages_to_chat,

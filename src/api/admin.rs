@@ -2,15 +2,15 @@
 //! Every change is written to the store and applied to the running book at once. Secrets are
 //! write-only: no answer here carries one (a new agent's key is shown once, when created).
 
+use super::ApiState;
 use super::{Admin, ApiError, Body};
 use crate::book::{Credential, Roster};
 use crate::config::Config;
 use crate::engine::chain::{ChainRequest, FallbackOverride, Strategy};
 use crate::engine::{Millis, ProfileId, ProfileType, Reason, UsageStats};
 use crate::profiles as rules;
-use crate::server::AppState;
 use crate::status::{Status, time};
-use crate::store::{AttemptRecord, AuditQuery, Origin, ProfileUsage, RequestRecord, StoreError, StoredProfile};
+use crate::store::{AttemptRecord, AuditQuery, Origin, ProfileUsage, RequestRecord, StoredProfile};
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{FromRequestParts, Path, Query, State};
@@ -23,7 +23,7 @@ use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-pub fn routes() -> OpenApiRouter<AppState> {
+pub fn routes() -> OpenApiRouter<ApiState> {
     OpenApiRouter::new()
         .routes(routes!(list_profiles, add_profile))
         .routes(routes!(get_profile, remove_profile))
@@ -51,22 +51,12 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Params<T> {
         Query::<T>::from_request_parts(parts, state)
             .await
             .map(|Query(v)| Params(v))
-            .map_err(|e: QueryRejection| ApiError::bad_request(format!("invalid query: {}", e.body_text())))
+            .map_err(|e: QueryRejection| ApiError::BadRequest(format!("invalid query: {}", e.body_text())))
     }
 }
 
 fn profile_id(raw: &str) -> Result<ProfileId, ApiError> {
-    raw.parse().map_err(|e| ApiError::bad_request(format!("{e}")))
-}
-
-fn store_error(e: StoreError) -> ApiError {
-    match e {
-        StoreError::NotFound(id) => ApiError::not_found(format!("profile {id} does not exist")),
-        StoreError::Duplicate(id) => ApiError::conflict(format!("profile {id} already exists")),
-        StoreError::AgentExists(name) => ApiError::conflict(format!("agent {name} already exists and is active")),
-        StoreError::NoAgent(name) => ApiError::not_found(format!("no active agent named {name}")),
-        other => ApiError::internal(other),
-    }
+    raw.parse().map_err(|e| ApiError::BadRequest(format!("{e}")))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -123,12 +113,12 @@ fn info(config: &Config, roster: &Roster, id: &ProfileId, now: Millis) -> Option
     })
 }
 
-fn one(state: &AppState, id: &ProfileId) -> Result<Json<ProfileInfo>, ApiError> {
-    let config = state.engine.settings();
-    let roster = state.engine.book.roster();
-    info(&config.config, &roster, id, state.engine.clock.now())
+fn one(state: &ApiState, id: &ProfileId) -> Result<Json<ProfileInfo>, ApiError> {
+    let config = state.runtime.settings();
+    let roster = state.runtime.book.roster();
+    info(&config.config, &roster, id, state.runtime.clock.now())
         .map(Json)
-        .ok_or_else(|| ApiError::not_found(format!("profile {id} does not exist")))
+        .ok_or_else(|| ApiError::NotFound(format!("profile {id} does not exist")))
 }
 
 #[derive(Deserialize, IntoParams)]
@@ -143,13 +133,13 @@ pub struct ProfileFilter {
 #[utoipa::path(get, path = "/api/v1/profiles", tag = "admin", params(ProfileFilter),
     responses((status = 200, body = Vec<ProfileInfo>), (status = 401, body = super::ErrorBody), (status = 403, body = super::ErrorBody)))]
 async fn list_profiles(
-    State(state): State<AppState>,
+    State(state): State<ApiState>,
     _: Admin,
     Params(f): Params<ProfileFilter>,
 ) -> Json<Vec<ProfileInfo>> {
-    let settings = state.engine.settings();
-    let roster = state.engine.book.roster();
-    let now = state.engine.clock.now();
+    let settings = state.runtime.settings();
+    let roster = state.runtime.book.roster();
+    let now = state.runtime.clock.now();
     let mut ids: Vec<&ProfileId> =
         roster.views.keys().filter(|id| f.provider.as_deref().is_none_or(|p| id.provider() == p)).collect();
     ids.sort();
@@ -176,22 +166,22 @@ pub struct NewProfileRequest {
     responses((status = 201, body = ProfileInfo), (status = 400, body = super::ErrorBody), (status = 401, body = super::ErrorBody),
         (status = 403, body = super::ErrorBody), (status = 409, body = super::ErrorBody)))]
 async fn add_profile(
-    State(state): State<AppState>,
+    State(state): State<ApiState>,
     _: Admin,
     Body(req): Body<NewProfileRequest>,
 ) -> Result<(StatusCode, Json<ProfileInfo>), ApiError> {
-    let settings = state.engine.settings();
-    let now = state.engine.clock.now();
+    let settings = state.runtime.settings();
+    let now = state.runtime.clock.now();
     let kind = req.kind.as_deref().unwrap_or("api_key");
     let new = rules::check_new(&settings.config, &req.provider, &req.name, kind, req.expires_at.as_deref(), now)
-        .map_err(ApiError::bad_request)?;
-    let secret = rules::check_secret(&req.secret, new.kind).map_err(ApiError::bad_request)?;
+        .map_err(ApiError::BadRequest)?;
+    let secret = rules::check_secret(&req.secret, new.kind).map_err(ApiError::BadRequest)?;
     let sealed = state.key.seal(&new.id, new.field, &secret);
     let profile = StoredProfile::stored(new.id.clone(), new.kind, new.expires_at, now);
-    state.store.add_profile(&profile, &[sealed]).await.map_err(store_error)?;
+    state.store.add_profile(&profile, &[sealed]).await.map_err(ApiError::from)?;
     let credential =
         if new.kind == ProfileType::Token { Credential::Token(secret) } else { Credential::ApiKey(secret) };
-    state.engine.book.add_profile(&profile, credential);
+    state.runtime.book.add_profile(&profile, credential);
     tracing::info!(profile = %new.id, "profile added through the admin API");
     Ok((StatusCode::CREATED, Json(one(&state, &new.id)?.0)))
 }
@@ -200,7 +190,7 @@ async fn add_profile(
 #[utoipa::path(get, path = "/api/v1/profiles/{id}", tag = "admin", params(("id" = String, Path, description = "provider:name")),
     responses((status = 200, body = ProfileInfo), (status = 400, body = super::ErrorBody), (status = 404, body = super::ErrorBody)))]
 async fn get_profile(
-    State(state): State<AppState>,
+    State(state): State<ApiState>,
     _: Admin,
     Path(id): Path<String>,
 ) -> Result<Json<ProfileInfo>, ApiError> {
@@ -212,19 +202,19 @@ async fn get_profile(
     responses((status = 204, description = "Removed"), (status = 400, body = super::ErrorBody), (status = 404, body = super::ErrorBody),
         (status = 409, description = "Declared in the config file", body = super::ErrorBody)))]
 async fn remove_profile(
-    State(state): State<AppState>,
+    State(state): State<ApiState>,
     _: Admin,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     let id = profile_id(&id)?;
-    let settings = state.engine.settings();
+    let settings = state.runtime.settings();
     if settings.config.auth.profiles.contains_key(&id) {
-        return Err(ApiError::conflict(format!("profile {id} is declared in the config file; remove it there")));
+        return Err(ApiError::Conflict(format!("profile {id} is declared in the config file; remove it there")));
     }
-    let book = &state.engine.book;
+    let book = &state.runtime.book;
     let roster = book.roster();
     if !roster.views.contains_key(&id) {
-        return Err(ApiError::not_found(format!("profile {id} does not exist")));
+        return Err(ApiError::NotFound(format!("profile {id} does not exist")));
     }
     // Out of rotation first, then wait for its pending stats writes, then delete the rows.
     book.remove_profile(&id);
@@ -235,20 +225,20 @@ async fn remove_profile(
             .store
             .set_order(id.provider(), (!rest.is_empty()).then_some(rest.as_slice()))
             .await
-            .map_err(store_error)?;
+            .map_err(ApiError::from)?;
     }
-    state.store.remove_profile(&id).await.map_err(store_error)?;
+    state.store.remove_profile(&id).await.map_err(ApiError::from)?;
     tracing::info!(profile = %id, "profile removed through the admin API");
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn set_enabled(state: AppState, raw: &str, enabled: bool) -> Result<Json<ProfileInfo>, ApiError> {
+async fn set_enabled(state: ApiState, raw: &str, enabled: bool) -> Result<Json<ProfileInfo>, ApiError> {
     let id = profile_id(raw)?;
-    if !state.engine.book.roster().views.contains_key(&id) {
-        return Err(ApiError::not_found(format!("profile {id} does not exist")));
+    if !state.runtime.book.roster().views.contains_key(&id) {
+        return Err(ApiError::NotFound(format!("profile {id} does not exist")));
     }
-    state.store.set_enabled(&id, enabled).await.map_err(store_error)?;
-    state.engine.book.set_enabled(&id, enabled);
+    state.store.set_enabled(&id, enabled).await.map_err(ApiError::from)?;
+    state.runtime.book.set_enabled(&id, enabled);
     one(&state, &id)
 }
 
@@ -256,7 +246,7 @@ async fn set_enabled(state: AppState, raw: &str, enabled: bool) -> Result<Json<P
 #[utoipa::path(post, path = "/api/v1/profiles/{id}/enable", tag = "admin", params(("id" = String, Path, description = "provider:name")),
     responses((status = 200, body = ProfileInfo), (status = 400, body = super::ErrorBody), (status = 404, body = super::ErrorBody)))]
 async fn enable_profile(
-    State(state): State<AppState>,
+    State(state): State<ApiState>,
     _: Admin,
     Path(id): Path<String>,
 ) -> Result<Json<ProfileInfo>, ApiError> {
@@ -267,7 +257,7 @@ async fn enable_profile(
 #[utoipa::path(post, path = "/api/v1/profiles/{id}/disable", tag = "admin", params(("id" = String, Path, description = "provider:name")),
     responses((status = 200, body = ProfileInfo), (status = 400, body = super::ErrorBody), (status = 404, body = super::ErrorBody)))]
 async fn disable_profile(
-    State(state): State<AppState>,
+    State(state): State<ApiState>,
     _: Admin,
     Path(id): Path<String>,
 ) -> Result<Json<ProfileInfo>, ApiError> {
@@ -278,15 +268,15 @@ async fn disable_profile(
 #[utoipa::path(post, path = "/api/v1/profiles/{id}/clear", tag = "admin", params(("id" = String, Path, description = "provider:name")),
     responses((status = 200, body = ProfileInfo), (status = 400, body = super::ErrorBody), (status = 404, body = super::ErrorBody)))]
 async fn clear_profile(
-    State(state): State<AppState>,
+    State(state): State<ApiState>,
     _: Admin,
     Path(id): Path<String>,
 ) -> Result<Json<ProfileInfo>, ApiError> {
     let id = profile_id(&id)?;
-    if !state.engine.book.clear(&id, state.engine.clock.now()) {
-        return Err(ApiError::not_found(format!("profile {id} does not exist")));
+    if !state.runtime.book.clear(&id, state.runtime.clock.now()) {
+        return Err(ApiError::NotFound(format!("profile {id} does not exist")));
     }
-    state.engine.book.flush().await;
+    state.runtime.book.flush().await;
     one(&state, &id)
 }
 
@@ -331,9 +321,9 @@ fn provider_info(config: &Config, roster: &Roster, name: &str) -> Option<Provide
 /// List providers
 #[utoipa::path(get, path = "/api/v1/providers", tag = "admin",
     responses((status = 200, body = Vec<ProviderInfo>), (status = 401, body = super::ErrorBody), (status = 403, body = super::ErrorBody)))]
-async fn list_providers(State(state): State<AppState>, _: Admin) -> Json<Vec<ProviderInfo>> {
-    let settings = state.engine.settings();
-    let roster = state.engine.book.roster();
+async fn list_providers(State(state): State<ApiState>, _: Admin) -> Json<Vec<ProviderInfo>> {
+    let settings = state.runtime.settings();
+    let roster = state.runtime.book.roster();
     Json(settings.config.providers.keys().filter_map(|p| provider_info(&settings.config, &roster, p)).collect())
 }
 
@@ -349,18 +339,18 @@ pub struct OrderRequest {
     request_body = OrderRequest,
     responses((status = 200, body = ProviderInfo), (status = 400, body = super::ErrorBody), (status = 404, body = super::ErrorBody)))]
 async fn set_order(
-    State(state): State<AppState>,
+    State(state): State<ApiState>,
     _: Admin,
     Path(provider): Path<String>,
     Body(req): Body<OrderRequest>,
 ) -> Result<Json<ProviderInfo>, ApiError> {
-    let settings = state.engine.settings();
-    rules::known_provider(&settings.config, &provider).map_err(ApiError::not_found)?;
-    let roster = state.engine.book.roster();
-    let ids = rules::check_order(&settings.config, &roster, &provider, &req.profiles).map_err(ApiError::bad_request)?;
-    state.store.set_order(&provider, Some(&ids)).await.map_err(store_error)?;
-    state.engine.book.set_order(&provider, Some(ids));
-    Ok(Json(provider_info(&settings.config, &state.engine.book.roster(), &provider).expect("known provider")))
+    let settings = state.runtime.settings();
+    rules::known_provider(&settings.config, &provider).map_err(ApiError::NotFound)?;
+    let roster = state.runtime.book.roster();
+    let ids = rules::check_order(&settings.config, &roster, &provider, &req.profiles).map_err(ApiError::BadRequest)?;
+    state.store.set_order(&provider, Some(&ids)).await.map_err(ApiError::from)?;
+    state.runtime.book.set_order(&provider, Some(ids));
+    Ok(Json(provider_info(&settings.config, &state.runtime.book.roster(), &provider).expect("known provider")))
 }
 
 /// Remove a provider's stored order
@@ -369,15 +359,15 @@ async fn set_order(
 #[utoipa::path(delete, path = "/api/v1/providers/{provider}/order", tag = "admin", params(("provider" = String, Path)),
     responses((status = 200, body = ProviderInfo), (status = 404, body = super::ErrorBody)))]
 async fn reset_order(
-    State(state): State<AppState>,
+    State(state): State<ApiState>,
     _: Admin,
     Path(provider): Path<String>,
 ) -> Result<Json<ProviderInfo>, ApiError> {
-    let settings = state.engine.settings();
-    rules::known_provider(&settings.config, &provider).map_err(ApiError::not_found)?;
-    state.store.set_order(&provider, None).await.map_err(store_error)?;
-    state.engine.book.set_order(&provider, None);
-    Ok(Json(provider_info(&settings.config, &state.engine.book.roster(), &provider).expect("known provider")))
+    let settings = state.runtime.settings();
+    rules::known_provider(&settings.config, &provider).map_err(ApiError::NotFound)?;
+    state.store.set_order(&provider, None).await.map_err(ApiError::from)?;
+    state.runtime.book.set_order(&provider, None);
+    Ok(Json(provider_info(&settings.config, &state.runtime.book.roster(), &provider).expect("known provider")))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -426,8 +416,8 @@ fn resolved(config: &Config, model: Option<&str>, agent: Option<&str>) -> Result
 /// Models, aliases and virtual models with their resolved chains
 #[utoipa::path(get, path = "/api/v1/models", tag = "admin",
     responses((status = 200, body = ModelsInfo), (status = 401, body = super::ErrorBody), (status = 403, body = super::ErrorBody)))]
-async fn list_models(State(state): State<AppState>, _: Admin) -> Json<ModelsInfo> {
-    let settings = state.engine.settings();
+async fn list_models(State(state): State<ApiState>, _: Admin) -> Json<ModelsInfo> {
+    let settings = state.runtime.settings();
     let c = &settings.config;
     let mut virtual_models: Vec<VirtualModelInfo> = c
         .virtual_models
@@ -484,17 +474,17 @@ pub struct ClearedModel {
 #[utoipa::path(post, path = "/api/v1/models/clear", tag = "admin", request_body = ClearModelRequest,
     responses((status = 200, body = ClearedModel), (status = 400, body = super::ErrorBody), (status = 404, body = super::ErrorBody)))]
 async fn clear_model(
-    State(state): State<AppState>,
+    State(state): State<ApiState>,
     _: Admin,
     Body(req): Body<ClearModelRequest>,
 ) -> Result<Json<ClearedModel>, ApiError> {
     let (provider, model) = crate::engine::chain::split_model_ref(&req.model)
-        .ok_or_else(|| ApiError::bad_request(format!("`{}` is not a provider/model reference", req.model)))?;
-    if !state.engine.settings().config.providers.contains_key(provider) {
-        return Err(ApiError::not_found(format!("provider {provider} is not configured")));
+        .ok_or_else(|| ApiError::BadRequest(format!("`{}` is not a provider/model reference", req.model)))?;
+    if !state.runtime.settings().config.providers.contains_key(provider) {
+        return Err(ApiError::NotFound(format!("provider {provider} is not configured")));
     }
-    let cleared = state.engine.book.end_model_cooldown(provider, model, state.engine.clock.now());
-    state.engine.book.flush().await;
+    let cleared = state.runtime.book.end_model_cooldown(provider, model, state.runtime.clock.now());
+    state.runtime.book.flush().await;
     Ok(Json(ClearedModel { model: req.model, cleared }))
 }
 
@@ -518,8 +508,8 @@ impl From<crate::agents::Agent> for AgentInfo {
 /// List agents (never their keys)
 #[utoipa::path(get, path = "/api/v1/agents", tag = "admin",
     responses((status = 200, body = Vec<AgentInfo>), (status = 401, body = super::ErrorBody), (status = 403, body = super::ErrorBody)))]
-async fn list_agents(State(state): State<AppState>, _: Admin) -> Result<Json<Vec<AgentInfo>>, ApiError> {
-    let agents = state.store.agents().await.map_err(store_error)?;
+async fn list_agents(State(state): State<ApiState>, _: Admin) -> Result<Json<Vec<AgentInfo>>, ApiError> {
+    let agents = state.store.agents().await.map_err(ApiError::from)?;
     Ok(Json(agents.into_iter().map(AgentInfo::from).collect()))
 }
 
@@ -542,20 +532,23 @@ pub struct NewAgent {
 #[utoipa::path(post, path = "/api/v1/agents", tag = "admin", request_body = NewAgentRequest,
     responses((status = 201, body = NewAgent), (status = 400, body = super::ErrorBody), (status = 409, body = super::ErrorBody)))]
 async fn create_agent(
-    State(state): State<AppState>,
+    State(state): State<ApiState>,
     _: Admin,
     Body(req): Body<NewAgentRequest>,
 ) -> Result<(StatusCode, Json<NewAgent>), ApiError> {
     if !crate::agents::valid_name(&req.name) {
-        return Err(ApiError::bad_request(format!(
+        return Err(ApiError::BadRequest(format!(
             "agent name `{}` is invalid: use a-z, 0-9, `-` and `_`, at most 64 characters",
             req.name
         )));
     }
     let key = crate::agents::new_key();
-    let now = state.engine.clock.now();
-    let agent =
-        state.store.create_agent(&req.name, &crate::agents::digest(&key), req.admin, now).await.map_err(store_error)?;
+    let now = state.runtime.clock.now();
+    let agent = state
+        .store
+        .create_agent(&req.name, &crate::agents::digest(&key), req.admin, now)
+        .await
+        .map_err(ApiError::from)?;
     state.agents.reload(state.store.as_ref()).await.map_err(ApiError::internal)?;
     tracing::info!(agent = %agent.name, admin = agent.admin, "agent created through the admin API");
     let key = secrecy::ExposeSecret::expose_secret(&key).to_string();
@@ -566,11 +559,11 @@ async fn create_agent(
 #[utoipa::path(delete, path = "/api/v1/agents/{name}", tag = "admin", params(("name" = String, Path)),
     responses((status = 204, description = "Revoked"), (status = 404, body = super::ErrorBody)))]
 async fn revoke_agent(
-    State(state): State<AppState>,
+    State(state): State<ApiState>,
     _: Admin,
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    state.store.revoke_agent(&name, state.engine.clock.now()).await.map_err(store_error)?;
+    state.store.revoke_agent(&name, state.runtime.clock.now()).await.map_err(ApiError::from)?;
     state.agents.reload(state.store.as_ref()).await.map_err(ApiError::internal)?;
     state.sessions.end_agent(&name);
     tracing::info!(agent = %name, "agent revoked through the admin API");
@@ -587,7 +580,7 @@ fn parse_time(raw: &str, what: &str) -> Result<Millis, ApiError> {
     }
     chrono::DateTime::parse_from_rfc3339(raw)
         .map(|t| t.timestamp_millis())
-        .map_err(|_| ApiError::bad_request(format!("{what} `{raw}` is neither RFC 3339 nor Unix milliseconds")))
+        .map_err(|_| ApiError::BadRequest(format!("{what} `{raw}` is neither RFC 3339 nor Unix milliseconds")))
 }
 
 #[derive(Deserialize, IntoParams)]
@@ -623,18 +616,18 @@ pub struct ProfileUsageInfo {
 #[utoipa::path(get, path = "/api/v1/usage", tag = "admin", params(UsageParams),
     responses((status = 200, body = UsageInfo), (status = 400, body = super::ErrorBody)))]
 async fn usage(
-    State(state): State<AppState>,
+    State(state): State<ApiState>,
     _: Admin,
     Params(p): Params<UsageParams>,
 ) -> Result<Json<UsageInfo>, ApiError> {
-    let now = state.engine.clock.now();
+    let now = state.runtime.clock.now();
     let until = p.until.as_deref().map(|u| parse_time(u, "until")).transpose()?.unwrap_or(now);
     let since = p.since.as_deref().map(|s| parse_time(s, "since")).transpose()?.unwrap_or(until - 86_400_000);
     if since >= until {
-        return Err(ApiError::bad_request("since must be before until"));
+        return Err(ApiError::BadRequest("since must be before until".into()));
     }
-    let counted = state.store.usage(since, until).await.map_err(store_error)?;
-    let roster = state.engine.book.roster();
+    let counted = state.store.usage(since, until).await.map_err(ApiError::from)?;
+    let roster = state.runtime.book.roster();
     let mut rows: BTreeMap<String, ProfileUsageInfo> = roster
         .views
         .iter()
@@ -685,21 +678,21 @@ impl AuditParams {
     fn query(self) -> Result<AuditQuery, ApiError> {
         let limit = self.limit.unwrap_or(100);
         if !(1..=1000).contains(&limit) {
-            return Err(ApiError::bad_request(format!("limit {limit} is out of range (1 to 1000)")));
+            return Err(ApiError::BadRequest(format!("limit {limit} is out of range (1 to 1000)")));
         }
         if let Some(p) = &self.profile {
             profile_id(p)?;
         }
         if let Some(r) = &self.reason {
-            r.parse::<Reason>().map_err(|e| ApiError::bad_request(e.to_string()))?;
+            r.parse::<Reason>().map_err(|e| ApiError::BadRequest(e.to_string()))?;
         }
         if let Some(o) = self.outcome.as_deref().filter(|o| !matches!(*o, "success" | "failure" | "skipped")) {
-            return Err(ApiError::bad_request(format!("outcome `{o}` is not success, failure or skipped")));
+            return Err(ApiError::BadRequest(format!("outcome `{o}` is not success, failure or skipped")));
         }
         let (mut provider, mut model) = (self.provider, self.model);
         if let Some((p, m)) = model.as_deref().and_then(crate::engine::chain::split_model_ref) {
             if provider.as_deref().is_some_and(|given| given != p) {
-                return Err(ApiError::bad_request(format!("model {p}/{m} contradicts provider {}", provider.unwrap())));
+                return Err(ApiError::BadRequest(format!("model {p}/{m} contradicts provider {}", provider.unwrap())));
             }
             (provider, model) = (Some(p.to_string()), Some(m.to_string()));
         }
@@ -708,7 +701,7 @@ impl AuditParams {
             .as_deref()
             .map(|c| {
                 let mut parts = c.splitn(3, '.');
-                let bad = || ApiError::bad_request(format!("cursor `{c}` is not a next_cursor of this API"));
+                let bad = || ApiError::BadRequest(format!("cursor `{c}` is not a next_cursor of this API"));
                 let at = parts.next().and_then(|p| p.parse::<Millis>().ok()).ok_or_else(bad)?;
                 let seq = parts.next().and_then(|p| p.parse::<i64>().ok()).ok_or_else(bad)?;
                 let id = parts.next().filter(|p| !p.is_empty()).ok_or_else(bad)?;
@@ -759,13 +752,13 @@ fn page<T>(mut rows: Vec<T>, limit: u32, key: impl Fn(&T) -> String) -> (Vec<T>,
 #[utoipa::path(get, path = "/api/v1/attempts", tag = "admin", params(AuditParams),
     responses((status = 200, body = AttemptPage), (status = 400, body = super::ErrorBody)))]
 async fn list_attempts(
-    State(state): State<AppState>,
+    State(state): State<ApiState>,
     _: Admin,
     Params(p): Params<AuditParams>,
 ) -> Result<Json<AttemptPage>, ApiError> {
     let q = p.query()?;
-    state.engine.audit.flush_within(std::time::Duration::from_secs(2)).await;
-    let rows = state.store.attempts(&q).await.map_err(store_error)?;
+    state.runtime.audit.flush_within(std::time::Duration::from_secs(2)).await;
+    let rows = state.store.attempts(&q).await.map_err(ApiError::from)?;
     let (items, next_cursor) = page(rows, q.limit, |r| format!("{}.{}.{}", r.started_at, r.seq, r.request_id));
     Ok(Json(AttemptPage { items, next_cursor }))
 }
@@ -777,13 +770,13 @@ async fn list_attempts(
 #[utoipa::path(get, path = "/api/v1/requests", tag = "admin", params(AuditParams),
     responses((status = 200, body = RequestPage), (status = 400, body = super::ErrorBody)))]
 async fn list_requests(
-    State(state): State<AppState>,
+    State(state): State<ApiState>,
     _: Admin,
     Params(p): Params<AuditParams>,
 ) -> Result<Json<RequestPage>, ApiError> {
     let q = p.query()?;
-    state.engine.audit.flush_within(std::time::Duration::from_secs(2)).await;
-    let rows = state.store.requests(&q).await.map_err(store_error)?;
+    state.runtime.audit.flush_within(std::time::Duration::from_secs(2)).await;
+    let rows = state.store.requests(&q).await.map_err(ApiError::from)?;
     let (items, next_cursor) = page(rows, q.limit, |r| format!("{}.0.{}", r.started_at, r.id));
     Ok(Json(RequestPage { items, next_cursor }))
 }

@@ -6,40 +6,33 @@
 //! A lease changes no stats until it is reported (its profile's `lastUsed` included); an
 //! unreported lease expires after `leases.ttl`, audited as `cancelled`.
 
+use super::ApiState;
 use super::{ApiError, Body, Caller};
-use crate::audit::AttemptRow;
 use crate::book::Credential;
 use crate::config::Api as WireFormat;
 use crate::engine::chain::FallbackOverride;
 use crate::engine::classify::{Classified, Observed};
-use crate::engine::recent::Recent;
 use crate::engine::{Millis, ProfileId, Reason};
-use crate::gateway::failover::{Engine, Settings};
-use crate::gateway::secrets_of;
-use crate::gateway::walk::{Attempt, Step, Trail, Verdict, Walk};
+use crate::gateway::upstream::Upstream;
+use crate::leases::{Ended, Leases, Live, MAX_LIVE, expire_one};
 use crate::redact::redact;
-use crate::server::AppState;
+use crate::settings::Settings;
+use crate::walk::{Attempt, Runtime, Step, Trail, Verdict, Walk};
 use axum::Json;
 use axum::extract::{Path, State};
 use secrecy::ExposeSecret;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, Weak};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
-pub fn routes() -> OpenApiRouter<AppState> {
+pub fn routes() -> OpenApiRouter<ApiState> {
     OpenApiRouter::new().routes(routes!(create)).routes(routes!(report))
 }
-
-/// How long a reported or expired lease id is remembered, to answer a late report clearly.
-const ENDED_TTL: Millis = 24 * 3_600_000;
-const ENDED_KEYS: usize = 100_000;
-/// Outstanding leases at most; past it, new leases are refused (503) until some are reported.
-const MAX_LIVE: usize = 100_000;
 
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -139,122 +132,13 @@ pub struct Recorded {
     pub reason: Option<String>,
 }
 
-/// An outstanding lease: the walk it belongs to and its attempt row.
-struct Live {
-    agent: String,
-    walk: Walk,
-    settings: Arc<Settings>,
-    attempt: Attempt,
-    row: AttemptRow,
-    issued_at: Millis,
-    expires_at: Millis,
-}
-
-#[derive(Clone, Copy)]
-enum Ended {
-    Reported,
-    Expired,
-}
-
-struct Table {
-    live: HashMap<Uuid, Live>,
-    ended: Recent<Uuid, (String, Ended)>,
-    /// Outstanding leases per agent.
-    held: HashMap<String, usize>,
-    /// Failure reports per agent in the current minute: (the minute's start, count).
-    reports: HashMap<String, (Millis, u32)>,
-}
-
-impl Table {
-    fn insert(&mut self, id: Uuid, live: Live) {
-        *self.held.entry(live.agent.clone()).or_default() += 1;
-        self.live.insert(id, live);
-    }
-
-    fn remove(&mut self, id: &Uuid) -> Option<Live> {
-        let live = self.live.remove(id)?;
-        if let Some(n) = self.held.get_mut(&live.agent) {
-            *n -= 1;
-            if *n == 0 {
-                self.held.remove(&live.agent);
-            }
-        }
-        Some(live)
-    }
-
-    /// Counts a failure report of `agent`; `Err(seconds until the minute ends)` past the limit.
-    fn count_failure_report(&mut self, agent: &str, limit: u32, now: Millis) -> Result<(), u64> {
-        let (start, n) = self.reports.entry(agent.to_string()).or_insert((now, 0));
-        if now - *start >= 60_000 {
-            (*start, *n) = (now, 0);
-        }
-        if *n >= limit {
-            return Err((((*start + 60_000 - now).max(0) as u64).div_ceil(1000)).max(1));
-        }
-        *n += 1;
-        Ok(())
-    }
-}
-
-pub struct Leases {
-    table: Mutex<Table>,
-}
-
-impl Leases {
-    /// The lease table, with a task that expires unreported leases every second.
-    pub fn start(engine: Weak<Engine>) -> Arc<Leases> {
-        let leases = Arc::new(Leases {
-            table: Mutex::new(Table {
-                live: HashMap::new(),
-                ended: Recent::new(ENDED_TTL, ENDED_KEYS),
-                held: HashMap::new(),
-                reports: HashMap::new(),
-            }),
-        });
-        let weak = Arc::downgrade(&leases);
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                let (Some(leases), Some(engine)) = (weak.upgrade(), engine.upgrade()) else { return };
-                leases.expire(engine.clock.now(), false);
-            }
-        });
-        leases
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
-        self.table.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Ends every lease past its expiry (`all`: every lease, at shutdown, so that none leaves
-    /// its request unaudited). Each attempt is audited as cancelled; no stats change.
-    pub fn expire(&self, now: Millis, all: bool) {
-        let mut table = self.lock();
-        let due: Vec<Uuid> = table.live.iter().filter(|(_, l)| all || now >= l.expires_at).map(|(id, _)| *id).collect();
-        for id in due {
-            let live = table.remove(&id).expect("listed above");
-            table.ended.insert(id, (live.agent.clone(), Ended::Expired), now);
-            let why = if all { "rota shut down before the lease was reported" } else { "the lease expired unreported" };
-            expire_one(live, now, why);
-        }
-    }
-}
-
-fn expire_one(mut live: Live, now: Millis, why: &str) {
-    live.row.reason = Some(Reason::Cancelled);
-    live.row.duration_ms = Some(now.min(live.expires_at) - live.issued_at);
-    live.row.error = Some(format!("{why}; no stats changed"));
-    live.walk.trail.record(live.row);
-    live.walk.trail.finish(499, None, (None, None));
-}
-
 fn rfc3339(ms: Millis) -> String {
     crate::status::time(ms)
 }
 
 /// Issues the lease for the walk's next attempt, or ends the walk.
 async fn issue(
-    engine: &Engine,
+    runtime: &Runtime,
     leases: &Leases,
     agent: &str,
     settings: Arc<Settings>,
@@ -262,32 +146,31 @@ async fn issue(
     retry_in: Duration,
 ) -> Result<Lease, ApiError> {
     let att = loop {
-        let att = match walk.next(&engine.book, &settings.config, agent, engine.clock.now(), |_, _| Ok(())) {
+        let att = match walk.next(&runtime.book, &settings.config, agent, runtime.clock.now(), |_, _| Ok(())) {
             Step::Try(att) => att,
             Step::Refuse(message) => {
                 if walk.trail.seq > 0 {
                     walk.trail.finish(400, None, (None, None));
                 }
-                return Err(ApiError::bad_request(message));
+                return Err(ApiError::BadRequest(message));
             }
             Step::Exhausted(out) => {
                 tracing::warn!(request_id = %walk.trail.request_id, status = out.status, "{}", out.message);
                 walk.trail.finish(out.status, None, (None, None));
-                let mut err = ApiError::new(out.status, "all_models_failed", out.message);
-                err.retry_after = out.retry_after_secs;
-                return Err(err);
+                let (status, message, retry_after) = (out.status, out.message, out.retry_after_secs);
+                return Err(ApiError::AllModelsFailed { status, message, retry_after });
             }
         };
-        match engine.ready(&mut walk, &settings.config, att).await {
+        match runtime.ready(&mut walk, &settings.config, att).await {
             Ok(att) => break att,
             Err((Verdict::Stop, message)) => {
                 walk.trail.finish(502, None, (None, None));
-                return Err(ApiError::new(502, "not_retryable", message));
+                return Err(ApiError::NotRetryable { status: 502, message, reason: None });
             }
             Err(_) => {}
         }
     };
-    let now = engine.clock.now();
+    let now = runtime.clock.now();
     let cap = settings.config.leases.max_live_per_agent;
     let (total, mine) = {
         let table = leases.lock();
@@ -295,21 +178,19 @@ async fn issue(
     };
     if mine >= cap {
         walk.trail.finish(429, None, (None, None));
-        return Err(ApiError::new(
-            429,
-            "too_many_leases",
-            format!(
+        return Err(ApiError::TooManyLeases {
+            status: 429,
+            message: format!(
                 "agent {agent} holds {mine} outstanding leases, its limit (leases.max_live_per_agent = {cap}): report them first"
             ),
-        ));
+        });
     }
     if total >= MAX_LIVE {
         walk.trail.finish(503, None, (None, None));
-        return Err(ApiError::new(
-            503,
-            "too_many_leases",
-            format!("{MAX_LIVE} leases are outstanding: report them first"),
-        ));
+        return Err(ApiError::TooManyLeases {
+            status: 503,
+            message: format!("{MAX_LIVE} leases are outstanding: report them first"),
+        });
     }
     let provider = &settings.config.providers[&att.cand.provider];
     let row = walk.trail.row(att.kind, &att.cand, Some(&att.pid), now);
@@ -340,7 +221,7 @@ async fn issue(
         credential: LeasedCredential {
             kind: kind.into(),
             secret,
-            expires_at: engine.book.expires_at(&att.pid).map(rfc3339),
+            expires_at: runtime.book.expires_at(&att.pid).map(rfc3339),
         },
     };
     let live = Live { agent: agent.to_string(), walk, settings, attempt: att, row, issued_at: now, expires_at };
@@ -367,14 +248,14 @@ async fn issue(
     )
 )]
 async fn create(
-    State(state): State<AppState>,
+    State(state): State<ApiState>,
     Caller(agent): Caller,
     Body(req): Body<LeaseRequest>,
 ) -> Result<(axum::http::StatusCode, Json<Lease>), ApiError> {
-    let engine = &state.engine;
-    let settings = engine.settings();
+    let runtime = &state.runtime;
+    let settings = runtime.settings();
     let parse =
-        |raw: &str, what: &str| raw.parse::<ProfileId>().map_err(|e| ApiError::bad_request(format!("{what}: {e}")));
+        |raw: &str, what: &str| raw.parse::<ProfileId>().map_err(|e| ApiError::BadRequest(format!("{what}: {e}")));
     let pin = req.profile.as_deref().map(|p| parse(p, "profile")).transpose()?;
     let exclude = req.exclude.iter().map(|p| parse(p, "exclude")).collect::<Result<Vec<_>, _>>()?;
     let fallbacks = match req.fallbacks {
@@ -382,21 +263,21 @@ async fn create(
         Some(list) if list.is_empty() => FallbackOverride::NoFallback,
         Some(list) => FallbackOverride::List(list),
     };
-    let chain = engine
+    let chain = runtime
         .chain(&settings.config, &agent.name, req.model.as_deref(), fallbacks)
-        .map_err(|e| ApiError::new(if req.model.is_some() { 404 } else { 400 }, "unknown_model", e.to_string()))?;
+        .map_err(|e| ApiError::UnknownModel { named: req.model.is_some(), message: e.to_string() })?;
     let trail = Trail::new(
-        engine.audit.clone(),
-        engine.metrics.clone(),
+        runtime.audit.clone(),
+        runtime.metrics.clone(),
         Uuid::new_v4().to_string(),
         agent.name.clone(),
         "lease",
         req.model,
         false,
-        engine.clock.now(),
+        runtime.clock.now(),
     );
     let walk = Walk::new(chain, req.session, pin, trail).excluding(exclude).failover(settings.config.failover.enabled);
-    let lease = issue(engine, &state.leases, &agent.name, settings, walk, Duration::ZERO).await?;
+    let lease = issue(runtime, &state.leases, &agent.name, settings, walk, Duration::ZERO).await?;
     Ok((axum::http::StatusCode::CREATED, Json(lease)))
 }
 
@@ -424,24 +305,23 @@ async fn create(
     )
 )]
 async fn report(
-    State(state): State<AppState>,
+    State(state): State<ApiState>,
     Caller(agent): Caller,
     Path(raw_id): Path<String>,
     Body(report): Body<Report>,
 ) -> Result<Json<ReportAnswer>, ApiError> {
-    let id = Uuid::parse_str(&raw_id).map_err(|_| {
-        ApiError::bad_request(format!("`{raw_id}` is not a lease id (a UUID from POST /api/v1/leases)"))
-    })?;
+    let id = Uuid::parse_str(&raw_id)
+        .map_err(|_| ApiError::BadRequest(format!("`{raw_id}` is not a lease id (a UUID from POST /api/v1/leases)")))?;
     if report.outcome == ReportOutcome::Success
         && (report.error.is_some() || report.http_status.is_some_and(|s| !(200..300).contains(&s)))
     {
-        return Err(ApiError::bad_request("a success report carries no error and a 2xx http_status"));
+        return Err(ApiError::BadRequest("a success report carries no error and a 2xx http_status".into()));
     }
     if report.http_status.is_some_and(|s| !(100..600).contains(&s)) {
-        return Err(ApiError::bad_request("http_status must be an HTTP status code (100-599)"));
+        return Err(ApiError::BadRequest("http_status must be an HTTP status code (100-599)".into()));
     }
-    let engine = &state.engine;
-    let now = engine.clock.now();
+    let runtime = &state.runtime;
+    let now = runtime.clock.now();
     let live = {
         let mut table = state.leases.lock();
         let owner = table
@@ -451,32 +331,27 @@ async fn report(
             .or_else(|| table.ended.get(&id, now).map(|((a, e), _)| (a.clone(), Some(*e))));
         match owner {
             None => {
-                return Err(ApiError::not_found(format!(
-                    "no lease {id}: it was never issued, or ended over a day ago"
-                )));
+                return Err(ApiError::NotFound(format!("no lease {id}: it was never issued, or ended over a day ago")));
             }
             Some((owner, _)) if owner != agent.name => {
-                return Err(ApiError::new(403, "forbidden", format!("lease {id} belongs to another agent")));
+                return Err(ApiError::Forbidden(format!("lease {id} belongs to another agent")));
             }
             Some((_, Some(Ended::Reported))) => {
-                return Err(ApiError::new(409, "lease_reported", format!("lease {id} was already reported")));
+                return Err(ApiError::LeaseReported(format!("lease {id} was already reported")));
             }
             Some((_, Some(Ended::Expired))) => return Err(expired(id)),
             Some((_, None)) => {}
         }
         if report.outcome == ReportOutcome::Failure {
-            let limit = engine.settings().config.leases.failure_reports_per_minute;
+            let limit = runtime.settings().config.leases.failure_reports_per_minute;
             if let Err(wait) = table.count_failure_report(&agent.name, limit, now) {
-                let mut err = ApiError::new(
-                    429,
-                    "too_many_failure_reports",
-                    format!(
+                return Err(ApiError::TooManyFailureReports {
+                    message: format!(
                         "agent {} made {limit} failure reports this minute, its limit (leases.failure_reports_per_minute); the lease stays valid: report it again later",
                         agent.name
                     ),
-                );
-                err.retry_after = Some(wait);
-                return Err(err);
+                    retry_after: wait,
+                });
             }
         }
         let live = table.remove(&id).expect("found above");
@@ -490,7 +365,7 @@ async fn report(
         live
     };
     let Live { agent: name, mut walk, settings, attempt, mut row, issued_at, .. } = live;
-    let book = &engine.book;
+    let book = &runtime.book;
     row.duration_ms = Some(now - issued_at);
     let request_id = walk.trail.request_id.clone();
     let usage = report.usage.unwrap_or_default();
@@ -499,7 +374,7 @@ async fn report(
         let recorded = Recorded { outcome: "success".into(), reason: None };
         return Ok(Json(ReportAnswer { request_id, recorded, next: None }));
     }
-    let secrets = secrets_of(&attempt.cred);
+    let secrets = attempt.cred.secrets();
     let headers: Vec<(String, String)> = report.headers.into_iter().map(|(k, v)| (k.to_ascii_lowercase(), v)).collect();
     let text = redact(report.error.as_deref().unwrap_or(""), &secrets);
     let echoed = [attempt.cand.model.as_str()];
@@ -517,10 +392,11 @@ async fn report(
     let mut class = settings.classifier.classify(&observed, now);
     class.message = redact(&class.message, &secrets);
     if !settings.config.agents.get(&name).is_some_and(|a| a.trusted) {
-        weigh_claim(engine, &settings, &attempt, &mut class).await;
+        weigh_claim(runtime, &state.upstream, &settings, &attempt, &mut class).await;
     }
-    let verdict = engine.settle(&mut walk, &settings.config, &attempt, row, &mut class, report.http_status, true).await;
-    engine.durable(&walk).await;
+    let verdict =
+        runtime.settle(&mut walk, &settings.config, &attempt, row, &mut class, report.http_status, true).await;
+    runtime.durable(&walk).await;
     let reason = class.reason;
     let recorded = Recorded { outcome: "failure".into(), reason: Some(reason.to_string()) };
     match verdict {
@@ -532,13 +408,12 @@ async fn report(
             } else {
                 format!("{reason}, and failover is off (failover.enabled = false)")
             };
-            let mut err = ApiError::new(status, "not_retryable", format!("{why}: {}", class.message));
-            err.reason = Some(reason.to_string());
-            Err(err)
+            let message = format!("{why}: {}", class.message);
+            Err(ApiError::NotRetryable { status, message, reason: Some(reason.to_string()) })
         }
         verdict => {
             let wait = if let Verdict::Retry(backoff) = verdict { backoff } else { Duration::ZERO };
-            let next = issue(engine, &state.leases, &name, settings, walk, wait).await?;
+            let next = issue(runtime, &state.leases, &name, settings, walk, wait).await?;
             Ok(Json(ReportAnswer { request_id, recorded, next: Some(next) }))
         }
     }
@@ -547,14 +422,20 @@ async fn report(
 /// An untrusted agent's report is a claim (SPEC §3 "Evidence"): it may cool the profile on the
 /// ladder, but it reaches the disabled lanes only when rota's own call with that credential
 /// agrees — a revocation confirmed by a 401/403, an empty balance by a billing answer.
-async fn weigh_claim(engine: &Engine, settings: &Settings, attempt: &Attempt, class: &mut Classified) {
+async fn weigh_claim(
+    runtime: &Runtime,
+    upstream: &Upstream,
+    settings: &Settings,
+    attempt: &Attempt,
+    class: &mut Classified,
+) {
     if matches!(class.reason, Reason::AuthPermanent | Reason::Billing) {
         let provider = &settings.config.providers[&attempt.cand.provider];
         let timeout = settings.config.timeouts.first_byte.min(Duration::from_secs(10));
-        let own = match engine.upstream.confirm(provider, &attempt.cred, timeout).await {
+        let own = match upstream.confirm(provider, &attempt.cred, timeout).await {
             Ok((status, headers, body)) if !(200..300).contains(&status) => {
                 let seen = Observed { status: Some(status), headers: &headers, body: &body, ..Default::default() };
-                let own = settings.classifier.classify(&seen, engine.clock.now());
+                let own = settings.classifier.classify(&seen, runtime.clock.now());
                 Some((status, own.reason))
             }
             Ok((status, ..)) => Some((status, Reason::Unknown)),
@@ -582,9 +463,5 @@ async fn weigh_claim(engine: &Engine, settings: &Settings, attempt: &Attempt, cl
 }
 
 fn expired(id: Uuid) -> ApiError {
-    ApiError::new(
-        410,
-        "lease_expired",
-        format!("lease {id} expired before its report (leases.ttl); no stats changed — lease again"),
-    )
+    ApiError::LeaseExpired(format!("lease {id} expired before its report (leases.ttl); no stats changed — lease again"))
 }

@@ -7,16 +7,24 @@ pub mod leases;
 pub mod oauth;
 pub mod session;
 
+use oauth::Logins;
+use session::{Session, Sessions};
+
+use crate::access::{AgentCache, presented_key};
 use crate::agents::Agent;
-use crate::server::AppState;
+use crate::gateway::upstream::Upstream;
+use crate::leases::Leases;
+use crate::secrets::MasterKey;
+use crate::store::{Store, StoreError};
+use crate::walk::Runtime;
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::extract::{FromRequest, FromRequestParts};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
 use serde::Serialize;
-use serde::de::DeserializeOwned;
+use std::sync::Arc;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
@@ -48,8 +56,28 @@ impl Modify for Security {
     }
 }
 
+/// What the API's handlers and the console share; cheap to clone.
+#[derive(Clone)]
+pub struct ApiState {
+    pub runtime: Arc<Runtime>,
+    pub upstream: Upstream,
+    pub agents: Arc<AgentCache>,
+    pub leases: Arc<Leases>,
+    pub store: Arc<dyn Store>,
+    pub key: Arc<MasterKey>,
+    pub sessions: Arc<Sessions>,
+    pub logins: Arc<Logins>,
+}
+
+impl ApiState {
+    /// The request's console session, if it is live and its agent is still an active admin.
+    pub fn session(&self, headers: &axum::http::HeaderMap) -> Option<Session> {
+        self.sessions.find(headers, self.runtime.clock.now(), |a| self.agents.is_active_admin(a))
+    }
+}
+
 /// The `/api/v1` routes and the OpenAPI document describing them.
-pub fn router() -> Router<AppState> {
+pub fn router() -> Router<ApiState> {
     let (router, doc) = OpenApiRouter::with_openapi(Doc::openapi())
         .routes(utoipa_axum::routes!(openapi))
         .merge(leases::routes())
@@ -88,47 +116,155 @@ pub struct ErrorDetail {
     pub reason: Option<String>,
 }
 
-/// An error answer: status, stable code and a message that says what to do.
-#[derive(Debug)]
-pub struct ApiError {
-    pub status: StatusCode,
-    pub kind: &'static str,
-    pub message: String,
-    pub reason: Option<String>,
-    pub retry_after: Option<u64>,
+/// An error answer of `/api/v1`: each variant is one stable `type` with its status, and a
+/// message that says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// 400 `bad_request`: a malformed body, field or query.
+    #[error("{0}")]
+    BadRequest(String),
+    /// 401 `unauthorized`: no agent key, an unknown or revoked one, or no console session.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// 403 `forbidden`: the caller may not do this (not an admin, another agent's lease).
+    #[error("{0}")]
+    Forbidden(String),
+    /// 403 `csrf`: a console session's change without its `x-csrf-token`.
+    #[error("{0}")]
+    Csrf(&'static str),
+    /// 404 `not_found`.
+    #[error("{0}")]
+    NotFound(String),
+    /// 404 (named) or 400 (no model and no primary) `unknown_model`.
+    #[error("{message}")]
+    UnknownModel { named: bool, message: String },
+    /// 409 `conflict`: it exists already, or is declared in the config file.
+    #[error("{0}")]
+    Conflict(String),
+    /// 409 `lease_reported`.
+    #[error("{0}")]
+    LeaseReported(String),
+    /// 410 `lease_expired`.
+    #[error("{0}")]
+    LeaseExpired(String),
+    /// 429 or 503 `too_many_leases`: the agent's or the server's limit of outstanding leases.
+    #[error("{message}")]
+    TooManyLeases { status: u16, message: String },
+    /// 429 `too_many_failure_reports`, with `Retry-After`.
+    #[error("{message}")]
+    TooManyFailureReports { message: String, retry_after: u64 },
+    /// The walk's status (429 with `Retry-After`, 502, 503…) `all_models_failed`.
+    #[error("{message}")]
+    AllModelsFailed { status: u16, message: String, retry_after: Option<u64> },
+    /// The provider's status, or 502, `not_retryable`: a failure that ends the walk.
+    #[error("{message}")]
+    NotRetryable { status: u16, message: String, reason: Option<String> },
+    /// 502 `provider_unreachable`: the OAuth provider did not answer.
+    #[error("{0}")]
+    ProviderUnreachable(String),
+    /// 400 `login_refused`: the OAuth provider refused the login.
+    #[error("{0}")]
+    LoginRefused(String),
+    /// 500 `oauth_config`: the provider's `[oauth]` section cannot work.
+    #[error("{0}")]
+    OAuthConfig(String),
+    /// 500 `internal`; what happened is logged, not answered.
+    #[error("internal error; the server log has the details")]
+    Internal,
 }
 
 impl ApiError {
-    pub fn new(status: u16, kind: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError {
-            status: StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-            kind,
-            message: message.into(),
-            reason: None,
-            retry_after: None,
+    pub fn status_code(&self) -> StatusCode {
+        let code = match self {
+            ApiError::BadRequest(_) | ApiError::LoginRefused(_) => 400,
+            ApiError::Unauthorized(_) => 401,
+            ApiError::Forbidden(_) | ApiError::Csrf(_) => 403,
+            ApiError::NotFound(_) => 404,
+            ApiError::UnknownModel { named, .. } => {
+                if *named {
+                    404
+                } else {
+                    400
+                }
+            }
+            ApiError::Conflict(_) | ApiError::LeaseReported(_) => 409,
+            ApiError::LeaseExpired(_) => 410,
+            ApiError::TooManyFailureReports { .. } => 429,
+            ApiError::TooManyLeases { status, .. }
+            | ApiError::AllModelsFailed { status, .. }
+            | ApiError::NotRetryable { status, .. } => *status,
+            ApiError::ProviderUnreachable(_) => 502,
+            ApiError::OAuthConfig(_) | ApiError::Internal => 500,
+        };
+        StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_GATEWAY)
+    }
+
+    /// The stable `type` of the error body.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ApiError::BadRequest(_) => "bad_request",
+            ApiError::Unauthorized(_) => "unauthorized",
+            ApiError::Forbidden(_) => "forbidden",
+            ApiError::Csrf(_) => "csrf",
+            ApiError::NotFound(_) => "not_found",
+            ApiError::UnknownModel { .. } => "unknown_model",
+            ApiError::Conflict(_) => "conflict",
+            ApiError::LeaseReported(_) => "lease_reported",
+            ApiError::LeaseExpired(_) => "lease_expired",
+            ApiError::TooManyLeases { .. } => "too_many_leases",
+            ApiError::TooManyFailureReports { .. } => "too_many_failure_reports",
+            ApiError::AllModelsFailed { .. } => "all_models_failed",
+            ApiError::NotRetryable { .. } => "not_retryable",
+            ApiError::ProviderUnreachable(_) => "provider_unreachable",
+            ApiError::LoginRefused(_) => "login_refused",
+            ApiError::OAuthConfig(_) => "oauth_config",
+            ApiError::Internal => "internal",
         }
     }
-    pub fn bad_request(message: impl Into<String>) -> ApiError {
-        ApiError::new(400, "bad_request", message)
+
+    pub fn retry_after(&self) -> Option<u64> {
+        match self {
+            ApiError::TooManyFailureReports { retry_after, .. } => Some(*retry_after),
+            ApiError::AllModelsFailed { retry_after, .. } => *retry_after,
+            _ => None,
+        }
     }
-    pub fn not_found(message: impl Into<String>) -> ApiError {
-        ApiError::new(404, "not_found", message)
-    }
-    pub fn conflict(message: impl Into<String>) -> ApiError {
-        ApiError::new(409, "conflict", message)
-    }
+
+    /// An error the caller cannot act on: logged here, answered as `internal`.
     pub fn internal(e: impl std::fmt::Display) -> ApiError {
         tracing::error!(error = %e, "admin API: internal error");
-        ApiError::new(500, "internal", "internal error; the server log has the details")
+        ApiError::Internal
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> ApiError {
+        match e {
+            StoreError::NotFound(id) => ApiError::NotFound(format!("profile {id} does not exist")),
+            StoreError::Duplicate(id) => ApiError::Conflict(format!("profile {id} already exists")),
+            StoreError::AgentExists(name) => ApiError::Conflict(format!("agent {name} already exists and is active")),
+            StoreError::NoAgent(name) => ApiError::NotFound(format!("no active agent named {name}")),
+            other => ApiError::internal(other),
+        }
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(e: JsonRejection) -> ApiError {
+        ApiError::BadRequest(format!("invalid request body: {}", e.body_text()))
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body =
-            ErrorBody { error: ErrorDetail { kind: self.kind.into(), message: self.message, reason: self.reason } };
-        let mut resp = (self.status, Json(body)).into_response();
-        if let Some(secs) = self.retry_after {
+        let reason = match &self {
+            ApiError::NotRetryable { reason, .. } => reason.clone(),
+            _ => None,
+        };
+        let (status, retry_after) = (self.status_code(), self.retry_after());
+        let body = ErrorBody { error: ErrorDetail { kind: self.kind().into(), message: self.to_string(), reason } };
+        let mut resp = (status, Json(body)).into_response();
+        if let Some(secs) = retry_after {
             resp.headers_mut().insert("retry-after", HeaderValue::from(secs));
         }
         resp
@@ -138,22 +274,14 @@ impl IntoResponse for ApiError {
 /// The agent that sent the request (any active agent key).
 pub struct Caller(pub Agent);
 
-impl FromRequestParts<AppState> for Caller {
+impl FromRequestParts<ApiState> for Caller {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
-        let Some(key) = crate::gateway::presented_key(&parts.headers) else {
-            return Err(ApiError::new(
-                401,
-                "unauthorized",
-                "missing agent key: send `Authorization: Bearer rk_…` or `x-api-key: rk_…`",
-            ));
-        };
-        state
-            .agents
-            .find(key)
-            .map(Caller)
-            .ok_or_else(|| ApiError::new(401, "unauthorized", "invalid or revoked agent key"))
+    async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Self, Self::Rejection> {
+        let key = presented_key(&parts.headers).ok_or_else(|| {
+            ApiError::Unauthorized("missing agent key: send `Authorization: Bearer rk_…` or `x-api-key: rk_…`".into())
+        })?;
+        state.agents.find(key).map(Caller).ok_or_else(|| ApiError::Unauthorized("invalid or revoked agent key".into()))
     }
 }
 
@@ -161,19 +289,17 @@ impl FromRequestParts<AppState> for Caller {
 /// a session's POST, PUT and DELETE requests must carry its CSRF token in `x-csrf-token`.
 pub struct Admin(pub Agent);
 
-impl FromRequestParts<AppState> for Admin {
+impl FromRequestParts<ApiState> for Admin {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
-        if crate::gateway::presented_key(&parts.headers).is_none()
+    async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Self, Self::Rejection> {
+        if presented_key(&parts.headers).is_none()
             && let Some(session) = state.session(&parts.headers)
         {
             let safe = matches!(parts.method, axum::http::Method::GET | axum::http::Method::HEAD);
             let presented = parts.headers.get("x-csrf-token").and_then(|v| v.to_str().ok());
             if !safe && !session.csrf_ok(presented) {
-                return Err(ApiError::new(
-                    403,
-                    "csrf",
+                return Err(ApiError::Csrf(
                     "missing or wrong x-csrf-token: a console session's changes carry the token GET /api/v1/session gives",
                 ));
             }
@@ -181,32 +307,16 @@ impl FromRequestParts<AppState> for Admin {
         }
         let Caller(agent) = Caller::from_request_parts(parts, state).await?;
         if !agent.admin {
-            return Err(ApiError::new(
-                403,
-                "forbidden",
-                format!(
-                    "agent {} is not an admin; the admin API needs a key from `rota agents create NAME --admin`",
-                    agent.name
-                ),
-            ));
+            return Err(ApiError::Forbidden(format!(
+                "agent {} is not an admin; the admin API needs a key from `rota agents create NAME --admin`",
+                agent.name
+            )));
         }
         Ok(Admin(agent))
     }
 }
 
 /// A JSON request body whose errors are answered in the API's error format.
+#[derive(FromRequest)]
+#[from_request(via(Json), rejection(ApiError))]
 pub struct Body<T>(pub T);
-
-impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Body<T> {
-    type Rejection = ApiError;
-
-    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        match Json::<T>::from_request(req, state).await {
-            Ok(Json(v)) => Ok(Body(v)),
-            Err(JsonRejection::JsonDataError(e)) => {
-                Err(ApiError::bad_request(format!("invalid request body: {}", e.body_text())))
-            }
-            Err(e) => Err(ApiError::bad_request(format!("invalid request body: {}", e.body_text()))),
-        }
-    }
-}

@@ -7,13 +7,13 @@
 //! session holds the login's cookie from the start; a login started with an API key is bound
 //! to the first browser that opens the `/oauth/go` link it answers with.
 
+use super::ApiState;
 use super::{Admin, ApiError, Body};
 use crate::book::Credential;
 use crate::config::{Config, OAuth as OAuthConfig};
 use crate::engine::{Millis, ProfileId, ProfileType};
 use crate::oauth::{self, Account, Granted, OAuthError, Pending};
 use crate::secrets::SecretField;
-use crate::server::AppState;
 use crate::store::{Store, StoreError, StoredProfile};
 use axum::Json;
 use axum::extract::{Path, RawQuery, State};
@@ -26,7 +26,7 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-pub fn routes() -> OpenApiRouter<AppState> {
+pub fn routes() -> OpenApiRouter<ApiState> {
     OpenApiRouter::new().routes(routes!(authorize)).routes(routes!(paste)).routes(routes!(device)).routes(routes!(flow))
 }
 
@@ -114,9 +114,9 @@ impl Logins {
 
 fn oauth_config<'a>(config: &'a Config, provider: &str) -> Result<&'a OAuthConfig, ApiError> {
     let p =
-        config.providers.get(provider).ok_or_else(|| ApiError::not_found(format!("unknown provider `{provider}`")))?;
+        config.providers.get(provider).ok_or_else(|| ApiError::NotFound(format!("unknown provider `{provider}`")))?;
     p.oauth.as_ref().ok_or_else(|| {
-        ApiError::bad_request(format!(
+        ApiError::BadRequest(format!(
             "provider {provider} has no [providers.{provider}.oauth] section: add API keys instead"
         ))
     })
@@ -124,9 +124,9 @@ fn oauth_config<'a>(config: &'a Config, provider: &str) -> Result<&'a OAuthConfi
 
 fn login_error(e: OAuthError) -> ApiError {
     match e {
-        OAuthError::Transport(_) => ApiError::new(502, "provider_unreachable", e.to_string()),
-        OAuthError::Config { .. } | OAuthError::NoSecret(_) => ApiError::new(500, "oauth_config", e.to_string()),
-        _ => ApiError::new(400, "login_refused", e.to_string()),
+        OAuthError::Transport(_) => ApiError::ProviderUnreachable(e.to_string()),
+        OAuthError::Config { .. } | OAuthError::NoSecret(_) => ApiError::OAuthConfig(e.to_string()),
+        _ => ApiError::LoginRefused(e.to_string()),
     }
 }
 
@@ -144,19 +144,19 @@ pub async fn login_target(store: &dyn Store, provider: &str, account: &Account) 
 
 /// Stores a completed login as the account's profile (added or updated) and puts it in
 /// rotation at once. Returns the profile id.
-pub async fn complete(state: &AppState, provider: &str, granted: Granted) -> Result<ProfileId, ApiError> {
-    let settings = state.engine.settings();
+pub async fn complete(state: &ApiState, provider: &str, granted: Granted) -> Result<ProfileId, ApiError> {
+    let settings = state.runtime.settings();
     let cfg = oauth_config(&settings.config, provider)?;
     let account = oauth::account(&state.logins.http, cfg, &granted).await;
     let id =
         login_target(state.store.as_ref(), provider, &account).await.map_err(|e| match e.downcast::<StoreError>() {
             Ok(e) => ApiError::internal(e),
-            Err(e) => ApiError::bad_request(e.to_string()),
+            Err(e) => ApiError::BadRequest(e.to_string()),
         })?;
     if settings.config.auth.profiles.contains_key(&id) {
-        return Err(ApiError::conflict(format!("profile {id} is declared in the config file")));
+        return Err(ApiError::Conflict(format!("profile {id} is declared in the config file")));
     }
-    let now = state.engine.clock.now();
+    let now = state.runtime.clock.now();
     let mut sealed = vec![state.key.seal(&id, SecretField::AccessToken, &granted.access)];
     if let Some(r) = &granted.refresh {
         sealed.push(state.key.seal(&id, SecretField::RefreshToken, r));
@@ -166,13 +166,13 @@ pub async fn complete(state: &AppState, provider: &str, granted: Granted) -> Res
     profile.email = account.email;
     profile.oauth_subject = account.subject;
     let added = state.store.save_login(&profile, &sealed).await.map_err(|e| match e {
-        StoreError::Duplicate(id) => ApiError::conflict(format!("profile {id} exists and is not an OAuth profile")),
-        StoreError::OtherAccount(id) => ApiError::conflict(format!(
+        StoreError::Duplicate(id) => ApiError::Conflict(format!("profile {id} exists and is not an OAuth profile")),
+        StoreError::OtherAccount(id) => ApiError::Conflict(format!(
             "profile {id} belongs to another account with the same email: the login was not saved (delete that profile first if it is stale)"
         )),
         other => ApiError::internal(other),
     })?;
-    let book = &state.engine.book;
+    let book = &state.runtime.book;
     book.set_tokens(&profile, Credential::OAuth { access: Some(granted.access), refresh: granted.refresh }, version);
     book.set_enabled(&id, true);
     book.clear(&id, now); // a new login ends "needs re-login" and any cooldown
@@ -215,19 +215,19 @@ fn public_base(config: &Config, headers: &HeaderMap) -> String {
 #[utoipa::path(post, path = "/api/v1/oauth/{provider}/authorize", tag = "console", params(("provider" = String, Path)),
     responses((status = 200, body = Authorization), (status = 400, body = super::ErrorBody), (status = 404, body = super::ErrorBody)))]
 async fn authorize(
-    State(state): State<AppState>,
+    State(state): State<ApiState>,
     _: Admin,
     headers: HeaderMap,
     Path(provider): Path<String>,
 ) -> Result<Response, ApiError> {
-    let settings = state.engine.settings();
+    let settings = state.runtime.settings();
     let cfg = oauth_config(&settings.config, &provider)?;
     let base = public_base(&settings.config, &headers);
     let (redirect_uri, paste) = match &cfg.redirect_uri {
         Some(r) => (r.clone(), true),
         None => (format!("{base}/oauth/callback"), false),
     };
-    let now = state.engine.clock.now();
+    let now = state.runtime.clock.now();
     let (url, pending) = oauth::authorize(&provider, cfg, &redirect_uri, now).map_err(login_error)?;
     let secure = settings.config.server.secure_cookies();
     let (binding, open, cookie) = match state.session(&headers) {
@@ -261,13 +261,13 @@ async fn authorize(
 
 /// `GET /oauth/go?ticket=…`: binds a login started with an API key to this browser (its login
 /// cookie) and sends it on to the provider. A ticket works once.
-pub async fn go(State(state): State<AppState>, RawQuery(query): RawQuery) -> Response {
+pub async fn go(State(state): State<ApiState>, RawQuery(query): RawQuery) -> Response {
     let query = query.unwrap_or_default();
     let ticket = url::form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == "ticket").map(|(_, v)| v.to_string());
-    let now = state.engine.clock.now();
+    let now = state.runtime.clock.now();
     match ticket.and_then(|t| state.logins.bind(&t, now)) {
         Some((to, nonce)) => {
-            crate::web::go_redirect(&to, &nonce, state.engine.settings().config.server.secure_cookies())
+            crate::web::go_redirect(&to, &nonce, state.runtime.settings().config.server.secure_cookies())
         }
         None => crate::web::error_page(
             StatusCode::BAD_REQUEST,
@@ -279,13 +279,13 @@ pub async fn go(State(state): State<AppState>, RawQuery(query): RawQuery) -> Res
 /// The provider sends the browser here after consent: `?code=…&state=…`. The login must be
 /// live and bound to this browser (its login cookie) before it is consumed: a callback from
 /// any other browser is refused and leaves the login to its own browser.
-pub async fn callback(State(state): State<AppState>, headers: HeaderMap, RawQuery(query): RawQuery) -> Response {
+pub async fn callback(State(state): State<ApiState>, headers: HeaderMap, RawQuery(query): RawQuery) -> Response {
     let page = |status: StatusCode, msg: &str| crate::web::error_page(status, msg);
     let query = query.unwrap_or_default();
     let state_param =
         url::form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == "state").map(|(_, v)| v.to_string());
     let Some(state_param) = state_param else { return page(StatusCode::BAD_REQUEST, "the callback has no state") };
-    let now = state.engine.clock.now();
+    let now = state.runtime.clock.now();
     let browser = crate::web::cookie(&headers, crate::web::LOGIN_COOKIE).map(crate::web::digest);
     let mut code = String::new();
     let check = |s: &Started| {
@@ -313,22 +313,23 @@ pub async fn callback(State(state): State<AppState>, headers: HeaderMap, RawQuer
         Err(Refused::Check(status, why)) => return page(status, &why),
     };
     let provider = started.pending.provider.clone();
-    let secure = state.engine.settings().config.server.secure_cookies();
+    let secure = state.runtime.settings().config.server.secure_cookies();
     match finish_code(&state, started.pending, &code).await {
         Ok(id) => crate::web::continue_page(
             &format!("/ui/?added={}", url::form_urlencoded::byte_serialize(id.as_str().as_bytes()).collect::<String>()),
             secure,
         ),
-        Err(e) => page(e.status, &format!("{provider}: {}", e.message)),
+        Err(e) => page(e.status_code(), &format!("{provider}: {e}")),
     }
 }
 
-async fn finish_code(state: &AppState, pending: Pending, code: &str) -> Result<ProfileId, ApiError> {
-    let settings = state.engine.settings();
+async fn finish_code(state: &ApiState, pending: Pending, code: &str) -> Result<ProfileId, ApiError> {
+    let settings = state.runtime.settings();
     let provider = pending.provider.clone();
     let cfg = oauth_config(&settings.config, &provider)?;
-    let granted =
-        oauth::exchange(&state.logins.http, cfg, pending, code, state.engine.clock.now()).await.map_err(login_error)?;
+    let granted = oauth::exchange(&state.logins.http, cfg, pending, code, state.runtime.clock.now())
+        .await
+        .map_err(login_error)?;
     complete(state, &provider, granted).await
 }
 
@@ -352,19 +353,19 @@ pub struct LoggedIn {
     request_body = PasteRequest,
     responses((status = 201, body = LoggedIn), (status = 400, body = super::ErrorBody), (status = 404, body = super::ErrorBody)))]
 async fn paste(
-    State(state): State<AppState>,
+    State(state): State<ApiState>,
     _: Admin,
     Path(provider): Path<String>,
     Body(req): Body<PasteRequest>,
 ) -> Result<(StatusCode, Json<LoggedIn>), ApiError> {
-    oauth_config(&state.engine.settings().config, &provider)?;
+    oauth_config(&state.runtime.settings().config, &provider)?;
     // The login to finish: the one named, else the one the URL's state names.
     let query = req.url.split_once('?').map(|(_, q)| q).unwrap_or("");
     let claimed = req.state.clone().or_else(|| {
         url::form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == "state").map(|(_, v)| v.to_string())
     });
-    let now = state.engine.clock.now();
-    let refused = || ApiError::bad_request("the `state` does not match a login started here: start it again");
+    let now = state.runtime.clock.now();
+    let refused = || ApiError::BadRequest("the `state` does not match a login started here: start it again".into());
     // The pasted URL's own state must be the login's before anything is consumed.
     let mut code = String::new();
     let check = |s: &Started| {
@@ -379,7 +380,7 @@ async fn paste(
     };
     let started = match claimed.as_deref().map(|s| state.logins.take_if(s, now, check)) {
         Some(Ok(s)) => s,
-        Some(Err(Refused::Check(_, why))) => return Err(ApiError::bad_request(why)),
+        Some(Err(Refused::Check(_, why))) => return Err(ApiError::BadRequest(why)),
         Some(Err(Refused::Unknown)) | None => return Err(refused()),
     };
     let id = finish_code(&state, started.pending, &code).await?;
@@ -406,15 +407,15 @@ pub struct DeviceLogin {
     responses((status = 201, body = DeviceLogin), (status = 400, body = super::ErrorBody), (status = 404, body = super::ErrorBody),
         (status = 502, body = super::ErrorBody)))]
 async fn device(
-    State(state): State<AppState>,
+    State(state): State<ApiState>,
     _: Admin,
     Path(provider): Path<String>,
 ) -> Result<(StatusCode, Json<DeviceLogin>), ApiError> {
-    let settings = state.engine.settings();
+    let settings = state.runtime.settings();
     let cfg = oauth_config(&settings.config, &provider)?.clone();
     let details = oauth::device_start(&state.logins.http, &provider, &cfg).await.map_err(login_error)?;
     let flow_id = uuid::Uuid::new_v4().to_string();
-    let now = state.engine.clock.now();
+    let now = state.runtime.clock.now();
     let answer = DeviceLogin {
         flow_id: flow_id.clone(),
         user_code: details.user_code().secret().clone(),
@@ -426,14 +427,14 @@ async fn device(
     state.logins.set_flow(&flow_id, FlowInfo { state: "pending".into(), profile_id: None, error: None });
     let st = state.clone();
     tokio::spawn(async move {
-        let clock = st.engine.clock.clone();
+        let clock = st.runtime.clock.clone();
         let outcome = match oauth::device_finish(&st.logins.http, &provider, &cfg, &details, || clock.now()).await {
             Ok(granted) => complete(&st, &provider, granted).await,
             Err(e) => Err(login_error(e)),
         };
         let info = match outcome {
             Ok(id) => FlowInfo { state: "done".into(), profile_id: Some(id.to_string()), error: None },
-            Err(e) => FlowInfo { state: "failed".into(), profile_id: None, error: Some(e.message) },
+            Err(e) => FlowInfo { state: "failed".into(), profile_id: None, error: Some(e.to_string()) },
         };
         st.logins.set_flow(&flow_id, info);
     });
@@ -443,7 +444,7 @@ async fn device(
 /// A device login's progress
 #[utoipa::path(get, path = "/api/v1/oauth/flows/{id}", tag = "console", params(("id" = String, Path)),
     responses((status = 200, body = FlowInfo), (status = 404, body = super::ErrorBody)))]
-async fn flow(State(state): State<AppState>, _: Admin, Path(id): Path<String>) -> Result<Json<FlowInfo>, ApiError> {
+async fn flow(State(state): State<ApiState>, _: Admin, Path(id): Path<String>) -> Result<Json<FlowInfo>, ApiError> {
     let flows = state.logins.flows.lock().unwrap_or_else(|e| e.into_inner());
-    flows.get(&id).cloned().map(Json).ok_or_else(|| ApiError::not_found(format!("no login flow {id}")))
+    flows.get(&id).cloned().map(Json).ok_or_else(|| ApiError::NotFound(format!("no login flow {id}")))
 }

@@ -1,19 +1,28 @@
 //! Console sign-in: an admin key buys a session cookie and a CSRF token.
 
+use super::ApiState;
 use super::{ApiError, Body};
-use crate::server::AppState;
-use crate::web::{self, COOKIE};
+use crate::agents::Agent;
+use crate::engine::Millis;
+use crate::web::{self, BACKGROUND, COOKIE, SESSION_TTL};
 use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::Mutex;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-pub fn routes() -> OpenApiRouter<AppState> {
+pub fn routes() -> OpenApiRouter<ApiState> {
     OpenApiRouter::new().routes(routes!(sign_in, current, sign_out))
+}
+
+/// `/ui/`: the console with a session, else the sign-in page.
+pub async fn console(State(state): State<ApiState>, headers: HeaderMap) -> Response {
+    web::console_page(state.session(&headers).is_some())
 }
 
 #[derive(Deserialize, ToSchema)]
@@ -37,17 +46,17 @@ pub struct SessionInfo {
 #[utoipa::path(post, path = "/api/v1/session", tag = "console", security(()), request_body = SignIn,
     responses((status = 200, body = SessionInfo), (status = 400, body = super::ErrorBody),
         (status = 401, body = super::ErrorBody), (status = 403, body = super::ErrorBody)))]
-async fn sign_in(State(state): State<AppState>, Body(req): Body<SignIn>) -> Result<Response, ApiError> {
+async fn sign_in(State(state): State<ApiState>, Body(req): Body<SignIn>) -> Result<Response, ApiError> {
     let agent = state
         .agents
         .find(req.key.trim())
-        .ok_or_else(|| ApiError::new(401, "unauthorized", "invalid or revoked agent key"))?;
+        .ok_or_else(|| ApiError::Unauthorized("invalid or revoked agent key".into()))?;
     if !agent.admin {
-        return Err(ApiError::new(403, "forbidden", format!("agent {} is not an admin", agent.name)));
+        return Err(ApiError::Forbidden(format!("agent {} is not an admin", agent.name)));
     }
-    let settings = state.engine.settings();
+    let settings = state.runtime.settings();
     let server = &settings.config.server;
-    let (token, session) = state.sessions.create(agent, state.engine.clock.now(), server.session_idle);
+    let (token, session) = state.sessions.create(agent, state.runtime.clock.now(), server.session_idle);
     tracing::info!(agent = %session.agent.name, "console sign-in");
     let body = SessionInfo { agent: session.agent.name, csrf: session.csrf };
     Ok(([(header::SET_COOKIE, web::set_cookie(Some(&token), server.secure_cookies()))], Json(body)).into_response())
@@ -56,22 +65,149 @@ async fn sign_in(State(state): State<AppState>, Body(req): Body<SignIn>) -> Resu
 /// The current console session
 #[utoipa::path(get, path = "/api/v1/session", tag = "console", security(()),
     responses((status = 200, body = SessionInfo), (status = 401, body = super::ErrorBody)))]
-async fn current(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<SessionInfo>, ApiError> {
+async fn current(State(state): State<ApiState>, headers: HeaderMap) -> Result<Json<SessionInfo>, ApiError> {
     let s = state
         .session(&headers)
-        .ok_or_else(|| ApiError::new(401, "unauthorized", format!("no console session (cookie {COOKIE})")))?;
+        .ok_or_else(|| ApiError::Unauthorized(format!("no console session (cookie {COOKIE})")))?;
     Ok(Json(SessionInfo { agent: s.agent.name, csrf: s.csrf }))
 }
 
 /// Sign out
 #[utoipa::path(delete, path = "/api/v1/session", tag = "console", security(()),
     responses((status = 204, description = "Signed out"), (status = 401, body = super::ErrorBody), (status = 403, body = super::ErrorBody)))]
-async fn sign_out(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
-    let s = state.session(&headers).ok_or_else(|| ApiError::new(401, "unauthorized", "no console session"))?;
+async fn sign_out(State(state): State<ApiState>, headers: HeaderMap) -> Result<Response, ApiError> {
+    let s = state.session(&headers).ok_or_else(|| ApiError::Unauthorized("no console session".into()))?;
     if !s.csrf_ok(headers.get("x-csrf-token").and_then(|v| v.to_str().ok())) {
-        return Err(ApiError::new(403, "csrf", "missing or wrong x-csrf-token"));
+        return Err(ApiError::Csrf("missing or wrong x-csrf-token"));
     }
     state.sessions.end(&s.id);
-    let secure = state.engine.settings().config.server.secure_cookies();
+    let secure = state.runtime.settings().config.server.secure_cookies();
     Ok((StatusCode::NO_CONTENT, [(header::SET_COOKIE, web::set_cookie(None, secure))]).into_response())
+}
+
+#[derive(Clone, Debug)]
+pub struct Session {
+    pub agent: Agent,
+    pub csrf: String,
+    /// The digest of the cookie's token: what OAuth logins started in this session are bound to.
+    pub id: String,
+    expires_at: Millis,
+    /// Unused for this long, the session ends (`server.session_idle` when it was created).
+    idle: Millis,
+    last_used: Millis,
+}
+
+impl Session {
+    fn live(&self, now: Millis) -> bool {
+        self.expires_at > now && now - self.last_used < self.idle
+    }
+
+    /// Whether `presented` is this session's CSRF token (compared as digests).
+    pub fn csrf_ok(&self, presented: Option<&str>) -> bool {
+        presented.is_some_and(|p| web::digest(p) == web::digest(&self.csrf))
+    }
+}
+
+/// Console sessions, in memory: a restart signs everyone out.
+#[derive(Default)]
+pub struct Sessions {
+    by_digest: Mutex<HashMap<String, Session>>,
+}
+
+impl Sessions {
+    /// A new session for `agent` that ends after `idle` unused (and 12 hours at most): the
+    /// cookie's value and the session.
+    pub fn create(&self, agent: Agent, now: Millis, idle: std::time::Duration) -> (String, Session) {
+        let token = web::random_token();
+        let id = web::digest(&token);
+        let idle = Millis::try_from(idle.as_millis()).unwrap_or(Millis::MAX).max(1);
+        let session = Session {
+            agent,
+            csrf: web::random_token(),
+            id: id.clone(),
+            expires_at: now + SESSION_TTL,
+            idle,
+            last_used: now,
+        };
+        let mut map = self.by_digest.lock().unwrap_or_else(|e| e.into_inner());
+        map.retain(|_, s| s.live(now));
+        map.insert(id, session.clone());
+        (token, session)
+    }
+
+    /// The session the request's cookie names, if it is live (used within its idle timeout,
+    /// younger than 12 hours) and its agent still `admitted` (an active admin: a key revoked or
+    /// demoted anywhere, by the CLI or another instance too, ends its sessions at their next
+    /// use). Finding it counts as a use, its idle timeout starting again, unless the request
+    /// says it is the console's own background refresh (`x-rota-background`).
+    pub fn find(&self, headers: &HeaderMap, now: Millis, admitted: impl Fn(&Agent) -> bool) -> Option<Session> {
+        let token = web::cookie(headers, COOKIE)?;
+        let id = web::digest(token);
+        let mut map = self.by_digest.lock().unwrap_or_else(|e| e.into_inner());
+        let session = map.get_mut(&id)?;
+        if !session.live(now) || !admitted(&session.agent) {
+            map.remove(&id);
+            return None;
+        }
+        if !headers.contains_key(BACKGROUND) {
+            session.last_used = session.last_used.max(now);
+        }
+        Some(session.clone())
+    }
+
+    pub fn end(&self, id: &str) {
+        self.by_digest.lock().unwrap_or_else(|e| e.into_inner()).remove(id);
+    }
+
+    /// Ends every session of an agent (its key was revoked).
+    pub fn end_agent(&self, name: &str) {
+        self.by_digest.lock().unwrap_or_else(|e| e.into_inner()).retain(|_, s| s.agent.name != name);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    #[test]
+    fn an_idle_session_ends_and_each_use_extends_it() {
+        let s = Sessions::default();
+        let agent = Agent { id: "1".into(), name: "ops".into(), admin: true, created_at: 0, revoked_at: None };
+        let (token, _) = s.create(agent, 0, std::time::Duration::from_secs(60));
+        let mut h = HeaderMap::new();
+        h.insert(header::COOKIE, HeaderValue::from_str(&format!("{COOKIE}={token}")).unwrap());
+        for minute in 1..=5 {
+            let now = minute * 59_000;
+            assert!(s.find(&h, now, |_| true).is_some(), "used every 59 s: alive at {now} ms");
+        }
+        assert!(s.find(&h, 5 * 59_000 + 60_000, |_| true).is_none(), "60 s unused: gone");
+        assert!(s.find(&h, 5 * 59_000 + 1_000, |_| true).is_none(), "and it stays gone");
+    }
+
+    #[test]
+    fn sessions_expire_and_end() {
+        let s = Sessions::default();
+        let agent = Agent { id: "1".into(), name: "ops".into(), admin: true, created_at: 0, revoked_at: None };
+        let forever = std::time::Duration::from_millis(SESSION_TTL as u64 * 2);
+        let (token, session) = s.create(agent.clone(), 1_000, forever);
+        let mut h = HeaderMap::new();
+        let with = |h: &mut HeaderMap, token: &str| {
+            h.insert(header::COOKIE, HeaderValue::from_str(&format!("{COOKIE}={token}")).unwrap());
+        };
+        with(&mut h, &token);
+        let admitted = |_: &Agent| true;
+        assert_eq!(s.find(&h, 2_000, admitted).map(|x| x.id), Some(session.id.clone()));
+        assert!(session.csrf_ok(Some(&session.csrf)) && !session.csrf_ok(Some("x")) && !session.csrf_ok(None));
+        assert!(s.find(&h, 3_000, |_| false).is_none(), "the agent is no longer an active admin");
+        assert!(s.find(&h, 4_000, admitted).is_none(), "and the session is gone");
+        let (token, _) = s.create(agent, 1_000, forever);
+        with(&mut h, &token);
+        assert!(s.find(&h, SESSION_TTL, admitted).is_some(), "used all along, it lasts its 12 hours");
+        assert!(s.find(&h, 1_000 + SESSION_TTL, admitted).is_none(), "and not longer");
+        let (token, _) = s.create(session.agent.clone(), 1_000, std::time::Duration::from_secs(60));
+        h.insert(header::COOKIE, HeaderValue::from_str(&format!("{COOKIE}={token}")).unwrap());
+        s.end_agent("ops");
+        assert!(s.find(&h, 2_000, admitted).is_none());
+    }
 }

@@ -1,29 +1,76 @@
 //! What the client gets besides the upstream's own answer: rota's errors in the client's API
 //! format, and the `x-request-id` / `x-rota-*` headers (SPEC §7).
 
-use super::walk::Trail;
 use super::wire::Api;
 use crate::engine::ProfileId;
 use crate::engine::chain::Candidate;
+use crate::walk::Trail;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
-/// An error in the client's API format.
-pub fn error(api: Api, status: u16, message: &str, retry_after: Option<u64>, request_id: &str) -> Response {
-    let code = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
-    let mut resp = (code, axum::Json(api.error_body(status, message))).into_response();
-    let h = resp.headers_mut();
-    h.insert("x-request-id", HeaderValue::from_str(request_id).expect("uuid is a valid header"));
-    if let Some(secs) = retry_after {
-        h.insert("retry-after", HeaderValue::from(secs));
-    }
-    resp
+/// Why rota answers a client with an error of its own, in the client's API format.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    /// 401: no agent key in the request.
+    #[error("missing agent key: send `Authorization: Bearer rk_…` or `x-api-key: rk_…`")]
+    MissingKey,
+    /// 401: a key no active agent holds.
+    #[error("invalid or revoked agent key")]
+    InvalidKey,
+    /// 408: the body did not arrive within `server.body_timeout`.
+    #[error("{0}")]
+    BodyTimeout(String),
+    /// 413: the body is over `limits.max_body_bytes`.
+    #[error("request body larger than {0} bytes (limits.max_body_bytes)")]
+    BodyTooLarge(usize),
+    /// 400: bad input (not a JSON object, a malformed pin, a request the chain cannot serve).
+    #[error("{0}")]
+    BadRequest(String),
+    /// 404: a model no provider, alias or virtual model names.
+    #[error("{0}")]
+    UnknownModel(String),
+    /// The walk ended without an answer: every candidate failed or is cooling (429 with
+    /// `Retry-After`, 502, 503…), or the upstream's last failure (its status).
+    #[error("{message}")]
+    Failed { status: u16, message: String, retry_after: Option<u64> },
+    /// 504: the request's deadline (`timeouts.total`) passed.
+    #[error("{0}")]
+    TimedOut(String),
 }
 
-/// An error answered before any upstream call (bad input, unknown model, bad pin).
-pub fn refuse(api: Api, status: u16, message: &str, request_id: &str) -> Response {
-    error(api, status, message, None, request_id)
+impl GatewayError {
+    pub fn status_code(&self) -> StatusCode {
+        match self {
+            GatewayError::MissingKey | GatewayError::InvalidKey => StatusCode::UNAUTHORIZED,
+            GatewayError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
+            GatewayError::BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            GatewayError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            GatewayError::UnknownModel(_) => StatusCode::NOT_FOUND,
+            GatewayError::Failed { status, .. } => StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_GATEWAY),
+            GatewayError::TimedOut(_) => StatusCode::GATEWAY_TIMEOUT,
+        }
+    }
+
+    /// Seconds until a cooling candidate can serve again, for `Retry-After`.
+    pub fn retry_after(&self) -> Option<u64> {
+        match self {
+            GatewayError::Failed { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
+    /// The answer: this error in `api`'s format, with the request id and `Retry-After`.
+    pub fn answer(&self, api: Api, request_id: &str) -> Response {
+        let code = self.status_code();
+        let mut resp = (code, axum::Json(api.error_body(code.as_u16(), &self.to_string()))).into_response();
+        let h = resp.headers_mut();
+        h.insert("x-request-id", HeaderValue::from_str(request_id).expect("uuid is a valid header"));
+        if let Some(secs) = self.retry_after() {
+            h.insert("retry-after", HeaderValue::from(secs));
+        }
+        resp
+    }
 }
 
 /// The upstream's own error answer (redacted), passed on as it came.

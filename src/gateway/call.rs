@@ -2,23 +2,22 @@
 //! stream or a classified failure, with the attempt's timings measured from the moment the
 //! request was sent.
 
-use super::failover::{Engine, Incoming, Settings};
 use super::plan::{Plan, WithModel};
 use super::relay::{Phase, Relay};
-use super::upstream::error_text;
-use super::walk::Attempt;
+use super::serve::{Gateway, Incoming};
 use super::wire;
-use crate::book::Credential;
 use crate::engine::classify::{Classified, Observed};
 use crate::engine::{Millis, Reason};
+use crate::redact::error_text;
 use crate::redact::redact;
+use crate::settings::Settings;
+use crate::walk::Attempt;
 use axum::body::Body;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::Response;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use futures_util::stream::BoxStream;
-use secrecy::ExposeSecret;
 use serde_json::{Map, Value};
 use tokio::time::{Instant, timeout_at};
 
@@ -56,24 +55,11 @@ pub struct Call {
     pub ttfb_ms: Option<Millis>,
 }
 
-/// The secrets an upstream could echo back: the ones rota sent it.
-pub(crate) fn secrets_of(cred: &Credential) -> Vec<&str> {
-    let mut v = Vec::new();
-    match cred {
-        Credential::ApiKey(s) | Credential::Token(s) => v.push(s.expose_secret()),
-        Credential::OAuth { access, refresh } => {
-            v.extend(access.iter().map(|s| s.expose_secret()));
-            v.extend(refresh.iter().map(|s| s.expose_secret()));
-        }
-    }
-    v
-}
-
 fn since(t: Instant) -> Millis {
     t.elapsed().as_millis() as Millis
 }
 
-impl Engine {
+impl Gateway {
     /// Calls the attempt's candidate with `body` (the client's, or its translation).
     pub(super) async fn call(
         &self,
@@ -87,10 +73,10 @@ impl Engine {
         let provider = &settings.config.providers[&att.cand.provider];
         let bytes = serde_json::to_vec(&WithModel { body, model: &att.cand.model }).expect("a JSON map serializes");
         let first_byte = deadline.min(Instant::now() + settings.config.timeouts.first_byte);
-        let secrets = secrets_of(&att.cred);
+        let secrets = att.cred.secrets();
         let requested = inc.body.get("model").and_then(Value::as_str).unwrap_or("");
         let echoed = [att.cand.model.as_str(), requested];
-        let now = self.now();
+        let now = self.runtime.now();
         let fail = |class: Classified, status: Option<u16>, body: Option<Bytes>| {
             let mut class = class;
             class.message = redact(&class.message, &secrets);
@@ -108,7 +94,7 @@ impl Engine {
         .await;
         let mut resp = match answer {
             Err(_) => return done(fail(transport("timed out waiting for the upstream's answer"), None, None), None),
-            Ok(Err(text)) => return done(fail(transport(&text), None, None), None),
+            Ok(Err(e)) => return done(fail(transport(&e.to_string()), None, None), None),
             Ok(Ok(r)) => r,
         };
         let status = resp.status().as_u16();
@@ -173,7 +159,7 @@ impl Engine {
     ) -> Result<Opened, Classified> {
         let mut rest = resp.bytes_stream().boxed();
         let mut relay = Relay::new(plan.upstream(), plan.stream_translator(&inc.body));
-        let now = self.now();
+        let now = self.runtime.now();
         loop {
             let chunk = match timeout_at(first_byte, rest.next()).await {
                 Err(_) => return Err(transport(settings, "timed out waiting for the first event of the stream", now)),

@@ -6,17 +6,18 @@
 //! event never hands the client half an event. `forward` is its I/O: the task that feeds it the
 //! rest of a committed stream and tells the walk how the stream ended.
 
-use super::call::{Opened, secrets_of};
-use super::failover::{Engine, Settings};
-use super::sse::Splitter;
-use super::walk::{Ended, Walk};
+use super::call::Opened;
 use super::wire::{self, Api, Seen};
 use crate::audit::AttemptRow;
 use crate::book::Credential;
 use crate::engine::classify::{Classified, Observed};
 use crate::engine::{Millis, Reason};
 use crate::redact::redact;
+use crate::settings::Settings;
 use crate::translate::StreamTranslator;
+use crate::translate::sse::Splitter;
+use crate::walk::Runtime;
+use crate::walk::{Ended, Walk};
 use axum::body::Body;
 use axum::http::HeaderValue;
 use axum::response::Response;
@@ -146,7 +147,7 @@ impl Relay {
 /// forwards it and hands the walk the stream's ending.
 #[allow(clippy::too_many_arguments)]
 pub fn respond(
-    engine: &Engine,
+    runtime: &Runtime,
     settings: Arc<Settings>,
     client: Api,
     mut walk: Walk,
@@ -159,14 +160,14 @@ pub fn respond(
     let Opened { mut relay, rest: mut upstream, echoed } = opened;
     let (sent, ttfb_ms) = timing;
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
-    let book = engine.book.clone();
-    let clock = engine.clock.clone();
-    let stopping = engine.stopping.clone();
+    let book = runtime.book.clone();
+    let clock = runtime.clock.clone();
+    let stopping = runtime.stopping.clone();
     row.ttfb_ms = ttfb_ms;
     row.http_status = Some(200);
     tokio::spawn(async move {
         let timeouts = &settings.config.timeouts;
-        let secrets = secrets_of(&cred);
+        let secrets = cred.secrets();
         let failed = |reason: Reason, message: String| Ended::Failed {
             class: Classified {
                 reason,
@@ -198,7 +199,7 @@ pub fn respond(
                     cut = Some(failed(Reason::Timeout, format!("the stream was idle for {}s", timeouts.idle.as_secs())))
                 }
                 Ok(None) => cut = relay.closed().err().map(|(reason, why)| failed(reason, why)),
-                Ok(Some(Err(e))) => cut = Some(failed(Reason::Network, super::upstream::error_text(&e))),
+                Ok(Some(Err(e))) => cut = Some(failed(Reason::Network, crate::redact::error_text(&e))),
                 Ok(Some(Ok(chunk))) => {
                     if relay.push(&chunk) {
                         idle_deadline = Instant::now() + timeouts.idle;

@@ -3,6 +3,7 @@
 use super::wire::Api;
 use crate::book::Credential;
 use crate::config::{Api as WireFormat, Provider, Timeouts};
+use crate::redact::error_text;
 use axum::http::HeaderMap;
 use bytes::Bytes;
 use secrecy::{ExposeSecret, SecretString};
@@ -12,6 +13,17 @@ use secrecy::{ExposeSecret, SecretString};
 const FORWARDED_ANTHROPIC: [&str; 2] = ["anthropic-version", "anthropic-beta"];
 const FORWARDED_OPENAI: [&str; 1] = ["openai-beta"];
 const DEFAULT_ANTHROPIC_VERSION: &str = "2023-06-01";
+
+/// Why a call did not get an answer from the upstream.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    /// The OAuth profile has no access token yet.
+    #[error("the OAuth profile has no access token yet (it needs a refresh)")]
+    NoAccessToken,
+    /// The request did not reach the upstream, or its answer broke off (no secret in it).
+    #[error("{}", error_text(.0))]
+    Transport(reqwest::Error),
+}
 
 #[derive(Clone)]
 pub struct Upstream {
@@ -34,7 +46,7 @@ impl Upstream {
         Upstream { client }
     }
 
-    /// Sends one request; a transport failure comes back as its error text (no secret in it).
+    /// Sends one request.
     pub async fn send(
         &self,
         provider: &Provider,
@@ -43,7 +55,7 @@ impl Upstream {
         body: Bytes,
         client_headers: &HeaderMap,
         stream: bool,
-    ) -> Result<reqwest::Response, String> {
+    ) -> Result<reqwest::Response, UpstreamError> {
         let url = format!("{}{}", provider.base_url.trim_end_matches('/'), api.upstream_path());
         let mut req = self.client.post(url).header("content-type", "application/json").body(body);
         if stream {
@@ -58,7 +70,7 @@ impl Upstream {
                 req = req.header(name, v);
             }
         }
-        authorize(req, provider, credential, client_headers)?.send().await.map_err(|e| error_text(&e))
+        authorize(req, provider, credential, client_headers)?.send().await.map_err(UpstreamError::Transport)
     }
 
     /// rota's own cheap authenticated call with a credential (`GET base_url + confirm_path`),
@@ -69,14 +81,14 @@ impl Upstream {
         provider: &Provider,
         credential: &Credential,
         timeout: std::time::Duration,
-    ) -> Result<(u16, Vec<(String, String)>, String), String> {
+    ) -> Result<(u16, Vec<(String, String)>, String), UpstreamError> {
         let path = provider.confirm_path.as_deref().unwrap_or(match provider.api {
             WireFormat::Openai => "/models",
             WireFormat::Anthropic => "/v1/models",
         });
         let url = format!("{}{path}", provider.base_url.trim_end_matches('/'));
         let req = authorize(self.client.get(url).timeout(timeout), provider, credential, &HeaderMap::new())?;
-        let mut resp = req.send().await.map_err(|e| error_text(&e))?;
+        let mut resp = req.send().await.map_err(UpstreamError::Transport)?;
         let status = resp.status().as_u16();
         let headers = resp
             .headers()
@@ -84,7 +96,7 @@ impl Upstream {
             .map(|(k, v)| (k.as_str().to_string(), v.to_str().unwrap_or("").to_string()))
             .collect();
         let mut body = Vec::new();
-        while let Some(chunk) = resp.chunk().await.map_err(|e| error_text(&e))? {
+        while let Some(chunk) = resp.chunk().await.map_err(UpstreamError::Transport)? {
             body.extend_from_slice(&chunk);
             if body.len() > 64 * 1024 {
                 break;
@@ -100,8 +112,8 @@ fn authorize(
     provider: &Provider,
     credential: &Credential,
     client_headers: &HeaderMap,
-) -> Result<reqwest::RequestBuilder, String> {
-    let secret = token(credential).ok_or("the OAuth profile has no access token yet (it needs a refresh)")?;
+) -> Result<reqwest::RequestBuilder, UpstreamError> {
+    let secret = token(credential).ok_or(UpstreamError::NoAccessToken)?;
     req = match (provider.api, credential) {
         (WireFormat::Anthropic, Credential::ApiKey(_)) => req.header("x-api-key", secret.expose_secret()),
         _ => req.bearer_auth(secret.expose_secret()),
@@ -117,23 +129,4 @@ fn token(c: &Credential) -> Option<&SecretString> {
         Credential::ApiKey(s) | Credential::Token(s) => Some(s),
         Credential::OAuth { access, .. } => access.as_ref(),
     }
-}
-
-/// The error and its causes, e.g. "error sending request: client error (Connect): tcp connect
-/// error: Connection refused (os error 111)".
-pub fn error_text(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts = vec![e.to_string()];
-    let mut src = e.source();
-    while let Some(s) = src {
-        parts.push(s.to_string());
-        src = s.source();
-    }
-    let mut text = parts.join(": ");
-    if let Some(re) = e.downcast_ref::<reqwest::Error>()
-        && re.is_timeout()
-        && !text.contains("timed out")
-    {
-        text.push_str(" (timed out)");
-    }
-    text
 }

@@ -1,8 +1,8 @@
 //! What differs between the client APIs rota serves: paths, error bodies, where the session
 //! key and token usage live, and which event commits a stream.
 
-use super::sse::Event;
 use crate::config::Api as WireFormat;
+use crate::translate::sse::Event;
 use serde_json::{Value, json};
 
 /// The API a client called.
@@ -185,7 +185,7 @@ pub fn classify_event(upstream: Api, ev: &Event, json: Option<&Value>) -> Seen {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gateway::sse::Splitter;
+    use crate::translate::sse::Splitter;
 
     fn ev(raw: &str) -> Event {
         Splitter::default().push(raw.as_bytes()).remove(0)

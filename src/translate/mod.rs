@@ -4,6 +4,7 @@
 
 pub mod request;
 pub mod response;
+pub mod sse;
 pub mod stream;
 
 pub use request::{chat_to_messages, messages_to_chat};

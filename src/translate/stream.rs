@@ -3,7 +3,7 @@
 //! source is the relay's business, never closed cleanly here.
 
 use super::response::{finish_from_stop, prompt_tokens, stop_from_finish};
-use crate::gateway::sse::Event;
+use super::sse::Event;
 use serde_json::{Value, json};
 
 /// Turns the upstream's events into the client's; keeps what it needs between events.

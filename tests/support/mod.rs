@@ -330,7 +330,7 @@ fn sse(reply: Reply, anthropic: bool, mock: Mock) -> Response {
         match reply {
             Reply::Stream(n) => write_all(writes(&stream_events(anthropic, n), Writes::Whole), Writes::Whole).await,
             Reply::Raw(body, how) => {
-                let mut split = rota::gateway::sse::Splitter::default();
+                let mut split = rota::translate::sse::Splitter::default();
                 let mut evs: Vec<String> =
                     split.push(body.as_bytes()).into_iter().map(|e| String::from_utf8(e.raw).unwrap()).collect();
                 evs.push(String::from_utf8(split.rest().to_vec()).unwrap());

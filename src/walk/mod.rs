@@ -6,6 +6,9 @@
 //! the attempt came to). The gateway drives it in one loop; a lease drives it one report at a
 //! time, so both produce the same attempts, in the same order, for the same faults.
 
+mod runtime;
+pub use runtime::Runtime;
+
 use crate::audit::{AttemptRow, Audit, Kind, Outcome, RequestRow};
 use crate::book::{Book, Credential};
 use crate::config::Config;

@@ -1,0 +1,82 @@
+//! Who may call rota: the active agents by key digest, kept in memory and following the change
+//! feed, and the key a request presents. The gateway and the API authenticate through it.
+
+use crate::agents::{Agent, digest};
+use crate::store::{Store, StoreError};
+use axum::http::HeaderMap;
+use secrecy::SecretString;
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+/// The active agents by key digest, in memory, so authenticating never waits on the database.
+/// A background task follows the change feed, so agents created or revoked with the CLI or by
+/// another instance take effect on a running server within a second.
+pub struct AgentCache {
+    by_digest: RwLock<HashMap<String, Agent>>,
+}
+
+impl AgentCache {
+    /// Loads the active agents, and reloads them whenever the change feed says an agent was
+    /// created or revoked (by this server, the CLI or another instance).
+    pub async fn load(store: Arc<dyn Store>) -> Result<Arc<AgentCache>, StoreError> {
+        let mut seen = store.feed_head(Some("agent")).await?;
+        let cache = Arc::new(AgentCache { by_digest: RwLock::new(active(store.as_ref()).await?) });
+        let weak = Arc::downgrade(&cache);
+        let mut wake = store.wake();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(crate::book::FEED_EVERY) => {}
+                    _ = crate::store::woken(&mut wake) => {}
+                }
+                let Some(cache) = weak.upgrade() else { return };
+                let head = match store.feed_head(Some("agent")).await {
+                    Ok(head) if head == seen => continue,
+                    Ok(head) => head,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "reading the change feed failed; keeping the agents");
+                        continue;
+                    }
+                };
+                match active(store.as_ref()).await {
+                    Ok(fresh) => {
+                        *cache.by_digest.write().unwrap_or_else(|e| e.into_inner()) = fresh;
+                        seen = head;
+                    }
+                    Err(e) => tracing::warn!(error = %e, "reloading agents failed; keeping the last list"),
+                }
+            }
+        });
+        Ok(cache)
+    }
+
+    /// Reloads the agents now (after the admin API created or revoked one).
+    pub async fn reload(&self, store: &dyn Store) -> Result<(), StoreError> {
+        let fresh = active(store).await?;
+        *self.by_digest.write().unwrap_or_else(|e| e.into_inner()) = fresh;
+        Ok(())
+    }
+
+    /// True while `agent` (the same id) is active and an admin.
+    pub fn is_active_admin(&self, agent: &Agent) -> bool {
+        self.by_digest.read().unwrap_or_else(|e| e.into_inner()).values().any(|a| a.id == agent.id && a.admin)
+    }
+
+    pub fn find(&self, key: &str) -> Option<Agent> {
+        let d = digest(&SecretString::from(key.to_string()));
+        self.by_digest.read().unwrap_or_else(|e| e.into_inner()).get(&d).cloned()
+    }
+}
+
+async fn active(store: &dyn Store) -> Result<HashMap<String, Agent>, StoreError> {
+    Ok(store.active_agents().await?.into_iter().collect())
+}
+
+/// The agent key: `Authorization: Bearer rk_…` or `x-api-key: rk_…`.
+pub fn presented_key(headers: &HeaderMap) -> Option<&str> {
+    let bearer = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer ").or_else(|| v.strip_prefix("bearer ")));
+    bearer.or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok())).map(str::trim).filter(|k| !k.is_empty())
+}

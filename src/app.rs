@@ -1,0 +1,79 @@
+//! The HTTP surface as one router: each area (the gateway, the API and console, the static
+//! console assets) routed with its own state, plus `/healthz` and `/metrics`. `server` builds
+//! the state and serves this router.
+
+use crate::api::{self, ApiState};
+use crate::deadline::body_deadline;
+use crate::gateway::{self, Gateway};
+use crate::metrics::Snapshot;
+use crate::walk::Runtime;
+use crate::web;
+use axum::extract::State;
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::{Value, json};
+use std::sync::Arc;
+
+/// What the server's routes share: each area's own state.
+#[derive(Clone)]
+pub struct AppState {
+    pub gateway: Gateway,
+    pub api: ApiState,
+}
+
+/// Every route: the gateway's, the API's, the console's, `/healthz` and `/metrics`, each area
+/// with its own state, behind the body deadline and `nosniff`.
+pub fn router(state: AppState) -> Router {
+    let runtime = state.api.runtime.clone();
+    let live = runtime.live();
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .with_state(runtime)
+        .merge(gateway::router().with_state(state.gateway))
+        .merge(api::router().with_state(state.api))
+        .merge(web::router())
+        .layer(axum::middleware::from_fn_with_state(live, body_deadline))
+        .layer(axum::middleware::map_response(nosniff))
+}
+/// Every answer says its content type is the one to use: a browser never sniffs an error
+/// message or an upstream's text into HTML.
+async fn nosniff(mut r: axum::response::Response) -> axum::response::Response {
+    r.headers_mut().insert(http::header::X_CONTENT_TYPE_OPTIONS, http::HeaderValue::from_static("nosniff"));
+    r
+}
+
+/// Prometheus exposition (OpenMetrics text); with `server.metrics_token_file`, only for its bearer token.
+async fn metrics(State(runtime): State<Arc<Runtime>>, headers: http::HeaderMap) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    if !crate::metrics::scrape_allowed(&runtime.settings().config.server, &headers) {
+        let challenge = [("www-authenticate", "Bearer realm=\"rota metrics\"")];
+        return (http::StatusCode::UNAUTHORIZED, challenge, "a bearer token is needed (server.metrics_token_file)\n")
+            .into_response();
+    }
+    let now = runtime.clock.now();
+    let snapshot = Snapshot::of(runtime.book.states(now), now, runtime.audit.health(), runtime.book.writer_state().0);
+    ([("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")], runtime.metrics.render(snapshot))
+        .into_response()
+}
+
+/// Always 200 while rota serves (a load balancer keeps sending: requests are answered even
+/// when the database fails); `status` is `degraded` while a writer fails or the audit queue is
+/// over half full, with the details (docs/api.md).
+async fn healthz(State(runtime): State<Arc<Runtime>>) -> Json<Value> {
+    let audit = runtime.audit.health();
+    let (stats_failing, stats_waiting) = runtime.book.writer_state();
+    let degraded = audit.degraded() || stats_failing;
+    Json(json!({
+        "status": if degraded { "degraded" } else { "ok" },
+        "version": env!("CARGO_PKG_VERSION"),
+        "audit": {
+            "queued": audit.queued,
+            "capacity": audit.capacity,
+            "dropped_requests": audit.dropped_requests,
+            "dropped_attempts": audit.dropped_attempts,
+            "failing": audit.failing,
+        },
+        "stats": { "failing": stats_failing, "waiting": stats_waiting },
+    }))
+}

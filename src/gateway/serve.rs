@@ -1,0 +1,215 @@
+//! The two-stage failover of one request (the serve loop): for each model of the chain, the
+//! provider's profiles in order (with same-profile retries), then the next model, until an
+//! answer, a stop or the request's deadline. The walk decides, `call` makes each upstream
+//! call, `relay` carries a committed stream; the walk's runtime holds what every request
+//! shares.
+
+use super::answer::{self, GatewayError, with_rota_headers};
+use super::call::{Call, Called};
+use super::plan::{Plan, Prepared};
+use super::relay;
+use super::upstream::Upstream;
+use super::wire::Api;
+use crate::access::AgentCache;
+use crate::agents::Agent;
+use crate::audit::AttemptRow;
+use crate::engine::chain::{Candidate, FallbackOverride};
+use crate::engine::{Millis, ProfileId, Reason};
+use crate::settings::Settings;
+use crate::walk::{Runtime, Step, Trail, Verdict, Walk};
+use axum::http::HeaderMap;
+use axum::response::Response;
+use serde_json::Value;
+use std::sync::Arc;
+use tokio::time::Instant;
+
+/// The gateway's state: the runtime its walks share, the client that calls upstreams and the
+/// agents it serves.
+#[derive(Clone)]
+pub struct Gateway {
+    pub runtime: Arc<Runtime>,
+    pub upstream: Upstream,
+    pub agents: Arc<AgentCache>,
+}
+
+/// One client request, parsed.
+pub struct Incoming {
+    pub settings: Arc<Settings>,
+    pub api: Api,
+    pub agent: Agent,
+    pub body: serde_json::Map<String, Value>,
+    pub stream: bool,
+    pub session: Option<String>,
+    pub pin: Option<ProfileId>,
+    pub fallbacks: FallbackOverride,
+    pub headers: HeaderMap,
+    pub request_id: String,
+}
+
+/// Records the attempt in flight (and the request) as cancelled if the client goes away and
+/// the request future is dropped mid-call.
+struct InFlight {
+    row: Option<AttemptRow>,
+    trail: Trail,
+    started: Instant,
+}
+
+impl InFlight {
+    fn done(mut self) -> AttemptRow {
+        self.row.take().expect("row is present until done or dropped")
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if let Some(mut row) = self.row.take() {
+            row.duration_ms = Some(self.started.elapsed().as_millis() as Millis);
+            row.reason = Some(Reason::Cancelled);
+            row.error = Some("the client went away; the upstream call was aborted".into());
+            self.trail.record(row);
+            self.trail.finish(499, None, (None, None));
+        }
+    }
+}
+
+impl Gateway {
+    /// Answers one request: the upstream's answer, or rota's error in the client's format.
+    pub async fn serve(&self, inc: Incoming) -> Response {
+        let (api, request_id) = (inc.api, inc.request_id.clone());
+        self.walk(inc).await.unwrap_or_else(|e| e.answer(api, &request_id))
+    }
+
+    async fn walk(&self, inc: Incoming) -> Result<Response, GatewayError> {
+        let config = &inc.settings.config;
+        let deadline = Instant::now() + config.timeouts.total;
+        let requested = inc.body.get("model").and_then(Value::as_str).map(str::to_string);
+        let chain =
+            self.runtime.chain(config, &inc.agent.name, requested.as_deref(), inc.fallbacks.clone()).map_err(|e| {
+                match requested {
+                    Some(_) => GatewayError::UnknownModel(e.to_string()),
+                    None => GatewayError::BadRequest(e.to_string()),
+                }
+            })?;
+        let trail = Trail::new(
+            self.runtime.audit.clone(),
+            self.runtime.metrics.clone(),
+            inc.request_id.clone(),
+            inc.agent.name.clone(),
+            inc.api.as_str(),
+            requested,
+            inc.stream,
+            self.runtime.now(),
+        );
+        let mut walk = Walk::new(chain, inc.session.clone(), inc.pin.clone(), trail).failover(config.failover.enabled);
+        let mut planned: Option<Prepared> = None;
+        loop {
+            if Instant::now() >= deadline {
+                return Err(self.timed_out(&inc, &walk));
+            }
+            let admit = |index: usize, cand: &Candidate| {
+                if planned.as_ref().is_none_or(|p| p.index != index) {
+                    let plan = Plan::choose(inc.api, config.providers[&cand.provider].api)?;
+                    let translated = plan.request(&inc.body)?;
+                    if let Some(t) = translated.as_ref().filter(|t| !t.dropped.is_empty()) {
+                        tracing::warn!(request_id = %inc.request_id, fields = %t.dropped.join(", "), "dropped fields with no counterpart in the {} format", plan.upstream().as_str());
+                    }
+                    planned = Some(Prepared { index, plan, body: translated.map(|t| t.body) });
+                }
+                Ok(())
+            };
+            let att = match walk.next(&self.runtime.book, config, &inc.agent.name, self.runtime.now(), admit) {
+                Step::Try(att) => att,
+                Step::Refuse(message) => return Err(GatewayError::BadRequest(message)),
+                Step::Exhausted(out) => {
+                    self.runtime.durable(&walk).await;
+                    tracing::warn!(request_id = %inc.request_id, status = out.status, "{}", out.message);
+                    walk.trail.finish(out.status, None, (None, None));
+                    let (status, message, retry_after) = (out.status, out.message, out.retry_after_secs);
+                    return Err(GatewayError::Failed { status, message, retry_after });
+                }
+            };
+            let prepared = planned.as_ref().expect("next admitted the candidate");
+            let (plan, body) = (prepared.plan, prepared.body.as_ref().unwrap_or(&inc.body));
+            let att = match self.runtime.ready(&mut walk, config, att).await {
+                Ok(att) => att,
+                Err((Verdict::Stop, message)) => {
+                    self.runtime.durable(&walk).await;
+                    walk.trail.finish(502, None, (None, None));
+                    return Err(GatewayError::Failed { status: 502, message, retry_after: None });
+                }
+                Err(_) => continue,
+            };
+            let (cand, pid) = (&att.cand, &att.pid);
+            let started_at = self.runtime.now();
+            let row = walk.trail.row(att.kind, cand, Some(pid), started_at);
+            let guard = InFlight { row: Some(row), trail: walk.trail.clone(), started: Instant::now() };
+            let Call { called, sent, ttfb_ms } = self.call(&inc, &att, plan, body, deadline).await;
+            let mut row = guard.done();
+            row.ttfb_ms = ttfb_ms;
+            row.duration_ms = Some(sent.elapsed().as_millis() as Millis);
+            match called {
+                Called::Stream(opened) => {
+                    self.runtime.durable(&walk).await;
+                    walk.log_fallback(cand);
+                    let (cand, pid) = (cand.clone(), pid.clone());
+                    let trail = walk.trail.clone();
+                    let timing = (sent, ttfb_ms);
+                    let settings = inc.settings.clone();
+                    let resp = relay::respond(
+                        &self.runtime,
+                        settings,
+                        inc.api,
+                        walk,
+                        row,
+                        *opened,
+                        att.cred,
+                        timing,
+                        deadline,
+                    );
+                    return Ok(with_rota_headers(resp, &trail, &cand, &pid));
+                }
+                Called::Served(resp, tokens) => {
+                    walk.succeeded(&self.runtime.book, row, resp.status().as_u16(), tokens, self.runtime.now());
+                    self.runtime.durable(&walk).await;
+                    return Ok(with_rota_headers(resp, &walk.trail, cand, pid));
+                }
+                Called::Failed(f) if f.deadline => {
+                    walk.abandoned(row, &f.class.message);
+                    self.runtime.durable(&walk).await;
+                    return Err(self.timed_out(&inc, &walk));
+                }
+                Called::Failed(f) => {
+                    let mut class = f.class.clone();
+                    let may_retry = Instant::now() < deadline;
+                    match self.runtime.settle(&mut walk, config, &att, row, &mut class, f.status, may_retry).await {
+                        Verdict::Retry(backoff) => {
+                            tokio::time::sleep_until(deadline.min(Instant::now() + backoff)).await
+                        }
+                        Verdict::Moved => {}
+                        Verdict::Stop => {
+                            self.runtime.durable(&walk).await;
+                            let status = f.status.unwrap_or(502);
+                            walk.trail.finish(status, None, (None, None));
+                            let resp = match f.body {
+                                Some(body) if f.status.is_some() && !plan.translates() => {
+                                    answer::upstream_error(status, body)
+                                }
+                                _ => GatewayError::Failed { status, message: class.message, retry_after: None }
+                                    .answer(inc.api, &inc.request_id),
+                            };
+                            return Ok(with_rota_headers(resp, &walk.trail, cand, pid));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The request's deadline (`timeouts.total`) passed: the walk stops where it is (SPEC §6).
+    fn timed_out(&self, inc: &Incoming, walk: &Walk) -> GatewayError {
+        let message = walk.timed_out(inc.settings.config.timeouts.total);
+        tracing::warn!(request_id = %inc.request_id, "{message}");
+        walk.trail.finish(504, None, (None, None));
+        GatewayError::TimedOut(message)
+    }
+}

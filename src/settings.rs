@@ -1,0 +1,40 @@
+//! The configuration in force. Its live value is a `watch` channel: the reload task owns the
+//! sender (`reload::watch`), and every reader — requests, leases, the refresh sweep, upkeep —
+//! holds a receiver. A request keeps the `Arc<Settings>` it started with, so a reload never
+//! changes a request half-way. Without a watched file the sender is dropped at start and the
+//! settings never change.
+
+use crate::config::Config;
+use crate::engine::classify::Classifier;
+use std::sync::Arc;
+use tokio::sync::watch;
+
+/// The config and what is derived from it.
+pub struct Settings {
+    pub config: Config,
+    pub classifier: Classifier,
+}
+
+impl Settings {
+    pub fn new(config: Config) -> Settings {
+        let classifier = Classifier::with_overrides(config.classification.rules.clone());
+        Settings { config, classifier }
+    }
+}
+
+/// A reader of the settings in force.
+#[derive(Clone)]
+pub struct Live(watch::Receiver<Arc<Settings>>);
+
+impl Live {
+    /// The settings in force now.
+    pub fn get(&self) -> Arc<Settings> {
+        self.0.borrow().clone()
+    }
+}
+
+/// The sender (for the reload task) and the first reader of `settings`.
+pub fn channel(settings: Settings) -> (watch::Sender<Arc<Settings>>, Live) {
+    let (tx, rx) = watch::channel(Arc::new(settings));
+    (tx, Live(rx))
+}

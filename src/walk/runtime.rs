@@ -1,0 +1,170 @@
+//! What every walk shares, the gateway's and the leases': the profile book, the audit
+//! writer, metrics, the clock, the OAuth refresher and the settings in force. "Engine" means
+//! only the pure rules (`rota::engine`); this is the runtime around them.
+
+use super::{Attempt, Verdict, Walk};
+use crate::audit::{AttemptRow, Audit};
+use crate::book::{Book, Credential};
+use crate::config::Config;
+use crate::engine::chain::{Candidate, ChainRequest, FallbackOverride};
+use crate::engine::classify::Classified;
+use crate::engine::{Clock, Millis, Reason};
+use crate::metrics::Metrics;
+use crate::refresh::{Refresher, access_of};
+use crate::settings::{Live, Settings};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+/// How long an answer waits for the window its failures opened to be written.
+const DURABLE_WAIT: Duration = Duration::from_secs(2);
+
+/// Everything a walk needs, shared by all requests and leases.
+pub struct Runtime {
+    settings: Live,
+    pub book: Arc<Book>,
+    pub audit: Audit,
+    pub metrics: Arc<Metrics>,
+    pub clock: Arc<dyn Clock>,
+    pub refresher: Arc<Refresher>,
+    /// Cancelled when the shutdown grace (`server.shutdown_grace`) is over: open streams end
+    /// with the in-band error.
+    pub stopping: CancellationToken,
+    /// Cancels `tasks` when the runtime is dropped, so the background tasks end with it.
+    _tasks: DropGuard,
+    tasks: CancellationToken,
+}
+
+impl Runtime {
+    pub fn new(
+        settings: Live,
+        book: Arc<Book>,
+        audit: Audit,
+        clock: Arc<dyn Clock>,
+        refresher: Arc<Refresher>,
+    ) -> Runtime {
+        let tasks = CancellationToken::new();
+        Runtime {
+            settings,
+            book,
+            audit,
+            metrics: Arc::new(Metrics::default()),
+            clock,
+            refresher,
+            stopping: CancellationToken::new(),
+            _tasks: tasks.clone().drop_guard(),
+            tasks,
+        }
+    }
+
+    /// Cancelled when the runtime is dropped: what a background task ends on.
+    pub fn tasks(&self) -> CancellationToken {
+        self.tasks.clone()
+    }
+
+    /// A reader of the settings in force.
+    pub fn live(&self) -> Live {
+        self.settings.clone()
+    }
+
+    /// The attempt with a credential to call with: an OAuth token about to expire is refreshed
+    /// first. A refresh that fails is the attempt's failure, recorded as such; the error holds
+    /// what it led to and its message.
+    pub async fn ready(
+        &self,
+        walk: &mut Walk,
+        config: &Config,
+        mut att: Attempt,
+    ) -> Result<Attempt, (Verdict, String)> {
+        match self.refresher.fresh(config, &att.pid, &att.cred).await {
+            Ok(None) => Ok(att),
+            Ok(Some(cred)) => {
+                att.cred = cred;
+                Ok(att)
+            }
+            Err(f) => {
+                let now = self.now();
+                let mut row = walk.trail.row(att.kind, &att.cand, Some(&att.pid), now);
+                row.duration_ms = Some(0);
+                let class =
+                    Classified { reason: f.reason, hint: None, account_wide: true, message: f.message, claim: false };
+                Err((walk.failed(&self.book, row, &class, None, false, now), class.message))
+            }
+        }
+    }
+
+    /// What a failed attempt leads to (SPEC §4), for the gateway and leases alike. An OAuth
+    /// token the upstream refused (401) is refreshed first, and the same profile is then tried
+    /// once more (`Retry` without backoff); a refresh token refused for good makes the failure
+    /// `auth_permanent`. `class` ends as recorded.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn settle(
+        &self,
+        walk: &mut Walk,
+        config: &Config,
+        att: &Attempt,
+        row: AttemptRow,
+        class: &mut Classified,
+        status: Option<u16>,
+        may_retry: bool,
+    ) -> Verdict {
+        if class.reason == Reason::Auth && matches!(att.cred, Credential::OAuth { .. }) && walk.first_try() {
+            match self.refresher.refresh(config, &att.pid, access_of(&att.cred).as_deref()).await {
+                Ok(_) => {
+                    walk.retry_refreshed(row, class, status);
+                    return Verdict::Retry(Duration::ZERO);
+                }
+                Err(r) if r.reason == Reason::AuthPermanent => (class.reason, class.message) = (r.reason, r.message),
+                Err(_) => {}
+            }
+        }
+        let verdict = walk.failed(&self.book, row, class, status, may_retry, self.now());
+        if verdict == Verdict::Stop && class.reason == Reason::ContextOverflow {
+            match config.context_chain(&att.cand, fastrand::u64(..)) {
+                Ok(larger) => {
+                    if walk.overflow_to(larger) {
+                        return Verdict::Moved;
+                    }
+                }
+                Err(e) => tracing::warn!("models.context_fallbacks.\"{}\": {e}", att.cand.label()),
+            }
+        }
+        verdict
+    }
+
+    /// The settings in force now.
+    pub fn settings(&self) -> Arc<Settings> {
+        self.settings.get()
+    }
+
+    pub fn now(&self) -> Millis {
+        self.clock.now()
+    }
+
+    /// A window this request's failures opened is written before the client hears the answer
+    /// (all requests waiting share the writer's transactions), so a restart right after cannot
+    /// forget what rota acted on. While the database fails, the answer waits `DURABLE_WAIT` at
+    /// most: requests are served, and `/healthz` says the writer fails.
+    pub async fn durable(&self, walk: &Walk) {
+        if walk.marked() && !self.book.durable(DURABLE_WAIT).await {
+            tracing::warn!(request_id = %walk.trail.request_id, "answering before the cooldown it caused is written: the database does not take writes");
+        }
+    }
+
+    /// The candidates a request for `model` by `agent` walks through.
+    pub fn chain(
+        &self,
+        config: &Config,
+        agent: &str,
+        model: Option<&str>,
+        fallback_override: FallbackOverride,
+    ) -> Result<Vec<Candidate>, crate::engine::chain::ChainError> {
+        config.chain(&ChainRequest {
+            model,
+            agent_fallbacks: config.agents.get(agent).and_then(|a| a.fallbacks.as_deref()),
+            fallback_override,
+            roll: fastrand::u64(..),
+            failover: config.failover.enabled,
+        })
+    }
+}
