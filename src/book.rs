@@ -48,6 +48,11 @@ pub enum Credential {
 }
 
 impl Credential {
+    /// A static credential of this type: an API key, or a token.
+    pub fn new(kind: ProfileType, secret: SecretString) -> Credential {
+        if kind == ProfileType::Token { Credential::Token(secret) } else { Credential::ApiKey(secret) }
+    }
+
     /// The secrets an upstream could echo back: the ones rota sends.
     pub fn secrets(&self) -> Vec<&str> {
         match self {

@@ -1,11 +1,93 @@
-//! The rules for adding and ordering profiles, shared by the CLI and the admin API so that both
-//! refuse the same input with the same words.
+//! Profile changes, shared by the CLI and the admin API: the rules that check their input (so
+//! that both refuse the same input with the same words), and `Changes`, the one place each
+//! change is carried out.
 
-use crate::book::Roster;
+use crate::book::{Book, Credential, Roster};
 use crate::config::Config;
-use crate::engine::{Millis, ProfileId, ProfileType};
-use crate::secrets::SecretField;
+use crate::engine::{Change, Millis, ProfileId, ProfileType};
+use crate::secrets::{Sealed, SecretField};
+use crate::store::{Store, StoreError, StoredProfile};
 use secrecy::SecretString;
+
+/// Where a profile change goes: the store, then the running book when there is one (a server's;
+/// the CLI has none, and servers take its changes from the change feed), then a flush where the
+/// book's own writes must reach the store first.
+pub struct Changes<'a> {
+    store: &'a dyn Store,
+    book: Option<&'a Book>,
+}
+
+impl<'a> Changes<'a> {
+    pub fn new(store: &'a dyn Store, book: Option<&'a Book>) -> Changes<'a> {
+        Changes { store, book }
+    }
+
+    /// Adds a stored profile with its sealed secret; it rotates at once.
+    pub async fn add(
+        &self,
+        profile: &StoredProfile,
+        sealed: &[Sealed],
+        credential: Credential,
+    ) -> Result<(), StoreError> {
+        self.store.add_profile(profile, sealed).await?;
+        if let Some(book) = self.book {
+            book.add_profile(profile, credential);
+        }
+        Ok(())
+    }
+
+    /// Removes a stored profile and its secret: out of rotation first, then its pending stats
+    /// written, then out of its provider's stored order, then the rows deleted.
+    pub async fn remove(&self, id: &ProfileId) -> Result<(), StoreError> {
+        let order = match self.book {
+            Some(book) => {
+                let order = book.roster().orders.get(id.provider()).cloned();
+                book.remove_profile(id);
+                book.flush().await;
+                order
+            }
+            None => self.store.snapshot().await?.orders.remove(id.provider()),
+        };
+        if let Some(order) = order.filter(|o| o.contains(id)) {
+            let rest: Vec<ProfileId> = order.into_iter().filter(|p| p != id).collect();
+            self.store.set_order(id.provider(), (!rest.is_empty()).then_some(rest.as_slice())).await?;
+        }
+        self.store.remove_profile(id).await
+    }
+
+    pub async fn set_enabled(&self, id: &ProfileId, enabled: bool) -> Result<(), StoreError> {
+        self.store.set_enabled(id, enabled).await?;
+        if let Some(book) = self.book {
+            book.set_enabled(id, enabled);
+        }
+        Ok(())
+    }
+
+    /// Ends the profile's cooldowns and disabled windows.
+    pub async fn clear(&self, config: &Config, id: &ProfileId, now: Millis) -> Result<(), StoreError> {
+        let found = match self.book {
+            Some(book) => {
+                let found = book.clear(id, now);
+                book.flush().await;
+                found
+            }
+            None => {
+                let cleared = [(id.clone(), vec![Change::Cleared(now)])];
+                !self.store.apply(&cleared, &[], &config.cooldown_policy()).await?.stats.is_empty()
+            }
+        };
+        if found { Ok(()) } else { Err(StoreError::NotFound(id.clone())) }
+    }
+
+    /// Sets (`None`: removes) a provider's stored order.
+    pub async fn set_order(&self, provider: &str, ids: Option<Vec<ProfileId>>) -> Result<(), StoreError> {
+        self.store.set_order(provider, ids.as_deref()).await?;
+        if let Some(book) = self.book {
+            book.set_order(provider, ids);
+        }
+        Ok(())
+    }
+}
 
 /// A profile that may be added: its id, type, the field its secret goes in, and its expiry.
 #[derive(Debug)]

@@ -17,7 +17,7 @@ use crate::leases::Leases;
 use crate::secrets::MasterKey;
 use crate::store::{Store, StoreError};
 use crate::walk::Runtime;
-use axum::extract::rejection::JsonRejection;
+use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{FromRequest, FromRequestParts};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode};
@@ -246,6 +246,12 @@ impl From<StoreError> for ApiError {
             StoreError::NoAgent(name) => ApiError::NotFound(format!("no active agent named {name}")),
             other => ApiError::internal(other),
         }
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(e: QueryRejection) -> ApiError {
+        ApiError::BadRequest(format!("invalid query: {}", e.body_text()))
     }
 }
 

@@ -1,10 +1,10 @@
 //! `rota profiles list|add|remove|enable|disable|clear|order`.
 
 use super::open_store as open;
-use crate::book::Roster;
+use crate::book::{Credential, Roster};
 use crate::config::Config;
-use crate::engine::{Change, ModelChange, ProfileId, ProfileType};
-use crate::profiles as rules;
+use crate::engine::{ModelChange, ProfileId, ProfileType};
+use crate::profiles::{self as rules, Changes};
 use crate::secrets::resolve_key;
 use crate::status::{Status, time};
 use crate::store::{Origin, StoreError, StoredProfile};
@@ -71,7 +71,8 @@ pub async fn run(config: &Config, cmd: ProfilesCommand) -> Result<()> {
             if config.auth.profiles.contains_key(&id) {
                 bail!("profile {id} is declared in the config file; remove it there");
             }
-            open(config).await?.remove_profile(&id).await.map_err(not_found)?;
+            let store = open(config).await?;
+            Changes::new(store.as_ref(), None).remove(&id).await.map_err(not_found)?;
             println!("removed {id}");
             Ok(())
         }
@@ -82,11 +83,7 @@ pub async fn run(config: &Config, cmd: ProfilesCommand) -> Result<()> {
             let id = parse_id(&id.expect("clap requires an id without --model"))?;
             let store = open(config).await?;
             let now = chrono::Utc::now().timestamp_millis();
-            let applied =
-                store.apply(&[(id.clone(), vec![Change::Cleared(now)])], &[], &config.cooldown_policy()).await?;
-            if applied.stats.is_empty() {
-                return Err(not_found(StoreError::NotFound(id)));
-            }
+            Changes::new(store.as_ref(), None).clear(config, &id, now).await.map_err(not_found)?;
             println!("cleared cooldown and disabled state of {id}");
             Ok(())
         }
@@ -130,7 +127,8 @@ async fn add(config: &Config, provider: &str, name: &str, kind: &str, expires: O
     let (key, origin) = resolve_key(&config.key_anchor()?, &store.secret_key_ids().await?, config.secrets.keyring)?;
     let sealed = key.seal(&new.id, new.field, &secret);
     let profile = StoredProfile::stored(new.id.clone(), new.kind, new.expires_at, now);
-    store.add_profile(&profile, &[sealed]).await.map_err(|e| match e {
+    let credential = Credential::new(new.kind, secret);
+    Changes::new(store.as_ref(), None).add(&profile, &[sealed], credential).await.map_err(|e| match e {
         StoreError::Duplicate(id) => {
             anyhow::anyhow!("profile {id} already exists; remove it first or choose another --name")
         }
@@ -158,7 +156,8 @@ fn read_secret(kind: ProfileType) -> Result<SecretString> {
 
 async fn set_enabled(config: &Config, id: &str, enabled: bool) -> Result<()> {
     let id = parse_id(id)?;
-    open(config).await?.set_enabled(&id, enabled).await.map_err(not_found)?;
+    let store = open(config).await?;
+    Changes::new(store.as_ref(), None).set_enabled(&id, enabled).await.map_err(not_found)?;
     println!("{} {id}", if enabled { "enabled" } else { "disabled" });
     Ok(())
 }
@@ -217,7 +216,7 @@ async fn order(config: &Config, provider: &str, raw_ids: Vec<String>, reset: boo
     rules::known_provider(config, provider).map_err(anyhow::Error::msg)?;
     let store = open(config).await?;
     if reset {
-        store.set_order(provider, None).await?;
+        Changes::new(store.as_ref(), None).set_order(provider, None).await?;
         println!("removed the stored order of {provider}");
         return Ok(());
     }
@@ -236,7 +235,7 @@ async fn order(config: &Config, provider: &str, raw_ids: Vec<String>, reset: boo
         return Ok(());
     }
     let ids = rules::check_order(config, &roster, provider, &raw_ids).map_err(anyhow::Error::msg)?;
-    store.set_order(provider, Some(&ids)).await?;
+    Changes::new(store.as_ref(), None).set_order(provider, Some(ids.clone())).await?;
     println!("{provider}: {}", ids.iter().map(ProfileId::as_str).collect::<Vec<_>>().join(" → "));
     Ok(())
 }

@@ -1,0 +1,229 @@
+//! `/api/v1/profiles`: list, add, show, remove, enable, disable and clear profiles.
+
+use super::{Params, profile_id};
+use crate::api::{Admin, ApiError, ApiState, Body};
+use crate::book::{Credential, Roster};
+use crate::config::Config;
+use crate::engine::{Millis, ProfileId, ProfileType, Reason, UsageStats};
+use crate::profiles::{self as rules, Changes};
+use crate::status::{Status, time};
+use crate::store::{Origin, StoredProfile};
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+pub fn routes() -> OpenApiRouter<ApiState> {
+    OpenApiRouter::new()
+        .routes(routes!(list_profiles, add_profile))
+        .routes(routes!(get_profile, remove_profile))
+        .routes(routes!(enable_profile))
+        .routes(routes!(disable_profile))
+        .routes(routes!(clear_profile))
+}
+
+/// A profile as the admin sees it: never its secret.
+#[derive(Serialize, ToSchema)]
+pub struct ProfileInfo {
+    pub id: String,
+    pub provider: String,
+    pub name: String,
+    /// `api_key`, `token` or `oauth`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// `stored` (added through the API, CLI, web page or an import) or `config` (declared in the config file).
+    pub source: String,
+    /// `false` after an admin disabled it.
+    pub enabled: bool,
+    /// The account's email (OAuth profiles).
+    pub email: Option<String>,
+    /// When a static token stops working, or an OAuth access token expires (RFC 3339).
+    pub expires_at: Option<String>,
+    /// The state now: `{"state": "usable"}`, `{"state": "cooling", "until", "reason", "model"}`,
+    /// `{"state": "disabled", "until", "reason"}` or `{"state": "unusable", "why"}` (times in Unix ms).
+    #[schema(value_type = Object)]
+    pub status: Status,
+    /// The state in words.
+    pub status_text: String,
+    /// usageStats (docs/schema.md, `usage_stats`).
+    #[schema(value_type = Object)]
+    pub usage_stats: UsageStats,
+}
+
+pub(super) fn info(config: &Config, roster: &Roster, id: &ProfileId, now: Millis) -> Option<ProfileInfo> {
+    let v = roster.views.get(id)?;
+    let status = Status::of(v, now);
+    Some(ProfileInfo {
+        id: id.to_string(),
+        provider: id.provider().to_string(),
+        name: id.name().to_string(),
+        kind: v.kind.to_string(),
+        source: if config.auth.profiles.contains_key(id) { Origin::Config } else { Origin::Stored }.as_str().into(),
+        enabled: v.enabled,
+        email: roster.emails.get(id).cloned(),
+        expires_at: v.expires_at.map(time),
+        status_text: match &status {
+            Status::Disabled { reason: Reason::AuthPermanent, .. } if v.kind == ProfileType::OAuth => {
+                "needs re-login: the provider refused its tokens (log in again)".into()
+            }
+            other => other.display(now),
+        },
+        status,
+        usage_stats: v.stats.clone(),
+    })
+}
+
+pub(super) fn one(state: &ApiState, id: &ProfileId) -> Result<Json<ProfileInfo>, ApiError> {
+    let config = state.runtime.settings();
+    let roster = state.runtime.book.roster();
+    info(&config.config, &roster, id, state.runtime.clock.now())
+        .map(Json)
+        .ok_or_else(|| ApiError::NotFound(format!("profile {id} does not exist")))
+}
+
+#[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ProfileFilter {
+    /// Only this provider's profiles.
+    pub provider: Option<String>,
+}
+
+/// List profiles
+#[utoipa::path(get, path = "/api/v1/profiles", tag = "admin", params(ProfileFilter),
+    responses((status = 200, body = Vec<ProfileInfo>), (status = 401, body = crate::api::ErrorBody), (status = 403, body = crate::api::ErrorBody)))]
+async fn list_profiles(
+    State(state): State<ApiState>,
+    _: Admin,
+    Params(f): Params<ProfileFilter>,
+) -> Json<Vec<ProfileInfo>> {
+    let settings = state.runtime.settings();
+    let roster = state.runtime.book.roster();
+    let now = state.runtime.clock.now();
+    let mut ids: Vec<&ProfileId> =
+        roster.views.keys().filter(|id| f.provider.as_deref().is_none_or(|p| id.provider() == p)).collect();
+    ids.sort();
+    Json(ids.into_iter().filter_map(|id| info(&settings.config, &roster, id, now)).collect())
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewProfileRequest {
+    pub provider: String,
+    /// The label: the profile id becomes `provider:name`.
+    pub name: String,
+    /// `api_key` (default) or `token`.
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+    /// The API key or token. Write-only: no answer ever returns it.
+    pub secret: String,
+    /// When a static token stops working (RFC 3339); tokens only.
+    pub expires_at: Option<String>,
+}
+
+/// Add an API key or token
+#[utoipa::path(post, path = "/api/v1/profiles", tag = "admin", request_body = NewProfileRequest,
+    responses((status = 201, body = ProfileInfo), (status = 400, body = crate::api::ErrorBody), (status = 401, body = crate::api::ErrorBody),
+        (status = 403, body = crate::api::ErrorBody), (status = 409, body = crate::api::ErrorBody)))]
+async fn add_profile(
+    State(state): State<ApiState>,
+    _: Admin,
+    Body(req): Body<NewProfileRequest>,
+) -> Result<(StatusCode, Json<ProfileInfo>), ApiError> {
+    let settings = state.runtime.settings();
+    let now = state.runtime.clock.now();
+    let kind = req.kind.as_deref().unwrap_or("api_key");
+    let new = rules::check_new(&settings.config, &req.provider, &req.name, kind, req.expires_at.as_deref(), now)
+        .map_err(ApiError::BadRequest)?;
+    let secret = rules::check_secret(&req.secret, new.kind).map_err(ApiError::BadRequest)?;
+    let sealed = state.key.seal(&new.id, new.field, &secret);
+    let profile = StoredProfile::stored(new.id.clone(), new.kind, new.expires_at, now);
+    changes(&state).add(&profile, &[sealed], Credential::new(new.kind, secret)).await?;
+    tracing::info!(profile = %new.id, "profile added through the admin API");
+    Ok((StatusCode::CREATED, Json(one(&state, &new.id)?.0)))
+}
+
+/// One profile
+#[utoipa::path(get, path = "/api/v1/profiles/{id}", tag = "admin", params(("id" = String, Path, description = "provider:name")),
+    responses((status = 200, body = ProfileInfo), (status = 400, body = crate::api::ErrorBody), (status = 404, body = crate::api::ErrorBody)))]
+async fn get_profile(
+    State(state): State<ApiState>,
+    _: Admin,
+    Path(id): Path<String>,
+) -> Result<Json<ProfileInfo>, ApiError> {
+    one(&state, &profile_id(&id)?)
+}
+
+/// Remove a stored profile and its secret
+#[utoipa::path(delete, path = "/api/v1/profiles/{id}", tag = "admin", params(("id" = String, Path, description = "provider:name")),
+    responses((status = 204, description = "Removed"), (status = 400, body = crate::api::ErrorBody), (status = 404, body = crate::api::ErrorBody),
+        (status = 409, description = "Declared in the config file", body = crate::api::ErrorBody)))]
+async fn remove_profile(
+    State(state): State<ApiState>,
+    _: Admin,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let id = profile_id(&id)?;
+    let settings = state.runtime.settings();
+    if settings.config.auth.profiles.contains_key(&id) {
+        return Err(ApiError::Conflict(format!("profile {id} is declared in the config file; remove it there")));
+    }
+    if !state.runtime.book.roster().views.contains_key(&id) {
+        return Err(ApiError::NotFound(format!("profile {id} does not exist")));
+    }
+    changes(&state).remove(&id).await?;
+    tracing::info!(profile = %id, "profile removed through the admin API");
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub(super) async fn set_enabled(state: ApiState, raw: &str, enabled: bool) -> Result<Json<ProfileInfo>, ApiError> {
+    let id = profile_id(raw)?;
+    if !state.runtime.book.roster().views.contains_key(&id) {
+        return Err(ApiError::NotFound(format!("profile {id} does not exist")));
+    }
+    changes(&state).set_enabled(&id, enabled).await?;
+    one(&state, &id)
+}
+
+/// Let rotation use the profile again
+#[utoipa::path(post, path = "/api/v1/profiles/{id}/enable", tag = "admin", params(("id" = String, Path, description = "provider:name")),
+    responses((status = 200, body = ProfileInfo), (status = 400, body = crate::api::ErrorBody), (status = 404, body = crate::api::ErrorBody)))]
+async fn enable_profile(
+    State(state): State<ApiState>,
+    _: Admin,
+    Path(id): Path<String>,
+) -> Result<Json<ProfileInfo>, ApiError> {
+    set_enabled(state, &id, true).await
+}
+
+/// Keep rotation from using the profile
+#[utoipa::path(post, path = "/api/v1/profiles/{id}/disable", tag = "admin", params(("id" = String, Path, description = "provider:name")),
+    responses((status = 200, body = ProfileInfo), (status = 400, body = crate::api::ErrorBody), (status = 404, body = crate::api::ErrorBody)))]
+async fn disable_profile(
+    State(state): State<ApiState>,
+    _: Admin,
+    Path(id): Path<String>,
+) -> Result<Json<ProfileInfo>, ApiError> {
+    set_enabled(state, &id, false).await
+}
+
+/// Clear the profile's cooldown and disabled state
+#[utoipa::path(post, path = "/api/v1/profiles/{id}/clear", tag = "admin", params(("id" = String, Path, description = "provider:name")),
+    responses((status = 200, body = ProfileInfo), (status = 400, body = crate::api::ErrorBody), (status = 404, body = crate::api::ErrorBody)))]
+async fn clear_profile(
+    State(state): State<ApiState>,
+    _: Admin,
+    Path(id): Path<String>,
+) -> Result<Json<ProfileInfo>, ApiError> {
+    let id = profile_id(&id)?;
+    changes(&state).clear(&state.runtime.settings().config, &id, state.runtime.clock.now()).await?;
+    one(&state, &id)
+}
+
+/// Profile changes through the store, then the running book.
+pub(super) fn changes(state: &ApiState) -> Changes<'_> {
+    Changes::new(state.store.as_ref(), Some(&state.runtime.book))
+}

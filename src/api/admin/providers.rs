@@ -1,0 +1,101 @@
+//! `/api/v1/providers`: each provider's profiles and its order (set or reset).
+
+use crate::api::{Admin, ApiError, ApiState, Body};
+use crate::book::Roster;
+use crate::config::Config;
+use crate::profiles as rules;
+use axum::Json;
+use axum::extract::{Path, State};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+pub fn routes() -> OpenApiRouter<ApiState> {
+    OpenApiRouter::new().routes(routes!(list_providers)).routes(routes!(set_order, reset_order))
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ProviderInfo {
+    pub name: String,
+    /// Wire format: `openai` or `anthropic`.
+    pub api: String,
+    pub base_url: String,
+    /// Accounts log in with OAuth (the login flows need it).
+    pub oauth: bool,
+    pub profiles: Vec<String>,
+    /// Where the order in force comes from: `stored` (API, CLI, web page), `config` or `round_robin`.
+    pub order_source: String,
+    /// The explicit order in force (empty for round robin).
+    pub order: Vec<String>,
+}
+
+pub(super) fn provider_info(config: &Config, roster: &Roster, name: &str) -> Option<ProviderInfo> {
+    let p = config.providers.get(name)?;
+    let mut profiles: Vec<String> =
+        roster.views.keys().filter(|id| id.provider() == name).map(ToString::to_string).collect();
+    profiles.sort();
+    let (source, order) = rules::order_in_force(config, roster, name);
+    Some(ProviderInfo {
+        name: name.to_string(),
+        api: match p.api {
+            crate::config::Api::Openai => "openai".into(),
+            crate::config::Api::Anthropic => "anthropic".into(),
+        },
+        base_url: p.base_url.clone(),
+        oauth: p.oauth.is_some(),
+        profiles,
+        order_source: source.into(),
+        order: order.iter().map(ToString::to_string).collect(),
+    })
+}
+
+/// List providers
+#[utoipa::path(get, path = "/api/v1/providers", tag = "admin",
+    responses((status = 200, body = Vec<ProviderInfo>), (status = 401, body = crate::api::ErrorBody), (status = 403, body = crate::api::ErrorBody)))]
+async fn list_providers(State(state): State<ApiState>, _: Admin) -> Json<Vec<ProviderInfo>> {
+    let settings = state.runtime.settings();
+    let roster = state.runtime.book.roster();
+    Json(settings.config.providers.keys().filter_map(|p| provider_info(&settings.config, &roster, p)).collect())
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OrderRequest {
+    /// Profile ids of this provider, in the order to try them.
+    pub profiles: Vec<String>,
+}
+
+/// Set a provider's explicit order
+#[utoipa::path(put, path = "/api/v1/providers/{provider}/order", tag = "admin", params(("provider" = String, Path)),
+    request_body = OrderRequest,
+    responses((status = 200, body = ProviderInfo), (status = 400, body = crate::api::ErrorBody), (status = 404, body = crate::api::ErrorBody)))]
+async fn set_order(
+    State(state): State<ApiState>,
+    _: Admin,
+    Path(provider): Path<String>,
+    Body(req): Body<OrderRequest>,
+) -> Result<Json<ProviderInfo>, ApiError> {
+    let settings = state.runtime.settings();
+    rules::known_provider(&settings.config, &provider).map_err(ApiError::NotFound)?;
+    let roster = state.runtime.book.roster();
+    let ids = rules::check_order(&settings.config, &roster, &provider, &req.profiles).map_err(ApiError::BadRequest)?;
+    super::profiles::changes(&state).set_order(&provider, Some(ids)).await?;
+    Ok(Json(provider_info(&settings.config, &state.runtime.book.roster(), &provider).expect("known provider")))
+}
+
+/// Remove a provider's stored order
+///
+/// The config file's order, or round robin, applies again.
+#[utoipa::path(delete, path = "/api/v1/providers/{provider}/order", tag = "admin", params(("provider" = String, Path)),
+    responses((status = 200, body = ProviderInfo), (status = 404, body = crate::api::ErrorBody)))]
+async fn reset_order(
+    State(state): State<ApiState>,
+    _: Admin,
+    Path(provider): Path<String>,
+) -> Result<Json<ProviderInfo>, ApiError> {
+    let settings = state.runtime.settings();
+    rules::known_provider(&settings.config, &provider).map_err(ApiError::NotFound)?;
+    super::profiles::changes(&state).set_order(&provider, None).await?;
+    Ok(Json(provider_info(&settings.config, &state.runtime.book.roster(), &provider).expect("known provider")))
+}
