@@ -3,9 +3,9 @@
 //! the state and serves this router.
 
 use crate::api::{self, ApiState};
-use crate::deadline::body_deadline;
 use crate::gateway::{self, Gateway};
 use crate::metrics::Snapshot;
+use crate::middleware::{body_deadline, forget_client_request_id, request_span};
 use crate::walk::Runtime;
 use crate::web;
 use axum::extract::State;
@@ -13,6 +13,8 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{Value, json};
 use std::sync::Arc;
+use tower_http::request_id::{MakeRequestUuid, SetRequestIdLayer};
+use tower_http::trace::TraceLayer;
 
 /// What the server's routes share: each area's own state.
 #[derive(Clone)]
@@ -22,7 +24,7 @@ pub struct AppState {
 }
 
 /// Every route: the gateway's, the API's, the console's, `/healthz` and `/metrics`, each area
-/// with its own state, behind the body deadline and `nosniff`.
+/// with its own state; every request gets rota's id and a span, a body deadline and `nosniff`.
 pub fn router(state: AppState) -> Router {
     let runtime = state.api.runtime.clone();
     let live = runtime.live();
@@ -35,6 +37,9 @@ pub fn router(state: AppState) -> Router {
         .merge(web::router())
         .layer(axum::middleware::from_fn_with_state(live, body_deadline))
         .layer(axum::middleware::map_response(nosniff))
+        .layer(TraceLayer::new_for_http().make_span_with(request_span))
+        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+        .layer(axum::middleware::map_request(forget_client_request_id))
 }
 /// Every answer says its content type is the one to use: a browser never sniffs an error
 /// message or an upstream's text into HTML.

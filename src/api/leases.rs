@@ -15,6 +15,7 @@ use crate::engine::classify::{Classified, Observed};
 use crate::engine::{Millis, ProfileId, Reason};
 use crate::gateway::upstream::Upstream;
 use crate::leases::{Ended, Leases, Live, MAX_LIVE, expire_one};
+use crate::middleware::RequestId;
 use crate::redact::redact;
 use crate::settings::Settings;
 use crate::walk::{Attempt, Runtime, Step, Trail, Verdict, Walk};
@@ -250,6 +251,7 @@ async fn issue(
 async fn create(
     State(state): State<ApiState>,
     Caller(agent): Caller,
+    RequestId(request_id): RequestId,
     Body(req): Body<LeaseRequest>,
 ) -> Result<(axum::http::StatusCode, Json<Lease>), ApiError> {
     let runtime = &state.runtime;
@@ -269,7 +271,7 @@ async fn create(
     let trail = Trail::new(
         runtime.audit.clone(),
         runtime.metrics.clone(),
-        Uuid::new_v4().to_string(),
+        request_id,
         agent.name.clone(),
         "lease",
         req.model,

@@ -22,6 +22,7 @@ use axum::extract::{FromRequest, FromRequestParts};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::routing::get;
 use axum::{Json, Router};
 use serde::Serialize;
 use std::sync::Arc;
@@ -76,7 +77,8 @@ impl ApiState {
     }
 }
 
-/// The `/api/v1` routes and the OpenAPI document describing them.
+/// The `/api/v1` routes and the OpenAPI document describing them, the console page and the
+/// OAuth callback.
 pub fn router() -> Router<ApiState> {
     let (router, doc) = OpenApiRouter::with_openapi(Doc::openapi())
         .routes(utoipa_axum::routes!(openapi))
@@ -86,7 +88,13 @@ pub fn router() -> Router<ApiState> {
         .merge(oauth::routes())
         .split_for_parts();
     let _ = DOCUMENT.set(serde_json::to_value(&doc).expect("the OpenAPI document serializes"));
-    router
+    // The browser's pages that need a session or a login: outside `/api/v1` and its document.
+    let pages = Router::new()
+        .route("/ui/", get(session::console))
+        .route("/oauth/callback", get(oauth::callback))
+        .route("/oauth/go", get(oauth::go))
+        .layer(axum::middleware::map_response(crate::web::default_csp));
+    router.merge(pages)
 }
 
 static DOCUMENT: std::sync::OnceLock<serde_json::Value> = std::sync::OnceLock::new();

@@ -14,9 +14,9 @@ pub use serve::Gateway;
 
 use crate::access::{AgentCache, presented_key};
 use crate::agents::Agent;
-use crate::deadline::BodyTimeout;
 use crate::engine::ProfileId;
 use crate::engine::chain::FallbackOverride;
+use crate::middleware::{BodyTimeout, RequestId};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
@@ -30,9 +30,9 @@ use wire::Api;
 
 pub fn router() -> Router<Gateway> {
     Router::new()
-        .route("/v1/chat/completions", post(|s, h, b| handle(Api::Chat, s, h, b)))
-        .route("/v1/responses", post(|s, h, b| handle(Api::Responses, s, h, b)))
-        .route("/v1/messages", post(|s, h, b| handle(Api::Messages, s, h, b)))
+        .route("/v1/chat/completions", post(|s, id, h, b| handle(Api::Chat, s, id, h, b)))
+        .route("/v1/responses", post(|s, id, h, b| handle(Api::Responses, s, id, h, b)))
+        .route("/v1/messages", post(|s, id, h, b| handle(Api::Messages, s, id, h, b)))
         .route("/v1/models", get(models))
 }
 
@@ -41,8 +41,13 @@ fn authenticate(agents: &AgentCache, headers: &HeaderMap) -> Result<Agent, Gatew
     agents.find(key).ok_or(GatewayError::InvalidKey)
 }
 
-async fn handle(api: Api, State(gw): State<Gateway>, headers: HeaderMap, body: Body) -> Response {
-    let request_id = uuid::Uuid::new_v4().to_string();
+async fn handle(
+    api: Api,
+    State(gw): State<Gateway>,
+    RequestId(request_id): RequestId,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     match accept(api, &gw, headers, body, request_id.clone()).await {
         Ok(incoming) => gw.serve(incoming).await,
         Err(e) => e.answer(api, &request_id),
@@ -93,9 +98,9 @@ async fn accept(
 }
 
 /// The models and virtual models this agent may name, in the OpenAI list format.
-async fn models(State(gw): State<Gateway>, headers: HeaderMap) -> Response {
+async fn models(State(gw): State<Gateway>, RequestId(request_id): RequestId, headers: HeaderMap) -> Response {
     if let Err(e) = authenticate(&gw.agents, &headers) {
-        return e.answer(Api::Chat, &uuid::Uuid::new_v4().to_string());
+        return e.answer(Api::Chat, &request_id);
     }
     let settings = gw.runtime.settings();
     let c = &settings.config;

@@ -74,6 +74,7 @@ impl Drop for InFlight {
 
 impl Gateway {
     /// Answers one request: the upstream's answer, or rota's error in the client's format.
+    #[tracing::instrument(skip_all, fields(request_id = %inc.request_id, api = inc.api.as_str(), agent = %inc.agent.name))]
     pub async fn serve(&self, inc: Incoming) -> Response {
         let (api, request_id) = (inc.api, inc.request_id.clone());
         self.walk(inc).await.unwrap_or_else(|e| e.answer(api, &request_id))

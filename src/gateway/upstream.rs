@@ -47,6 +47,7 @@ impl Upstream {
     }
 
     /// Sends one request.
+    #[tracing::instrument(skip_all, fields(api = api.as_str(), stream))]
     pub async fn send(
         &self,
         provider: &Provider,

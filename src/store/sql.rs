@@ -494,6 +494,7 @@ macro_rules! sql_store {
                 Ok(())
             }
 
+            #[tracing::instrument(skip_all, level = "debug", fields(profiles = batch.len()))]
             async fn save_stats(&self, batch: &[(ProfileId, UsageStats)]) -> Result<(), StoreError> {
                 let mut tx = self.write_tx().await?;
                 for (id, s) in batch {
@@ -512,6 +513,7 @@ macro_rules! sql_store {
                 Ok(())
             }
 
+            #[tracing::instrument(skip_all, level = "debug", fields(profiles = stats.len(), models = models.len()))]
             async fn apply(
                 &self,
                 stats: &[(ProfileId, Vec<Change>)],
@@ -877,6 +879,7 @@ macro_rules! sql_store {
                 Ok(rows)
             }
 
+            #[tracing::instrument(skip_all, level = "debug", fields(requests = requests.len(), attempts = attempts.len()))]
             async fn insert_audit(&self, requests: &[RequestRecord], attempts: &[AttemptRecord]) -> Result<(), StoreError> {
                 // Multi-row INSERTs: one statement per chunk rather than per row, since every statement
                 // is a round trip to the SQLite worker thread. Chunks stay under SQLite's 32,766

@@ -1,9 +1,14 @@
-//! A request body's deadline: the middleware that fails a body read once `server.body_timeout`
-//! has passed, and the error the read fails with (the gateway and the API answer 408).
+//! The layers every request passes (`app::router` stacks them): the request id (always rota's
+//! own), the request's tracing span, and the body deadline, which fails a body read once
+//! `server.body_timeout` has passed (the gateway and the API answer 408).
 
 use crate::settings::Live;
-use axum::extract::State;
+use axum::extract::{FromRequestParts, Request, State};
+use axum::http::HeaderName;
+use axum::http::request::Parts;
 use std::time::Duration;
+
+const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// A request body that has not arrived whole within `server.body_timeout` (a client that
 /// trickles it, holding the connection) fails to read with `BodyTimeout`.
@@ -47,4 +52,32 @@ impl BodyTimeout {
         }
         None
     }
+}
+
+/// The request's id: made here for every request (a client's `x-request-id` is not taken, so
+/// that audit ids stay rota's own), carried by the request span, the `requests`/`attempts`
+/// rows and the gateway's `x-request-id` answer header.
+pub struct RequestId(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for RequestId {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
+        let id = parts.extensions.get::<tower_http::request_id::RequestId>();
+        let id = id.and_then(|id| id.header_value().to_str().ok()).map(str::to_string);
+        Ok(RequestId(id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string())))
+    }
+}
+
+/// Drops a client's `x-request-id`: the id `SetRequestIdLayer` then sets is always rota's.
+pub async fn forget_client_request_id(mut req: Request) -> Request {
+    req.headers_mut().remove(X_REQUEST_ID);
+    req
+}
+
+/// Every request's span: its method, path (never the query) and id; the gateway's serve loop,
+/// upstream calls and store writes log inside it.
+pub fn request_span(req: &axum::http::Request<axum::body::Body>) -> tracing::Span {
+    let id = req.headers().get(X_REQUEST_ID).and_then(|v| v.to_str().ok()).unwrap_or("");
+    tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = %id)
 }
