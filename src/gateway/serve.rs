@@ -112,7 +112,7 @@ impl Gateway {
                     let plan = Plan::choose(inc.api, config.providers[&cand.provider].api)?;
                     let translated = plan.request(&inc.body)?;
                     if let Some(t) = translated.as_ref().filter(|t| !t.dropped.is_empty()) {
-                        tracing::warn!(request_id = %inc.request_id, fields = %t.dropped.join(", "), "dropped fields with no counterpart in the {} format", plan.upstream().as_str());
+                        tracing::warn!(fields = %t.dropped.join(", "), "dropped fields with no counterpart in the {} format", plan.upstream().as_str());
                     }
                     planned = Some(Prepared { index, plan, body: translated.map(|t| t.body) });
                 }
@@ -123,7 +123,7 @@ impl Gateway {
                 Step::Refuse(message) => return Err(GatewayError::BadRequest(message)),
                 Step::Exhausted(out) => {
                     self.runtime.durable(&walk).await;
-                    tracing::warn!(request_id = %inc.request_id, status = out.status, "{}", out.message);
+                    tracing::warn!(status = out.status, "{}", out.message);
                     walk.trail.finish(out.status, None, (None, None));
                     let (status, message, retry_after) = (out.status, out.message, out.retry_after_secs);
                     return Err(GatewayError::Failed { status, message, retry_after });
@@ -209,7 +209,7 @@ impl Gateway {
     /// The request's deadline (`timeouts.total`) passed: the walk stops where it is (SPEC §6).
     fn timed_out(&self, inc: &Incoming, walk: &Walk) -> GatewayError {
         let message = walk.timed_out(inc.settings.config.timeouts.total);
-        tracing::warn!(request_id = %inc.request_id, "{message}");
+        tracing::warn!("{message}");
         walk.trail.finish(504, None, (None, None));
         GatewayError::TimedOut(message)
     }
