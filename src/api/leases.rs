@@ -7,7 +7,6 @@
 //! unreported lease expires after `leases.ttl`, audited as `cancelled`.
 
 use super::{ApiError, Body, Caller};
-use crate::audit::AttemptRow;
 use crate::book::Credential;
 use crate::config::Api as WireFormat;
 use crate::engine::chain::FallbackOverride;
@@ -19,6 +18,7 @@ use crate::gateway::secrets_of;
 use crate::gateway::walk::{Attempt, Step, Trail, Verdict, Walk};
 use crate::redact::redact;
 use crate::server::AppState;
+use crate::store::AttemptRow;
 use axum::Json;
 use axum::extract::{Path, State};
 use secrecy::ExposeSecret;

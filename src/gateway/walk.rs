@@ -6,7 +6,7 @@
 //! the attempt came to). The gateway drives it in one loop; a lease drives it one report at a
 //! time, so both produce the same attempts, in the same order, for the same faults.
 
-use crate::audit::{AttemptRow, Audit, Kind, Outcome, RequestRow};
+use crate::audit::Audit;
 use crate::book::{Book, Credential};
 use crate::config::Config;
 use crate::engine::aggregate::{Aggregated, ModelFailure, aggregate};
@@ -17,6 +17,7 @@ use crate::engine::{Failure, Millis, Next as After, ProfileId, Reason, Until};
 use crate::metrics::Metrics;
 use crate::redact::truncate;
 use crate::status::until_ms;
+use crate::store::{AttemptRow, Kind, Outcome, RequestRow};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
