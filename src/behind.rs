@@ -220,11 +220,110 @@ async fn write<S: Sink>(writer: &Writer, store: &dyn Store, sink: &mut S, batch:
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Mutex;
 
     #[test]
     fn the_pauses_double_from_50_ms_to_a_second_and_never_end() {
         let pauses: Vec<u128> = BACKOFF.build().take(9).map(|d| d.as_millis()).collect();
         assert_eq!(pauses, [50, 100, 200, 400, 800, 1000, 1000, 1000, 1000]);
         assert!(BACKOFF.build().nth(100_000).is_some());
+    }
+
+    /// A queue of numbers whose writes fail `fails` times first.
+    #[derive(Default)]
+    struct State {
+        queue: Vec<u32>,
+        queued: u64,
+        fails: u32,
+        tries: u32,
+        isolated: u32,
+        written: Vec<Vec<u32>>,
+        ended: bool,
+    }
+
+    struct Numbers(Arc<Mutex<State>>);
+
+    impl Drop for Numbers {
+        fn drop(&mut self) {
+            self.0.lock().unwrap().ended = true;
+        }
+    }
+
+    impl Sink for Numbers {
+        type Batch = Vec<u32>;
+        const WHAT: &'static str = "numbers";
+
+        fn take(&mut self) -> (Vec<u32>, u64) {
+            let mut s = self.0.lock().unwrap();
+            (std::mem::take(&mut s.queue), s.queued)
+        }
+
+        fn rows(batch: &Vec<u32>) -> usize {
+            batch.len()
+        }
+
+        async fn write(&mut self, _: &dyn Store, batch: &Vec<u32>) -> Result<(), StoreError> {
+            let mut s = self.0.lock().unwrap();
+            s.tries += 1;
+            if s.fails > 0 {
+                s.fails -= 1;
+                return Err(StoreError::Corrupt { table: "numbers", detail: "refused".into() });
+            }
+            s.written.push(batch.clone());
+            Ok(())
+        }
+
+        async fn isolate(&mut self, _: &dyn Store, _: &Vec<u32>) -> bool {
+            self.0.lock().unwrap().isolated += 1;
+            false
+        }
+    }
+
+    fn push(state: &Mutex<State>, writer: &Writer, n: u32) -> u64 {
+        let mut s = state.lock().unwrap();
+        s.queue.push(n);
+        s.queued += 1;
+        writer.wake();
+        s.queued
+    }
+
+    #[tokio::test]
+    async fn a_failing_batch_is_retried_until_written_and_a_flush_waits_for_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(crate::store::SqliteStore::open(&dir.path().join("rota.db")).await.unwrap());
+        let state = Arc::new(Mutex::new(State { fails: 4, ..State::default() }));
+        let writer = Writer::new();
+        spawn(writer.clone(), store, Numbers(state.clone()), Duration::from_millis(10));
+        push(&state, &writer, 1);
+        let upto = push(&state, &writer, 2);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(writer.failing(), "the writer says it is failing while it retries");
+        let t = std::time::Instant::now();
+        writer.written(upto).await;
+        // Pauses of 50, 100, 200 and 400 ms between the five tries.
+        assert!(t.elapsed() >= Duration::from_millis(600), "{:?}", t.elapsed());
+        assert!(!writer.failing());
+        let s = state.lock().unwrap();
+        assert_eq!((s.tries, s.isolated), (5, 2), "isolation offered from the third failure on");
+        assert_eq!(s.written, [vec![1, 2]]);
+    }
+
+    #[tokio::test]
+    async fn a_closed_writer_writes_what_is_left_then_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(crate::store::SqliteStore::open(&dir.path().join("rota.db")).await.unwrap());
+        let state = Arc::new(Mutex::new(State::default()));
+        let writer = Writer::new();
+        spawn(writer.clone(), store, Numbers(state.clone()), Duration::from_secs(3600));
+        for n in 0..3 {
+            push(&state, &writer, n);
+        }
+        writer.close();
+        let t = std::time::Instant::now();
+        while !state.lock().unwrap().ended {
+            assert!(t.elapsed() < Duration::from_secs(5), "the writer ended, without gathering for an hour");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(state.lock().unwrap().written, [vec![0, 1, 2]]);
     }
 }
