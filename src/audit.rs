@@ -1,158 +1,48 @@
-//! The audit trail: one `requests` row per request and one `attempts` row per upstream call or
-//! skipped candidate (SPEC §7). Rows are queued on the hot path and written in batches by one
-//! background task; `flush` waits until everything queued so far is on disk. The queue is
-//! bounded (`audit.queue`): when the database cannot keep up, rows are shed and counted
+//! The audit trail's writer: one `requests` row per request and one `attempts` row per upstream
+//! call or skipped candidate (SPEC §7; the rows are `crate::store::{RequestRow, AttemptRow}`).
+//! Rows are queued on the hot path and written in batches by a write-behind (`crate::behind`);
+//! `flush` waits until everything queued so far is on disk. The queue is bounded
+//! (`audit.queue`): when the database cannot keep up, rows are shed and counted
 //! (`rota_audit_dropped_total`), never the requests themselves (docs/audit.md).
 
-use crate::engine::{Millis, Reason};
-use crate::store::{AttemptRecord, RequestRecord, Store};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use tokio::sync::mpsc::error::TrySendError;
-use tokio::sync::{mpsc, oneshot};
+use crate::behind::{self, Sink, Writer};
+use crate::store::{AttemptRecord, AttemptRow, RequestRecord, RequestRow, Store, StoreError};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    Primary,
-    Retry,
-    Rotate,
-    Fallback,
-    Probe,
-    Skipped,
-}
-
-impl Kind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::Primary => "primary",
-            Kind::Retry => "retry",
-            Kind::Rotate => "rotate",
-            Kind::Fallback => "fallback",
-            Kind::Probe => "probe",
-            Kind::Skipped => "skipped",
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
-    Success,
-    Failure,
-    Skipped,
-}
-
-impl Outcome {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Success => "success",
-            Outcome::Failure => "failure",
-            Outcome::Skipped => "skipped",
-        }
-    }
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AttemptRow {
-    pub request_id: String,
-    pub seq: u32,
-    pub kind: Kind,
-    pub agent: Option<String>,
-    pub provider: String,
-    pub model: String,
-    pub profile_id: Option<String>,
-    pub started_at: Millis,
-    pub duration_ms: Option<Millis>,
-    pub ttfb_ms: Option<Millis>,
-    pub http_status: Option<u16>,
-    pub outcome: Outcome,
-    pub reason: Option<Reason>,
-    pub retry_after_ms: Option<Millis>,
-    pub cooldown_until: Option<Millis>,
-    /// Already redacted and at most 500 characters.
-    pub error: Option<String>,
-    pub tokens_in: Option<i64>,
-    pub tokens_out: Option<i64>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RequestRow {
-    pub id: String,
-    pub agent: Option<String>,
-    pub api: &'static str,
-    pub requested_model: Option<String>,
-    pub served_model: Option<String>,
-    pub served_profile: Option<String>,
-    pub status: u16,
-    pub attempts: u32,
-    pub started_at: Millis,
-    pub duration_ms: Millis,
-    pub stream: bool,
-    pub tokens_in: Option<i64>,
-    pub tokens_out: Option<i64>,
-}
-
-impl From<AttemptRow> for AttemptRecord {
-    fn from(a: AttemptRow) -> AttemptRecord {
-        AttemptRecord {
-            request_id: a.request_id,
-            seq: i64::from(a.seq),
-            kind: a.kind.as_str().into(),
-            agent: a.agent,
-            provider: a.provider,
-            model: a.model,
-            profile_id: a.profile_id,
-            started_at: a.started_at,
-            duration_ms: a.duration_ms,
-            ttfb_ms: a.ttfb_ms,
-            http_status: a.http_status.map(i64::from),
-            outcome: a.outcome.as_str().into(),
-            reason: a.reason.map(|r| r.as_str().into()),
-            retry_after_ms: a.retry_after_ms,
-            cooldown_until: a.cooldown_until,
-            error: a.error,
-            tokens_in: a.tokens_in,
-            tokens_out: a.tokens_out,
-        }
-    }
-}
-
-impl From<RequestRow> for RequestRecord {
-    fn from(r: RequestRow) -> RequestRecord {
-        RequestRecord {
-            id: r.id,
-            agent: r.agent,
-            api: r.api.into(),
-            requested_model: r.requested_model,
-            served_model: r.served_model,
-            served_profile: r.served_profile,
-            status: Some(i64::from(r.status)),
-            attempts: i64::from(r.attempts),
-            started_at: r.started_at,
-            duration_ms: Some(r.duration_ms),
-            stream: r.stream,
-            tokens_in: r.tokens_in,
-            tokens_out: r.tokens_out,
-        }
-    }
-}
-
-enum Msg {
+enum Row {
     Attempt(AttemptRow),
     Request(RequestRow),
-    Flush(oneshot::Sender<()>),
 }
 
-/// What the writer and the handlers share: the queue's depth, the rows shed, and whether the
-/// last write failed.
+/// The rows waiting for the writer, and how many were queued since start.
+#[derive(Default)]
+struct Queue {
+    rows: VecDeque<Row>,
+    queued: u64,
+}
+
+/// What the writer and the handlers share: the queue, its depth (waiting and being written),
+/// the rows shed, and the write-behind's state.
 struct Shared {
     capacity: usize,
+    queue: Mutex<Queue>,
     depth: AtomicUsize,
     dropped_requests: AtomicU64,
     dropped_attempts: AtomicU64,
-    failing: AtomicBool,
     /// When a shed row was last logged (ms since the writer started): one line a second.
     logged_at: AtomicU64,
     started: std::time::Instant,
+    writer: Arc<Writer>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        // A row is pushed or a batch drained in one step: a panic cannot leave the queue
+        // half-changed.
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// The writer's state, for `/healthz` and `/metrics`.
@@ -175,86 +65,104 @@ impl Health {
 
 /// The audit writer's handle: rows go into a bounded queue that one task writes in batches.
 /// A full queue sheds rows and counts them; a failing write is retried until it succeeds, so
-/// the rows queued are written in order once the database takes writes again.
+/// the rows queued are written in order once the database takes writes again. When the last
+/// handle is dropped, the task writes what is left and ends.
 #[derive(Clone)]
 pub struct Audit {
-    tx: mpsc::Sender<Msg>,
-    shared: Arc<Shared>,
+    handle: Arc<Handle>,
 }
+
+struct Handle(Arc<Shared>);
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.0.writer.close();
+    }
+}
+
+/// How long rows gather before a write: the most of them a SIGKILL can lose, beside the
+/// write under way (docs/audit.md).
+const GATHER: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// Rows written in one transaction at most; a batch this large is written without gathering.
+const BATCH: usize = 1024;
 
 impl Audit {
     /// `capacity`: rows queued at most (`audit.queue`).
     pub fn start(store: Arc<dyn Store>, capacity: usize) -> Audit {
-        let (tx, rx) = mpsc::channel(capacity.max(1));
         let shared = Arc::new(Shared {
             capacity,
+            queue: Mutex::new(Queue::default()),
             depth: AtomicUsize::new(0),
             dropped_requests: AtomicU64::new(0),
             dropped_attempts: AtomicU64::new(0),
-            failing: AtomicBool::new(false),
             logged_at: AtomicU64::new(0),
             started: std::time::Instant::now(),
+            writer: Writer::new(),
         });
-        tokio::spawn(write_loop(store, rx, shared.clone()));
-        Audit { tx, shared }
+        behind::spawn(shared.writer.clone(), store, Rows(shared.clone()), GATHER);
+        Audit { handle: Arc::new(Handle(shared)) }
     }
 
     pub fn attempt(&self, row: AttemptRow) {
-        self.queue(Msg::Attempt(row));
+        self.queue(Row::Attempt(row));
     }
 
     pub fn request(&self, row: RequestRow) {
-        self.queue(Msg::Request(row));
+        self.queue(Row::Request(row));
     }
 
-    fn queue(&self, msg: Msg) {
-        let shared = &self.shared;
-        shared.depth.fetch_add(1, Ordering::Relaxed);
-        match self.tx.try_send(msg) {
-            Ok(()) => {}
-            Err(TrySendError::Closed(_)) => {
-                shared.depth.fetch_sub(1, Ordering::Relaxed);
-            }
-            Err(TrySendError::Full(msg)) => {
-                shared.depth.fetch_sub(1, Ordering::Relaxed);
-                match msg {
-                    Msg::Request(_) => shared.dropped_requests.fetch_add(1, Ordering::Relaxed),
-                    _ => shared.dropped_attempts.fetch_add(1, Ordering::Relaxed),
-                };
-                let now = shared.started.elapsed().as_millis() as u64;
-                let last = shared.logged_at.load(Ordering::Relaxed);
-                if now.saturating_sub(last) >= 1000
-                    && shared.logged_at.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
-                {
-                    let h = self.health();
-                    tracing::error!(
-                        dropped_requests = h.dropped_requests,
-                        dropped_attempts = h.dropped_attempts,
-                        capacity = h.capacity,
-                        "the audit queue is full (the database is not keeping up): audit rows are shed"
-                    );
-                }
-            }
+    fn shared(&self) -> &Shared {
+        &self.handle.0
+    }
+
+    fn queue(&self, row: Row) {
+        let shared = self.shared();
+        let mut queue = shared.lock();
+        if queue.rows.len() < shared.capacity.max(1) {
+            queue.rows.push_back(row);
+            queue.queued += 1;
+            shared.depth.fetch_add(1, Ordering::Relaxed);
+            drop(queue);
+            shared.writer.wake();
+            return;
+        }
+        drop(queue);
+        match row {
+            Row::Request(_) => shared.dropped_requests.fetch_add(1, Ordering::Relaxed),
+            Row::Attempt(_) => shared.dropped_attempts.fetch_add(1, Ordering::Relaxed),
+        };
+        let now = shared.started.elapsed().as_millis() as u64;
+        let last = shared.logged_at.load(Ordering::Relaxed);
+        if now.saturating_sub(last) >= 1000
+            && shared.logged_at.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+        {
+            let h = self.health();
+            tracing::error!(
+                dropped_requests = h.dropped_requests,
+                dropped_attempts = h.dropped_attempts,
+                capacity = h.capacity,
+                "the audit queue is full (the database is not keeping up): audit rows are shed"
+            );
         }
     }
 
     pub fn health(&self) -> Health {
-        let s = &self.shared;
+        let s = self.shared();
         Health {
             queued: s.depth.load(Ordering::Relaxed),
             capacity: s.capacity,
             dropped_requests: s.dropped_requests.load(Ordering::Relaxed),
             dropped_attempts: s.dropped_attempts.load(Ordering::Relaxed),
-            failing: s.failing.load(Ordering::Relaxed),
+            failing: s.writer.failing(),
         }
     }
 
     /// Waits until every row queued so far is written.
     pub async fn flush(&self) {
-        let (tx, rx) = oneshot::channel();
-        if self.tx.send(Msg::Flush(tx)).await.is_ok() {
-            let _ = rx.await;
-        }
+        let shared = self.shared();
+        let target = shared.lock().queued;
+        shared.writer.written(target).await;
     }
 
     /// `flush`, for at most `limit`: whether everything queued was written.
@@ -263,55 +171,44 @@ impl Audit {
     }
 }
 
-/// How long rows gather before a write: the most of them a SIGKILL can lose, beside the
-/// write under way (docs/audit.md).
-const GATHER: std::time::Duration = std::time::Duration::from_millis(10);
+/// The audit writer's sink: the queued rows, in order, `BATCH` at most at a time.
+struct Rows(Arc<Shared>);
 
-/// The longest pause between two tries of a failing write.
-const BACKOFF_MAX: std::time::Duration = std::time::Duration::from_secs(1);
+impl Sink for Rows {
+    type Batch = (Vec<RequestRecord>, Vec<AttemptRecord>);
+    const WHAT: &'static str = "audit rows";
 
-async fn write_loop(store: Arc<dyn Store>, mut rx: mpsc::Receiver<Msg>, shared: Arc<Shared>) {
-    const BATCH: usize = 1024;
-    let mut buf = Vec::with_capacity(BATCH);
-    while rx.recv_many(&mut buf, BATCH).await > 0 {
-        // A few milliseconds more make one transaction of what would be dozens: fewer pages
-        // written to the log, and the stats writer gets its turn.
-        if buf.len() < BATCH {
-            tokio::time::sleep(GATHER).await;
-            while buf.len() < BATCH
-                && let Ok(m) = rx.try_recv()
-            {
-                buf.push(m);
+    fn ready(&self) -> bool {
+        self.0.lock().rows.len() >= BATCH
+    }
+
+    fn take(&mut self) -> (Self::Batch, u64) {
+        let mut queue = self.0.lock();
+        let n = queue.rows.len().min(BATCH);
+        let rows: Vec<Row> = queue.rows.drain(..n).collect();
+        let upto = queue.queued - queue.rows.len() as u64;
+        let more = !queue.rows.is_empty();
+        drop(queue);
+        if more {
+            self.0.writer.wake(); // the next batch, once this one is written
+        }
+        let (mut requests, mut attempts) = (Vec::new(), Vec::new());
+        for row in rows {
+            match row {
+                Row::Attempt(a) => attempts.push(AttemptRecord::from(a)),
+                Row::Request(r) => requests.push(RequestRecord::from(r)),
             }
         }
-        let (mut requests, mut attempts, mut waiting) = (Vec::new(), Vec::new(), Vec::new());
-        for m in buf.drain(..) {
-            match m {
-                Msg::Attempt(a) => attempts.push(AttemptRecord::from(a)),
-                Msg::Request(r) => requests.push(RequestRecord::from(r)),
-                Msg::Flush(tx) => waiting.push(tx),
-            }
-        }
-        let n = requests.len() + attempts.len();
-        let mut delay = std::time::Duration::from_millis(50);
-        let mut tries = 0u32;
-        while let Err(e) = store.insert_audit(&requests, &attempts).await {
-            tries += 1;
-            shared.failing.store(true, Ordering::Relaxed);
-            store.write_failed(&e);
-            if tries == 1 || tries.is_power_of_two() {
-                tracing::error!(error = %e, rows = n, tries, "writing audit rows failed; retrying until the database takes them");
-            }
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(BACKOFF_MAX);
-        }
-        if tries > 0 {
-            tracing::info!(rows = n, tries, "audit rows written after the database recovered");
-        }
-        shared.failing.store(false, Ordering::Relaxed);
-        shared.depth.fetch_sub(n, Ordering::Relaxed);
-        for tx in waiting {
-            let _ = tx.send(());
-        }
+        ((requests, attempts), upto)
+    }
+
+    fn rows((requests, attempts): &Self::Batch) -> usize {
+        requests.len() + attempts.len()
+    }
+
+    async fn write(&mut self, store: &dyn Store, batch: &Self::Batch) -> Result<(), StoreError> {
+        store.insert_audit(&batch.0, &batch.1).await?;
+        self.0.depth.fetch_sub(Self::rows(batch), Ordering::Relaxed);
+        Ok(())
     }
 }

@@ -14,6 +14,7 @@
 //! once when PostgreSQL notifies a change), and reloads what other writers changed: stats,
 //! model cooldowns, and profiles, secrets and orders (docs/scale.md).
 
+use crate::behind::{self, Sink, Writer};
 use crate::config::Config;
 use crate::engine::gate::{self, Availability, Gate, Position, ProbeThrottle};
 use crate::engine::order::{self, OrderRequest, Ordered, PinError, RotationIndex, Slot};
@@ -26,10 +27,9 @@ use crate::secrets::{MasterKey, OpenError, SecretField};
 use crate::store::{Origin, Snapshot, Store, StoreError, StoredProfile};
 use secrecy::{ExposeSecret, SecretString};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 
 /// How often the change feed is read: other writers' changes are in force within this much
 /// (plus the time a reload takes).
@@ -132,11 +132,10 @@ pub fn config_rows(config: &Config, now: Millis) -> Vec<StoredProfile> {
 
 type ModelKey = (String, String);
 
-/// What the writer took to write: the changes, and the count of changes queued up to them.
+/// What the writer took to write: the changes of each profile and model.
 struct Batch {
     stats: Vec<(ProfileId, Vec<Change>)>,
     models: Vec<(ModelKey, Vec<ModelChange>)>,
-    upto: u64,
 }
 
 /// What a snapshot's secrets unseal to: the roster, the credentials and the refresh-token
@@ -228,16 +227,9 @@ struct Shared {
     /// the feed builds on.
     config: RwLock<Arc<Config>>,
     key: Arc<MasterKey>,
-    /// Wakes the writer: changes were queued, a flush waits, or the book was dropped.
-    wake: Notify,
-    /// A flush waits: write without gathering.
-    urgent: AtomicBool,
-    hurry: Notify,
-    /// Changes written so far (the `queued` count they reach).
-    written: watch::Sender<u64>,
-    /// The last write failed; the writer is retrying it.
-    failing: AtomicBool,
-    closed: AtomicBool,
+    /// The stats' write-behind: woken when changes are queued; it counts what it wrote in
+    /// `Inner::queued`'s terms.
+    writer: Arc<Writer>,
 }
 
 pub struct Book {
@@ -246,9 +238,7 @@ pub struct Book {
 
 impl Drop for Book {
     fn drop(&mut self) {
-        self.shared.closed.store(true, Ordering::Relaxed);
-        self.shared.hurry.notify_one();
-        self.shared.wake.notify_one();
+        self.shared.writer.close();
     }
 }
 
@@ -291,14 +281,12 @@ impl Book {
             inner: Mutex::new(inner),
             config: RwLock::new(Arc::new(config.clone())),
             key,
-            wake: Notify::new(),
-            urgent: AtomicBool::new(false),
-            hurry: Notify::new(),
-            written: watch::Sender::new(0),
-            failing: AtomicBool::new(false),
-            closed: AtomicBool::new(false),
+            writer: Writer::new(),
         });
-        tokio::spawn(write_loop(store, shared.clone(), seen));
+        let mut feed = tokio::time::interval(FEED_EVERY);
+        feed.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let sink = Stats { shared: shared.clone(), seen, feed, wake: store.wake() };
+        behind::spawn(shared.writer.clone(), store, sink, GATHER);
         Ok(Book { shared })
     }
 
@@ -332,7 +320,7 @@ impl Book {
             if let Some(id) = first.first().cloned() {
                 let latest = inner.rotation.get(provider).and_then(RotationIndex::latest);
                 inner.use_first(&id, latest, session, now, &policy);
-                self.shared.wake.notify_one();
+                self.shared.writer.wake();
                 let slots = first.into_iter().map(|id| Slot { id, blocked: None }).collect();
                 return Ok((Ordered { slots, pinned: false, more: true }, true));
             }
@@ -345,7 +333,7 @@ impl Book {
         let views = &inner.roster.views;
         let latest = ordered.slots.iter().filter_map(|s| views.get(&s.id)?.stats.last_used).max();
         inner.use_first(&first, latest, session, now, &policy);
-        self.shared.wake.notify_one();
+        self.shared.writer.wake();
         Ok((ordered, true))
     }
 
@@ -385,7 +373,7 @@ impl Book {
         if used {
             inner.reorder(id);
         }
-        self.shared.wake.notify_one();
+        self.shared.writer.wake();
         Some(out)
     }
 
@@ -395,7 +383,7 @@ impl Book {
         inner.model_cooldowns.insert(key.clone(), next.clone());
         inner.model_pending.entry(key).or_default().push(change);
         inner.queued += 1;
-        self.shared.wake.notify_one();
+        self.shared.writer.wake();
         Some(next)
     }
 
@@ -592,7 +580,7 @@ impl Book {
             inner.queue(id, Change::Expired(now));
         }
         if !ended.is_empty() {
-            self.shared.wake.notify_one();
+            self.shared.writer.wake();
         }
         ended.len()
     }
@@ -618,11 +606,7 @@ impl Book {
     /// transactions (group commit).
     pub async fn flush(&self) {
         let target = self.lock().queued;
-        let mut written = self.shared.written.subscribe();
-        self.shared.urgent.store(true, Ordering::Relaxed);
-        self.shared.hurry.notify_one();
-        self.shared.wake.notify_one();
-        let _ = written.wait_for(|w| *w >= target).await;
+        self.shared.writer.written(target).await;
     }
 
     /// `flush`, for at most `limit`: whether everything made so far is written.
@@ -636,7 +620,7 @@ impl Book {
         let inner = self.lock();
         let waiting =
             inner.pending.len() + inner.inflight.len() + inner.model_pending.len() + inner.model_inflight.len();
-        (self.shared.failing.load(Ordering::Relaxed), waiting)
+        (self.shared.writer.failing(), waiting)
     }
 
     /// Decides whether a candidate is tried, probed or skipped (claims the probe atomically).
@@ -645,120 +629,89 @@ impl Book {
     }
 }
 
-/// The background task: writes the queued changes in batches, and reads the change feed
-/// between them. One task does both, so a reload never races a batch being written. It ends
-/// when the book is dropped, after writing what was left.
-async fn write_loop(store: Arc<dyn Store>, shared: Arc<Shared>, mut seen: i64) {
-    let mut feed = tokio::time::interval(FEED_EVERY);
-    feed.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut wake = store.wake();
-    loop {
-        tokio::select! {
-            _ = shared.wake.notified() => {
-                // Let uses and successes coalesce for a moment (SQLite has one writer, and the
-                // audit trail needs its turn), unless someone waits for the write.
-                if !shared.urgent.swap(false, Ordering::Relaxed) && !shared.closed.load(Ordering::Relaxed) {
-                    tokio::select! {
-                        _ = tokio::time::sleep(GATHER) => {}
-                        _ = shared.hurry.notified() => {}
-                    }
-                }
-                let batch = shared.take();
-                if let Some(feed) = write_batch(store.as_ref(), &shared, batch).await
-                    && feed.0 == seen
-                {
-                    seen = feed.1; // the entries in between are this batch's own
-                }
-                if shared.closed.load(Ordering::Relaxed) {
-                    return;
-                }
-            }
-            _ = async {
-                tokio::select! {
-                    _ = feed.tick() => {}
-                    _ = crate::store::woken(&mut wake) => {}
-                }
-            } => match follow(store.as_ref(), &shared, seen).await {
-                Ok(head) => seen = head,
-                Err(e) => tracing::warn!(error = %e, "reading the change feed failed; retrying"),
-            },
-        }
-    }
-}
-
-/// The longest pause between two tries of a failing write.
-const BACKOFF_MAX: Duration = Duration::from_secs(1);
-
 /// How long changes gather before a write that nobody waits for.
 const GATHER: Duration = Duration::from_millis(50);
 
-/// Writes one batch and puts the rows written back into the book. A failing batch is retried
-/// until the database takes it (busy, read-only or failing for a while: nothing is dropped, and
-/// later changes coalesce meanwhile). From the third failure on, rows are also tried one by
-/// one: when some of them can be written, the database works and the others are bad rows,
-/// logged with their key and given up, so that one cannot hold back the rest. Returns the
-/// feed's head before and after the batch, when it was written whole.
-async fn write_batch(store: &dyn Store, shared: &Shared, batch: Batch) -> Option<(i64, i64)> {
-    if batch.stats.is_empty() && batch.models.is_empty() {
-        shared.written.send_modify(|w| *w = (*w).max(batch.upto));
-        return None;
-    }
-    let mut delay = Duration::from_millis(50);
-    let mut tries = 0u32;
-    loop {
-        match store.apply(&batch.stats, &batch.models, &shared.policy()).await {
-            Ok(applied) => {
-                if tries > 0 {
-                    tracing::info!(tries, "usage stats written after the database recovered");
-                }
-                shared.settle(&batch.stats, &batch.models, applied.stats, applied.models);
-                shared.done(batch.upto);
-                return Some(applied.feed);
-            }
-            Err(e) => {
-                tries += 1;
-                shared.failing.store(true, Ordering::Relaxed);
-                store.write_failed(&e);
-                if tries == 1 || tries.is_power_of_two() {
-                    tracing::error!(error = %e, tries, "writing usage stats failed; retrying until the database takes them");
-                }
-            }
-        }
-        if tries >= 3 && write_one_by_one(store, shared, &batch).await {
-            shared.done(batch.upto);
-            return None;
-        }
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(BACKOFF_MAX);
-    }
+/// The book's write-behind (`crate::behind`): the queued changes, written in batches, and the
+/// change feed, read between them. One task does both, so a reload never races a batch being
+/// written. A batch is replayed on the rows as stored, and the rows written back become the
+/// book's state. A failing batch is retried until the database takes it (busy, read-only or
+/// failing for a while: nothing is dropped, and later changes coalesce meanwhile). From the
+/// third failure on, rows are also tried one by one: when some of them can be written, the
+/// database works and the others are bad rows, logged with their key and given up, so that one
+/// cannot hold back the rest. The task ends when the book is dropped, after writing what was
+/// left.
+struct Stats {
+    shared: Arc<Shared>,
+    /// The change feed's position read so far.
+    seen: i64,
+    feed: tokio::time::Interval,
+    wake: Option<watch::Receiver<u64>>,
 }
 
-/// Writes each row of the batch alone; when at least one could be written, settles them all
-/// (the ones that could not are logged and given up) and returns true.
-async fn write_one_by_one(store: &dyn Store, shared: &Shared, batch: &Batch) -> bool {
-    let policy = shared.policy();
-    let mut written = (Vec::new(), Vec::new());
-    let mut bad = Vec::new();
-    for row in &batch.stats {
-        match store.apply(std::slice::from_ref(row), &[], &policy).await {
-            Ok(applied) => written.0.extend(applied.stats),
-            Err(e) => bad.push((row.0.to_string(), e)),
+impl Sink for Stats {
+    type Batch = Batch;
+    const WHAT: &'static str = "usage stats";
+
+    fn take(&mut self) -> (Batch, u64) {
+        self.shared.take()
+    }
+
+    fn rows(batch: &Batch) -> usize {
+        batch.stats.len() + batch.models.len()
+    }
+
+    async fn write(&mut self, store: &dyn Store, batch: &Batch) -> Result<(), StoreError> {
+        let applied = store.apply(&batch.stats, &batch.models, &self.shared.policy()).await?;
+        self.shared.settle(&batch.stats, &batch.models, applied.stats, applied.models);
+        if applied.feed.0 == self.seen {
+            self.seen = applied.feed.1; // the entries in between are this batch's own
+        }
+        Ok(())
+    }
+
+    /// Writes each row of the batch alone; when at least one could be written, settles them
+    /// all (the ones that could not are logged and given up) and returns true.
+    async fn isolate(&mut self, store: &dyn Store, batch: &Batch) -> bool {
+        let shared = &self.shared;
+        let policy = shared.policy();
+        let mut written = (Vec::new(), Vec::new());
+        let mut bad = Vec::new();
+        for row in &batch.stats {
+            match store.apply(std::slice::from_ref(row), &[], &policy).await {
+                Ok(applied) => written.0.extend(applied.stats),
+                Err(e) => bad.push((row.0.to_string(), e)),
+            }
+        }
+        for row in &batch.models {
+            match store.apply(&[], std::slice::from_ref(row), &policy).await {
+                Ok(applied) => written.1.extend(applied.models),
+                Err(e) => bad.push((format!("model {}/{}", row.0.0, row.0.1), e)),
+            }
+        }
+        if bad.len() == batch.stats.len() + batch.models.len() {
+            return false;
+        }
+        for (key, e) in bad {
+            tracing::error!(key, error = %e, "usage stats of this profile or model could not be written; given up");
+        }
+        shared.settle(&batch.stats, &batch.models, written.0, written.1);
+        true
+    }
+
+    async fn idle(&mut self) {
+        tokio::select! {
+            _ = self.feed.tick() => {}
+            _ = crate::store::woken(&mut self.wake) => {}
         }
     }
-    for row in &batch.models {
-        match store.apply(&[], std::slice::from_ref(row), &policy).await {
-            Ok(applied) => written.1.extend(applied.models),
-            Err(e) => bad.push((format!("model {}/{}", row.0.0, row.0.1), e)),
+
+    async fn between(&mut self, store: &dyn Store) {
+        match follow(store, &self.shared, self.seen).await {
+            Ok(head) => self.seen = head,
+            Err(e) => tracing::warn!(error = %e, "reading the change feed failed; retrying"),
         }
     }
-    if bad.len() == batch.stats.len() + batch.models.len() {
-        return false;
-    }
-    for (key, e) in bad {
-        tracing::error!(key, error = %e, "usage stats of this profile or model could not be written; given up");
-    }
-    shared.settle(&batch.stats, &batch.models, written.0, written.1);
-    true
 }
 
 /// Reads the change feed after `seen` and reloads what changed; returns the new position.
@@ -841,8 +794,9 @@ impl Shared {
         self.config.read().unwrap_or_else(|e| e.into_inner()).cooldown_policy()
     }
 
-    /// Moves every queued change to the writer (in flight until settled).
-    fn take(&self) -> Batch {
+    /// Moves every queued change to the writer (in flight until settled), with the count of
+    /// changes queued up to them.
+    fn take(&self) -> (Batch, u64) {
         let mut guard = self.lock();
         let inner = &mut *guard;
         let mut stats: Vec<(ProfileId, Vec<Change>)> =
@@ -856,13 +810,7 @@ impl Shared {
         for (key, changes) in &models {
             inner.model_inflight.insert(key.clone(), changes.clone());
         }
-        Batch { stats, models, upto: inner.queued }
-    }
-
-    /// Everything queued up to `upto` is written (or given up).
-    fn done(&self, upto: u64) {
-        self.failing.store(false, Ordering::Relaxed);
-        self.written.send_modify(|w| *w = (*w).max(upto));
+        (Batch { stats, models }, inner.queued)
     }
 
     /// A batch was written (or given up): its changes are no longer in flight, and the rows

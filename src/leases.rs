@@ -3,10 +3,10 @@
 //! failure-report rate; and the task that expires unreported leases, audited `cancelled`.
 //! The HTTP side is `api::leases`.
 
-use crate::audit::AttemptRow;
 use crate::engine::recent::Recent;
 use crate::engine::{Clock, Millis, Reason};
 use crate::settings::Settings;
+use crate::store::AttemptRow;
 use crate::walk::{Attempt, Walk};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

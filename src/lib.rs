@@ -6,6 +6,7 @@ pub mod agents;
 pub mod api;
 pub mod app;
 pub mod audit;
+pub mod behind;
 pub mod book;
 pub mod cli;
 pub mod config;

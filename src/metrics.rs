@@ -1,9 +1,9 @@
 //! Prometheus metrics at `/metrics`. Counters and histograms are fed from the same rows the
 //! audit trail writes, so the two always agree; gauges are computed at each scrape.
 
-use crate::audit::{AttemptRow, RequestRow};
 use crate::engine::{Millis, ProfileId};
 use crate::status::Status;
+use crate::store::{AttemptRow, RequestRow};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;

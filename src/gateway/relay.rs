@@ -8,12 +8,12 @@
 
 use super::call::Opened;
 use super::wire::{self, Api, Seen};
-use crate::audit::AttemptRow;
 use crate::book::Credential;
 use crate::engine::classify::{Classified, Observed};
 use crate::engine::{Millis, Reason};
 use crate::redact::redact;
 use crate::settings::Settings;
+use crate::store::AttemptRow;
 use crate::translate::StreamTranslator;
 use crate::translate::sse::Splitter;
 use crate::walk::Runtime;

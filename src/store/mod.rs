@@ -3,11 +3,13 @@
 
 mod copy;
 mod postgres;
+mod records;
 mod sql;
 mod sqlite;
 
 pub use copy::{Copied, CopyError, copy};
 pub use postgres::PgStore;
+pub use records::{AttemptRecord, AttemptRow, Kind, Outcome, RequestRecord, RequestRow};
 pub use sqlite::SqliteStore;
 
 use crate::config::DatabaseTarget;
@@ -137,47 +139,6 @@ pub struct AuditQuery {
     /// Rows strictly after this one in the listing order (newest first).
     pub after: Option<(Millis, String, i64)>,
     pub limit: u32,
-}
-
-/// One `attempts` row as stored (docs/schema.md).
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, sqlx::FromRow, utoipa::ToSchema)]
-pub struct AttemptRecord {
-    pub request_id: String,
-    pub seq: i64,
-    pub kind: String,
-    pub agent: Option<String>,
-    pub provider: String,
-    pub model: String,
-    pub profile_id: Option<String>,
-    pub started_at: i64,
-    pub duration_ms: Option<i64>,
-    pub ttfb_ms: Option<i64>,
-    pub http_status: Option<i64>,
-    pub outcome: String,
-    pub reason: Option<String>,
-    pub retry_after_ms: Option<i64>,
-    pub cooldown_until: Option<i64>,
-    pub error: Option<String>,
-    pub tokens_in: Option<i64>,
-    pub tokens_out: Option<i64>,
-}
-
-/// One `requests` row as stored (docs/schema.md).
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, sqlx::FromRow, utoipa::ToSchema)]
-pub struct RequestRecord {
-    pub id: String,
-    pub agent: Option<String>,
-    pub api: String,
-    pub requested_model: Option<String>,
-    pub served_model: Option<String>,
-    pub served_profile: Option<String>,
-    pub status: Option<i64>,
-    pub attempts: i64,
-    pub started_at: i64,
-    pub duration_ms: Option<i64>,
-    pub stream: bool,
-    pub tokens_in: Option<i64>,
-    pub tokens_out: Option<i64>,
 }
 
 /// What one `prune_audit` batch deleted; `more`: rows that old are left.

@@ -9,7 +9,7 @@
 mod runtime;
 pub use runtime::Runtime;
 
-use crate::audit::{AttemptRow, Audit, Kind, Outcome, RequestRow};
+use crate::audit::Audit;
 use crate::book::{Book, Credential};
 use crate::config::Config;
 use crate::engine::aggregate::{Aggregated, ModelFailure, aggregate};
@@ -20,6 +20,7 @@ use crate::engine::{Failure, Millis, Next as After, ProfileId, Reason, Until};
 use crate::metrics::Metrics;
 use crate::redact::truncate;
 use crate::status::until_ms;
+use crate::store::{AttemptRow, Kind, Outcome, RequestRow};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;

@@ -3,7 +3,7 @@
 //! only the pure rules (`rota::engine`); this is the runtime around them.
 
 use super::{Attempt, Verdict, Walk};
-use crate::audit::{AttemptRow, Audit};
+use crate::audit::Audit;
 use crate::book::{Book, Credential};
 use crate::config::Config;
 use crate::engine::chain::{Candidate, ChainRequest, FallbackOverride};
@@ -12,6 +12,7 @@ use crate::engine::{Clock, Millis, Reason};
 use crate::metrics::Metrics;
 use crate::refresh::{Refresher, access_of};
 use crate::settings::{Live, Settings};
+use crate::store::AttemptRow;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::{CancellationToken, DropGuard};

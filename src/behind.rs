@@ -1,0 +1,329 @@
+//! One write-behind: items are queued on the request path and written to the store in batches
+//! by one background task, so that a request never waits on the database. The usage-stats
+//! writer (`book`) and the audit writer (`audit`) are two of them, each a `Sink`: where its
+//! batches come from and how one is written.
+//!
+//! The task wakes when something is queued, lets more gather for a moment (unless someone waits
+//! for the write, the writer is closing, or a whole batch waits), takes a batch and writes it. A
+//! failing write is retried until the database takes it, pausing 50 ms, then twice as long each
+//! time up to a second (`BACKOFF`); meanwhile the writer says it is failing (`/healthz`,
+//! `rota_database_write_failing`). The count of items written is published, so `Writer::written`
+//! waits until everything queued up to a point is on disk (flush, group commit).
+
+use crate::store::{Store, StoreError};
+use backon::{BackoffBuilder, ExponentialBuilder};
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use tokio::sync::{Notify, watch};
+
+/// The longest pause between two tries of a failing write.
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// The pauses between the tries of a failing write: 50 ms, doubling up to `BACKOFF_MAX`, for as
+/// long as the write fails.
+const BACKOFF: ExponentialBuilder = ExponentialBuilder::new()
+    .with_min_delay(Duration::from_millis(50))
+    .with_factor(2.0)
+    .with_max_delay(BACKOFF_MAX)
+    .without_max_times();
+
+/// From this many failed tries of a batch on, the sink may also write it item by item
+/// (`Sink::isolate`).
+const ISOLATE_AFTER: u32 = 3;
+
+/// What a write-behind's task and the handles that queue for it share: the wake-ups, whether
+/// the last write failed, and the count of items written so far.
+pub struct Writer {
+    /// Something was queued, a flush waits, or the writer closes.
+    wake: Notify,
+    /// A flush waits: write without gathering.
+    urgent: AtomicBool,
+    /// Cuts a gather short.
+    hurry: Notify,
+    /// Items written so far (the sink's count of items queued that they reach).
+    written: watch::Sender<u64>,
+    /// The last write failed; the writer is retrying it.
+    failing: AtomicBool,
+    /// The handles are gone: write what is left, then end.
+    closed: AtomicBool,
+}
+
+impl Writer {
+    pub fn new() -> Arc<Writer> {
+        Arc::new(Writer {
+            wake: Notify::new(),
+            urgent: AtomicBool::new(false),
+            hurry: Notify::new(),
+            written: watch::Sender::new(0),
+            failing: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+        })
+    }
+
+    /// Something was queued: the writer gathers and writes it.
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    /// Waits until the items queued up to `target` (the sink's count) are written, or given up;
+    /// the writer writes at once. Concurrent callers share its transactions (group commit).
+    pub async fn written(&self, target: u64) {
+        let mut written = self.written.subscribe();
+        self.urgent.store(true, Ordering::Relaxed);
+        self.hurry.notify_one();
+        self.wake.notify_one();
+        let _ = written.wait_for(|w| *w >= target).await;
+    }
+
+    /// The writer writes what is left, without gathering, and ends.
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::Relaxed);
+        self.hurry.notify_one();
+        self.wake.notify_one();
+    }
+
+    /// Whether the last write failed (the writer retries it).
+    pub fn failing(&self) -> bool {
+        self.failing.load(Ordering::Relaxed)
+    }
+
+    /// Everything queued up to `upto` is written (or given up).
+    fn done(&self, upto: u64) {
+        self.failing.store(false, Ordering::Relaxed);
+        self.written.send_modify(|w| *w = (*w).max(upto));
+    }
+}
+
+/// One write-behind's items: where its batches come from and how one is written. The methods
+/// run in the writer's task, one at a time.
+pub trait Sink: Send + 'static {
+    type Batch: Send + Sync;
+    /// What the log lines call the items: `audit rows`, `usage stats`.
+    const WHAT: &'static str;
+
+    /// Moves what is queued (or the first batch of it) to the writer, with the count of items
+    /// queued up to it (what `Writer::written` waits for).
+    fn take(&mut self) -> (Self::Batch, u64);
+
+    /// The rows of a batch; none: there is nothing to write.
+    fn rows(batch: &Self::Batch) -> usize;
+
+    /// A whole batch waits: it is written without gathering.
+    fn ready(&self) -> bool {
+        false
+    }
+
+    /// Writes the batch in one transaction.
+    fn write(&mut self, store: &dyn Store, batch: &Self::Batch) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// After the third failed try of a batch and each one after: writes its items one by one.
+    /// True when some of them could be written: the others are bad items, given up, and the
+    /// batch is done. By default the batch is retried whole until the database takes it.
+    fn isolate(&mut self, store: &dyn Store, batch: &Self::Batch) -> impl Future<Output = bool> + Send {
+        let _ = (store, batch);
+        async { false }
+    }
+
+    /// Resolves when the writer has other work to do between batches (`between`); it is dropped
+    /// when a batch comes first, so it only waits. By default never.
+    fn idle(&mut self) -> impl Future<Output = ()> + Send {
+        std::future::pending()
+    }
+
+    /// The work `idle` announced, in the writer's task: it never runs beside a batch's write.
+    fn between(&mut self, store: &dyn Store) -> impl Future<Output = ()> + Send {
+        let _ = store;
+        async {}
+    }
+}
+
+/// Starts the writer's task: it writes the sink's batches, gathering items for `gather` before
+/// each, until `writer` is closed and everything queued is written.
+pub fn spawn<S: Sink>(writer: Arc<Writer>, store: Arc<dyn Store>, sink: S, gather: Duration) {
+    tokio::spawn(run(writer, store, sink, gather));
+}
+
+async fn run<S: Sink>(writer: Arc<Writer>, store: Arc<dyn Store>, mut sink: S, gather: Duration) {
+    loop {
+        tokio::select! {
+            _ = writer.wake.notified() => {
+                // A moment more makes one transaction of what would be dozens: fewer pages
+                // written to the log, and the other writer gets its turn (SQLite has one writer).
+                if !writer.urgent.swap(false, Ordering::Relaxed)
+                    && !writer.closed.load(Ordering::Relaxed)
+                    && !sink.ready()
+                {
+                    tokio::select! {
+                        _ = tokio::time::sleep(gather) => {}
+                        _ = writer.hurry.notified() => {}
+                    }
+                }
+                loop {
+                    let closed = writer.closed.load(Ordering::Relaxed);
+                    let (batch, upto) = sink.take();
+                    let empty = S::rows(&batch) == 0;
+                    if !empty {
+                        write(&writer, store.as_ref(), &mut sink, &batch).await;
+                    }
+                    writer.done(upto);
+                    if !closed {
+                        break;
+                    }
+                    if empty {
+                        return;
+                    }
+                }
+            }
+            _ = sink.idle() => sink.between(store.as_ref()).await,
+        }
+    }
+}
+
+/// Writes one batch, retrying until the database takes it (busy, read-only or failing for a
+/// while: nothing is dropped), or until the sink isolates its bad items.
+async fn write<S: Sink>(writer: &Writer, store: &dyn Store, sink: &mut S, batch: &S::Batch) {
+    let rows = S::rows(batch);
+    let mut pauses = BACKOFF.build();
+    let mut tries = 0u32;
+    loop {
+        match sink.write(store, batch).await {
+            Ok(()) => {
+                if tries > 0 {
+                    tracing::info!(rows, tries, "{} written after the database recovered", S::WHAT);
+                }
+                return;
+            }
+            Err(e) => {
+                tries += 1;
+                writer.failing.store(true, Ordering::Relaxed);
+                store.write_failed(&e);
+                if tries == 1 || tries.is_power_of_two() {
+                    tracing::error!(
+                        error = %e,
+                        rows,
+                        tries,
+                        "writing {} failed; retrying until the database takes them",
+                        S::WHAT
+                    );
+                }
+            }
+        }
+        if tries >= ISOLATE_AFTER && sink.isolate(store, batch).await {
+            return;
+        }
+        tokio::time::sleep(pauses.next().unwrap_or(BACKOFF_MAX)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    #[test]
+    fn the_pauses_double_from_50_ms_to_a_second_and_never_end() {
+        let pauses: Vec<u128> = BACKOFF.build().take(9).map(|d| d.as_millis()).collect();
+        assert_eq!(pauses, [50, 100, 200, 400, 800, 1000, 1000, 1000, 1000]);
+        assert!(BACKOFF.build().nth(100_000).is_some());
+    }
+
+    /// A queue of numbers whose writes fail `fails` times first.
+    #[derive(Default)]
+    struct State {
+        queue: Vec<u32>,
+        queued: u64,
+        fails: u32,
+        tries: u32,
+        isolated: u32,
+        written: Vec<Vec<u32>>,
+        ended: bool,
+    }
+
+    struct Numbers(Arc<Mutex<State>>);
+
+    impl Drop for Numbers {
+        fn drop(&mut self) {
+            self.0.lock().unwrap().ended = true;
+        }
+    }
+
+    impl Sink for Numbers {
+        type Batch = Vec<u32>;
+        const WHAT: &'static str = "numbers";
+
+        fn take(&mut self) -> (Vec<u32>, u64) {
+            let mut s = self.0.lock().unwrap();
+            (std::mem::take(&mut s.queue), s.queued)
+        }
+
+        fn rows(batch: &Vec<u32>) -> usize {
+            batch.len()
+        }
+
+        async fn write(&mut self, _: &dyn Store, batch: &Vec<u32>) -> Result<(), StoreError> {
+            let mut s = self.0.lock().unwrap();
+            s.tries += 1;
+            if s.fails > 0 {
+                s.fails -= 1;
+                return Err(StoreError::Corrupt { table: "numbers", detail: "refused".into() });
+            }
+            s.written.push(batch.clone());
+            Ok(())
+        }
+
+        async fn isolate(&mut self, _: &dyn Store, _: &Vec<u32>) -> bool {
+            self.0.lock().unwrap().isolated += 1;
+            false
+        }
+    }
+
+    fn push(state: &Mutex<State>, writer: &Writer, n: u32) -> u64 {
+        let mut s = state.lock().unwrap();
+        s.queue.push(n);
+        s.queued += 1;
+        writer.wake();
+        s.queued
+    }
+
+    #[tokio::test]
+    async fn a_failing_batch_is_retried_until_written_and_a_flush_waits_for_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(crate::store::SqliteStore::open(&dir.path().join("rota.db")).await.unwrap());
+        let state = Arc::new(Mutex::new(State { fails: 4, ..State::default() }));
+        let writer = Writer::new();
+        spawn(writer.clone(), store, Numbers(state.clone()), Duration::from_millis(10));
+        push(&state, &writer, 1);
+        let upto = push(&state, &writer, 2);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(writer.failing(), "the writer says it is failing while it retries");
+        let t = std::time::Instant::now();
+        writer.written(upto).await;
+        // Pauses of 50, 100, 200 and 400 ms between the five tries.
+        assert!(t.elapsed() >= Duration::from_millis(600), "{:?}", t.elapsed());
+        assert!(!writer.failing());
+        let s = state.lock().unwrap();
+        assert_eq!((s.tries, s.isolated), (5, 2), "isolation offered from the third failure on");
+        assert_eq!(s.written, [vec![1, 2]]);
+    }
+
+    #[tokio::test]
+    async fn a_closed_writer_writes_what_is_left_then_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(crate::store::SqliteStore::open(&dir.path().join("rota.db")).await.unwrap());
+        let state = Arc::new(Mutex::new(State::default()));
+        let writer = Writer::new();
+        spawn(writer.clone(), store, Numbers(state.clone()), Duration::from_secs(3600));
+        for n in 0..3 {
+            push(&state, &writer, n);
+        }
+        writer.close();
+        let t = std::time::Instant::now();
+        while !state.lock().unwrap().ended {
+            assert!(t.elapsed() < Duration::from_secs(5), "the writer ended, without gathering for an hour");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(state.lock().unwrap().written, [vec![0, 1, 2]]);
+    }
+}
