@@ -6,8 +6,7 @@
 //! The unwritable database is real: `chattr +i` on the database, its `-wal` and `-shm` and
 //! their directory (root on ext4, as on these machines; the case says so when it cannot).
 
-mod support;
-
+use crate::support::{Mock, Reply};
 use serde_json::{Value, json};
 use sqlx::ConnectOptions;
 use std::collections::HashSet;
@@ -17,7 +16,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use support::{Mock, Reply};
 
 /// The cases share two cores: one at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -211,7 +209,7 @@ impl Drop for Server {
 }
 
 fn client() -> reqwest::Client {
-    support::Rota::client()
+    crate::support::Rota::client()
 }
 
 /// A request the client got an answer to.

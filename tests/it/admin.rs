@@ -1,10 +1,8 @@
 //! The admin API end to end, against rota in-process on a real SQLite file: every endpoint, its
 //! bad input, and that each change reaches the running gateway at once (no restart).
 
-mod support;
-
+use crate::support::{Mock, Reply, Rota};
 use serde_json::{Value, json};
-use support::{Mock, Reply, Rota};
 
 fn config(base: &str) -> String {
     format!(

@@ -1,6 +1,5 @@
 //! Test support: a fault-injecting upstream that answers per API key, and rota started
 //! in-process on a real SQLite file or a real PostgreSQL database.
-#![allow(dead_code)]
 
 use axum::body::Body;
 use axum::extract::State;

@@ -1,10 +1,8 @@
 //! The gateway end to end: a real HTTP client, rota in-process on a real SQLite file, and a
 //! fault-injecting upstream that answers per API key.
 
-mod support;
-
+use crate::support::{Mock, Reply, Rota, Writes, recorded};
 use serde_json::{Value, json};
-use support::{Mock, Reply, Rota, Writes, recorded};
 
 fn config(openai: &str, extra: &str) -> String {
     format!(
@@ -1394,7 +1392,7 @@ async fn an_upstream_redirect_is_never_followed() {
 // -- OAuth: a 401 refreshes the token once and retries the same profile ---------------------------
 
 fn oauth_config(base: &str) -> String {
-    format!("{}[auth.order]\ncorp = [\"corp:alice\", \"corp:spare\"]\n", support::oauth_provider(base))
+    format!("{}[auth.order]\ncorp = [\"corp:alice\", \"corp:spare\"]\n", crate::support::oauth_provider(base))
 }
 
 /// rota with an OAuth profile `corp:alice` (access `at-old-0001`, refused once with a 401) in

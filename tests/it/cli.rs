@@ -1,8 +1,6 @@
 //! The `rota` binary as an operator uses it: a real config file, a real SQLite file (or a real
 //! PostgreSQL database), stdin for secrets, exit codes and messages.
 
-mod support;
-
 use rota::config::Config;
 use rota::engine::{Cooldown, Disabled, Reason, UsageStats};
 use rota::store::{SqliteStore, Store};
@@ -728,7 +726,7 @@ fn a_postgres_password_never_reaches_output_or_logs() {
 
 #[test]
 fn every_command_works_on_postgres() {
-    let url = tokio::runtime::Runtime::new().unwrap().block_on(support::postgres_database());
+    let url = tokio::runtime::Runtime::new().unwrap().block_on(crate::support::postgres_database());
     let env = Env::new(&format!("[database]\nurl = \"{url}\"\n[secrets]\nkeyring = \"off\"\n{BASE}"));
     let out = env.run(&["migrate"]);
     assert_ok(&out);

@@ -1,10 +1,8 @@
 //! Hostile input against the running gateway: text a client controls, echoed back by an
 //! upstream, must not put a healthy account out of service (SPEC §3 "Evidence", §4).
 
-mod support;
-
+use crate::support::{Mock, Reply, Rota};
 use serde_json::json;
-use support::{Mock, Reply, Rota};
 
 const NOT_FOUND: &str = r#"{"error":{"message":"The model `{model}` does not exist or you do not have access to it.","type":"invalid_request_error","param":null,"code":"model_not_found"}}"#;
 

@@ -3,12 +3,10 @@
 //! `rota` binaries for the CLI, in-process servers on one real file or a real PostgreSQL server,
 //! a fault-injecting upstream on loopback.
 
-mod support;
-
+use crate::support::{Db, Mock, Reply, Rota};
 use serde_json::{Value, json};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-use support::{Db, Mock, Reply, Rota};
 
 const KEYS: [(&str, &str); 2] = [("openai:k1", "sk-fleet-key-one-0001"), ("openai:k2", "sk-fleet-key-two-0002")];
 
@@ -116,7 +114,7 @@ async fn cli_changes_reach_a_running_server_within_a_second() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cli_changes_reach_a_running_server_on_postgres_within_a_second() {
-    cli_changes_reach_a_running_server(Db::Postgres(support::postgres_database().await)).await;
+    cli_changes_reach_a_running_server(Db::Postgres(crate::support::postgres_database().await)).await;
 }
 
 async fn cli_changes_reach_a_running_server(db: Db) {
@@ -190,7 +188,7 @@ async fn what_one_instance_learns_the_other_keeps_within_a_second() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_one_of_three_instances_on_postgres_learns_the_others_keep_within_a_second() {
-    what_one_instance_learns_the_others_keep(Db::Postgres(support::postgres_database().await), 3).await;
+    what_one_instance_learns_the_others_keep(Db::Postgres(crate::support::postgres_database().await), 3).await;
 }
 
 async fn what_one_instance_learns_the_others_keep(db: Db, instances: usize) {
@@ -241,7 +239,8 @@ async fn expiring_token_fleet(db: Db, instances: usize) -> (Mock, Vec<Rota>) {
     let mock = Mock::default();
     let base = mock.start().await;
     mock.token_endpoint(2 * 86_400, Duration::from_millis(200));
-    let config = format!("{}[refresh]\nlead = \"25h\"\n[secrets]\nkeyring = \"off\"\n", support::oauth_provider(&base));
+    let config =
+        format!("{}[refresh]\nlead = \"25h\"\n[secrets]\nkeyring = \"off\"\n", crate::support::oauth_provider(&base));
     let first = Rota::start_on(db, &config, &[], &[("corp:alice", "at-old-0001", "rt-old-0001")]).await;
     let mut fleet = vec![first];
     for _ in 1..instances {
@@ -285,7 +284,7 @@ async fn three_instances_on_one_sqlite_file_refresh_an_expiring_token_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_instances_on_postgres_refresh_an_expiring_token_once() {
-    one_refresh_for_the_fleet(Db::Postgres(support::postgres_database().await), 3).await;
+    one_refresh_for_the_fleet(Db::Postgres(crate::support::postgres_database().await), 3).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,11 +2,9 @@
 //! itself and reports, against rota in-process on a real SQLite file. For the same faults it
 //! must walk the same profiles and models, and leave the same rows, as the gateway.
 
-mod support;
-
+use crate::support::{Mock, Reply, Rota};
 use serde_json::{Value, json};
 use std::time::Duration;
-use support::{Mock, Reply, Rota};
 
 fn config(base: &str, extra: &str) -> String {
     format!(

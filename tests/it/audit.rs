@@ -1,11 +1,9 @@
 //! Every query of docs/audit.md, run in order against a database filled by real gateway traffic,
 //! returns the rows the traffic implies, on SQLite and on PostgreSQL alike.
 
-mod support;
-
+use crate::support::{Db, Mock, Reply, Rota};
 use serde_json::json;
 use sqlx::Row;
-use support::{Db, Mock, Reply, Rota};
 
 const KEYS: [(&str, &str); 4] = [
     ("openai:k1", "sk-test-key-one-0001"),
@@ -67,7 +65,7 @@ async fn every_query_in_the_audit_guide_returns_the_rows_of_the_traffic() {
 
 #[tokio::test]
 async fn every_query_in_the_audit_guide_returns_the_same_rows_on_postgres() {
-    let url = support::postgres_database().await;
+    let url = crate::support::postgres_database().await;
     let _rota = traffic(Db::Postgres(url.clone())).await;
     let pool = sqlx::PgPool::connect(&url).await.unwrap();
     for (i, sql) in queries().iter().enumerate() {
@@ -216,7 +214,7 @@ async fn an_sqlite_deployment_copied_into_postgres_keeps_its_state_its_audit_log
     let text = std::fs::read_to_string(old.dir.path().join("rota.toml")).unwrap();
     let (first, rest) = text.split_once("\nurl = ").unwrap();
     let (sqlite_url, rest) = rest.split_once('\n').unwrap();
-    let pg = support::postgres_database().await;
+    let pg = crate::support::postgres_database().await;
     let key_file = old.dir.path().join("rota.key");
     let new = tempfile::tempdir().unwrap();
     let config = new.path().join("rota.toml");
