@@ -1,7 +1,7 @@
 //! The gateway end to end: a real HTTP client, rota in-process on a real SQLite file, and a
 //! fault-injecting upstream that answers per API key.
 
-use crate::support::{Mock, Reply, Rota, Writes, recorded};
+use crate::support::{Mock, Reply, Rota, Writes, recorded, row};
 use serde_json::{Value, json};
 
 fn config(openai: &str, extra: &str) -> String {
@@ -38,17 +38,6 @@ fn chat() -> Value {
     json!({"model": "openai/gpt-4.1", "messages": [{"role": "user", "content": "hi"}], "temperature": 0.2, "x_unknown": {"kept": true}})
 }
 
-fn row(
-    kind: &str,
-    model: &str,
-    profile: Option<&str>,
-    outcome: &str,
-    reason: Option<&str>,
-    status: Option<i64>,
-) -> (String, String, Option<String>, String, Option<String>, Option<i64>) {
-    (kind.into(), model.into(), profile.map(str::to_string), outcome.into(), reason.map(str::to_string), status)
-}
-
 #[tokio::test]
 async fn lru_rotation_spreads_six_requests_over_three_keys() {
     let mock = Mock::default();
@@ -83,10 +72,15 @@ async fn a_walk_rotates_past_the_first_eight_profiles_of_a_large_provider() {
         rota.chat(json!({"model": "openai/gpt-4.1", "messages": [{"role": "user", "content": "hi"}]}), &[]).await;
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.headers()["x-rota-profile"], "openai:a10");
-    let kinds: Vec<String> =
-        rota.attempts().await.into_iter().filter(|a| a.3 == "failure" || a.3 == "success").map(|a| a.0).collect();
+    let kinds: Vec<String> = rota
+        .attempts()
+        .await
+        .into_iter()
+        .filter(|a| a.outcome == "failure" || a.outcome == "success")
+        .map(|a| a.kind)
+        .collect();
     let profiles: Vec<Option<String>> =
-        rota.attempts().await.into_iter().filter(|a| a.0 != "retry").map(|a| a.2).collect();
+        rota.attempts().await.into_iter().filter(|a| a.kind != "retry").map(|a| a.profile).collect();
     assert_eq!(
         profiles,
         keys.iter().map(|(id, _)| Some(id.clone())).collect::<Vec<_>>(),
@@ -181,7 +175,7 @@ async fn all_profiles_429_falls_back_to_the_next_model() {
         attempts[3],
         row("probe", "openai/gpt-4.1", Some("openai:k1"), "failure", Some("rate_limit"), Some(429))
     );
-    assert_eq!(attempts[4].0, "fallback");
+    assert_eq!(attempts[4].kind, "fallback");
     assert_eq!(attempts[5], row("skipped", "openai/gpt-4.1", None, "skipped", Some("rate_limit"), None));
     assert_eq!(mock.seen().len(), 6);
     assert_eq!(rota.scalar("SELECT COUNT(*) FROM requests WHERE served_model = 'backup/gpt-4.1-mini'").await, Some(3));
@@ -292,7 +286,7 @@ async fn overloaded_503_is_retried_twice_on_the_same_key_then_rotates() {
     mock.script(KEYS[0].1, vec![busy(), busy(), busy()]);
     assert_eq!(rota.chat(chat(), &[]).await.status(), 200);
     assert_eq!(mock.keys(), [KEYS[0].1, KEYS[0].1, KEYS[0].1, KEYS[1].1]);
-    let kinds: Vec<String> = rota.attempts().await.into_iter().map(|r| r.0).collect();
+    let kinds: Vec<String> = rota.attempts().await.into_iter().map(|r| r.kind).collect();
     assert_eq!(kinds, ["primary", "retry", "retry", "rotate"]);
     assert_eq!(
         rota.scalar("SELECT error_count * 10 + failure_total FROM usage_stats WHERE profile_id = 'openai:k1'").await,
@@ -418,7 +412,7 @@ async fn stream_failing_before_its_first_event_fails_over_invisibly() {
     assert!(text.ends_with("data: [DONE]\n\n"));
     let a = rota.attempts().await;
     assert_eq!(a[0], row("primary", "openai/gpt-4.1", Some("openai:k1"), "failure", Some("rate_limit"), None));
-    assert_eq!(a[1].3, "success");
+    assert_eq!(a[1].outcome, "success");
     assert_eq!(
         rota.scalar("SELECT tokens_in * 100 + tokens_out FROM attempts WHERE outcome = 'success'").await,
         Some(302)
@@ -438,7 +432,7 @@ async fn stream_failing_after_its_first_event_ends_in_band_with_one_call() {
     assert!(text.contains("\"error\"") && text.contains("upstream stream failed"), "{text}");
     assert_eq!(mock.seen().len(), 1, "no failover after commit");
     let a = rota.attempts().await;
-    assert_eq!((a.len(), a[0].3.as_str(), a[0].4.as_deref()), (1, "failure", Some("network")));
+    assert_eq!((a.len(), a[0].outcome.as_str(), a[0].reason.as_deref()), (1, "failure", Some("network")));
 }
 
 #[tokio::test]
@@ -455,7 +449,7 @@ async fn stalled_stream_ends_at_the_idle_timeout() {
     assert!(took >= std::time::Duration::from_secs(1) && took < std::time::Duration::from_secs(10), "{took:?}");
     assert!(text.contains("the stream was idle for 1s"), "{text}");
     let a = rota.attempts().await;
-    assert_eq!((a[0].3.as_str(), a[0].4.as_deref()), ("failure", Some("timeout")));
+    assert_eq!((a[0].outcome.as_str(), a[0].reason.as_deref()), ("failure", Some("timeout")));
 }
 
 #[tokio::test]
@@ -561,7 +555,7 @@ async fn anthropic_529_fails_over_to_an_openai_fallback_for_an_openai_client() {
     assert_eq!(r.headers()["x-rota-provider"], "backup");
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["choices"][0]["message"]["content"], "served");
-    let kinds: Vec<(String, String)> = rota.attempts().await.into_iter().map(|a| (a.0, a.1)).collect();
+    let kinds: Vec<(String, String)> = rota.attempts().await.into_iter().map(|a| (a.kind, a.model)).collect();
     assert_eq!(
         kinds,
         [
@@ -591,7 +585,7 @@ async fn client_leaving_mid_stream_aborts_the_upstream_stream() {
     }
     assert_eq!(mock.aborted(), 1, "the upstream stream was closed when the client left");
     let a = rota.attempts().await;
-    assert_eq!((a.len(), a[0].3.as_str(), a[0].4.as_deref()), (1, "failure", Some("cancelled")));
+    assert_eq!((a.len(), a[0].outcome.as_str(), a[0].reason.as_deref()), (1, "failure", Some("cancelled")));
     assert_eq!(
         rota.scalar("SELECT error_count FROM usage_stats WHERE profile_id = 'openai:k1'").await,
         Some(0),
@@ -614,7 +608,7 @@ async fn client_leaving_before_the_answer_records_a_cancelled_attempt() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         a = rota.attempts().await;
     }
-    assert_eq!((a.len(), a[0].3.as_str(), a[0].4.as_deref()), (1, "failure", Some("cancelled")));
+    assert_eq!((a.len(), a[0].outcome.as_str(), a[0].reason.as_deref()), (1, "failure", Some("cancelled")));
     assert_eq!(rota.scalar("SELECT status FROM requests").await, Some(499));
     assert_eq!(rota.scalar("SELECT error_count FROM usage_stats WHERE profile_id = 'openai:k1'").await, Some(0));
 }
@@ -898,7 +892,9 @@ async fn each_reason_has_its_effect_on_keys_answer_attempts_and_stats() {
         let attempts = rota.attempts().await;
         assert_eq!(attempts.len(), case.keys.len(), "{name}: {attempts:?}");
         assert!(
-            attempts[..attempts.len() - 1].iter().all(|a| a.3 == "failure" && a.4.as_deref() == Some(case.reason)),
+            attempts[..attempts.len() - 1]
+                .iter()
+                .all(|a| a.outcome == "failure" && a.reason.as_deref() == Some(case.reason)),
             "{name}: {attempts:?}"
         );
         let (lane_cool, lane_off, window, model_scoped): (Option<String>, Option<String>, Option<i64>, i64) =
@@ -913,13 +909,13 @@ async fn each_reason_has_its_effect_on_keys_answer_attempts_and_stats() {
         match case.lane {
             None => {
                 assert_eq!((lane_cool, lane_off, window), (None, None, None), "{name}: no cooldown");
-                assert_eq!(attempts[0].4.as_deref(), Some(case.reason));
+                assert_eq!(attempts[0].reason.as_deref(), Some(case.reason));
             }
             Some((cool, off, len, scoped)) => {
                 assert_eq!((lane_cool.as_deref(), lane_off.as_deref()), (cool, off), "{name}: lanes");
                 assert_eq!(window.unwrap_or(-1), len, "{name}: window length");
                 assert_eq!(model_scoped == 1, scoped, "{name}: model scope");
-                assert_eq!(attempts.last().unwrap().3, "success", "{name}");
+                assert_eq!(attempts.last().unwrap().outcome, "success", "{name}");
                 assert_eq!(
                     rota.scalar("SELECT error_count FROM usage_stats WHERE profile_id = 'openai:k1'").await,
                     rota.scalar("SELECT COUNT(*) FROM attempts WHERE profile_id = 'openai:k1' AND outcome = 'failure'")
@@ -952,7 +948,7 @@ async fn network_failure_is_retried_once_then_falls_back() {
     let a = rota.attempts().await;
     assert_eq!(a[0], row("primary", "dead/gpt-4.1", Some("dead:d1"), "failure", Some("network"), None));
     assert_eq!(a[1], row("retry", "dead/gpt-4.1", Some("dead:d1"), "failure", Some("network"), None));
-    assert_eq!(a[2].0, "fallback");
+    assert_eq!(a[2].kind, "fallback");
     assert_eq!(rota.scalar("SELECT cooldown_model IS NULL AND cooldown_reason = 'network' FROM usage_stats WHERE profile_id = 'dead:d1'").await, Some(1));
 }
 
@@ -986,7 +982,7 @@ async fn upstream_error_event_after_commit_reaches_the_client_once_and_is_classi
     assert!(text.contains("overloaded_error"), "{text}");
     assert_eq!(mock.seen().len(), 1, "no failover after commit");
     let a = rota.attempts().await;
-    assert_eq!((a[0].3.as_str(), a[0].4.as_deref()), ("failure", Some("overloaded")));
+    assert_eq!((a[0].outcome.as_str(), a[0].reason.as_deref()), ("failure", Some("overloaded")));
     assert_eq!(
         rota.scalar("SELECT cooldown_reason = 'overloaded' FROM usage_stats WHERE profile_id = 'anthropic:main'").await,
         Some(1)
@@ -1175,7 +1171,7 @@ async fn every_event_reaches_the_client_whatever_the_upstream_chunking() {
         }
     }
     let a = rota.attempts().await;
-    assert!(a.iter().all(|r| r.3 == "success"), "{a:?}");
+    assert!(a.iter().all(|r| r.outcome == "success"), "{a:?}");
 }
 
 #[tokio::test]
@@ -1235,7 +1231,7 @@ async fn a_stream_cut_before_its_terminal_event_fails_with_an_in_band_error_and_
     }
     let a = rota.attempts().await;
     assert_eq!(a.len(), 5);
-    assert!(a.iter().all(|r| r.3 == "failure" && r.4.as_deref() == Some("network")), "{a:?}");
+    assert!(a.iter().all(|r| r.outcome == "failure" && r.reason.as_deref() == Some("network")), "{a:?}");
     let errors: Vec<String> =
         sqlx::query_scalar("SELECT error FROM attempts ORDER BY started_at, seq").fetch_all(rota.pool()).await.unwrap();
     assert!(errors[1].contains("in the middle of an event"), "{errors:?}");
@@ -1258,7 +1254,7 @@ async fn an_anthropic_error_after_message_start_fails_over_and_the_client_sees_o
     assert_eq!(r.text().await.unwrap(), served, "only the second profile's stream, byte for byte");
     let a = rota.attempts().await;
     let kinds: Vec<(&str, &str, Option<&str>)> =
-        a.iter().map(|r| (r.0.as_str(), r.3.as_str(), r.4.as_deref())).collect();
+        a.iter().map(|r| (r.kind.as_str(), r.outcome.as_str(), r.reason.as_deref())).collect();
     assert_eq!(
         kinds,
         [
@@ -1379,8 +1375,8 @@ async fn an_upstream_redirect_is_never_followed() {
     assert_eq!(r.headers()["x-rota-profile"], "anthropic:b");
     assert!(elsewhere.seen().is_empty(), "the other host saw: {:?}", elsewhere.seen());
     let a = rota.attempts().await;
-    assert_eq!(a[0].3, "failure");
-    assert_eq!((a[0].4.as_deref(), a[0].5), (Some("server_error"), Some(307)));
+    assert_eq!(a[0].outcome, "failure");
+    assert_eq!((a[0].reason.as_deref(), a[0].status), (Some("server_error"), Some(307)));
     let error: String =
         sqlx::query_scalar("SELECT error FROM attempts WHERE seq = 1").fetch_one(rota.pool()).await.unwrap();
     assert!(

@@ -2,7 +2,7 @@
 //! itself and reports, against rota in-process on a real SQLite file. For the same faults it
 //! must walk the same profiles and models, and leave the same rows, as the gateway.
 
-use crate::support::{Mock, Reply, Rota};
+use crate::support::{AttemptRow, Mock, Reply, Rota};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -99,8 +99,13 @@ fn scenarios() -> Vec<Scenario> {
     ]
 }
 
-/// (kind, provider/model, profile, outcome, reason, http_status, cooldown set?) of an attempt.
-type AttemptLine = (String, String, Option<String>, String, Option<String>, Option<i64>, bool);
+/// An attempt, and whether it set a cooldown.
+#[derive(Debug, PartialEq, sqlx::FromRow)]
+struct AttemptLine {
+    #[sqlx(flatten)]
+    row: AttemptRow,
+    cooled: bool,
+}
 
 /// What a run leaves behind, to compare a gateway run with a lease run.
 #[derive(Debug, PartialEq)]
@@ -120,7 +125,8 @@ async fn trace(rota: &Rota, mock: &Mock, final_status: u16) -> Trace {
     rota.flush().await;
     let pool = rota.pool();
     let attempts = sqlx::query_as(
-        "SELECT kind, provider || '/' || model, profile_id, outcome, reason, http_status, cooldown_until IS NOT NULL
+        "SELECT kind, provider || '/' || model AS model, profile_id AS profile, outcome, reason, http_status AS status,
+                cooldown_until IS NOT NULL AS cooled
          FROM attempts ORDER BY seq",
     )
     .fetch_all(pool)
@@ -218,8 +224,12 @@ async fn an_agent_loop_over_leases_walks_and_records_exactly_what_the_gateway_do
         let via_leases = trace(&rota, &mock, status).await;
 
         assert_eq!(via_leases, via_gateway, "scenario `{}`", s.name);
-        let kinds: Vec<(String, Option<String>)> =
-            via_leases.attempts.iter().filter(|a| a.0 != "skipped").map(|a| (a.0.clone(), a.2.clone())).collect();
+        let kinds: Vec<(String, Option<String>)> = via_leases
+            .attempts
+            .iter()
+            .filter(|a| a.row.kind != "skipped")
+            .map(|a| (a.row.kind.clone(), a.row.profile.clone()))
+            .collect();
         let leased: Vec<(String, Option<String>)> = leases.into_iter().map(|(k, p)| (k, Some(p))).collect();
         assert_eq!(leased, kinds, "scenario `{}`: one lease per attempt, in order", s.name);
         let api: String = sqlx::query_scalar("SELECT api FROM requests").fetch_one(rota.pool()).await.unwrap();

@@ -426,6 +426,38 @@ pub async fn postgres_database() -> String {
     url.to_string()
 }
 
+/// One `attempts` row as the tests compare it.
+#[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
+pub struct AttemptRow {
+    pub kind: String,
+    /// `provider/model`.
+    pub model: String,
+    pub profile: Option<String>,
+    pub outcome: String,
+    pub reason: Option<String>,
+    /// The upstream's HTTP status.
+    pub status: Option<i64>,
+}
+
+/// The `AttemptRow` the test expects.
+pub fn row(
+    kind: &str,
+    model: &str,
+    profile: Option<&str>,
+    outcome: &str,
+    reason: Option<&str>,
+    status: Option<i64>,
+) -> AttemptRow {
+    AttemptRow {
+        kind: kind.into(),
+        model: model.into(),
+        profile: profile.map(str::to_string),
+        outcome: outcome.into(),
+        reason: reason.map(str::to_string),
+        status,
+    }
+}
+
 /// Where a test's rota keeps its state.
 pub enum Db {
     /// `rota.db` in the instance's temporary folder.
@@ -603,11 +635,12 @@ impl Rota {
             .unwrap()
     }
 
-    /// `attempts` rows as `(kind, provider/model, profile, outcome, reason, http_status)`.
-    pub async fn attempts(&self) -> Vec<(String, String, Option<String>, String, Option<String>, Option<i64>)> {
+    /// The `attempts` rows, in the order they were made.
+    pub async fn attempts(&self) -> Vec<AttemptRow> {
         self.flush().await;
         sqlx::query_as(
-            "SELECT kind, provider || '/' || model, profile_id, outcome, reason, http_status FROM attempts ORDER BY started_at, request_id, seq",
+            "SELECT kind, provider || '/' || model AS model, profile_id AS profile, outcome, reason, http_status AS status
+             FROM attempts ORDER BY started_at, request_id, seq",
         )
         .fetch_all(self.pool())
         .await
