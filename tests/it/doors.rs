@@ -4,7 +4,7 @@
 //! subject, the console session's idle timeout, the Content-Security-Policy of every page, and
 //! `/metrics` behind a bearer token without emails in its labels.
 
-use crate::support::{Mock, Reply, Rota, code_for};
+use crate::support::{Mock, Reply, Rota, Scenario, code_for, spawn};
 use reqwest::header::{CONTENT_SECURITY_POLICY, LOCATION, SET_COOKIE};
 use serde_json::{Value, json};
 use std::time::Duration;
@@ -14,7 +14,7 @@ async fn start(server: &str) -> (Mock, String, Rota) {
     let mock = Mock::default();
     let base = mock.start().await;
     let config = format!("[server]\n{server}\n{}[secrets]\nkeyring = \"off\"\n", crate::support::oauth_provider(&base));
-    let rota = Rota::start(&config, &[]).await;
+    let rota = spawn(Scenario { config: &config, ..Scenario::default() }).await;
     (mock, base, rota)
 }
 

@@ -3,35 +3,20 @@
 //! `rota` binaries for the CLI, in-process servers on one real file or a real PostgreSQL server,
 //! a fault-injecting upstream on loopback.
 
-use crate::support::{Db, Mock, Reply, Rota};
-use serde_json::{Value, json};
+use crate::support::{self, Db, KEYS, Mock, Reply, Rota, Scenario, chat, spawn};
+use serde_json::json;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const KEYS: [(&str, &str); 2] = [("openai:k1", "sk-fleet-key-one-0001"), ("openai:k2", "sk-fleet-key-two-0002")];
-
+/// The base config, with the OS keyring off (the CLI opens the same secrets).
 fn config(base: &str) -> String {
-    format!(
-        r#"
-[providers.openai]
-api = "openai"
-base_url = "{base}/v1"
-[models]
-primary = "openai/gpt-4.1"
-[secrets]
-keyring = "off"
-"#
-    )
+    format!("{}[secrets]\nkeyring = \"off\"\n", support::config(base))
 }
 
 /// OpenAI's 429 as it is written: its error body, and a wait of 600 s.
 fn limited_for_ten_minutes() -> Reply {
     let body = r#"{"error":{"message":"Rate limit reached for gpt-4.1 in organization org-x on requests per min (RPM): Limit 500, Used 500, Requested 1. Please try again in 600s.","type":"requests","param":null,"code":"rate_limit_exceeded"}}"#;
     Reply::Status(429, vec![("retry-after", "600".into())], body.into())
-}
-
-fn chat() -> Value {
-    json!({"model": "openai/gpt-4.1", "messages": [{"role": "user", "content": "hi"}]})
 }
 
 /// Runs the `rota` CLI on the server's config file; `input` goes to stdin.
@@ -120,7 +105,7 @@ async fn cli_changes_reach_a_running_server_on_postgres_within_a_second() {
 async fn cli_changes_reach_a_running_server(db: Db) {
     let mock = Mock::default();
     let base = mock.start().await;
-    let rota = Rota::start_on(db, &config(&base), &KEYS, &[]).await;
+    let rota = spawn(Scenario { config: &config(&base), keys: &KEYS[..2], db, ..Scenario::default() }).await;
     let agent = rota.agent_key.clone();
     let is = |p: &'static str| move |r: &Result<String, u16>| r.as_deref() == Ok(p);
     let not = |p: &'static str| move |r: &Result<String, u16>| r.as_ref().is_ok_and(|s| s != p);
@@ -194,7 +179,7 @@ async fn what_one_of_three_instances_on_postgres_learns_the_others_keep_within_a
 async fn what_one_instance_learns_the_others_keep(db: Db, instances: usize) {
     let mock = Mock::default();
     let base = mock.start().await;
-    let a = Rota::start_on(db, &config(&base), &KEYS, &[]).await;
+    let a = spawn(Scenario { config: &config(&base), keys: &KEYS[..2], db, ..Scenario::default() }).await;
     let mut others = Vec::new();
     for _ in 1..instances {
         others.push(a.another().await);
@@ -241,7 +226,13 @@ async fn expiring_token_fleet(db: Db, instances: usize) -> (Mock, Vec<Rota>) {
     mock.token_endpoint(2 * 86_400, Duration::from_millis(200));
     let config =
         format!("{}[refresh]\nlead = \"25h\"\n[secrets]\nkeyring = \"off\"\n", crate::support::oauth_provider(&base));
-    let first = Rota::start_on(db, &config, &[], &[("corp:alice", "at-old-0001", "rt-old-0001")]).await;
+    let first = spawn(Scenario {
+        config: &config,
+        oauth: &[("corp:alice", "at-old-0001", "rt-old-0001")],
+        db,
+        ..Scenario::default()
+    })
+    .await;
     let mut fleet = vec![first];
     for _ in 1..instances {
         let next = fleet[0].another().await;
@@ -291,7 +282,7 @@ async fn three_instances_on_postgres_refresh_an_expiring_token_once() {
 async fn a_console_session_ends_when_the_cli_revokes_its_admin_key() {
     let mock = Mock::default();
     let base = mock.start().await;
-    let rota = Rota::start(&config(&base), &KEYS).await;
+    let rota = spawn(Scenario { config: &config(&base), keys: &KEYS[..2], ..Scenario::default() }).await;
     let client = Rota::client();
     let signed_in =
         client.post(format!("{}/api/v1/session", rota.url)).json(&json!({"key": rota.admin_key})).send().await.unwrap();

@@ -1,48 +1,32 @@
 //! The gateway end to end: a real HTTP client, rota in-process on a real SQLite file, and a
 //! fault-injecting upstream that answers per API key.
 
-use crate::support::{Mock, Reply, Rota, Writes, recorded, row};
+use crate::support::{self, ANTHROPIC_KEY, KEYS, Mock, Reply, Rota, Scenario, Writes, recorded, row, spawn};
 use serde_json::{Value, json};
 
+/// The base config with its fallback and the `anthropic` provider, and short timeouts; `extra`
+/// goes last, in `[timeouts]` until it opens a table.
 fn config(openai: &str, extra: &str) -> String {
     format!(
-        r#"
-[providers.openai]
-api = "openai"
-base_url = "{openai}/v1"
-[providers.backup]
-api = "openai"
-base_url = "{openai}/v1"
-[providers.anthropic]
-api = "anthropic"
-base_url = "{openai}"
-[models]
-primary = "openai/gpt-4.1"
-fallbacks = ["backup/gpt-4.1-mini"]
-[timeouts]
-first_byte = "2s"
-idle = "1s"
-{extra}
-"#
+        "{}{}[timeouts]\nfirst_byte = \"2s\"\nidle = \"1s\"\n{extra}\n",
+        support::config_with_backup(openai),
+        support::anthropic_provider(openai)
     )
 }
 
-const KEYS: [(&str, &str); 4] = [
-    ("openai:k1", "sk-test-key-one-0001"),
-    ("openai:k2", "sk-test-key-two-0002"),
-    ("openai:k3", "sk-test-key-three-0003"),
-    ("backup:b1", "sk-test-backup-0004"),
-];
-
+/// The base request with a sampling field and one no provider knows, to see them reach upstream.
 fn chat() -> Value {
-    json!({"model": "openai/gpt-4.1", "messages": [{"role": "user", "content": "hi"}], "temperature": 0.2, "x_unknown": {"kept": true}})
+    let mut body = support::chat();
+    body["temperature"] = json!(0.2);
+    body["x_unknown"] = json!({"kept": true});
+    body
 }
 
 #[tokio::test]
 async fn lru_rotation_spreads_six_requests_over_three_keys() {
     let mock = Mock::default();
     let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &KEYS[..3]).await;
+    let rota = spawn(Scenario { config: &config(&base, ""), keys: &KEYS[..3], ..Scenario::default() }).await;
     for _ in 0..6 {
         let r = rota.chat(chat(), &[]).await;
         assert_eq!(r.status(), 200);
@@ -63,13 +47,12 @@ async fn a_walk_rotates_past_the_first_eight_profiles_of_a_large_provider() {
     let keys: Vec<(String, String)> =
         (0..11).map(|i| (format!("openai:a{i:02}"), format!("sk-large-{i:02}"))).collect();
     let profiles: Vec<(&str, &str)> = keys.iter().map(|(id, k)| (id.as_str(), k.as_str())).collect();
-    let rota = Rota::start(&config(&base, ""), &profiles).await;
+    let rota = spawn(Scenario { config: &config(&base, ""), keys: &profiles, ..Scenario::default() }).await;
     let bad = r#"{"error":{"message":"The server had an error processing your request","type":"server_error"}}"#;
     for (_, key) in &keys[..10] {
         mock.script(key, vec![Reply::Status(500, vec![], bad.into()); 3]);
     }
-    let resp =
-        rota.chat(json!({"model": "openai/gpt-4.1", "messages": [{"role": "user", "content": "hi"}]}), &[]).await;
+    let resp = rota.chat(support::chat(), &[]).await;
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.headers()["x-rota-profile"], "openai:a10");
     let kinds: Vec<String> = rota
@@ -93,7 +76,12 @@ async fn a_walk_rotates_past_the_first_eight_profiles_of_a_large_provider() {
 async fn answer_carries_rota_headers_and_the_body_reaches_upstream_unchanged_but_model() {
     let mock = Mock::default();
     let base = mock.start().await;
-    let rota = Rota::start(&config(&base, "[aliases]\nfast = \"openai/gpt-4.1\""), &KEYS[..1]).await;
+    let rota = spawn(Scenario {
+        config: &config(&base, "[aliases]\nfast = \"openai/gpt-4.1\""),
+        keys: &KEYS[..1],
+        ..Scenario::default()
+    })
+    .await;
     let mut body = chat();
     body["model"] = json!("fast");
     let r = rota.chat(body, &[]).await;
@@ -118,7 +106,7 @@ async fn answer_carries_rota_headers_and_the_body_reaches_upstream_unchanged_but
 async fn retry_after_7_cools_that_profile_exactly_7_seconds_and_it_is_skipped() {
     let mock = Mock::default();
     let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &KEYS[..2]).await;
+    let rota = spawn(Scenario { config: &config(&base, ""), keys: &KEYS[..2], ..Scenario::default() }).await;
     let body = r#"{"error":{"message":"Rate limit reached","type":"rate_limit_error","code":"rate_limit_exceeded"}}"#;
     mock.script(KEYS[0].1, vec![Reply::Status(429, vec![("retry-after", "7".into())], body.into())]);
     assert_eq!(rota.chat(chat(), &[]).await.status(), 200);
@@ -148,7 +136,8 @@ async fn retry_after_7_cools_that_profile_exactly_7_seconds_and_it_is_skipped() 
 async fn all_profiles_429_falls_back_to_the_next_model() {
     let mock = Mock::default();
     let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &[KEYS[0], KEYS[1], KEYS[3]]).await;
+    let rota =
+        spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0], KEYS[1], KEYS[3]], ..Scenario::default() }).await;
     let limited = || Reply::Status(429, vec![], r#"{"error":{"message":"Too many requests"}}"#.into());
     mock.script(KEYS[0].1, vec![limited()]);
     mock.script(KEYS[1].1, vec![limited()]);
@@ -185,7 +174,7 @@ async fn all_profiles_429_falls_back_to_the_next_model() {
 async fn every_candidate_failing_gives_the_aggregated_error_with_retry_after() {
     let mock = Mock::default();
     let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &[KEYS[0], KEYS[3]]).await;
+    let rota = spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0], KEYS[3]], ..Scenario::default() }).await;
     mock.script(
         KEYS[0].1,
         vec![Reply::Status(429, vec![("retry-after", "30".into())], r#"{"error":{"message":"slow down"}}"#.into())],
@@ -217,7 +206,9 @@ async fn format_and_context_overflow_stop_after_one_call_without_cooldown() {
     ] {
         let mock = Mock::default();
         let base = mock.start().await;
-        let rota = Rota::start(&config(&base, ""), &[KEYS[0], KEYS[1], KEYS[3]]).await;
+        let rota =
+            spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0], KEYS[1], KEYS[3]], ..Scenario::default() })
+                .await;
         mock.script(KEYS[0].1, vec![Reply::Status(400, vec![], body.into())]);
         let r = rota.chat(chat(), &[]).await;
         assert_eq!(r.status(), 400);
@@ -246,7 +237,8 @@ async fn format_and_context_overflow_stop_after_one_call_without_cooldown() {
 async fn model_not_found_goes_to_the_next_model_and_cools_the_model_not_the_profile() {
     let mock = Mock::default();
     let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &[KEYS[0], KEYS[1], KEYS[3]]).await;
+    let rota =
+        spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0], KEYS[1], KEYS[3]], ..Scenario::default() }).await;
     let gone = r#"{"error":{"message":"The model `gpt-4.1` does not exist or you do not have access to it.","code":"model_not_found"}}"#;
     mock.script(KEYS[0].1, vec![Reply::Status(404, vec![], gone.into())]);
     let r = rota.chat(chat(), &[]).await;
@@ -281,7 +273,7 @@ async fn model_not_found_goes_to_the_next_model_and_cools_the_model_not_the_prof
 async fn overloaded_503_is_retried_twice_on_the_same_key_then_rotates() {
     let mock = Mock::default();
     let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &KEYS[..2]).await;
+    let rota = spawn(Scenario { config: &config(&base, ""), keys: &KEYS[..2], ..Scenario::default() }).await;
     let busy = || Reply::Status(503, vec![], r#"{"error":{"message":"The engine is currently overloaded"}}"#.into());
     mock.script(KEYS[0].1, vec![busy(), busy(), busy()]);
     assert_eq!(rota.chat(chat(), &[]).await.status(), 200);
@@ -299,7 +291,7 @@ async fn overloaded_503_is_retried_twice_on_the_same_key_then_rotates() {
 async fn missing_unknown_or_revoked_agent_keys_get_401_and_no_upstream_call() {
     let mock = Mock::default();
     let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &KEYS[..1]).await;
+    let rota = spawn(Scenario { config: &config(&base, ""), keys: &KEYS[..1], ..Scenario::default() }).await;
     let c = Rota::client();
     let url = format!("{}/v1/chat/completions", rota.url);
     assert_eq!(c.post(&url).json(&chat()).send().await.unwrap().status(), 401);
@@ -316,7 +308,12 @@ async fn missing_unknown_or_revoked_agent_keys_get_401_and_no_upstream_call() {
 async fn bad_requests_are_refused_in_the_clients_format_without_upstream_calls() {
     let mock = Mock::default();
     let base = mock.start().await;
-    let rota = Rota::start(&config(&base, "[limits]\nmax_body_bytes = 2048"), &KEYS[..1]).await;
+    let rota = spawn(Scenario {
+        config: &config(&base, "[limits]\nmax_body_bytes = 2048"),
+        keys: &KEYS[..1],
+        ..Scenario::default()
+    })
+    .await;
     let c = Rota::client();
     let url = format!("{}/v1/chat/completions", rota.url);
     let send = |body: Vec<u8>| {
@@ -343,7 +340,8 @@ async fn bad_requests_are_refused_in_the_clients_format_without_upstream_calls()
 async fn pinned_profile_is_used_and_never_rotates() {
     let mock = Mock::default();
     let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &[KEYS[0], KEYS[1], KEYS[3]]).await;
+    let rota =
+        spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0], KEYS[1], KEYS[3]], ..Scenario::default() }).await;
     mock.script(KEYS[1].1, vec![Reply::Status(429, vec![], r#"{"error":{"message":"rate limit"}}"#.into())]);
     let r = rota.chat(chat(), &[("x-rota-profile", "openai:k2")]).await;
     assert_eq!(r.status(), 200);
@@ -354,7 +352,7 @@ async fn pinned_profile_is_used_and_never_rotates() {
 async fn sessions_stick_to_their_profile() {
     let mock = Mock::default();
     let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &KEYS[..3]).await;
+    let rota = spawn(Scenario { config: &config(&base, ""), keys: &KEYS[..3], ..Scenario::default() }).await;
     for _ in 0..3 {
         rota.chat(chat(), &[("x-rota-session", "conversation-1")]).await;
     }
@@ -373,7 +371,7 @@ async fn sessions_stick_to_their_profile() {
 async fn upstream_echoing_the_key_never_reaches_the_client_or_the_audit() {
     let mock = Mock::default();
     let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &[KEYS[0]]).await;
+    let rota = spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0]], ..Scenario::default() }).await;
     let echo = format!(
         r#"{{"error":{{"message":"Incorrect API key provided: {}. Check it.","type":"invalid_request_error"}}}}"#,
         KEYS[0].1
@@ -398,7 +396,7 @@ async fn upstream_echoing_the_key_never_reaches_the_client_or_the_audit() {
 async fn stream_failing_before_its_first_event_fails_over_invisibly() {
     let mock = Mock::default();
     let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &KEYS[..2]).await;
+    let rota = spawn(Scenario { config: &config(&base, ""), keys: &KEYS[..2], ..Scenario::default() }).await;
     mock.script(KEYS[0].1, vec![Reply::StreamErrorFirst]);
     let mut body = chat();
     body["stream"] = json!(true);
@@ -423,7 +421,8 @@ async fn stream_failing_before_its_first_event_fails_over_invisibly() {
 async fn stream_failing_after_its_first_event_ends_in_band_with_one_call() {
     let mock = Mock::default();
     let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &[KEYS[0], KEYS[1], KEYS[3]]).await;
+    let rota =
+        spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0], KEYS[1], KEYS[3]], ..Scenario::default() }).await;
     mock.script(KEYS[0].1, vec![Reply::StreamBreakAfterFirst]);
     let mut body = chat();
     body["stream"] = json!(true);
@@ -439,7 +438,7 @@ async fn stream_failing_after_its_first_event_ends_in_band_with_one_call() {
 async fn stalled_stream_ends_at_the_idle_timeout() {
     let mock = Mock::default();
     let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &[KEYS[0]]).await;
+    let rota = spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0]], ..Scenario::default() }).await;
     mock.script(KEYS[0].1, vec![Reply::StreamStallAfterFirst]);
     let mut body = chat();
     body["stream"] = json!(true);
@@ -456,14 +455,14 @@ async fn stalled_stream_ends_at_the_idle_timeout() {
 async fn anthropic_messages_are_served_with_x_api_key_upstream() {
     let mock = Mock::default();
     let base = mock.start().await;
-    let cfg = format!("[providers.anthropic]\napi = \"anthropic\"\nbase_url = \"{base}\"\n");
-    let rota = Rota::start(&cfg, &[("anthropic:main", "sk-ant-test-0005")]).await;
+    let cfg = support::anthropic_provider(&base);
+    let rota = spawn(Scenario { config: &cfg, keys: &[ANTHROPIC_KEY], ..Scenario::default() }).await;
     let r = rota.messages(json!({"model": "anthropic/claude-sonnet-4-5", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]})).await;
     assert_eq!(r.status(), 200);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["content"][0]["text"], "served");
     assert_eq!(mock.seen()[0].path, "/v1/messages");
-    assert_eq!(mock.seen()[0].key, "sk-ant-test-0005");
+    assert_eq!(mock.seen()[0].key, ANTHROPIC_KEY.1);
     let mut stream = json!({"model": "anthropic/claude-sonnet-4-5", "max_tokens": 10, "stream": true, "messages": []});
     stream["metadata"] = json!({"user_id": "u1"});
     let text = rota.messages(stream).await.text().await.unwrap();
@@ -476,7 +475,8 @@ async fn anthropic_messages_are_served_with_x_api_key_upstream() {
 async fn a_responses_request_skips_a_provider_of_another_wire_format() {
     let mock = Mock::default();
     let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &[KEYS[0], ("anthropic:main", "sk-ant-test-0005")]).await;
+    let rota =
+        spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0], ANTHROPIC_KEY], ..Scenario::default() }).await;
     let r = Rota::client()
         .post(format!("{}/v1/responses", rota.url))
         .bearer_auth(&rota.agent_key)
@@ -500,7 +500,7 @@ async fn a_responses_request_skips_a_provider_of_another_wire_format() {
 async fn chat_client_is_served_by_an_anthropic_upstream_through_translation() {
     let mock = Mock::default();
     let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &[("anthropic:main", "sk-ant-test-0005")]).await;
+    let rota = spawn(Scenario { config: &config(&base, ""), keys: &[ANTHROPIC_KEY], ..Scenario::default() }).await;
     let r = rota.chat(json!({"model": "anthropic/claude-sonnet-4-5", "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]}), &[]).await;
     assert_eq!(r.status(), 200);
     let v: Value = r.json().await.unwrap();
@@ -526,7 +526,7 @@ async fn chat_client_is_served_by_an_anthropic_upstream_through_translation() {
 async fn anthropic_client_is_served_by_an_openai_upstream_through_translation() {
     let mock = Mock::default();
     let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &[KEYS[0]]).await;
+    let rota = spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0]], ..Scenario::default() }).await;
     let r = rota.messages(json!({"model": "openai/gpt-4.1", "max_tokens": 10, "system": "be brief", "messages": [{"role": "user", "content": "hi"}]})).await;
     assert_eq!(r.status(), 200);
     let v: Value = r.json().await.unwrap();
@@ -547,9 +547,9 @@ async fn anthropic_529_fails_over_to_an_openai_fallback_for_an_openai_client() {
     let mock = Mock::default();
     let base = mock.start().await;
     let cfg = config(&base, "").replace("primary = \"openai/gpt-4.1\"", "primary = \"anthropic/claude-sonnet-4-5\"");
-    let rota = Rota::start(&cfg, &[("anthropic:main", "sk-ant-test-0005"), KEYS[3]]).await;
+    let rota = spawn(Scenario { config: &cfg, keys: &[ANTHROPIC_KEY, KEYS[3]], ..Scenario::default() }).await;
     let overloaded = r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
-    mock.script("sk-ant-test-0005", vec![Reply::Status(529, vec![], overloaded.into()); 3]);
+    mock.script(ANTHROPIC_KEY.1, vec![Reply::Status(529, vec![], overloaded.into()); 3]);
     let r = rota.chat(json!({"messages": [{"role": "user", "content": "hi"}]}), &[]).await;
     assert_eq!(r.status(), 200);
     assert_eq!(r.headers()["x-rota-provider"], "backup");
@@ -571,7 +571,12 @@ async fn anthropic_529_fails_over_to_an_openai_fallback_for_an_openai_client() {
 async fn client_leaving_mid_stream_aborts_the_upstream_stream() {
     let mock = Mock::default();
     let base = mock.start().await;
-    let rota = Rota::start(&config(&base, "").replace("idle = \"1s\"", "idle = \"30s\""), &[KEYS[0]]).await;
+    let rota = spawn(Scenario {
+        config: &config(&base, "").replace("idle = \"1s\"", "idle = \"30s\""),
+        keys: &[KEYS[0]],
+        ..Scenario::default()
+    })
+    .await;
     mock.script(KEYS[0].1, vec![Reply::StreamStallAfterFirst]);
     let mut body = chat();
     body["stream"] = json!(true);
@@ -597,7 +602,12 @@ async fn client_leaving_mid_stream_aborts_the_upstream_stream() {
 async fn client_leaving_before_the_answer_records_a_cancelled_attempt() {
     let mock = Mock::default();
     let base = mock.start().await;
-    let rota = Rota::start(&config(&base, "").replace("first_byte = \"2s\"", "first_byte = \"30s\""), &[KEYS[0]]).await;
+    let rota = spawn(Scenario {
+        config: &config(&base, "").replace("first_byte = \"2s\"", "first_byte = \"30s\""),
+        keys: &[KEYS[0]],
+        ..Scenario::default()
+    })
+    .await;
     mock.script(KEYS[0].1, vec![Reply::Delay(std::time::Duration::from_secs(3))]);
     let client = reqwest::Client::builder().timeout(std::time::Duration::from_millis(300)).build().unwrap();
     let url = format!("{}/v1/chat/completions", rota.url);
@@ -617,7 +627,7 @@ async fn client_leaving_before_the_answer_records_a_cancelled_attempt() {
 async fn shutdown_under_load_loses_no_audit_row() {
     let mock = Mock::default();
     let base = mock.start().await;
-    let mut rota = Rota::start(&config(&base, ""), &KEYS).await;
+    let mut rota = spawn(Scenario { config: &config(&base, ""), keys: &KEYS, ..Scenario::default() }).await;
     for (_, key) in &KEYS[..3] {
         let mut script = Vec::new();
         for i in 0..40 {
@@ -666,7 +676,7 @@ async fn shutdown_under_load_loses_no_audit_row() {
 async fn responses_api_passes_through_to_openai_format_providers() {
     let mock = Mock::default();
     let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &[KEYS[0]]).await;
+    let rota = spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0]], ..Scenario::default() }).await;
     let r = Rota::client()
         .post(format!("{}/v1/responses", rota.url))
         .bearer_auth(&rota.agent_key)
@@ -683,7 +693,12 @@ async fn responses_api_passes_through_to_openai_format_providers() {
 async fn models_lists_what_the_agent_may_name() {
     let mock = Mock::default();
     let base = mock.start().await;
-    let rota = Rota::start(&config(&base, "[aliases]\nfast = \"backup/gpt-4.1-mini\""), &[KEYS[0]]).await;
+    let rota = spawn(Scenario {
+        config: &config(&base, "[aliases]\nfast = \"backup/gpt-4.1-mini\""),
+        keys: &[KEYS[0]],
+        ..Scenario::default()
+    })
+    .await;
     let r = Rota::client().get(format!("{}/v1/models", rota.url)).bearer_auth(&rota.agent_key).send().await.unwrap();
     let v: Value = r.json().await.unwrap();
     let ids: Vec<&str> = v["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
@@ -721,7 +736,7 @@ async fn secrets_never_reach_the_logs_of_the_binary() {
     };
     run(&["profiles", "add", "openai", "--name", "k1"], KEYS[0].1);
     run(&["profiles", "add", "backup", "--name", "b1"], KEYS[3].1);
-    run(&["profiles", "add", "anthropic", "--name", "main"], "sk-ant-test-0005");
+    run(&["profiles", "add", "anthropic", "--name", "main"], ANTHROPIC_KEY.1);
     let agent_key = run(&["agents", "create", "ops"], "").lines().last().unwrap().to_string();
     let echo = |key: &str| {
         format!(
@@ -801,7 +816,7 @@ async fn secrets_never_reach_the_logs_of_the_binary() {
         "{logs}"
     );
     let db = std::fs::read(dir.path().join("rota.db")).unwrap();
-    for secret in [KEYS[0].1, KEYS[3].1, "sk-ant-test-0005", &agent_key, "rk_wrongwrongwrongwrong"] {
+    for secret in [KEYS[0].1, KEYS[3].1, ANTHROPIC_KEY.1, &agent_key, "rk_wrongwrongwrongwrong"] {
         let tail = &secret[secret.len() - 10..];
         for (what, hay) in [("logs", &logs), ("answers", &format!("{all_failed:?}{stopped:?}{pinned:?}{served:?}"))] {
             assert!(!hay.contains(tail), "{what} contain a secret ({tail}):\n{hay}");
@@ -881,7 +896,7 @@ async fn each_reason_has_its_effect_on_keys_answer_attempts_and_stats() {
     for case in cases {
         let mock = Mock::default();
         let base = mock.start().await;
-        let rota = Rota::start(&config(&base, ""), &KEYS[..2]).await;
+        let rota = spawn(Scenario { config: &config(&base, ""), keys: &KEYS[..2], ..Scenario::default() }).await;
         let retries = if case.reason == "server_error" { 2 } else { 1 };
         mock.script(KEYS[0].1, vec![case.reply.clone(); retries]);
         let r = rota.chat(chat(), &[]).await;
@@ -941,7 +956,9 @@ async fn network_failure_is_retried_once_then_falls_back() {
             "fallbacks = [\"backup/gpt-4.1-mini\"]\n[providers.dead]\napi = \"openai\"\nbase_url = \"DEAD/v1\"",
         )
         .replace("DEAD", &dead);
-    let rota = Rota::start(&cfg, &[("dead:d1", "sk-test-dead-0009"), KEYS[3]]).await;
+    let rota =
+        spawn(Scenario { config: &cfg, keys: &[("dead:d1", "sk-test-dead-0009"), KEYS[3]], ..Scenario::default() })
+            .await;
     let r = rota.chat(json!({"model": "dead/gpt-4.1", "messages": []}), &[]).await;
     assert_eq!(r.status(), 200);
     assert_eq!(mock.keys(), [KEYS[3].1]);
@@ -956,7 +973,12 @@ async fn network_failure_is_retried_once_then_falls_back() {
 async fn agent_fallbacks_replace_the_global_list() {
     let mock = Mock::default();
     let base = mock.start().await;
-    let rota = Rota::start(&config(&base, "[agents.tester]\nfallbacks = []"), &[KEYS[0], KEYS[3]]).await;
+    let rota = spawn(Scenario {
+        config: &config(&base, "[agents.tester]\nfallbacks = []"),
+        keys: &[KEYS[0], KEYS[3]],
+        ..Scenario::default()
+    })
+    .await;
     mock.script(KEYS[0].1, vec![Reply::Status(429, vec![], r#"{"error":{"message":"rate limit"}}"#.into())]);
     let r = rota.chat(chat(), &[]).await;
     assert_eq!(r.status(), 429, "no fallback for this agent");
@@ -967,10 +989,14 @@ async fn agent_fallbacks_replace_the_global_list() {
 async fn upstream_error_event_after_commit_reaches_the_client_once_and_is_classified() {
     let mock = Mock::default();
     let base = mock.start().await;
-    let cfg = format!("[providers.anthropic]\napi = \"anthropic\"\nbase_url = \"{base}\"\n");
-    let rota =
-        Rota::start(&cfg, &[("anthropic:main", "sk-ant-test-0005"), ("anthropic:spare", "sk-ant-test-0006")]).await;
-    mock.script("sk-ant-test-0005", vec![Reply::StreamErrorAfterFirst]);
+    let cfg = support::anthropic_provider(&base);
+    let rota = spawn(Scenario {
+        config: &cfg,
+        keys: &[ANTHROPIC_KEY, ("anthropic:spare", "sk-ant-test-0006")],
+        ..Scenario::default()
+    })
+    .await;
+    mock.script(ANTHROPIC_KEY.1, vec![Reply::StreamErrorAfterFirst]);
     let text = rota
         .messages(json!({"model": "anthropic/claude-sonnet-4-5", "max_tokens": 10, "stream": true, "messages": []}))
         .await
@@ -993,7 +1019,7 @@ async fn upstream_error_event_after_commit_reaches_the_client_once_and_is_classi
 async fn agents_created_or_revoked_while_serving_take_effect_within_a_second() {
     let mock = Mock::default();
     let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &[KEYS[0]]).await;
+    let rota = spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0]], ..Scenario::default() }).await;
     let key = rota::agents::new_key();
     let plain = secrecy::ExposeSecret::expose_secret(&key).to_string();
     let call = || {
@@ -1021,7 +1047,12 @@ async fn agents_created_or_revoked_while_serving_take_effect_within_a_second() {
 async fn a_changed_config_file_applies_to_the_next_request_and_a_broken_edit_is_rejected() {
     let mock = Mock::default();
     let base = mock.start().await;
-    let rota = Rota::start(&config(&base, "[aliases]\nfast = \"openai/gpt-4.1\""), &[KEYS[0], KEYS[3]]).await;
+    let rota = spawn(Scenario {
+        config: &config(&base, "[aliases]\nfast = \"openai/gpt-4.1\""),
+        keys: &[KEYS[0], KEYS[3]],
+        ..Scenario::default()
+    })
+    .await;
     let fast = || {
         let mut body = chat();
         body["model"] = json!("fast");
@@ -1058,7 +1089,8 @@ async fn a_changed_config_file_applies_to_the_next_request_and_a_broken_edit_is_
 async fn metrics_count_the_traffic_sent() {
     let mock = Mock::default();
     let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &[KEYS[0], KEYS[1], KEYS[3]]).await;
+    let rota =
+        spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0], KEYS[1], KEYS[3]], ..Scenario::default() }).await;
     let busy = || Reply::Status(503, vec![], r#"{"error":{"message":"overloaded"}}"#.into());
     mock.script(
         KEYS[1].1,
@@ -1130,7 +1162,8 @@ fn streaming(mut body: Value, model: &str) -> Value {
 async fn every_event_reaches_the_client_whatever_the_upstream_chunking() {
     let mock = Mock::default();
     let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &[KEYS[0], ("anthropic:main", "sk-ant-test-0005")]).await;
+    let rota =
+        spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0], ANTHROPIC_KEY], ..Scenario::default() }).await;
     let chat_req = |model: &str| streaming(chat(), model);
     let messages_req = |model: &str| streaming(json!({"messages": [{"role": "user", "content": "hi"}]}), model);
     // (upstream key, client API, model, the upstream's recorded stream)
@@ -1140,10 +1173,10 @@ async fn every_event_reaches_the_client_whatever_the_upstream_chunking() {
         (KEYS[0].1, "chat", "openai/gpt-4.1", "openai-chat-preamble"),
         (KEYS[0].1, "messages", "openai/gpt-4.1", "openai-chat-text"),
         (KEYS[0].1, "messages", "openai/gpt-4.1", "openai-chat-tool"),
-        ("sk-ant-test-0005", "messages", "anthropic/claude-sonnet-4-5", "anthropic-text"),
-        ("sk-ant-test-0005", "messages", "anthropic/claude-sonnet-4-5", "anthropic-thinking"),
-        ("sk-ant-test-0005", "chat", "anthropic/claude-sonnet-4-5", "anthropic-text"),
-        ("sk-ant-test-0005", "chat", "anthropic/claude-sonnet-4-5", "anthropic-tool"),
+        (ANTHROPIC_KEY.1, "messages", "anthropic/claude-sonnet-4-5", "anthropic-text"),
+        (ANTHROPIC_KEY.1, "messages", "anthropic/claude-sonnet-4-5", "anthropic-thinking"),
+        (ANTHROPIC_KEY.1, "chat", "anthropic/claude-sonnet-4-5", "anthropic-text"),
+        (ANTHROPIC_KEY.1, "chat", "anthropic/claude-sonnet-4-5", "anthropic-tool"),
     ];
     for (key, api, model, name) in cases {
         let upstream = recorded(name);
@@ -1178,16 +1211,17 @@ async fn every_event_reaches_the_client_whatever_the_upstream_chunking() {
 async fn a_stream_cut_before_its_terminal_event_fails_with_an_in_band_error_and_no_clean_end() {
     let mock = Mock::default();
     let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &[KEYS[0], ("anthropic:main", "sk-ant-test-0005")]).await;
+    let rota =
+        spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0], ANTHROPIC_KEY], ..Scenario::default() }).await;
     let anthropic = recorded("anthropic-truncated");
     let chat_cut = recorded("openai-chat-truncated");
     let responses_cut = recorded("openai-responses-truncated");
     // The last event cut in the middle, too.
     let mid_event = &recorded("anthropic-text")[..700];
     let cases: [(&str, &str, &str, String); 5] = [
-        ("sk-ant-test-0005", "messages", "anthropic/claude-sonnet-4-5", anthropic.clone()),
-        ("sk-ant-test-0005", "messages", "anthropic/claude-sonnet-4-5", mid_event.to_string()),
-        ("sk-ant-test-0005", "chat", "anthropic/claude-sonnet-4-5", anthropic),
+        (ANTHROPIC_KEY.1, "messages", "anthropic/claude-sonnet-4-5", anthropic.clone()),
+        (ANTHROPIC_KEY.1, "messages", "anthropic/claude-sonnet-4-5", mid_event.to_string()),
+        (ANTHROPIC_KEY.1, "chat", "anthropic/claude-sonnet-4-5", anthropic),
         (KEYS[0].1, "chat", "openai/gpt-4.1", chat_cut),
         (KEYS[0].1, "responses", "openai/gpt-4.1", responses_cut),
     ];
@@ -1242,8 +1276,13 @@ async fn a_stream_cut_before_its_terminal_event_fails_with_an_in_band_error_and_
 async fn an_anthropic_error_after_message_start_fails_over_and_the_client_sees_only_the_next_stream() {
     let mock = Mock::default();
     let base = mock.start().await;
-    let cfg = format!("[providers.anthropic]\napi = \"anthropic\"\nbase_url = \"{base}\"\n");
-    let rota = Rota::start(&cfg, &[("anthropic:a", "sk-ant-test-000a"), ("anthropic:b", "sk-ant-test-000b")]).await;
+    let cfg = support::anthropic_provider(&base);
+    let rota = spawn(Scenario {
+        config: &cfg,
+        keys: &[("anthropic:a", "sk-ant-test-000a"), ("anthropic:b", "sk-ant-test-000b")],
+        ..Scenario::default()
+    })
+    .await;
     let served = recorded("anthropic-text");
     // The first profile's stream: `message_start`, a `ping`, then `overloaded_error`, in one write.
     mock.script("sk-ant-test-000a", vec![Reply::Raw(recorded("anthropic-error-before-content"), Writes::Whole); 3]);
@@ -1270,7 +1309,7 @@ async fn an_anthropic_error_after_message_start_fails_over_and_the_client_sees_o
 async fn attempt_timings_run_from_the_moment_the_request_is_sent() {
     let mock = Mock::default();
     let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &[KEYS[0]]).await;
+    let rota = spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0]], ..Scenario::default() }).await;
     let first = std::time::Duration::from_millis(300);
     mock.script(KEYS[0].1, vec![Reply::SlowStream { first, total: std::time::Duration::from_millis(600) }]);
     let text = rota.chat(streaming(chat(), "openai/gpt-4.1"), &[]).await.text().await.unwrap();
@@ -1303,7 +1342,12 @@ async fn the_request_deadline_stops_the_walk_and_leaves_untried_profiles_alone()
         "fallbacks = [\"backup/gpt-4.1-mini\"]",
         "fallbacks = [\"backup/gpt-4.1-mini\", \"third/gpt-4.1-nano\"]",
     );
-    let rota = Rota::start(&cfg, &[KEYS[0], KEYS[3], ("third:t1", "sk-test-third-0007")]).await;
+    let rota = spawn(Scenario {
+        config: &cfg,
+        keys: &[KEYS[0], KEYS[3], ("third:t1", "sk-test-third-0007")],
+        ..Scenario::default()
+    })
+    .await;
     let slow = || Reply::SlowStatus(std::time::Duration::from_millis(1500), 500);
     for key in [KEYS[0].1, KEYS[3].1, "sk-test-third-0007"] {
         mock.script(key, vec![slow(), slow(), slow()]);
@@ -1347,7 +1391,9 @@ async fn the_request_deadline_stops_the_walk_and_leaves_untried_profiles_alone()
 async fn failover_disabled_serves_the_first_choice_only() {
     let mock = Mock::default();
     let base = mock.start().await;
-    let rota = Rota::start(&config(&base, "[failover]\nenabled = false\n"), &KEYS).await;
+    let rota =
+        spawn(Scenario { config: &config(&base, "[failover]\nenabled = false\n"), keys: &KEYS, ..Scenario::default() })
+            .await;
     let body = r#"{"error":{"message":"The server is overloaded","type":"server_error"}}"#;
     mock.script(KEYS[0].1, vec![Reply::Status(503, vec![], body.into())]);
     let r = rota.chat(chat(), &[]).await;
@@ -1364,8 +1410,13 @@ async fn an_upstream_redirect_is_never_followed() {
     let base = mock.start().await;
     let elsewhere = Mock::default();
     let other = elsewhere.start().await;
-    let cfg = format!("[providers.anthropic]\napi = \"anthropic\"\nbase_url = \"{base}\"\n");
-    let rota = Rota::start(&cfg, &[("anthropic:a", "sk-ant-test-000a"), ("anthropic:b", "sk-ant-test-000b")]).await;
+    let cfg = support::anthropic_provider(&base);
+    let rota = spawn(Scenario {
+        config: &cfg,
+        keys: &[("anthropic:a", "sk-ant-test-000a"), ("anthropic:b", "sk-ant-test-000b")],
+        ..Scenario::default()
+    })
+    .await;
     let location = format!("{other}/v1/messages");
     let redirect = Reply::Status(307, vec![("location", location.clone())], String::new());
     // A redirect is a server error: retried once, then the next profile.
@@ -1397,7 +1448,13 @@ async fn oauth_rota() -> (Mock, Rota) {
     let mock = Mock::default();
     let base = mock.start().await;
     let oauth = [("corp:alice", "at-old-0001", "rt-old-0001")];
-    let rota = Rota::start_with(&oauth_config(&base), &[("corp:spare", "sk-corp-spare-0002")], &oauth).await;
+    let rota = spawn(Scenario {
+        config: &oauth_config(&base),
+        keys: &[("corp:spare", "sk-corp-spare-0002")],
+        oauth: &oauth,
+        ..Scenario::default()
+    })
+    .await;
     mock.script("at-old-0001", vec![Reply::Status(401, vec![], EXPIRED.into())]);
     (mock, rota)
 }
@@ -1452,7 +1509,7 @@ async fn a_second_401_after_the_refresh_rotates_to_the_next_profile() {
 async fn a_model_cooldown_ends_on_an_admin_clear_and_on_a_success_of_that_model() {
     let mock = Mock::default();
     let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &[KEYS[0], KEYS[3]]).await;
+    let rota = spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0], KEYS[3]], ..Scenario::default() }).await;
     let gone = r#"{"error":{"message":"The model `gpt-4.1` does not exist or you do not have access to it.","code":"model_not_found"}}"#;
     let cooling = "SELECT COUNT(*) FROM model_cooldowns WHERE model = 'gpt-4.1' AND cooldown_until > CAST(unixepoch('subsec') * 1000 AS INTEGER)";
     mock.script(KEYS[0].1, vec![Reply::Status(404, vec![], gone.into())]);
@@ -1496,7 +1553,7 @@ async fn a_model_cooldown_ends_on_an_admin_clear_and_on_a_success_of_that_model(
 async fn concurrent_model_not_found_answers_escalate_the_model_cooldown_once() {
     let mock = Mock::default();
     let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &[KEYS[0], KEYS[3]]).await;
+    let rota = spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0], KEYS[3]], ..Scenario::default() }).await;
     let gone = r#"{"error":{"message":"The model `gpt-4.1` does not exist or you do not have access to it.","code":"model_not_found"}}"#;
     // Eight requests in flight together, each answered 404 after the same short delay.
     let late_404 = Reply::After(std::time::Duration::from_millis(300), Box::new(Reply::Echo(404, gone)));
@@ -1516,7 +1573,7 @@ async fn concurrent_model_not_found_answers_escalate_the_model_cooldown_once() {
 async fn usage_stats_show_an_ended_window_reset_without_waiting_for_the_next_failure() {
     let mock = Mock::default();
     let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &[KEYS[0], KEYS[1]]).await;
+    let rota = spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0], KEYS[1]], ..Scenario::default() }).await;
     let throttled = r#"{"error":{"message":"Rate limit reached","type":"rate_limit_error"}}"#;
     mock.script(KEYS[0].1, vec![Reply::Status(429, vec![("retry-after", "1".into())], throttled.into())]);
     assert_eq!(rota.chat(chat(), &[]).await.status(), 200);
@@ -1535,7 +1592,7 @@ async fn usage_stats_show_an_ended_window_reset_without_waiting_for_the_next_fai
 async fn two_models_cooling_on_one_profile_leave_a_third_model_served_by_it() {
     let mock = Mock::default();
     let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &[KEYS[0], KEYS[3]]).await;
+    let rota = spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0], KEYS[3]], ..Scenario::default() }).await;
     let limited = || Reply::Status(429, vec![], r#"{"error":{"message":"Rate limit reached for requests"}}"#.into());
     let ask =
         |model: &str| json!({"model": format!("openai/{model}"), "messages": [{"role": "user", "content": "hi"}]});
@@ -1589,7 +1646,9 @@ async fn context_overflow_moves_to_the_context_fallbacks_instead_of_the_chain() 
 [models.context_fallbacks]
 "openai/gpt-4.1" = ["openai/o3"]
 "#;
-    let rota = Rota::start(&config(&base, extra), &[KEYS[0], KEYS[1], KEYS[3]]).await;
+    let rota =
+        spawn(Scenario { config: &config(&base, extra), keys: &[KEYS[0], KEYS[1], KEYS[3]], ..Scenario::default() })
+            .await;
     let overflow = |n: u32| {
         let body = format!(
             r#"{{"error":{{"message":"This model's maximum context length is {n} tokens","code":"context_length_exceeded"}}}}"#

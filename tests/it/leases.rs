@@ -2,34 +2,18 @@
 //! itself and reports, against rota in-process on a real SQLite file. For the same faults it
 //! must walk the same profiles and models, and leave the same rows, as the gateway.
 
-use crate::support::{AttemptRow, Mock, Reply, Rota};
+use crate::support::{self, AttemptRow, Mock, Reply, Rota, spawn};
 use serde_json::{Value, json};
 use std::time::Duration;
 
+/// The base config with its fallback and a short first-byte timeout; `extra` goes last, in
+/// `[timeouts]` until it opens a table.
 fn config(base: &str, extra: &str) -> String {
-    format!(
-        r#"
-[providers.openai]
-api = "openai"
-base_url = "{base}/v1"
-[providers.backup]
-api = "openai"
-base_url = "{base}/v1"
-[models]
-primary = "openai/gpt-4.1"
-fallbacks = ["backup/gpt-4.1-mini"]
-[timeouts]
-first_byte = "2s"
-{extra}
-"#
-    )
+    format!("{}[timeouts]\nfirst_byte = \"2s\"\n{extra}\n", support::config_with_backup(base))
 }
 
-const KEYS: [(&str, &str); 3] = [
-    ("openai:k1", "sk-lease-key-one-0001"),
-    ("openai:k2", "sk-lease-key-two-0002"),
-    ("backup:b1", "sk-lease-backup-0003"),
-];
+/// Two `openai` profiles and the `backup` one.
+const KEYS: [(&str, &str); 3] = [support::KEYS[0], support::KEYS[1], support::KEYS[3]];
 
 fn status(code: u16, headers: Vec<(&'static str, String)>, body: &str) -> Reply {
     Reply::Status(code, headers, body.to_string())
@@ -146,12 +130,6 @@ async fn trace(rota: &Rota, mock: &Mock, final_status: u16) -> Trace {
     Trace { upstream, attempts, request, stats, final_status }
 }
 
-fn chat_body() -> Value {
-    json!({"model": "openai/gpt-4.1", "messages": [{"role": "user", "content": "hi"}]})
-}
-
-/// The agent: lease, call the upstream with the leased credential, report, follow `next`.
-/// Returns the (kind, profile) of every lease and the final status (200, or the error's).
 async fn lease_loop(rota: &Rota, key: &str, lease_body: Value) -> (Vec<(String, String)>, u16) {
     let client = Rota::client();
     let (code, mut lease) = rota.api("POST", "/api/v1/leases", Some(key), Some(lease_body)).await;
@@ -162,7 +140,7 @@ async fn lease_loop(rota: &Rota, key: &str, lease_body: Value) -> (Vec<(String, 
     loop {
         seen.push((lease["kind"].as_str().unwrap().to_string(), lease["profile_id"].as_str().unwrap().to_string()));
         tokio::time::sleep(Duration::from_millis(lease["retry_in_ms"].as_u64().unwrap())).await;
-        let mut body = chat_body();
+        let mut body = support::chat();
         body["model"] = lease["model"].clone();
         let r = client
             .post(format!("{}/chat/completions", lease["base_url"].as_str().unwrap()))
@@ -204,11 +182,13 @@ async fn an_agent_loop_over_leases_walks_and_records_exactly_what_the_gateway_do
         // The gateway, with its own upstream and database.
         let mock = Mock::default();
         let base = mock.start().await;
-        let rota = Rota::start(&config(&base, CONTEXT), &KEYS).await;
+        let rota =
+            spawn(support::Scenario { config: &config(&base, CONTEXT), keys: &KEYS, ..support::Scenario::default() })
+                .await;
         for (key, replies) in &s.script {
             mock.script(key, replies.clone());
         }
-        let r = rota.chat(chat_body(), &[]).await;
+        let r = rota.chat(support::chat(), &[]).await;
         let gateway_status = r.status().as_u16();
         let retry_after = r.headers().get("retry-after").map(|v| v.to_str().unwrap().to_string());
         let via_gateway = trace(&rota, &mock, gateway_status).await;
@@ -216,7 +196,9 @@ async fn an_agent_loop_over_leases_walks_and_records_exactly_what_the_gateway_do
         // The same faults, through leases.
         let mock = Mock::default();
         let base = mock.start().await;
-        let rota = Rota::start(&config(&base, CONTEXT), &KEYS).await;
+        let rota =
+            spawn(support::Scenario { config: &config(&base, CONTEXT), keys: &KEYS, ..support::Scenario::default() })
+                .await;
         for (key, replies) in &s.script {
             mock.script(key, replies.clone());
         }
@@ -249,7 +231,8 @@ async fn an_agent_loop_over_leases_walks_and_records_exactly_what_the_gateway_do
 async fn the_exhausted_lease_walk_answers_429_with_retry_after_and_the_aggregated_message() {
     let mock = Mock::default();
     let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &KEYS).await;
+    let rota =
+        spawn(support::Scenario { config: &config(&base, ""), keys: &KEYS, ..support::Scenario::default() }).await;
     let (_, lease) = rota.api("POST", "/api/v1/leases", Some(&rota.agent_key), Some(json!({}))).await;
     assert_eq!(lease["profile_id"], "openai:k1", "no model: the configured primary");
     let report = |secs: u32| {
@@ -303,7 +286,12 @@ async fn stats(rota: &Rota) -> Vec<(String, Option<i64>, i64, i64, Option<i64>)>
 async fn refused_reports_change_nothing_and_say_why() {
     let mock = Mock::default();
     let base = mock.start().await;
-    let rota = Rota::start(&config(&base, "[leases]\nttl = \"1s\""), &KEYS).await;
+    let rota = spawn(support::Scenario {
+        config: &config(&base, "[leases]\nttl = \"1s\""),
+        keys: &KEYS,
+        ..support::Scenario::default()
+    })
+    .await;
     let key = rota.agent_key.clone();
     let ok = json!({"outcome": "success", "http_status": 200});
     // Unknown and malformed ids.
@@ -366,7 +354,8 @@ async fn refused_reports_change_nothing_and_say_why() {
 async fn sessions_pins_and_exclusions_work_as_in_the_gateway() {
     let mock = Mock::default();
     let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &KEYS).await;
+    let rota =
+        spawn(support::Scenario { config: &config(&base, ""), keys: &KEYS, ..support::Scenario::default() }).await;
     let key = rota.agent_key.clone();
     let lease_and_succeed = |body: Value| {
         let rota = &rota;
@@ -408,7 +397,8 @@ async fn sessions_pins_and_exclusions_work_as_in_the_gateway() {
 async fn leases_outstanding_at_shutdown_are_audited_as_cancelled() {
     let mock = Mock::default();
     let base = mock.start().await;
-    let mut rota = Rota::start(&config(&base, ""), &KEYS).await;
+    let mut rota =
+        spawn(support::Scenario { config: &config(&base, ""), keys: &KEYS, ..support::Scenario::default() }).await;
     let (code, lease) = rota.api("POST", "/api/v1/leases", Some(&rota.agent_key), Some(json!({}))).await;
     assert_eq!(code, 201);
     let before = stats(&rota).await;
@@ -435,7 +425,9 @@ async fn sixty_four_concurrent_leases_spread_evenly_over_four_profiles() {
         ("openai:k3", "sk-c-0003"),
         ("openai:k4", "sk-d-0004"),
     ];
-    let rota = std::sync::Arc::new(Rota::start(&config(&base, ""), &keys).await);
+    let rota = std::sync::Arc::new(
+        spawn(support::Scenario { config: &config(&base, ""), keys: &keys, ..support::Scenario::default() }).await,
+    );
     let tasks: Vec<_> = (0..64)
         .map(|_| {
             let rota = rota.clone();

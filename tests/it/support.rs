@@ -387,6 +387,44 @@ fn sse(reply: Reply, anthropic: bool, mock: Mock) -> Response {
     r
 }
 
+/// The config every in-process test starts from: the provider `openai` at the mock (`base`)
+/// and `openai/gpt-4.1` as the primary model. It ends inside `[models]`, so a variation may add
+/// model keys right after it, then its own tables.
+pub fn config(base: &str) -> String {
+    format!("[providers.openai]\napi = \"openai\"\nbase_url = \"{base}/v1\"\n[models]\nprimary = \"openai/gpt-4.1\"\n")
+}
+
+/// The base config with the fallback most tests walk to: `backup/gpt-4.1-mini`, on a second
+/// OpenAI-API provider `backup` at the same mock. It ends after a table of its own.
+pub fn config_with_backup(base: &str) -> String {
+    format!(
+        "{}fallbacks = [\"backup/gpt-4.1-mini\"]\n[providers.backup]\napi = \"openai\"\nbase_url = \"{base}/v1\"\n",
+        config(base)
+    )
+}
+
+/// The provider `anthropic` (Anthropic's API) at the mock, a table to add to a config.
+pub fn anthropic_provider(base: &str) -> String {
+    format!("[providers.anthropic]\napi = \"anthropic\"\nbase_url = \"{base}\"\n")
+}
+
+/// The API keys the tests give rota: three `openai` profiles and one `backup` profile, each
+/// with the secret the mock sees.
+pub const KEYS: [(&str, &str); 4] = [
+    ("openai:k1", "sk-test-key-one-0001"),
+    ("openai:k2", "sk-test-key-two-0002"),
+    ("openai:k3", "sk-test-key-three-0003"),
+    ("backup:b1", "sk-test-backup-0004"),
+];
+
+/// The API key of an `anthropic` profile.
+pub const ANTHROPIC_KEY: (&str, &str) = ("anthropic:main", "sk-ant-test-0005");
+
+/// The request most tests send: `openai/gpt-4.1`, one user message.
+pub fn chat() -> Value {
+    json!({"model": "openai/gpt-4.1", "messages": [{"role": "user", "content": "hi"}]})
+}
+
 /// A provider `corp` in front of the mock at `base`, with OAuth settings whose token endpoint
 /// is the mock's (`Mock::token_endpoint`), and `corp/m` as the primary model.
 pub fn oauth_provider(base: &str) -> String {
@@ -458,9 +496,28 @@ pub fn row(
     }
 }
 
+/// What a test starts rota with (`spawn`).
+#[derive(Default)]
+pub struct Scenario<'a> {
+    /// TOML without `[database]`.
+    pub config: &'a str,
+    /// API-key profiles, `(id, secret)`, in priority order.
+    pub keys: &'a [(&'a str, &'a str)],
+    /// OAuth profiles, `(id, access token, refresh token)`, the access token valid for a day.
+    pub oauth: &'a [(&'a str, &'a str, &'a str)],
+    pub db: Db,
+}
+
+/// rota, in-process, as the scenario says, with an agent `tester` and an admin agent `admin`.
+pub async fn spawn(scenario: Scenario<'_>) -> Rota {
+    Rota::start(scenario).await
+}
+
 /// Where a test's rota keeps its state.
+#[derive(Default)]
 pub enum Db {
     /// `rota.db` in the instance's temporary folder.
+    #[default]
     Sqlite,
     /// A PostgreSQL URL.
     Postgres(String),
@@ -483,19 +540,7 @@ pub struct Rota {
 }
 
 impl Rota {
-    /// `config` is TOML without `[database]`; `profiles` are `(id, secret)` API keys.
-    pub async fn start(config: &str, profiles: &[(&str, &str)]) -> Rota {
-        Self::start_with(config, profiles, &[]).await
-    }
-
-    /// Like `start`, with OAuth profiles too: `(id, access token, refresh token)`, the access
-    /// token valid for a day.
-    pub async fn start_with(config: &str, profiles: &[(&str, &str)], oauth: &[(&str, &str, &str)]) -> Rota {
-        Self::start_on(Db::Sqlite, config, profiles, oauth).await
-    }
-
-    /// Like `start_with`, on the given database.
-    pub async fn start_on(db: Db, config: &str, profiles: &[(&str, &str)], oauth: &[(&str, &str, &str)]) -> Rota {
+    async fn start(Scenario { config, keys: profiles, oauth, db }: Scenario<'_>) -> Rota {
         let dir = tempfile::tempdir().unwrap();
         let text = match db {
             Db::Sqlite => format!("[database]\nurl = \"sqlite://{}\"\n{config}", dir.path().join("rota.db").display()),
