@@ -42,17 +42,8 @@ impl Env {
     }
 
     fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_rota"));
-        c.args(args)
-            .current_dir(self.dir.path())
-            .env_remove("ROTA_MASTER_KEY")
-            .env_remove("ROTA_CONFIG")
-            .env("ROTA_LOG", "warn");
-        for (k, _) in std::env::vars() {
-            if k.starts_with("ROTA_") && k != "ROTA_LOG" {
-                c.env_remove(k);
-            }
-        }
+        let mut c = crate::support::rota_command();
+        c.args(args).current_dir(self.dir.path());
         c
     }
 

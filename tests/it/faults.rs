@@ -68,13 +68,8 @@ impl Site {
     }
 
     fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_rota"));
-        c.args(args).current_dir(self.dir.path()).env("ROTA_LOG", "warn");
-        for (k, _) in std::env::vars() {
-            if k.starts_with("ROTA_") && k != "ROTA_LOG" {
-                c.env_remove(k);
-            }
-        }
+        let mut c = crate::support::rota_command();
+        c.args(args).current_dir(self.dir.path());
         for i in 0..PROFILES {
             c.env(format!("FAULT_K{i}"), format!("sk-fault-{i}"));
         }

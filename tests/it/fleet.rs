@@ -5,7 +5,7 @@
 
 use crate::support::{self, Db, KEYS, Mock, Reply, Rota, Scenario, chat, spawn};
 use serde_json::json;
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// The base config, with the OS keyring off (the CLI opens the same secrets).
@@ -21,11 +21,8 @@ fn limited_for_ten_minutes() -> Reply {
 
 /// Runs the `rota` CLI on the server's config file; `input` goes to stdin.
 fn cli(rota: &Rota, args: &[&str], input: &str) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rota"));
-    cmd.arg("--config").arg(rota.dir.path().join("rota.toml")).args(args).env("ROTA_LOG", "warn");
-    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("ROTA_") && k != "ROTA_LOG") {
-        cmd.env_remove(k);
-    }
+    let mut cmd = support::rota_command();
+    cmd.arg("--config").arg(rota.dir.path().join("rota.toml")).args(args);
     let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     std::io::Write::write_all(&mut child.stdin.take().unwrap(), input.as_bytes()).unwrap();
     let out = child.wait_with_output().unwrap();

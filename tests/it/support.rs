@@ -443,6 +443,18 @@ primary = "corp/m"
     )
 }
 
+/// The `rota` binary, with `ROTA_LOG=warn` and none of the caller's other `ROTA_*` variables.
+pub fn rota_command() -> std::process::Command {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_rota"));
+    c.env("ROTA_LOG", "warn");
+    for (k, _) in std::env::vars() {
+        if k.starts_with("ROTA_") && k != "ROTA_LOG" {
+            c.env_remove(k);
+        }
+    }
+    c
+}
+
 /// A fresh, empty database on the throwaway PostgreSQL server that `scripts/test.sh` starts
 /// (`ROTA_TEST_PG`: a URL of that server's maintenance database).
 pub async fn postgres_database() -> String {
