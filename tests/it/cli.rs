@@ -28,13 +28,14 @@ fallbacks = []
 
 struct Env {
     dir: tempfile::TempDir,
+    _share: crate::support::Share,
 }
 
 impl Env {
     fn new(config: &str) -> Env {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("rota.toml"), config).unwrap();
-        Env { dir }
+        Env { dir, _share: crate::support::Share::take() }
     }
 
     fn path(&self, name: &str) -> PathBuf {

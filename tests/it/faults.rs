@@ -314,6 +314,7 @@ async fn assert_nothing_lost_uncounted(site: &Site, server: &Server, answered: &
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unwritable_database_loses_nothing_uncounted_and_writes_resume() {
     let _one = SERIAL.lock().await;
+    let _alone = crate::support::Alone::take();
     let (_mock, site) = Site::on_mock("[audit]\nqueue = 20000\n").await;
     let server = site.serve();
     let load = Load::start(&server.url, &site.agent);
@@ -345,6 +346,7 @@ async fn an_unwritable_database_loses_nothing_uncounted_and_writes_resume() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writer_blocked_by_an_auditor_sheds_exactly_what_it_counts() {
     let _one = SERIAL.lock().await;
+    let _alone = crate::support::Alone::take();
     let (_mock, site) = Site::on_mock("[audit]\nqueue = 2000\n").await;
     let server = site.serve();
     let load = Load::start(&server.url, &site.agent);
@@ -371,6 +373,7 @@ async fn a_writer_blocked_by_an_auditor_sheds_exactly_what_it_counts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_wal_shrinks_back_under_its_limit_after_a_long_reader() {
     let _one = SERIAL.lock().await;
+    let _alone = crate::support::Alone::take();
     let (_mock, site) = Site::on_mock("[database]\nwal_limit_mb = 1\ncheckpoint_every = \"2s\"\n").await;
     let server = site.serve();
     let load = Load::start(&server.url, &site.agent);
@@ -409,6 +412,7 @@ async fn the_wal_shrinks_back_under_its_limit_after_a_long_reader() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_under_load_keeps_every_cooldown_and_loses_at_most_the_window() {
     let _one = SERIAL.lock().await;
+    let _alone = crate::support::Alone::take();
     let (mock, site) = Site::on_mock("").await;
     let kills = 10;
     let mut worst = Duration::ZERO;
@@ -474,6 +478,7 @@ async fn sigkill_under_load_keeps_every_cooldown_and_loses_at_most_the_window() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_cuts_an_endless_stream_after_the_grace_and_audits_it_cancelled() {
     let _one = SERIAL.lock().await;
+    let _alone = crate::support::Alone::take();
     let (mock, site) = Site::on_mock("[server]\nshutdown_grace = \"2s\"\n").await;
     let mut server = site.serve();
     mock.script("sk-fault-0", vec![Reply::StreamStallAfterFirst]);
@@ -509,6 +514,7 @@ async fn sigterm_cuts_an_endless_stream_after_the_grace_and_audits_it_cancelled(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_doors_close_on_slow_and_idle_clients_and_healthz_still_answers() {
     let _one = SERIAL.lock().await;
+    let _alone = crate::support::Alone::take();
     #[cfg(unix)]
     rlimit::increase_nofile_limit(u64::MAX).unwrap();
     let (_mock, site) = Site::on_mock("[server]\nheader_timeout = \"1s\"\nbody_timeout = \"1s\"\n").await;

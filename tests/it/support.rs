@@ -535,6 +535,49 @@ pub enum Db {
     Postgres(String),
 }
 
+/// The fault cases (`faults`) load both cores for seconds at a time, as they did in a test binary
+/// of their own: while one runs, no other test's rota does. Every `Rota` and every CLI test's
+/// directory holds a `Share`; a fault case waits, `Alone`, until none is held, and a new share
+/// waits for the case to end. A test that holds a share never waits for another.
+static GATE: (std::sync::Mutex<(usize, bool)>, std::sync::Condvar) =
+    (std::sync::Mutex::new((0, false)), std::sync::Condvar::new());
+
+/// A test's part of the process, taken from the fault cases (`GATE`).
+pub struct Share(());
+
+impl Share {
+    pub fn take() -> Share {
+        let mut st = GATE.1.wait_while(GATE.0.lock().unwrap(), |(_, alone)| *alone).unwrap();
+        st.0 += 1;
+        Share(())
+    }
+}
+
+impl Drop for Share {
+    fn drop(&mut self) {
+        GATE.0.lock().unwrap().0 -= 1;
+        GATE.1.notify_all();
+    }
+}
+
+/// The whole process, for one fault case (`GATE`).
+pub struct Alone(());
+
+impl Alone {
+    pub fn take() -> Alone {
+        let mut st = GATE.1.wait_while(GATE.0.lock().unwrap(), |(shares, alone)| *shares > 0 || *alone).unwrap();
+        st.1 = true;
+        Alone(())
+    }
+}
+
+impl Drop for Alone {
+    fn drop(&mut self) {
+        GATE.0.lock().unwrap().1 = false;
+        GATE.1.notify_all();
+    }
+}
+
 /// rota, in-process, on a real SQLite file in a temporary folder (or a PostgreSQL database).
 pub struct Rota {
     pub url: String,
@@ -549,6 +592,7 @@ pub struct Rota {
     pub dir: Arc<tempfile::TempDir>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     done: Option<tokio::task::JoinHandle<()>>,
+    _share: Share,
 }
 
 impl Rota {
@@ -622,6 +666,7 @@ impl Rota {
         (agent_key, admin_key): (String, String),
         store: Arc<dyn Store>,
     ) -> Rota {
+        let share = Share::take();
         let file = dir.path().join("rota.toml");
         let (config, _) = Config::load(Some(&file)).unwrap_or_else(|e| panic!("{e}"));
         let sqlite = match config.database().unwrap() {
@@ -644,7 +689,18 @@ impl Rota {
             .await
             .unwrap()
         });
-        Rota { url, agent_key, admin_key, store, sqlite, app_flush, dir, stop: Some(stop), done: Some(done) }
+        Rota {
+            url,
+            agent_key,
+            admin_key,
+            store,
+            sqlite,
+            app_flush,
+            dir,
+            stop: Some(stop),
+            done: Some(done),
+            _share: share,
+        }
     }
 
     /// The SQLite file's pool (tests that read the database with SQLite's SQL).
