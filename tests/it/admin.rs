@@ -23,8 +23,7 @@ fallbacks = []
 const KEYS: [(&str, &str); 3] = [support::KEYS[0], support::KEYS[1], support::KEYS[3]];
 
 async fn start() -> (Mock, Rota) {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let rota = spawn(Scenario { config: &config(&base), keys: &KEYS, ..Scenario::default() }).await;
     (mock, rota)
 }
@@ -190,8 +189,7 @@ async fn bad_profile_input_is_refused_with_the_reason() {
 
 #[tokio::test]
 async fn config_declared_profiles_are_removed_in_the_config_file_only() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     // A variable cargo sets for every test run stands in for the key's environment variable.
     let secret = std::env::var("CARGO_PKG_NAME").expect("cargo sets CARGO_PKG_NAME when it runs tests");
     let extra = "[auth.profiles.\"openai:declared\"]\nprovider = \"openai\"\ntype = \"api_key\"\napi_key_env = \"CARGO_PKG_NAME\"\n";
@@ -441,8 +439,7 @@ async fn usage_attempts_and_requests_filter_and_page() {
 
 #[tokio::test]
 async fn every_answer_forbids_content_sniffing() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (_mock, base) = Mock::started().await;
     let rota = spawn(Scenario { config: &config(&base), keys: &KEYS[..1], ..Scenario::default() }).await;
     let client = Rota::client();
     let answers = [

@@ -80,8 +80,7 @@ async fn every_query_in_the_audit_guide_returns_the_same_rows_on_postgres() {
 /// after k2's 429; R3 by the fallback model after k1 is overloaded three times; R4 by the
 /// fallback after k2 says gpt-9 does not exist; R5 fails: the Anthropic key has no credits.
 async fn traffic(db: Db) -> Rota {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let config = format!("{}{}", support::config_with_backup(&base), support::anthropic_provider(&base));
     let rota = spawn(Scenario { config: &config, keys: &KEYS, db, ..Scenario::default() }).await;
     let chat = |model: &str| json!({"model": model, "messages": [{"role": "user", "content": "hi"}]});
@@ -250,8 +249,7 @@ async fn an_sqlite_deployment_copied_into_postgres_keeps_its_state_its_audit_log
 /// one `audit.prune_every`, keeping their daily roll-up and every newer row.
 #[tokio::test]
 async fn rows_past_the_retention_are_rolled_up_and_gone_after_one_prune_cycle() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (_mock, base) = Mock::started().await;
     let config = format!("{}[audit]\nretention = \"7d\"\nprune_every = \"1s\"\n", support::config(&base));
     let rota = spawn(Scenario { config: &config, keys: &KEYS[..1], ..Scenario::default() }).await;
     let old = chrono::Utc::now().timestamp_millis() - 8 * 86_400_000;

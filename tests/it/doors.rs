@@ -11,8 +11,7 @@ use std::time::Duration;
 
 /// rota with the OAuth provider `corp` in front of a fresh mock; `server` goes in `[server]`.
 async fn start(server: &str) -> (Mock, String, Rota) {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let config = format!("[server]\n{server}\n{}[secrets]\nkeyring = \"off\"\n", crate::support::oauth_provider(&base));
     let rota = spawn(Scenario { config: &config, ..Scenario::default() }).await;
     (mock, base, rota)

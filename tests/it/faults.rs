@@ -39,8 +39,7 @@ struct Site {
 impl Site {
     /// A site whose providers are a fresh mock upstream, and that mock.
     async fn on_mock(extra: &str) -> (Mock, Site) {
-        let mock = Mock::default();
-        let upstream = mock.start().await;
+        let (mock, upstream) = Mock::started().await;
         (mock, Site::new(&upstream, extra).await)
     }
 

@@ -100,8 +100,7 @@ async fn cli_changes_reach_a_running_server_on_postgres_within_a_second() {
 }
 
 async fn cli_changes_reach_a_running_server(db: Db) {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let rota = spawn(Scenario { config: &config(&base), keys: &KEYS[..2], db, ..Scenario::default() }).await;
     let agent = rota.agent_key.clone();
     let is = |p: &'static str| move |r: &Result<String, u16>| r.as_deref() == Ok(p);
@@ -174,8 +173,7 @@ async fn what_one_of_three_instances_on_postgres_learns_the_others_keep_within_a
 }
 
 async fn what_one_instance_learns_the_others_keep(db: Db, instances: usize) {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let a = spawn(Scenario { config: &config(&base), keys: &KEYS[..2], db, ..Scenario::default() }).await;
     let mut others = Vec::new();
     for _ in 1..instances {
@@ -218,8 +216,7 @@ async fn what_one_instance_learns_the_others_keep(db: Db, instances: usize) {
 /// One OAuth profile whose access token (valid for a day) is inside a 25-hour refresh lead:
 /// every request wants it refreshed. The IdP grants tokens valid for two days, after 200 ms.
 async fn expiring_token_fleet(db: Db, instances: usize) -> (Mock, Vec<Rota>) {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     mock.token_endpoint(2 * 86_400, Duration::from_millis(200));
     let config =
         format!("{}[refresh]\nlead = \"25h\"\n[secrets]\nkeyring = \"off\"\n", crate::support::oauth_provider(&base));
@@ -277,8 +274,7 @@ async fn three_instances_on_postgres_refresh_an_expiring_token_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_console_session_ends_when_the_cli_revokes_its_admin_key() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (_mock, base) = Mock::started().await;
     let rota = spawn(Scenario { config: &config(&base), keys: &KEYS[..2], ..Scenario::default() }).await;
     let client = Rota::client();
     let signed_in =

@@ -24,8 +24,7 @@ fn chat() -> Value {
 
 #[tokio::test]
 async fn lru_rotation_spreads_six_requests_over_three_keys() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let rota = spawn(Scenario { config: &config(&base, ""), keys: &KEYS[..3], ..Scenario::default() }).await;
     for _ in 0..6 {
         let r = rota.chat(chat(), &[]).await;
@@ -42,8 +41,7 @@ async fn lru_rotation_spreads_six_requests_over_three_keys() {
 /// model instead of falling back.
 #[tokio::test]
 async fn a_walk_rotates_past_the_first_eight_profiles_of_a_large_provider() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let keys: Vec<(String, String)> =
         (0..11).map(|i| (format!("openai:a{i:02}"), format!("sk-large-{i:02}"))).collect();
     let profiles: Vec<(&str, &str)> = keys.iter().map(|(id, k)| (id.as_str(), k.as_str())).collect();
@@ -74,8 +72,7 @@ async fn a_walk_rotates_past_the_first_eight_profiles_of_a_large_provider() {
 
 #[tokio::test]
 async fn answer_carries_rota_headers_and_the_body_reaches_upstream_unchanged_but_model() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let rota = spawn(Scenario {
         config: &config(&base, "[aliases]\nfast = \"openai/gpt-4.1\""),
         keys: &KEYS[..1],
@@ -104,8 +101,7 @@ async fn answer_carries_rota_headers_and_the_body_reaches_upstream_unchanged_but
 
 #[tokio::test]
 async fn retry_after_7_cools_that_profile_exactly_7_seconds_and_it_is_skipped() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let rota = spawn(Scenario { config: &config(&base, ""), keys: &KEYS[..2], ..Scenario::default() }).await;
     let body = r#"{"error":{"message":"Rate limit reached","type":"rate_limit_error","code":"rate_limit_exceeded"}}"#;
     mock.script(KEYS[0].1, vec![Reply::Status(429, vec![("retry-after", "7".into())], body.into())]);
@@ -134,8 +130,7 @@ async fn retry_after_7_cools_that_profile_exactly_7_seconds_and_it_is_skipped() 
 
 #[tokio::test]
 async fn all_profiles_429_falls_back_to_the_next_model() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let rota =
         spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0], KEYS[1], KEYS[3]], ..Scenario::default() }).await;
     let limited = || Reply::Status(429, vec![], r#"{"error":{"message":"Too many requests"}}"#.into());
@@ -172,8 +167,7 @@ async fn all_profiles_429_falls_back_to_the_next_model() {
 
 #[tokio::test]
 async fn every_candidate_failing_gives_the_aggregated_error_with_retry_after() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let rota = spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0], KEYS[3]], ..Scenario::default() }).await;
     mock.script(
         KEYS[0].1,
@@ -204,8 +198,7 @@ async fn format_and_context_overflow_stop_after_one_call_without_cooldown() {
             "context_overflow",
         ),
     ] {
-        let mock = Mock::default();
-        let base = mock.start().await;
+        let (mock, base) = Mock::started().await;
         let rota =
             spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0], KEYS[1], KEYS[3]], ..Scenario::default() })
                 .await;
@@ -235,8 +228,7 @@ async fn format_and_context_overflow_stop_after_one_call_without_cooldown() {
 
 #[tokio::test]
 async fn model_not_found_goes_to_the_next_model_and_cools_the_model_not_the_profile() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let rota =
         spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0], KEYS[1], KEYS[3]], ..Scenario::default() }).await;
     let gone = r#"{"error":{"message":"The model `gpt-4.1` does not exist or you do not have access to it.","code":"model_not_found"}}"#;
@@ -271,8 +263,7 @@ async fn model_not_found_goes_to_the_next_model_and_cools_the_model_not_the_prof
 
 #[tokio::test]
 async fn overloaded_503_is_retried_twice_on_the_same_key_then_rotates() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let rota = spawn(Scenario { config: &config(&base, ""), keys: &KEYS[..2], ..Scenario::default() }).await;
     let busy = || Reply::Status(503, vec![], r#"{"error":{"message":"The engine is currently overloaded"}}"#.into());
     mock.script(KEYS[0].1, vec![busy(), busy(), busy()]);
@@ -289,8 +280,7 @@ async fn overloaded_503_is_retried_twice_on_the_same_key_then_rotates() {
 
 #[tokio::test]
 async fn missing_unknown_or_revoked_agent_keys_get_401_and_no_upstream_call() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let rota = spawn(Scenario { config: &config(&base, ""), keys: &KEYS[..1], ..Scenario::default() }).await;
     let c = Rota::client();
     let url = format!("{}/v1/chat/completions", rota.url);
@@ -306,8 +296,7 @@ async fn missing_unknown_or_revoked_agent_keys_get_401_and_no_upstream_call() {
 
 #[tokio::test]
 async fn bad_requests_are_refused_in_the_clients_format_without_upstream_calls() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let rota = spawn(Scenario {
         config: &config(&base, "[limits]\nmax_body_bytes = 2048"),
         keys: &KEYS[..1],
@@ -338,8 +327,7 @@ async fn bad_requests_are_refused_in_the_clients_format_without_upstream_calls()
 
 #[tokio::test]
 async fn pinned_profile_is_used_and_never_rotates() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let rota =
         spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0], KEYS[1], KEYS[3]], ..Scenario::default() }).await;
     mock.script(KEYS[1].1, vec![Reply::Status(429, vec![], r#"{"error":{"message":"rate limit"}}"#.into())]);
@@ -350,8 +338,7 @@ async fn pinned_profile_is_used_and_never_rotates() {
 
 #[tokio::test]
 async fn sessions_stick_to_their_profile() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let rota = spawn(Scenario { config: &config(&base, ""), keys: &KEYS[..3], ..Scenario::default() }).await;
     for _ in 0..3 {
         rota.chat(chat(), &[("x-rota-session", "conversation-1")]).await;
@@ -369,8 +356,7 @@ async fn sessions_stick_to_their_profile() {
 
 #[tokio::test]
 async fn upstream_echoing_the_key_never_reaches_the_client_or_the_audit() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let rota = spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0]], ..Scenario::default() }).await;
     let echo = format!(
         r#"{{"error":{{"message":"Incorrect API key provided: {}. Check it.","type":"invalid_request_error"}}}}"#,
@@ -394,8 +380,7 @@ async fn upstream_echoing_the_key_never_reaches_the_client_or_the_audit() {
 
 #[tokio::test]
 async fn stream_failing_before_its_first_event_fails_over_invisibly() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let rota = spawn(Scenario { config: &config(&base, ""), keys: &KEYS[..2], ..Scenario::default() }).await;
     mock.script(KEYS[0].1, vec![Reply::StreamErrorFirst]);
     let mut body = chat();
@@ -419,8 +404,7 @@ async fn stream_failing_before_its_first_event_fails_over_invisibly() {
 
 #[tokio::test]
 async fn stream_failing_after_its_first_event_ends_in_band_with_one_call() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let rota =
         spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0], KEYS[1], KEYS[3]], ..Scenario::default() }).await;
     mock.script(KEYS[0].1, vec![Reply::StreamBreakAfterFirst]);
@@ -436,8 +420,7 @@ async fn stream_failing_after_its_first_event_ends_in_band_with_one_call() {
 
 #[tokio::test]
 async fn stalled_stream_ends_at_the_idle_timeout() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let rota = spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0]], ..Scenario::default() }).await;
     mock.script(KEYS[0].1, vec![Reply::StreamStallAfterFirst]);
     let mut body = chat();
@@ -453,8 +436,7 @@ async fn stalled_stream_ends_at_the_idle_timeout() {
 
 #[tokio::test]
 async fn anthropic_messages_are_served_with_x_api_key_upstream() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let cfg = support::anthropic_provider(&base);
     let rota = spawn(Scenario { config: &cfg, keys: &[ANTHROPIC_KEY], ..Scenario::default() }).await;
     let r = rota.messages(json!({"model": "anthropic/claude-sonnet-4-5", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]})).await;
@@ -473,8 +455,7 @@ async fn anthropic_messages_are_served_with_x_api_key_upstream() {
 
 #[tokio::test]
 async fn a_responses_request_skips_a_provider_of_another_wire_format() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (_mock, base) = Mock::started().await;
     let rota =
         spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0], ANTHROPIC_KEY], ..Scenario::default() }).await;
     let r = Rota::client()
@@ -498,8 +479,7 @@ async fn a_responses_request_skips_a_provider_of_another_wire_format() {
 
 #[tokio::test]
 async fn chat_client_is_served_by_an_anthropic_upstream_through_translation() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let rota = spawn(Scenario { config: &config(&base, ""), keys: &[ANTHROPIC_KEY], ..Scenario::default() }).await;
     let r = rota.chat(json!({"model": "anthropic/claude-sonnet-4-5", "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]}), &[]).await;
     assert_eq!(r.status(), 200);
@@ -524,8 +504,7 @@ async fn chat_client_is_served_by_an_anthropic_upstream_through_translation() {
 
 #[tokio::test]
 async fn anthropic_client_is_served_by_an_openai_upstream_through_translation() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (_mock, base) = Mock::started().await;
     let rota = spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0]], ..Scenario::default() }).await;
     let r = rota.messages(json!({"model": "openai/gpt-4.1", "max_tokens": 10, "system": "be brief", "messages": [{"role": "user", "content": "hi"}]})).await;
     assert_eq!(r.status(), 200);
@@ -544,8 +523,7 @@ async fn anthropic_client_is_served_by_an_openai_upstream_through_translation() 
 
 #[tokio::test]
 async fn anthropic_529_fails_over_to_an_openai_fallback_for_an_openai_client() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let cfg = config(&base, "").replace("primary = \"openai/gpt-4.1\"", "primary = \"anthropic/claude-sonnet-4-5\"");
     let rota = spawn(Scenario { config: &cfg, keys: &[ANTHROPIC_KEY, KEYS[3]], ..Scenario::default() }).await;
     let overloaded = r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
@@ -569,8 +547,7 @@ async fn anthropic_529_fails_over_to_an_openai_fallback_for_an_openai_client() {
 
 #[tokio::test]
 async fn client_leaving_mid_stream_aborts_the_upstream_stream() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let rota = spawn(Scenario {
         config: &config(&base, "").replace("idle = \"1s\"", "idle = \"30s\""),
         keys: &[KEYS[0]],
@@ -600,8 +577,7 @@ async fn client_leaving_mid_stream_aborts_the_upstream_stream() {
 
 #[tokio::test]
 async fn client_leaving_before_the_answer_records_a_cancelled_attempt() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let rota = spawn(Scenario {
         config: &config(&base, "").replace("first_byte = \"2s\"", "first_byte = \"30s\""),
         keys: &[KEYS[0]],
@@ -625,8 +601,7 @@ async fn client_leaving_before_the_answer_records_a_cancelled_attempt() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_under_load_loses_no_audit_row() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let mut rota = spawn(Scenario { config: &config(&base, ""), keys: &KEYS, ..Scenario::default() }).await;
     for (_, key) in &KEYS[..3] {
         let mut script = Vec::new();
@@ -674,8 +649,7 @@ async fn shutdown_under_load_loses_no_audit_row() {
 
 #[tokio::test]
 async fn responses_api_passes_through_to_openai_format_providers() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let rota = spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0]], ..Scenario::default() }).await;
     let r = Rota::client()
         .post(format!("{}/v1/responses", rota.url))
@@ -691,8 +665,7 @@ async fn responses_api_passes_through_to_openai_format_providers() {
 
 #[tokio::test]
 async fn models_lists_what_the_agent_may_name() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (_mock, base) = Mock::started().await;
     let rota = spawn(Scenario {
         config: &config(&base, "[aliases]\nfast = \"backup/gpt-4.1-mini\""),
         keys: &[KEYS[0]],
@@ -714,8 +687,7 @@ async fn models_lists_what_the_agent_may_name() {
 async fn secrets_never_reach_the_logs_of_the_binary() {
     use std::io::{BufRead, BufReader, Write};
     use std::process::{Command, Stdio};
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("rota.toml"), config(&base, "")).unwrap();
     let bin = env!("CARGO_BIN_EXE_rota");
@@ -894,8 +866,7 @@ async fn each_reason_has_its_effect_on_keys_answer_attempts_and_stats() {
         },
     ];
     for case in cases {
-        let mock = Mock::default();
-        let base = mock.start().await;
+        let (mock, base) = Mock::started().await;
         let rota = spawn(Scenario { config: &config(&base, ""), keys: &KEYS[..2], ..Scenario::default() }).await;
         let retries = if case.reason == "server_error" { 2 } else { 1 };
         mock.script(KEYS[0].1, vec![case.reply.clone(); retries]);
@@ -945,8 +916,7 @@ async fn each_reason_has_its_effect_on_keys_answer_attempts_and_stats() {
 
 #[tokio::test]
 async fn network_failure_is_retried_once_then_falls_back() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let dead = format!("http://{}", closed.local_addr().unwrap());
     drop(closed);
@@ -971,8 +941,7 @@ async fn network_failure_is_retried_once_then_falls_back() {
 
 #[tokio::test]
 async fn agent_fallbacks_replace_the_global_list() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let rota = spawn(Scenario {
         config: &config(&base, "[agents.tester]\nfallbacks = []"),
         keys: &[KEYS[0], KEYS[3]],
@@ -987,8 +956,7 @@ async fn agent_fallbacks_replace_the_global_list() {
 
 #[tokio::test]
 async fn upstream_error_event_after_commit_reaches_the_client_once_and_is_classified() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let cfg = support::anthropic_provider(&base);
     let rota = spawn(Scenario {
         config: &cfg,
@@ -1017,8 +985,7 @@ async fn upstream_error_event_after_commit_reaches_the_client_once_and_is_classi
 
 #[tokio::test]
 async fn agents_created_or_revoked_while_serving_take_effect_within_a_second() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (_mock, base) = Mock::started().await;
     let rota = spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0]], ..Scenario::default() }).await;
     let key = rota::agents::new_key();
     let plain = secrecy::ExposeSecret::expose_secret(&key).to_string();
@@ -1045,8 +1012,7 @@ async fn agents_created_or_revoked_while_serving_take_effect_within_a_second() {
 
 #[tokio::test]
 async fn a_changed_config_file_applies_to_the_next_request_and_a_broken_edit_is_rejected() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (_mock, base) = Mock::started().await;
     let rota = spawn(Scenario {
         config: &config(&base, "[aliases]\nfast = \"openai/gpt-4.1\""),
         keys: &[KEYS[0], KEYS[3]],
@@ -1087,8 +1053,7 @@ async fn a_changed_config_file_applies_to_the_next_request_and_a_broken_edit_is_
 
 #[tokio::test]
 async fn metrics_count_the_traffic_sent() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let rota =
         spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0], KEYS[1], KEYS[3]], ..Scenario::default() }).await;
     let busy = || Reply::Status(503, vec![], r#"{"error":{"message":"overloaded"}}"#.into());
@@ -1160,8 +1125,7 @@ fn streaming(mut body: Value, model: &str) -> Value {
 
 #[tokio::test]
 async fn every_event_reaches_the_client_whatever_the_upstream_chunking() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let rota =
         spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0], ANTHROPIC_KEY], ..Scenario::default() }).await;
     let chat_req = |model: &str| streaming(chat(), model);
@@ -1209,8 +1173,7 @@ async fn every_event_reaches_the_client_whatever_the_upstream_chunking() {
 
 #[tokio::test]
 async fn a_stream_cut_before_its_terminal_event_fails_with_an_in_band_error_and_no_clean_end() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let rota =
         spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0], ANTHROPIC_KEY], ..Scenario::default() }).await;
     let anthropic = recorded("anthropic-truncated");
@@ -1274,8 +1237,7 @@ async fn a_stream_cut_before_its_terminal_event_fails_with_an_in_band_error_and_
 
 #[tokio::test]
 async fn an_anthropic_error_after_message_start_fails_over_and_the_client_sees_only_the_next_stream() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let cfg = support::anthropic_provider(&base);
     let rota = spawn(Scenario {
         config: &cfg,
@@ -1307,8 +1269,7 @@ async fn an_anthropic_error_after_message_start_fails_over_and_the_client_sees_o
 
 #[tokio::test]
 async fn attempt_timings_run_from_the_moment_the_request_is_sent() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let rota = spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0]], ..Scenario::default() }).await;
     let first = std::time::Duration::from_millis(300);
     mock.script(KEYS[0].1, vec![Reply::SlowStream { first, total: std::time::Duration::from_millis(600) }]);
@@ -1335,8 +1296,7 @@ async fn attempt_timings_run_from_the_moment_the_request_is_sent() {
 
 #[tokio::test]
 async fn the_request_deadline_stops_the_walk_and_leaves_untried_profiles_alone() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let extra = "[providers.third]\napi = \"openai\"\nbase_url = \"BASE/v1\"\n".replace("BASE", &base);
     let cfg = config(&base, &format!("total = \"2s\"\n{extra}")).replace(
         "fallbacks = [\"backup/gpt-4.1-mini\"]",
@@ -1389,8 +1349,7 @@ async fn the_request_deadline_stops_the_walk_and_leaves_untried_profiles_alone()
 
 #[tokio::test]
 async fn failover_disabled_serves_the_first_choice_only() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let rota =
         spawn(Scenario { config: &config(&base, "[failover]\nenabled = false\n"), keys: &KEYS, ..Scenario::default() })
             .await;
@@ -1406,10 +1365,8 @@ async fn failover_disabled_serves_the_first_choice_only() {
 
 #[tokio::test]
 async fn an_upstream_redirect_is_never_followed() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let elsewhere = Mock::default();
-    let other = elsewhere.start().await;
+    let (mock, base) = Mock::started().await;
+    let (elsewhere, other) = Mock::started().await;
     let cfg = support::anthropic_provider(&base);
     let rota = spawn(Scenario {
         config: &cfg,
@@ -1445,8 +1402,7 @@ fn oauth_config(base: &str) -> String {
 /// rota with an OAuth profile `corp:alice` (access `at-old-0001`, refused once with a 401) in
 /// front of an API key `corp:spare`; the mock's token endpoint grants `at-new-0001`.
 async fn oauth_rota() -> (Mock, Rota) {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let oauth = [("corp:alice", "at-old-0001", "rt-old-0001")];
     let rota = spawn(Scenario {
         config: &oauth_config(&base),
@@ -1507,8 +1463,7 @@ async fn a_second_401_after_the_refresh_rotates_to_the_next_profile() {
 
 #[tokio::test]
 async fn a_model_cooldown_ends_on_an_admin_clear_and_on_a_success_of_that_model() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let rota = spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0], KEYS[3]], ..Scenario::default() }).await;
     let gone = r#"{"error":{"message":"The model `gpt-4.1` does not exist or you do not have access to it.","code":"model_not_found"}}"#;
     let cooling = "SELECT COUNT(*) FROM model_cooldowns WHERE model = 'gpt-4.1' AND cooldown_until > CAST(unixepoch('subsec') * 1000 AS INTEGER)";
@@ -1551,8 +1506,7 @@ async fn a_model_cooldown_ends_on_an_admin_clear_and_on_a_success_of_that_model(
 
 #[tokio::test]
 async fn concurrent_model_not_found_answers_escalate_the_model_cooldown_once() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let rota = spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0], KEYS[3]], ..Scenario::default() }).await;
     let gone = r#"{"error":{"message":"The model `gpt-4.1` does not exist or you do not have access to it.","code":"model_not_found"}}"#;
     // Eight requests in flight together, each answered 404 after the same short delay.
@@ -1571,8 +1525,7 @@ async fn concurrent_model_not_found_answers_escalate_the_model_cooldown_once() {
 
 #[tokio::test]
 async fn usage_stats_show_an_ended_window_reset_without_waiting_for_the_next_failure() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let rota = spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0], KEYS[1]], ..Scenario::default() }).await;
     let throttled = r#"{"error":{"message":"Rate limit reached","type":"rate_limit_error"}}"#;
     mock.script(KEYS[0].1, vec![Reply::Status(429, vec![("retry-after", "1".into())], throttled.into())]);
@@ -1590,8 +1543,7 @@ async fn usage_stats_show_an_ended_window_reset_without_waiting_for_the_next_fai
 
 #[tokio::test]
 async fn two_models_cooling_on_one_profile_leave_a_third_model_served_by_it() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let rota = spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0], KEYS[3]], ..Scenario::default() }).await;
     let limited = || Reply::Status(429, vec![], r#"{"error":{"message":"Rate limit reached for requests"}}"#.into());
     let ask =
@@ -1640,8 +1592,7 @@ async fn two_models_cooling_on_one_profile_leave_a_third_model_served_by_it() {
 
 #[tokio::test]
 async fn context_overflow_moves_to_the_context_fallbacks_instead_of_the_chain() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let extra = r#"
 [models.context_fallbacks]
 "openai/gpt-4.1" = ["openai/o3"]

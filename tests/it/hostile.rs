@@ -8,8 +8,7 @@ const NOT_FOUND: &str = r#"{"error":{"message":"The model `{model}` does not exi
 
 #[tokio::test]
 async fn echoed_model_names_leave_every_profile_in_service() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let config = support::config(&base);
     let keys = [KEYS[0], KEYS[1]];
     let rota = spawn(Scenario { config: &config, keys: &keys, ..Scenario::default() }).await;
@@ -102,8 +101,7 @@ async fn lanes(rota: &Rota) -> Vec<(String, Option<i64>, Option<String>, Option<
 
 #[tokio::test]
 async fn an_agents_revocation_claims_cool_the_profiles_but_disable_none_when_rotas_own_call_succeeds() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let rota = spawn(Scenario { config: &lease_config(&base, ""), keys: &KEYS[..2], ..Scenario::default() }).await;
     let before = chrono::Utc::now().timestamp_millis();
     assert_eq!(claim_all_revoked(&rota).await, 2, "one report per profile, then the walk ends");
@@ -124,8 +122,7 @@ async fn an_agents_revocation_claims_cool_the_profiles_but_disable_none_when_rot
 
 #[tokio::test]
 async fn a_revocation_claim_that_rotas_own_call_confirms_disables_the_profile() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let rota = spawn(Scenario { config: &lease_config(&base, ""), keys: &KEYS[..2], ..Scenario::default() }).await;
     // The provider answers rota's own call with that key: 401.
     mock.script(KEYS[0].1, vec![Reply::Status(401, vec![], REVOKED.into())]);
@@ -140,8 +137,7 @@ async fn a_revocation_claim_that_rotas_own_call_confirms_disables_the_profile() 
 
 #[tokio::test]
 async fn a_trusted_agents_report_is_evidence_and_disables_without_a_confirming_call() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let rota = spawn(Scenario {
         config: &lease_config(&base, "[agents.tester]\ntrusted = true\n"),
         keys: &KEYS[..2],
@@ -158,8 +154,7 @@ async fn a_trusted_agents_report_is_evidence_and_disables_without_a_confirming_c
 
 #[tokio::test]
 async fn one_agent_at_its_lease_cap_gets_429_and_another_still_leases() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (_mock, base) = Mock::started().await;
     let rota = spawn(Scenario {
         config: &lease_config(&base, "[leases]\nmax_live_per_agent = 2\n"),
         keys: &KEYS[..2],
@@ -179,8 +174,7 @@ async fn one_agent_at_its_lease_cap_gets_429_and_another_still_leases() {
 
 #[tokio::test]
 async fn failure_reports_past_the_agents_rate_get_429_and_the_lease_stays_valid() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (_mock, base) = Mock::started().await;
     let rota = spawn(Scenario {
         config: &lease_config(&base, "[leases]\nfailure_reports_per_minute = 1\n"),
         keys: &KEYS[..2],

@@ -180,8 +180,7 @@ const CONTEXT: &str = "[models.context_fallbacks]\n\"openai/gpt-4.1\" = [\"opena
 async fn an_agent_loop_over_leases_walks_and_records_exactly_what_the_gateway_does() {
     for s in scenarios() {
         // The gateway, with its own upstream and database.
-        let mock = Mock::default();
-        let base = mock.start().await;
+        let (mock, base) = Mock::started().await;
         let rota =
             spawn(support::Scenario { config: &config(&base, CONTEXT), keys: &KEYS, ..support::Scenario::default() })
                 .await;
@@ -194,8 +193,7 @@ async fn an_agent_loop_over_leases_walks_and_records_exactly_what_the_gateway_do
         let via_gateway = trace(&rota, &mock, gateway_status).await;
 
         // The same faults, through leases.
-        let mock = Mock::default();
-        let base = mock.start().await;
+        let (mock, base) = Mock::started().await;
         let rota =
             spawn(support::Scenario { config: &config(&base, CONTEXT), keys: &KEYS, ..support::Scenario::default() })
                 .await;
@@ -229,8 +227,7 @@ async fn an_agent_loop_over_leases_walks_and_records_exactly_what_the_gateway_do
 
 #[tokio::test]
 async fn the_exhausted_lease_walk_answers_429_with_retry_after_and_the_aggregated_message() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (_mock, base) = Mock::started().await;
     let rota =
         spawn(support::Scenario { config: &config(&base, ""), keys: &KEYS, ..support::Scenario::default() }).await;
     let (_, lease) = rota.api("POST", "/api/v1/leases", Some(&rota.agent_key), Some(json!({}))).await;
@@ -284,8 +281,7 @@ async fn stats(rota: &Rota) -> Vec<(String, Option<i64>, i64, i64, Option<i64>)>
 
 #[tokio::test]
 async fn refused_reports_change_nothing_and_say_why() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let rota = spawn(support::Scenario {
         config: &config(&base, "[leases]\nttl = \"1s\""),
         keys: &KEYS,
@@ -352,8 +348,7 @@ async fn refused_reports_change_nothing_and_say_why() {
 
 #[tokio::test]
 async fn sessions_pins_and_exclusions_work_as_in_the_gateway() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (_mock, base) = Mock::started().await;
     let rota =
         spawn(support::Scenario { config: &config(&base, ""), keys: &KEYS, ..support::Scenario::default() }).await;
     let key = rota.agent_key.clone();
@@ -395,8 +390,7 @@ async fn sessions_pins_and_exclusions_work_as_in_the_gateway() {
 
 #[tokio::test]
 async fn leases_outstanding_at_shutdown_are_audited_as_cancelled() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (_mock, base) = Mock::started().await;
     let mut rota =
         spawn(support::Scenario { config: &config(&base, ""), keys: &KEYS, ..support::Scenario::default() }).await;
     let (code, lease) = rota.api("POST", "/api/v1/leases", Some(&rota.agent_key), Some(json!({}))).await;
@@ -417,8 +411,7 @@ async fn leases_outstanding_at_shutdown_are_audited_as_cancelled() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sixty_four_concurrent_leases_spread_evenly_over_four_profiles() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (_mock, base) = Mock::started().await;
     let keys = [
         ("openai:k1", "sk-a-0001"),
         ("openai:k2", "sk-b-0002"),

@@ -120,7 +120,14 @@ impl Mock {
         self.seen().into_iter().map(|s| s.key).collect()
     }
 
-    pub async fn start(&self) -> String {
+    /// A new mock, serving on loopback: it and its URL.
+    pub async fn started() -> (Mock, String) {
+        let mock = Mock::default();
+        let url = mock.start().await;
+        (mock, url)
+    }
+
+    async fn start(&self) -> String {
         let app = axum::Router::new()
             .route("/v1/chat/completions", post(answer))
             .route("/v1/messages", post(answer))
