@@ -1,5 +1,6 @@
-//! Test support: a fault-injecting upstream that answers per API key, and rota started
-//! in-process on a real SQLite file or a real PostgreSQL database.
+//! Test support: a fault-injecting upstream that answers per API key (`Mock`), the base config,
+//! API keys and request the tests start from (`config`, `KEYS`, `chat`), and rota started
+//! in-process on a real SQLite file or a real PostgreSQL database (`spawn`).
 
 use axum::body::Body;
 use axum::extract::State;
