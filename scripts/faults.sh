@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The fault suite (tests/faults.rs) alone, with its figures printed: the real `rota serve`
+# The fault suite (tests/it/faults.rs) alone, with its figures printed: the real `rota serve`
 # under 32-way load while its database is unwritable, locked by an auditor or pinned by a long
 # reader, while it is killed or stopped, and against slow and idle clients.
 #
@@ -10,4 +10,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [[ ${1:-} == --long ]] && export ROTA_FAULTS_LONG=1
-cargo test --locked --test faults -- --nocapture --test-threads 1
+cargo test --locked --test it faults:: -- --nocapture --test-threads 1

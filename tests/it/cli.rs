@@ -1,8 +1,6 @@
 //! The `rota` binary as an operator uses it: a real config file, a real SQLite file (or a real
 //! PostgreSQL database), stdin for secrets, exit codes and messages.
 
-mod support;
-
 use rota::config::Config;
 use rota::engine::{Cooldown, Disabled, Reason, UsageStats};
 use rota::store::{SqliteStore, Store};
@@ -30,13 +28,14 @@ fallbacks = []
 
 struct Env {
     dir: tempfile::TempDir,
+    _share: crate::support::Share,
 }
 
 impl Env {
     fn new(config: &str) -> Env {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("rota.toml"), config).unwrap();
-        Env { dir }
+        Env { dir, _share: crate::support::Share::take() }
     }
 
     fn path(&self, name: &str) -> PathBuf {
@@ -44,17 +43,8 @@ impl Env {
     }
 
     fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_rota"));
-        c.args(args)
-            .current_dir(self.dir.path())
-            .env_remove("ROTA_MASTER_KEY")
-            .env_remove("ROTA_CONFIG")
-            .env("ROTA_LOG", "warn");
-        for (k, _) in std::env::vars() {
-            if k.starts_with("ROTA_") && k != "ROTA_LOG" {
-                c.env_remove(k);
-            }
-        }
+        let mut c = crate::support::rota_command();
+        c.args(args).current_dir(self.dir.path());
         c
     }
 
@@ -728,7 +718,7 @@ fn a_postgres_password_never_reaches_output_or_logs() {
 
 #[test]
 fn every_command_works_on_postgres() {
-    let url = tokio::runtime::Runtime::new().unwrap().block_on(support::postgres_database());
+    let url = tokio::runtime::Runtime::new().unwrap().block_on(crate::support::postgres_database());
     let env = Env::new(&format!("[database]\nurl = \"{url}\"\n[secrets]\nkeyring = \"off\"\n{BASE}"));
     let out = env.run(&["migrate"]);
     assert_ok(&out);

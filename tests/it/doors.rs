@@ -4,19 +4,16 @@
 //! subject, the console session's idle timeout, the Content-Security-Policy of every page, and
 //! `/metrics` behind a bearer token without emails in its labels.
 
-mod support;
-
+use crate::support::{Mock, Reply, Rota, Scenario, code_for, spawn};
 use reqwest::header::{CONTENT_SECURITY_POLICY, LOCATION, SET_COOKIE};
 use serde_json::{Value, json};
 use std::time::Duration;
-use support::{Mock, Reply, Rota, code_for};
 
 /// rota with the OAuth provider `corp` in front of a fresh mock; `server` goes in `[server]`.
 async fn start(server: &str) -> (Mock, String, Rota) {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let config = format!("[server]\n{server}\n{}[secrets]\nkeyring = \"off\"\n", support::oauth_provider(&base));
-    let rota = Rota::start(&config, &[]).await;
+    let (mock, base) = Mock::started().await;
+    let config = format!("[server]\n{server}\n{}[secrets]\nkeyring = \"off\"\n", crate::support::oauth_provider(&base));
+    let rota = spawn(Scenario { config: &config, ..Scenario::default() }).await;
     (mock, base, rota)
 }
 

@@ -3,27 +3,14 @@
 //! `rota` binaries for the CLI, in-process servers on one real file or a real PostgreSQL server,
 //! a fault-injecting upstream on loopback.
 
-mod support;
-
-use serde_json::{Value, json};
-use std::process::{Command, Output, Stdio};
+use crate::support::{self, Db, KEYS, Mock, Reply, Rota, Scenario, chat, spawn};
+use serde_json::json;
+use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
-use support::{Db, Mock, Reply, Rota};
 
-const KEYS: [(&str, &str); 2] = [("openai:k1", "sk-fleet-key-one-0001"), ("openai:k2", "sk-fleet-key-two-0002")];
-
+/// The base config, with the OS keyring off (the CLI opens the same secrets).
 fn config(base: &str) -> String {
-    format!(
-        r#"
-[providers.openai]
-api = "openai"
-base_url = "{base}/v1"
-[models]
-primary = "openai/gpt-4.1"
-[secrets]
-keyring = "off"
-"#
-    )
+    format!("{}[secrets]\nkeyring = \"off\"\n", support::config(base))
 }
 
 /// OpenAI's 429 as it is written: its error body, and a wait of 600 s.
@@ -32,17 +19,10 @@ fn limited_for_ten_minutes() -> Reply {
     Reply::Status(429, vec![("retry-after", "600".into())], body.into())
 }
 
-fn chat() -> Value {
-    json!({"model": "openai/gpt-4.1", "messages": [{"role": "user", "content": "hi"}]})
-}
-
 /// Runs the `rota` CLI on the server's config file; `input` goes to stdin.
 fn cli(rota: &Rota, args: &[&str], input: &str) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rota"));
-    cmd.arg("--config").arg(rota.dir.path().join("rota.toml")).args(args).env("ROTA_LOG", "warn");
-    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("ROTA_") && k != "ROTA_LOG") {
-        cmd.env_remove(k);
-    }
+    let mut cmd = support::rota_command();
+    cmd.arg("--config").arg(rota.dir.path().join("rota.toml")).args(args);
     let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     std::io::Write::write_all(&mut child.stdin.take().unwrap(), input.as_bytes()).unwrap();
     let out = child.wait_with_output().unwrap();
@@ -116,13 +96,12 @@ async fn cli_changes_reach_a_running_server_within_a_second() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cli_changes_reach_a_running_server_on_postgres_within_a_second() {
-    cli_changes_reach_a_running_server(Db::Postgres(support::postgres_database().await)).await;
+    cli_changes_reach_a_running_server(Db::Postgres(crate::support::postgres_database().await)).await;
 }
 
 async fn cli_changes_reach_a_running_server(db: Db) {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let rota = Rota::start_on(db, &config(&base), &KEYS, &[]).await;
+    let (mock, base) = Mock::started().await;
+    let rota = spawn(Scenario { config: &config(&base), keys: &KEYS[..2], db, ..Scenario::default() }).await;
     let agent = rota.agent_key.clone();
     let is = |p: &'static str| move |r: &Result<String, u16>| r.as_deref() == Ok(p);
     let not = |p: &'static str| move |r: &Result<String, u16>| r.as_ref().is_ok_and(|s| s != p);
@@ -190,13 +169,12 @@ async fn what_one_instance_learns_the_other_keeps_within_a_second() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_one_of_three_instances_on_postgres_learns_the_others_keep_within_a_second() {
-    what_one_instance_learns_the_others_keep(Db::Postgres(support::postgres_database().await), 3).await;
+    what_one_instance_learns_the_others_keep(Db::Postgres(crate::support::postgres_database().await), 3).await;
 }
 
 async fn what_one_instance_learns_the_others_keep(db: Db, instances: usize) {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let a = Rota::start_on(db, &config(&base), &KEYS, &[]).await;
+    let (mock, base) = Mock::started().await;
+    let a = spawn(Scenario { config: &config(&base), keys: &KEYS[..2], db, ..Scenario::default() }).await;
     let mut others = Vec::new();
     for _ in 1..instances {
         others.push(a.another().await);
@@ -238,11 +216,17 @@ async fn what_one_instance_learns_the_others_keep(db: Db, instances: usize) {
 /// One OAuth profile whose access token (valid for a day) is inside a 25-hour refresh lead:
 /// every request wants it refreshed. The IdP grants tokens valid for two days, after 200 ms.
 async fn expiring_token_fleet(db: Db, instances: usize) -> (Mock, Vec<Rota>) {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     mock.token_endpoint(2 * 86_400, Duration::from_millis(200));
-    let config = format!("{}[refresh]\nlead = \"25h\"\n[secrets]\nkeyring = \"off\"\n", support::oauth_provider(&base));
-    let first = Rota::start_on(db, &config, &[], &[("corp:alice", "at-old-0001", "rt-old-0001")]).await;
+    let config =
+        format!("{}[refresh]\nlead = \"25h\"\n[secrets]\nkeyring = \"off\"\n", crate::support::oauth_provider(&base));
+    let first = spawn(Scenario {
+        config: &config,
+        oauth: &[("corp:alice", "at-old-0001", "rt-old-0001")],
+        db,
+        ..Scenario::default()
+    })
+    .await;
     let mut fleet = vec![first];
     for _ in 1..instances {
         let next = fleet[0].another().await;
@@ -285,14 +269,13 @@ async fn three_instances_on_one_sqlite_file_refresh_an_expiring_token_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_instances_on_postgres_refresh_an_expiring_token_once() {
-    one_refresh_for_the_fleet(Db::Postgres(support::postgres_database().await), 3).await;
+    one_refresh_for_the_fleet(Db::Postgres(crate::support::postgres_database().await), 3).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_console_session_ends_when_the_cli_revokes_its_admin_key() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let rota = Rota::start(&config(&base), &KEYS).await;
+    let (_mock, base) = Mock::started().await;
+    let rota = spawn(Scenario { config: &config(&base), keys: &KEYS[..2], ..Scenario::default() }).await;
     let client = Rota::client();
     let signed_in =
         client.post(format!("{}/api/v1/session", rota.url)).json(&json!({"key": rota.admin_key})).send().await.unwrap();

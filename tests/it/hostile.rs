@@ -1,22 +1,17 @@
 //! Hostile input against the running gateway: text a client controls, echoed back by an
 //! upstream, must not put a healthy account out of service (SPEC §3 "Evidence", §4).
 
-mod support;
-
+use crate::support::{self, KEYS, Mock, Reply, Rota, Scenario, chat, spawn};
 use serde_json::json;
-use support::{Mock, Reply, Rota};
 
 const NOT_FOUND: &str = r#"{"error":{"message":"The model `{model}` does not exist or you do not have access to it.","type":"invalid_request_error","param":null,"code":"model_not_found"}}"#;
 
 #[tokio::test]
 async fn echoed_model_names_leave_every_profile_in_service() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let config = format!(
-        "[providers.openai]\napi = \"openai\"\nbase_url = \"{base}/v1\"\n[models]\nprimary = \"openai/gpt-4.1\"\n"
-    );
-    let keys = [("openai:k1", "sk-test-key-one-0001"), ("openai:k2", "sk-test-key-two-0002")];
-    let rota = Rota::start(&config, &keys).await;
+    let (mock, base) = Mock::started().await;
+    let config = support::config(&base);
+    let keys = [KEYS[0], KEYS[1]];
+    let rota = spawn(Scenario { config: &config, keys: &keys, ..Scenario::default() }).await;
     for name in ["billing", "insufficient_quota", "credit balance is too low", "revoked", "unauthorized"] {
         for (_, key) in keys {
             mock.script(key, vec![Reply::Echo(404, NOT_FOUND)]);
@@ -46,21 +41,18 @@ async fn echoed_model_names_leave_every_profile_in_service() {
     assert!(out_of_service.is_empty(), "no disabled lane, no profile-wide cooldown: {out_of_service:?}");
     // The real model is still served, at the first call.
     mock.unscript();
-    let r = rota.chat(json!({"model": "openai/gpt-4.1", "messages": [{"role": "user", "content": "hi"}]}), &[]).await;
+    let r = rota.chat(chat(), &[]).await;
     assert_eq!(r.status(), 200);
     assert_eq!(r.headers()["x-rota-attempts"], "1");
 }
 
 // -- lease reports are claims -------------------------------------------------------------------
 
-const KEYS: [(&str, &str); 2] = [("openai:k1", "sk-claim-key-one-0001"), ("openai:k2", "sk-claim-key-two-0002")];
 const REVOKED: &str = r#"{"error":{"message":"This API key has been revoked.","type":"invalid_request_error"}}"#;
 const HOUR_MS: i64 = 3_600_000;
 
 fn lease_config(base: &str, extra: &str) -> String {
-    format!(
-        "[providers.openai]\napi = \"openai\"\nbase_url = \"{base}/v1\"\n[models]\nprimary = \"openai/gpt-4.1\"\n{extra}"
-    )
+    format!("{}{extra}", support::config(base))
 }
 
 async fn lease(rota: &Rota, key: &str) -> (u16, serde_json::Value) {
@@ -109,9 +101,8 @@ async fn lanes(rota: &Rota) -> Vec<(String, Option<i64>, Option<String>, Option<
 
 #[tokio::test]
 async fn an_agents_revocation_claims_cool_the_profiles_but_disable_none_when_rotas_own_call_succeeds() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let rota = Rota::start(&lease_config(&base, ""), &KEYS).await;
+    let (mock, base) = Mock::started().await;
+    let rota = spawn(Scenario { config: &lease_config(&base, ""), keys: &KEYS[..2], ..Scenario::default() }).await;
     let before = chrono::Utc::now().timestamp_millis();
     assert_eq!(claim_all_revoked(&rota).await, 2, "one report per profile, then the walk ends");
     let lanes = lanes(&rota).await;
@@ -131,9 +122,8 @@ async fn an_agents_revocation_claims_cool_the_profiles_but_disable_none_when_rot
 
 #[tokio::test]
 async fn a_revocation_claim_that_rotas_own_call_confirms_disables_the_profile() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let rota = Rota::start(&lease_config(&base, ""), &KEYS).await;
+    let (mock, base) = Mock::started().await;
+    let rota = spawn(Scenario { config: &lease_config(&base, ""), keys: &KEYS[..2], ..Scenario::default() }).await;
     // The provider answers rota's own call with that key: 401.
     mock.script(KEYS[0].1, vec![Reply::Status(401, vec![], REVOKED.into())]);
     let (_, l) = lease(&rota, &rota.agent_key).await;
@@ -147,9 +137,13 @@ async fn a_revocation_claim_that_rotas_own_call_confirms_disables_the_profile() 
 
 #[tokio::test]
 async fn a_trusted_agents_report_is_evidence_and_disables_without_a_confirming_call() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let rota = Rota::start(&lease_config(&base, "[agents.tester]\ntrusted = true\n"), &KEYS).await;
+    let (mock, base) = Mock::started().await;
+    let rota = spawn(Scenario {
+        config: &lease_config(&base, "[agents.tester]\ntrusted = true\n"),
+        keys: &KEYS[..2],
+        ..Scenario::default()
+    })
+    .await;
     let (_, l) = lease(&rota, &rota.agent_key).await;
     let (code, _) = report(&rota, &rota.agent_key, &l, revoked()).await;
     assert_eq!(code, 200);
@@ -160,9 +154,13 @@ async fn a_trusted_agents_report_is_evidence_and_disables_without_a_confirming_c
 
 #[tokio::test]
 async fn one_agent_at_its_lease_cap_gets_429_and_another_still_leases() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let rota = Rota::start(&lease_config(&base, "[leases]\nmax_live_per_agent = 2\n"), &KEYS).await;
+    let (_mock, base) = Mock::started().await;
+    let rota = spawn(Scenario {
+        config: &lease_config(&base, "[leases]\nmax_live_per_agent = 2\n"),
+        keys: &KEYS[..2],
+        ..Scenario::default()
+    })
+    .await;
     let (_, first) = lease(&rota, &rota.agent_key).await;
     assert_eq!(lease(&rota, &rota.agent_key).await.0, 201);
     let (code, v) = lease(&rota, &rota.agent_key).await;
@@ -176,9 +174,13 @@ async fn one_agent_at_its_lease_cap_gets_429_and_another_still_leases() {
 
 #[tokio::test]
 async fn failure_reports_past_the_agents_rate_get_429_and_the_lease_stays_valid() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let rota = Rota::start(&lease_config(&base, "[leases]\nfailure_reports_per_minute = 1\n"), &KEYS).await;
+    let (_mock, base) = Mock::started().await;
+    let rota = spawn(Scenario {
+        config: &lease_config(&base, "[leases]\nfailure_reports_per_minute = 1\n"),
+        keys: &KEYS[..2],
+        ..Scenario::default()
+    })
+    .await;
     let throttled =
         json!({"outcome": "failure", "http_status": 429, "error": "{\"error\":{\"message\":\"Rate limit reached\"}}"});
     let (_, l) = lease(&rota, &rota.agent_key).await;

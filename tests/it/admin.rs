@@ -1,47 +1,30 @@
 //! The admin API end to end, against rota in-process on a real SQLite file: every endpoint, its
 //! bad input, and that each change reaches the running gateway at once (no restart).
 
-mod support;
-
+use crate::support::{self, Mock, Reply, Rota, Scenario, chat, spawn};
 use serde_json::{Value, json};
-use support::{Mock, Reply, Rota};
 
+/// The base config with its fallback, an alias, a virtual model and an agent without fallbacks.
 fn config(base: &str) -> String {
     format!(
-        r#"
-[providers.openai]
-api = "openai"
-base_url = "{base}/v1"
-[providers.backup]
-api = "openai"
-base_url = "{base}/v1"
-[models]
-primary = "openai/gpt-4.1"
-fallbacks = ["backup/gpt-4.1-mini"]
+        r#"{}
 [aliases]
 fast = "openai/gpt-4.1-mini"
 [virtual_models.smart]
 targets = ["backup/gpt-4.1", "openai/gpt-4.1"]
 [agents.solo]
 fallbacks = []
-"#
+"#,
+        support::config_with_backup(base)
     )
 }
 
-const KEYS: [(&str, &str); 3] = [
-    ("openai:k1", "sk-admin-key-one-0001"),
-    ("openai:k2", "sk-admin-key-two-0002"),
-    ("backup:b1", "sk-admin-backup-0003"),
-];
-
-fn chat() -> Value {
-    json!({"model": "openai/gpt-4.1", "messages": [{"role": "user", "content": "hi"}]})
-}
+/// Two `openai` profiles and the `backup` one.
+const KEYS: [(&str, &str); 3] = [support::KEYS[0], support::KEYS[1], support::KEYS[3]];
 
 async fn start() -> (Mock, Rota) {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let rota = Rota::start(&config(&base), &KEYS).await;
+    let (mock, base) = Mock::started().await;
+    let rota = spawn(Scenario { config: &config(&base), keys: &KEYS, ..Scenario::default() }).await;
     (mock, rota)
 }
 
@@ -206,12 +189,12 @@ async fn bad_profile_input_is_refused_with_the_reason() {
 
 #[tokio::test]
 async fn config_declared_profiles_are_removed_in_the_config_file_only() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     // A variable cargo sets for every test run stands in for the key's environment variable.
     let secret = std::env::var("CARGO_PKG_NAME").expect("cargo sets CARGO_PKG_NAME when it runs tests");
     let extra = "[auth.profiles.\"openai:declared\"]\nprovider = \"openai\"\ntype = \"api_key\"\napi_key_env = \"CARGO_PKG_NAME\"\n";
-    let rota = Rota::start(&format!("{}{extra}", config(&base)), &KEYS).await;
+    let rota =
+        spawn(Scenario { config: &format!("{}{extra}", config(&base)), keys: &KEYS, ..Scenario::default() }).await;
     let admin = Some(rota.admin_key.as_str());
     let (code, v) = rota.api("DELETE", "/api/v1/profiles/openai:declared", admin, None).await;
     assert_eq!((code, error_type(&v)), (409, "conflict"));
@@ -456,9 +439,8 @@ async fn usage_attempts_and_requests_filter_and_page() {
 
 #[tokio::test]
 async fn every_answer_forbids_content_sniffing() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let rota = Rota::start(&config(&base), &[("openai:k1", "sk-admin-test-0001")]).await;
+    let (_mock, base) = Mock::started().await;
+    let rota = spawn(Scenario { config: &config(&base), keys: &KEYS[..1], ..Scenario::default() }).await;
     let client = Rota::client();
     let answers = [
         client.get(format!("{}/healthz", rota.url)).send().await.unwrap(),
@@ -466,7 +448,7 @@ async fn every_answer_forbids_content_sniffing() {
         client.get(format!("{}/ui/", rota.url)).send().await.unwrap(),
         client.get(format!("{}/no/such/page", rota.url)).send().await.unwrap(),
         client.post(format!("{}/v1/chat/completions", rota.url)).body("{").send().await.unwrap(),
-        rota.chat(json!({"model": "openai/gpt-4.1", "messages": [{"role": "user", "content": "hi"}]}), &[]).await,
+        rota.chat(chat(), &[]).await,
         client.get(format!("{}/api/v1/profiles", rota.url)).bearer_auth(&rota.admin_key).send().await.unwrap(),
     ];
     for r in answers {

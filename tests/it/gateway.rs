@@ -1,61 +1,31 @@
 //! The gateway end to end: a real HTTP client, rota in-process on a real SQLite file, and a
 //! fault-injecting upstream that answers per API key.
 
-mod support;
-
+use crate::support::{self, ANTHROPIC_KEY, KEYS, Mock, Reply, Rota, Scenario, Writes, recorded, row, spawn};
 use serde_json::{Value, json};
-use support::{Mock, Reply, Rota, Writes, recorded};
 
+/// The base config with its fallback and the `anthropic` provider, and short timeouts; `extra`
+/// goes last, in `[timeouts]` until it opens a table.
 fn config(openai: &str, extra: &str) -> String {
     format!(
-        r#"
-[providers.openai]
-api = "openai"
-base_url = "{openai}/v1"
-[providers.backup]
-api = "openai"
-base_url = "{openai}/v1"
-[providers.anthropic]
-api = "anthropic"
-base_url = "{openai}"
-[models]
-primary = "openai/gpt-4.1"
-fallbacks = ["backup/gpt-4.1-mini"]
-[timeouts]
-first_byte = "2s"
-idle = "1s"
-{extra}
-"#
+        "{}{}[timeouts]\nfirst_byte = \"2s\"\nidle = \"1s\"\n{extra}\n",
+        support::config_with_backup(openai),
+        support::anthropic_provider(openai)
     )
 }
 
-const KEYS: [(&str, &str); 4] = [
-    ("openai:k1", "sk-test-key-one-0001"),
-    ("openai:k2", "sk-test-key-two-0002"),
-    ("openai:k3", "sk-test-key-three-0003"),
-    ("backup:b1", "sk-test-backup-0004"),
-];
-
+/// The base request with a sampling field and one no provider knows, to see them reach upstream.
 fn chat() -> Value {
-    json!({"model": "openai/gpt-4.1", "messages": [{"role": "user", "content": "hi"}], "temperature": 0.2, "x_unknown": {"kept": true}})
-}
-
-fn row(
-    kind: &str,
-    model: &str,
-    profile: Option<&str>,
-    outcome: &str,
-    reason: Option<&str>,
-    status: Option<i64>,
-) -> (String, String, Option<String>, String, Option<String>, Option<i64>) {
-    (kind.into(), model.into(), profile.map(str::to_string), outcome.into(), reason.map(str::to_string), status)
+    let mut body = support::chat();
+    body["temperature"] = json!(0.2);
+    body["x_unknown"] = json!({"kept": true});
+    body
 }
 
 #[tokio::test]
 async fn lru_rotation_spreads_six_requests_over_three_keys() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &KEYS[..3]).await;
+    let (mock, base) = Mock::started().await;
+    let rota = spawn(Scenario { config: &config(&base, ""), keys: &KEYS[..3], ..Scenario::default() }).await;
     for _ in 0..6 {
         let r = rota.chat(chat(), &[]).await;
         assert_eq!(r.status(), 200);
@@ -71,24 +41,27 @@ async fn lru_rotation_spreads_six_requests_over_three_keys() {
 /// model instead of falling back.
 #[tokio::test]
 async fn a_walk_rotates_past_the_first_eight_profiles_of_a_large_provider() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let keys: Vec<(String, String)> =
         (0..11).map(|i| (format!("openai:a{i:02}"), format!("sk-large-{i:02}"))).collect();
     let profiles: Vec<(&str, &str)> = keys.iter().map(|(id, k)| (id.as_str(), k.as_str())).collect();
-    let rota = Rota::start(&config(&base, ""), &profiles).await;
+    let rota = spawn(Scenario { config: &config(&base, ""), keys: &profiles, ..Scenario::default() }).await;
     let bad = r#"{"error":{"message":"The server had an error processing your request","type":"server_error"}}"#;
     for (_, key) in &keys[..10] {
         mock.script(key, vec![Reply::Status(500, vec![], bad.into()); 3]);
     }
-    let resp =
-        rota.chat(json!({"model": "openai/gpt-4.1", "messages": [{"role": "user", "content": "hi"}]}), &[]).await;
+    let resp = rota.chat(support::chat(), &[]).await;
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.headers()["x-rota-profile"], "openai:a10");
-    let kinds: Vec<String> =
-        rota.attempts().await.into_iter().filter(|a| a.3 == "failure" || a.3 == "success").map(|a| a.0).collect();
+    let kinds: Vec<String> = rota
+        .attempts()
+        .await
+        .into_iter()
+        .filter(|a| a.outcome == "failure" || a.outcome == "success")
+        .map(|a| a.kind)
+        .collect();
     let profiles: Vec<Option<String>> =
-        rota.attempts().await.into_iter().filter(|a| a.0 != "retry").map(|a| a.2).collect();
+        rota.attempts().await.into_iter().filter(|a| a.kind != "retry").map(|a| a.profile).collect();
     assert_eq!(
         profiles,
         keys.iter().map(|(id, _)| Some(id.clone())).collect::<Vec<_>>(),
@@ -99,9 +72,13 @@ async fn a_walk_rotates_past_the_first_eight_profiles_of_a_large_provider() {
 
 #[tokio::test]
 async fn answer_carries_rota_headers_and_the_body_reaches_upstream_unchanged_but_model() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let rota = Rota::start(&config(&base, "[aliases]\nfast = \"openai/gpt-4.1\""), &KEYS[..1]).await;
+    let (mock, base) = Mock::started().await;
+    let rota = spawn(Scenario {
+        config: &config(&base, "[aliases]\nfast = \"openai/gpt-4.1\""),
+        keys: &KEYS[..1],
+        ..Scenario::default()
+    })
+    .await;
     let mut body = chat();
     body["model"] = json!("fast");
     let r = rota.chat(body, &[]).await;
@@ -124,9 +101,8 @@ async fn answer_carries_rota_headers_and_the_body_reaches_upstream_unchanged_but
 
 #[tokio::test]
 async fn retry_after_7_cools_that_profile_exactly_7_seconds_and_it_is_skipped() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &KEYS[..2]).await;
+    let (mock, base) = Mock::started().await;
+    let rota = spawn(Scenario { config: &config(&base, ""), keys: &KEYS[..2], ..Scenario::default() }).await;
     let body = r#"{"error":{"message":"Rate limit reached","type":"rate_limit_error","code":"rate_limit_exceeded"}}"#;
     mock.script(KEYS[0].1, vec![Reply::Status(429, vec![("retry-after", "7".into())], body.into())]);
     assert_eq!(rota.chat(chat(), &[]).await.status(), 200);
@@ -154,9 +130,9 @@ async fn retry_after_7_cools_that_profile_exactly_7_seconds_and_it_is_skipped() 
 
 #[tokio::test]
 async fn all_profiles_429_falls_back_to_the_next_model() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &[KEYS[0], KEYS[1], KEYS[3]]).await;
+    let (mock, base) = Mock::started().await;
+    let rota =
+        spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0], KEYS[1], KEYS[3]], ..Scenario::default() }).await;
     let limited = || Reply::Status(429, vec![], r#"{"error":{"message":"Too many requests"}}"#.into());
     mock.script(KEYS[0].1, vec![limited()]);
     mock.script(KEYS[1].1, vec![limited()]);
@@ -183,7 +159,7 @@ async fn all_profiles_429_falls_back_to_the_next_model() {
         attempts[3],
         row("probe", "openai/gpt-4.1", Some("openai:k1"), "failure", Some("rate_limit"), Some(429))
     );
-    assert_eq!(attempts[4].0, "fallback");
+    assert_eq!(attempts[4].kind, "fallback");
     assert_eq!(attempts[5], row("skipped", "openai/gpt-4.1", None, "skipped", Some("rate_limit"), None));
     assert_eq!(mock.seen().len(), 6);
     assert_eq!(rota.scalar("SELECT COUNT(*) FROM requests WHERE served_model = 'backup/gpt-4.1-mini'").await, Some(3));
@@ -191,9 +167,8 @@ async fn all_profiles_429_falls_back_to_the_next_model() {
 
 #[tokio::test]
 async fn every_candidate_failing_gives_the_aggregated_error_with_retry_after() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &[KEYS[0], KEYS[3]]).await;
+    let (mock, base) = Mock::started().await;
+    let rota = spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0], KEYS[3]], ..Scenario::default() }).await;
     mock.script(
         KEYS[0].1,
         vec![Reply::Status(429, vec![("retry-after", "30".into())], r#"{"error":{"message":"slow down"}}"#.into())],
@@ -223,9 +198,10 @@ async fn format_and_context_overflow_stop_after_one_call_without_cooldown() {
             "context_overflow",
         ),
     ] {
-        let mock = Mock::default();
-        let base = mock.start().await;
-        let rota = Rota::start(&config(&base, ""), &[KEYS[0], KEYS[1], KEYS[3]]).await;
+        let (mock, base) = Mock::started().await;
+        let rota =
+            spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0], KEYS[1], KEYS[3]], ..Scenario::default() })
+                .await;
         mock.script(KEYS[0].1, vec![Reply::Status(400, vec![], body.into())]);
         let r = rota.chat(chat(), &[]).await;
         assert_eq!(r.status(), 400);
@@ -252,9 +228,9 @@ async fn format_and_context_overflow_stop_after_one_call_without_cooldown() {
 
 #[tokio::test]
 async fn model_not_found_goes_to_the_next_model_and_cools_the_model_not_the_profile() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &[KEYS[0], KEYS[1], KEYS[3]]).await;
+    let (mock, base) = Mock::started().await;
+    let rota =
+        spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0], KEYS[1], KEYS[3]], ..Scenario::default() }).await;
     let gone = r#"{"error":{"message":"The model `gpt-4.1` does not exist or you do not have access to it.","code":"model_not_found"}}"#;
     mock.script(KEYS[0].1, vec![Reply::Status(404, vec![], gone.into())]);
     let r = rota.chat(chat(), &[]).await;
@@ -287,14 +263,13 @@ async fn model_not_found_goes_to_the_next_model_and_cools_the_model_not_the_prof
 
 #[tokio::test]
 async fn overloaded_503_is_retried_twice_on_the_same_key_then_rotates() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &KEYS[..2]).await;
+    let (mock, base) = Mock::started().await;
+    let rota = spawn(Scenario { config: &config(&base, ""), keys: &KEYS[..2], ..Scenario::default() }).await;
     let busy = || Reply::Status(503, vec![], r#"{"error":{"message":"The engine is currently overloaded"}}"#.into());
     mock.script(KEYS[0].1, vec![busy(), busy(), busy()]);
     assert_eq!(rota.chat(chat(), &[]).await.status(), 200);
     assert_eq!(mock.keys(), [KEYS[0].1, KEYS[0].1, KEYS[0].1, KEYS[1].1]);
-    let kinds: Vec<String> = rota.attempts().await.into_iter().map(|r| r.0).collect();
+    let kinds: Vec<String> = rota.attempts().await.into_iter().map(|r| r.kind).collect();
     assert_eq!(kinds, ["primary", "retry", "retry", "rotate"]);
     assert_eq!(
         rota.scalar("SELECT error_count * 10 + failure_total FROM usage_stats WHERE profile_id = 'openai:k1'").await,
@@ -305,9 +280,8 @@ async fn overloaded_503_is_retried_twice_on_the_same_key_then_rotates() {
 
 #[tokio::test]
 async fn missing_unknown_or_revoked_agent_keys_get_401_and_no_upstream_call() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &KEYS[..1]).await;
+    let (mock, base) = Mock::started().await;
+    let rota = spawn(Scenario { config: &config(&base, ""), keys: &KEYS[..1], ..Scenario::default() }).await;
     let c = Rota::client();
     let url = format!("{}/v1/chat/completions", rota.url);
     assert_eq!(c.post(&url).json(&chat()).send().await.unwrap().status(), 401);
@@ -322,9 +296,13 @@ async fn missing_unknown_or_revoked_agent_keys_get_401_and_no_upstream_call() {
 
 #[tokio::test]
 async fn bad_requests_are_refused_in_the_clients_format_without_upstream_calls() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let rota = Rota::start(&config(&base, "[limits]\nmax_body_bytes = 2048"), &KEYS[..1]).await;
+    let (mock, base) = Mock::started().await;
+    let rota = spawn(Scenario {
+        config: &config(&base, "[limits]\nmax_body_bytes = 2048"),
+        keys: &KEYS[..1],
+        ..Scenario::default()
+    })
+    .await;
     let c = Rota::client();
     let url = format!("{}/v1/chat/completions", rota.url);
     let send = |body: Vec<u8>| {
@@ -349,9 +327,9 @@ async fn bad_requests_are_refused_in_the_clients_format_without_upstream_calls()
 
 #[tokio::test]
 async fn pinned_profile_is_used_and_never_rotates() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &[KEYS[0], KEYS[1], KEYS[3]]).await;
+    let (mock, base) = Mock::started().await;
+    let rota =
+        spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0], KEYS[1], KEYS[3]], ..Scenario::default() }).await;
     mock.script(KEYS[1].1, vec![Reply::Status(429, vec![], r#"{"error":{"message":"rate limit"}}"#.into())]);
     let r = rota.chat(chat(), &[("x-rota-profile", "openai:k2")]).await;
     assert_eq!(r.status(), 200);
@@ -360,9 +338,8 @@ async fn pinned_profile_is_used_and_never_rotates() {
 
 #[tokio::test]
 async fn sessions_stick_to_their_profile() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &KEYS[..3]).await;
+    let (mock, base) = Mock::started().await;
+    let rota = spawn(Scenario { config: &config(&base, ""), keys: &KEYS[..3], ..Scenario::default() }).await;
     for _ in 0..3 {
         rota.chat(chat(), &[("x-rota-session", "conversation-1")]).await;
     }
@@ -379,9 +356,8 @@ async fn sessions_stick_to_their_profile() {
 
 #[tokio::test]
 async fn upstream_echoing_the_key_never_reaches_the_client_or_the_audit() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &[KEYS[0]]).await;
+    let (mock, base) = Mock::started().await;
+    let rota = spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0]], ..Scenario::default() }).await;
     let echo = format!(
         r#"{{"error":{{"message":"Incorrect API key provided: {}. Check it.","type":"invalid_request_error"}}}}"#,
         KEYS[0].1
@@ -404,9 +380,8 @@ async fn upstream_echoing_the_key_never_reaches_the_client_or_the_audit() {
 
 #[tokio::test]
 async fn stream_failing_before_its_first_event_fails_over_invisibly() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &KEYS[..2]).await;
+    let (mock, base) = Mock::started().await;
+    let rota = spawn(Scenario { config: &config(&base, ""), keys: &KEYS[..2], ..Scenario::default() }).await;
     mock.script(KEYS[0].1, vec![Reply::StreamErrorFirst]);
     let mut body = chat();
     body["stream"] = json!(true);
@@ -420,7 +395,7 @@ async fn stream_failing_before_its_first_event_fails_over_invisibly() {
     assert!(text.ends_with("data: [DONE]\n\n"));
     let a = rota.attempts().await;
     assert_eq!(a[0], row("primary", "openai/gpt-4.1", Some("openai:k1"), "failure", Some("rate_limit"), None));
-    assert_eq!(a[1].3, "success");
+    assert_eq!(a[1].outcome, "success");
     assert_eq!(
         rota.scalar("SELECT tokens_in * 100 + tokens_out FROM attempts WHERE outcome = 'success'").await,
         Some(302)
@@ -429,9 +404,9 @@ async fn stream_failing_before_its_first_event_fails_over_invisibly() {
 
 #[tokio::test]
 async fn stream_failing_after_its_first_event_ends_in_band_with_one_call() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &[KEYS[0], KEYS[1], KEYS[3]]).await;
+    let (mock, base) = Mock::started().await;
+    let rota =
+        spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0], KEYS[1], KEYS[3]], ..Scenario::default() }).await;
     mock.script(KEYS[0].1, vec![Reply::StreamBreakAfterFirst]);
     let mut body = chat();
     body["stream"] = json!(true);
@@ -440,14 +415,13 @@ async fn stream_failing_after_its_first_event_ends_in_band_with_one_call() {
     assert!(text.contains("\"error\"") && text.contains("upstream stream failed"), "{text}");
     assert_eq!(mock.seen().len(), 1, "no failover after commit");
     let a = rota.attempts().await;
-    assert_eq!((a.len(), a[0].3.as_str(), a[0].4.as_deref()), (1, "failure", Some("network")));
+    assert_eq!((a.len(), a[0].outcome.as_str(), a[0].reason.as_deref()), (1, "failure", Some("network")));
 }
 
 #[tokio::test]
 async fn stalled_stream_ends_at_the_idle_timeout() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &[KEYS[0]]).await;
+    let (mock, base) = Mock::started().await;
+    let rota = spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0]], ..Scenario::default() }).await;
     mock.script(KEYS[0].1, vec![Reply::StreamStallAfterFirst]);
     let mut body = chat();
     body["stream"] = json!(true);
@@ -457,21 +431,20 @@ async fn stalled_stream_ends_at_the_idle_timeout() {
     assert!(took >= std::time::Duration::from_secs(1) && took < std::time::Duration::from_secs(10), "{took:?}");
     assert!(text.contains("the stream was idle for 1s"), "{text}");
     let a = rota.attempts().await;
-    assert_eq!((a[0].3.as_str(), a[0].4.as_deref()), ("failure", Some("timeout")));
+    assert_eq!((a[0].outcome.as_str(), a[0].reason.as_deref()), ("failure", Some("timeout")));
 }
 
 #[tokio::test]
 async fn anthropic_messages_are_served_with_x_api_key_upstream() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let cfg = format!("[providers.anthropic]\napi = \"anthropic\"\nbase_url = \"{base}\"\n");
-    let rota = Rota::start(&cfg, &[("anthropic:main", "sk-ant-test-0005")]).await;
+    let (mock, base) = Mock::started().await;
+    let cfg = support::anthropic_provider(&base);
+    let rota = spawn(Scenario { config: &cfg, keys: &[ANTHROPIC_KEY], ..Scenario::default() }).await;
     let r = rota.messages(json!({"model": "anthropic/claude-sonnet-4-5", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]})).await;
     assert_eq!(r.status(), 200);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["content"][0]["text"], "served");
     assert_eq!(mock.seen()[0].path, "/v1/messages");
-    assert_eq!(mock.seen()[0].key, "sk-ant-test-0005");
+    assert_eq!(mock.seen()[0].key, ANTHROPIC_KEY.1);
     let mut stream = json!({"model": "anthropic/claude-sonnet-4-5", "max_tokens": 10, "stream": true, "messages": []});
     stream["metadata"] = json!({"user_id": "u1"});
     let text = rota.messages(stream).await.text().await.unwrap();
@@ -482,9 +455,9 @@ async fn anthropic_messages_are_served_with_x_api_key_upstream() {
 
 #[tokio::test]
 async fn a_responses_request_skips_a_provider_of_another_wire_format() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &[KEYS[0], ("anthropic:main", "sk-ant-test-0005")]).await;
+    let (_mock, base) = Mock::started().await;
+    let rota =
+        spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0], ANTHROPIC_KEY], ..Scenario::default() }).await;
     let r = Rota::client()
         .post(format!("{}/v1/responses", rota.url))
         .bearer_auth(&rota.agent_key)
@@ -506,9 +479,8 @@ async fn a_responses_request_skips_a_provider_of_another_wire_format() {
 
 #[tokio::test]
 async fn chat_client_is_served_by_an_anthropic_upstream_through_translation() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &[("anthropic:main", "sk-ant-test-0005")]).await;
+    let (mock, base) = Mock::started().await;
+    let rota = spawn(Scenario { config: &config(&base, ""), keys: &[ANTHROPIC_KEY], ..Scenario::default() }).await;
     let r = rota.chat(json!({"model": "anthropic/claude-sonnet-4-5", "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]}), &[]).await;
     assert_eq!(r.status(), 200);
     let v: Value = r.json().await.unwrap();
@@ -532,9 +504,8 @@ async fn chat_client_is_served_by_an_anthropic_upstream_through_translation() {
 
 #[tokio::test]
 async fn anthropic_client_is_served_by_an_openai_upstream_through_translation() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &[KEYS[0]]).await;
+    let (_mock, base) = Mock::started().await;
+    let rota = spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0]], ..Scenario::default() }).await;
     let r = rota.messages(json!({"model": "openai/gpt-4.1", "max_tokens": 10, "system": "be brief", "messages": [{"role": "user", "content": "hi"}]})).await;
     assert_eq!(r.status(), 200);
     let v: Value = r.json().await.unwrap();
@@ -552,18 +523,17 @@ async fn anthropic_client_is_served_by_an_openai_upstream_through_translation() 
 
 #[tokio::test]
 async fn anthropic_529_fails_over_to_an_openai_fallback_for_an_openai_client() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let cfg = config(&base, "").replace("primary = \"openai/gpt-4.1\"", "primary = \"anthropic/claude-sonnet-4-5\"");
-    let rota = Rota::start(&cfg, &[("anthropic:main", "sk-ant-test-0005"), KEYS[3]]).await;
+    let rota = spawn(Scenario { config: &cfg, keys: &[ANTHROPIC_KEY, KEYS[3]], ..Scenario::default() }).await;
     let overloaded = r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
-    mock.script("sk-ant-test-0005", vec![Reply::Status(529, vec![], overloaded.into()); 3]);
+    mock.script(ANTHROPIC_KEY.1, vec![Reply::Status(529, vec![], overloaded.into()); 3]);
     let r = rota.chat(json!({"messages": [{"role": "user", "content": "hi"}]}), &[]).await;
     assert_eq!(r.status(), 200);
     assert_eq!(r.headers()["x-rota-provider"], "backup");
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["choices"][0]["message"]["content"], "served");
-    let kinds: Vec<(String, String)> = rota.attempts().await.into_iter().map(|a| (a.0, a.1)).collect();
+    let kinds: Vec<(String, String)> = rota.attempts().await.into_iter().map(|a| (a.kind, a.model)).collect();
     assert_eq!(
         kinds,
         [
@@ -577,9 +547,13 @@ async fn anthropic_529_fails_over_to_an_openai_fallback_for_an_openai_client() {
 
 #[tokio::test]
 async fn client_leaving_mid_stream_aborts_the_upstream_stream() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let rota = Rota::start(&config(&base, "").replace("idle = \"1s\"", "idle = \"30s\""), &[KEYS[0]]).await;
+    let (mock, base) = Mock::started().await;
+    let rota = spawn(Scenario {
+        config: &config(&base, "").replace("idle = \"1s\"", "idle = \"30s\""),
+        keys: &[KEYS[0]],
+        ..Scenario::default()
+    })
+    .await;
     mock.script(KEYS[0].1, vec![Reply::StreamStallAfterFirst]);
     let mut body = chat();
     body["stream"] = json!(true);
@@ -593,7 +567,7 @@ async fn client_leaving_mid_stream_aborts_the_upstream_stream() {
     }
     assert_eq!(mock.aborted(), 1, "the upstream stream was closed when the client left");
     let a = rota.attempts().await;
-    assert_eq!((a.len(), a[0].3.as_str(), a[0].4.as_deref()), (1, "failure", Some("cancelled")));
+    assert_eq!((a.len(), a[0].outcome.as_str(), a[0].reason.as_deref()), (1, "failure", Some("cancelled")));
     assert_eq!(
         rota.scalar("SELECT error_count FROM usage_stats WHERE profile_id = 'openai:k1'").await,
         Some(0),
@@ -603,9 +577,13 @@ async fn client_leaving_mid_stream_aborts_the_upstream_stream() {
 
 #[tokio::test]
 async fn client_leaving_before_the_answer_records_a_cancelled_attempt() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let rota = Rota::start(&config(&base, "").replace("first_byte = \"2s\"", "first_byte = \"30s\""), &[KEYS[0]]).await;
+    let (mock, base) = Mock::started().await;
+    let rota = spawn(Scenario {
+        config: &config(&base, "").replace("first_byte = \"2s\"", "first_byte = \"30s\""),
+        keys: &[KEYS[0]],
+        ..Scenario::default()
+    })
+    .await;
     mock.script(KEYS[0].1, vec![Reply::Delay(std::time::Duration::from_secs(3))]);
     let client = reqwest::Client::builder().timeout(std::time::Duration::from_millis(300)).build().unwrap();
     let url = format!("{}/v1/chat/completions", rota.url);
@@ -616,16 +594,15 @@ async fn client_leaving_before_the_answer_records_a_cancelled_attempt() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         a = rota.attempts().await;
     }
-    assert_eq!((a.len(), a[0].3.as_str(), a[0].4.as_deref()), (1, "failure", Some("cancelled")));
+    assert_eq!((a.len(), a[0].outcome.as_str(), a[0].reason.as_deref()), (1, "failure", Some("cancelled")));
     assert_eq!(rota.scalar("SELECT status FROM requests").await, Some(499));
     assert_eq!(rota.scalar("SELECT error_count FROM usage_stats WHERE profile_id = 'openai:k1'").await, Some(0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_under_load_loses_no_audit_row() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let mut rota = Rota::start(&config(&base, ""), &KEYS).await;
+    let (mock, base) = Mock::started().await;
+    let mut rota = spawn(Scenario { config: &config(&base, ""), keys: &KEYS, ..Scenario::default() }).await;
     for (_, key) in &KEYS[..3] {
         let mut script = Vec::new();
         for i in 0..40 {
@@ -672,9 +649,8 @@ async fn shutdown_under_load_loses_no_audit_row() {
 
 #[tokio::test]
 async fn responses_api_passes_through_to_openai_format_providers() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &[KEYS[0]]).await;
+    let (mock, base) = Mock::started().await;
+    let rota = spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0]], ..Scenario::default() }).await;
     let r = Rota::client()
         .post(format!("{}/v1/responses", rota.url))
         .bearer_auth(&rota.agent_key)
@@ -689,9 +665,13 @@ async fn responses_api_passes_through_to_openai_format_providers() {
 
 #[tokio::test]
 async fn models_lists_what_the_agent_may_name() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let rota = Rota::start(&config(&base, "[aliases]\nfast = \"backup/gpt-4.1-mini\""), &[KEYS[0]]).await;
+    let (_mock, base) = Mock::started().await;
+    let rota = spawn(Scenario {
+        config: &config(&base, "[aliases]\nfast = \"backup/gpt-4.1-mini\""),
+        keys: &[KEYS[0]],
+        ..Scenario::default()
+    })
+    .await;
     let r = Rota::client().get(format!("{}/v1/models", rota.url)).bearer_auth(&rota.agent_key).send().await.unwrap();
     let v: Value = r.json().await.unwrap();
     let ids: Vec<&str> = v["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
@@ -707,8 +687,7 @@ async fn models_lists_what_the_agent_may_name() {
 async fn secrets_never_reach_the_logs_of_the_binary() {
     use std::io::{BufRead, BufReader, Write};
     use std::process::{Command, Stdio};
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("rota.toml"), config(&base, "")).unwrap();
     let bin = env!("CARGO_BIN_EXE_rota");
@@ -729,7 +708,7 @@ async fn secrets_never_reach_the_logs_of_the_binary() {
     };
     run(&["profiles", "add", "openai", "--name", "k1"], KEYS[0].1);
     run(&["profiles", "add", "backup", "--name", "b1"], KEYS[3].1);
-    run(&["profiles", "add", "anthropic", "--name", "main"], "sk-ant-test-0005");
+    run(&["profiles", "add", "anthropic", "--name", "main"], ANTHROPIC_KEY.1);
     let agent_key = run(&["agents", "create", "ops"], "").lines().last().unwrap().to_string();
     let echo = |key: &str| {
         format!(
@@ -809,7 +788,7 @@ async fn secrets_never_reach_the_logs_of_the_binary() {
         "{logs}"
     );
     let db = std::fs::read(dir.path().join("rota.db")).unwrap();
-    for secret in [KEYS[0].1, KEYS[3].1, "sk-ant-test-0005", &agent_key, "rk_wrongwrongwrongwrong"] {
+    for secret in [KEYS[0].1, KEYS[3].1, ANTHROPIC_KEY.1, &agent_key, "rk_wrongwrongwrongwrong"] {
         let tail = &secret[secret.len() - 10..];
         for (what, hay) in [("logs", &logs), ("answers", &format!("{all_failed:?}{stopped:?}{pinned:?}{served:?}"))] {
             assert!(!hay.contains(tail), "{what} contain a secret ({tail}):\n{hay}");
@@ -887,9 +866,8 @@ async fn each_reason_has_its_effect_on_keys_answer_attempts_and_stats() {
         },
     ];
     for case in cases {
-        let mock = Mock::default();
-        let base = mock.start().await;
-        let rota = Rota::start(&config(&base, ""), &KEYS[..2]).await;
+        let (mock, base) = Mock::started().await;
+        let rota = spawn(Scenario { config: &config(&base, ""), keys: &KEYS[..2], ..Scenario::default() }).await;
         let retries = if case.reason == "server_error" { 2 } else { 1 };
         mock.script(KEYS[0].1, vec![case.reply.clone(); retries]);
         let r = rota.chat(chat(), &[]).await;
@@ -900,7 +878,9 @@ async fn each_reason_has_its_effect_on_keys_answer_attempts_and_stats() {
         let attempts = rota.attempts().await;
         assert_eq!(attempts.len(), case.keys.len(), "{name}: {attempts:?}");
         assert!(
-            attempts[..attempts.len() - 1].iter().all(|a| a.3 == "failure" && a.4.as_deref() == Some(case.reason)),
+            attempts[..attempts.len() - 1]
+                .iter()
+                .all(|a| a.outcome == "failure" && a.reason.as_deref() == Some(case.reason)),
             "{name}: {attempts:?}"
         );
         let (lane_cool, lane_off, window, model_scoped): (Option<String>, Option<String>, Option<i64>, i64) =
@@ -915,13 +895,13 @@ async fn each_reason_has_its_effect_on_keys_answer_attempts_and_stats() {
         match case.lane {
             None => {
                 assert_eq!((lane_cool, lane_off, window), (None, None, None), "{name}: no cooldown");
-                assert_eq!(attempts[0].4.as_deref(), Some(case.reason));
+                assert_eq!(attempts[0].reason.as_deref(), Some(case.reason));
             }
             Some((cool, off, len, scoped)) => {
                 assert_eq!((lane_cool.as_deref(), lane_off.as_deref()), (cool, off), "{name}: lanes");
                 assert_eq!(window.unwrap_or(-1), len, "{name}: window length");
                 assert_eq!(model_scoped == 1, scoped, "{name}: model scope");
-                assert_eq!(attempts.last().unwrap().3, "success", "{name}");
+                assert_eq!(attempts.last().unwrap().outcome, "success", "{name}");
                 assert_eq!(
                     rota.scalar("SELECT error_count FROM usage_stats WHERE profile_id = 'openai:k1'").await,
                     rota.scalar("SELECT COUNT(*) FROM attempts WHERE profile_id = 'openai:k1' AND outcome = 'failure'")
@@ -936,8 +916,7 @@ async fn each_reason_has_its_effect_on_keys_answer_attempts_and_stats() {
 
 #[tokio::test]
 async fn network_failure_is_retried_once_then_falls_back() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let dead = format!("http://{}", closed.local_addr().unwrap());
     drop(closed);
@@ -947,22 +926,28 @@ async fn network_failure_is_retried_once_then_falls_back() {
             "fallbacks = [\"backup/gpt-4.1-mini\"]\n[providers.dead]\napi = \"openai\"\nbase_url = \"DEAD/v1\"",
         )
         .replace("DEAD", &dead);
-    let rota = Rota::start(&cfg, &[("dead:d1", "sk-test-dead-0009"), KEYS[3]]).await;
+    let rota =
+        spawn(Scenario { config: &cfg, keys: &[("dead:d1", "sk-test-dead-0009"), KEYS[3]], ..Scenario::default() })
+            .await;
     let r = rota.chat(json!({"model": "dead/gpt-4.1", "messages": []}), &[]).await;
     assert_eq!(r.status(), 200);
     assert_eq!(mock.keys(), [KEYS[3].1]);
     let a = rota.attempts().await;
     assert_eq!(a[0], row("primary", "dead/gpt-4.1", Some("dead:d1"), "failure", Some("network"), None));
     assert_eq!(a[1], row("retry", "dead/gpt-4.1", Some("dead:d1"), "failure", Some("network"), None));
-    assert_eq!(a[2].0, "fallback");
+    assert_eq!(a[2].kind, "fallback");
     assert_eq!(rota.scalar("SELECT cooldown_model IS NULL AND cooldown_reason = 'network' FROM usage_stats WHERE profile_id = 'dead:d1'").await, Some(1));
 }
 
 #[tokio::test]
 async fn agent_fallbacks_replace_the_global_list() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let rota = Rota::start(&config(&base, "[agents.tester]\nfallbacks = []"), &[KEYS[0], KEYS[3]]).await;
+    let (mock, base) = Mock::started().await;
+    let rota = spawn(Scenario {
+        config: &config(&base, "[agents.tester]\nfallbacks = []"),
+        keys: &[KEYS[0], KEYS[3]],
+        ..Scenario::default()
+    })
+    .await;
     mock.script(KEYS[0].1, vec![Reply::Status(429, vec![], r#"{"error":{"message":"rate limit"}}"#.into())]);
     let r = rota.chat(chat(), &[]).await;
     assert_eq!(r.status(), 429, "no fallback for this agent");
@@ -971,12 +956,15 @@ async fn agent_fallbacks_replace_the_global_list() {
 
 #[tokio::test]
 async fn upstream_error_event_after_commit_reaches_the_client_once_and_is_classified() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let cfg = format!("[providers.anthropic]\napi = \"anthropic\"\nbase_url = \"{base}\"\n");
-    let rota =
-        Rota::start(&cfg, &[("anthropic:main", "sk-ant-test-0005"), ("anthropic:spare", "sk-ant-test-0006")]).await;
-    mock.script("sk-ant-test-0005", vec![Reply::StreamErrorAfterFirst]);
+    let (mock, base) = Mock::started().await;
+    let cfg = support::anthropic_provider(&base);
+    let rota = spawn(Scenario {
+        config: &cfg,
+        keys: &[ANTHROPIC_KEY, ("anthropic:spare", "sk-ant-test-0006")],
+        ..Scenario::default()
+    })
+    .await;
+    mock.script(ANTHROPIC_KEY.1, vec![Reply::StreamErrorAfterFirst]);
     let text = rota
         .messages(json!({"model": "anthropic/claude-sonnet-4-5", "max_tokens": 10, "stream": true, "messages": []}))
         .await
@@ -988,7 +976,7 @@ async fn upstream_error_event_after_commit_reaches_the_client_once_and_is_classi
     assert!(text.contains("overloaded_error"), "{text}");
     assert_eq!(mock.seen().len(), 1, "no failover after commit");
     let a = rota.attempts().await;
-    assert_eq!((a[0].3.as_str(), a[0].4.as_deref()), ("failure", Some("overloaded")));
+    assert_eq!((a[0].outcome.as_str(), a[0].reason.as_deref()), ("failure", Some("overloaded")));
     assert_eq!(
         rota.scalar("SELECT cooldown_reason = 'overloaded' FROM usage_stats WHERE profile_id = 'anthropic:main'").await,
         Some(1)
@@ -997,9 +985,8 @@ async fn upstream_error_event_after_commit_reaches_the_client_once_and_is_classi
 
 #[tokio::test]
 async fn agents_created_or_revoked_while_serving_take_effect_within_a_second() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &[KEYS[0]]).await;
+    let (_mock, base) = Mock::started().await;
+    let rota = spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0]], ..Scenario::default() }).await;
     let key = rota::agents::new_key();
     let plain = secrecy::ExposeSecret::expose_secret(&key).to_string();
     let call = || {
@@ -1025,9 +1012,13 @@ async fn agents_created_or_revoked_while_serving_take_effect_within_a_second() {
 
 #[tokio::test]
 async fn a_changed_config_file_applies_to_the_next_request_and_a_broken_edit_is_rejected() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let rota = Rota::start(&config(&base, "[aliases]\nfast = \"openai/gpt-4.1\""), &[KEYS[0], KEYS[3]]).await;
+    let (_mock, base) = Mock::started().await;
+    let rota = spawn(Scenario {
+        config: &config(&base, "[aliases]\nfast = \"openai/gpt-4.1\""),
+        keys: &[KEYS[0], KEYS[3]],
+        ..Scenario::default()
+    })
+    .await;
     let fast = || {
         let mut body = chat();
         body["model"] = json!("fast");
@@ -1062,9 +1053,9 @@ async fn a_changed_config_file_applies_to_the_next_request_and_a_broken_edit_is_
 
 #[tokio::test]
 async fn metrics_count_the_traffic_sent() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &[KEYS[0], KEYS[1], KEYS[3]]).await;
+    let (mock, base) = Mock::started().await;
+    let rota =
+        spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0], KEYS[1], KEYS[3]], ..Scenario::default() }).await;
     let busy = || Reply::Status(503, vec![], r#"{"error":{"message":"overloaded"}}"#.into());
     mock.script(
         KEYS[1].1,
@@ -1134,9 +1125,9 @@ fn streaming(mut body: Value, model: &str) -> Value {
 
 #[tokio::test]
 async fn every_event_reaches_the_client_whatever_the_upstream_chunking() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &[KEYS[0], ("anthropic:main", "sk-ant-test-0005")]).await;
+    let (mock, base) = Mock::started().await;
+    let rota =
+        spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0], ANTHROPIC_KEY], ..Scenario::default() }).await;
     let chat_req = |model: &str| streaming(chat(), model);
     let messages_req = |model: &str| streaming(json!({"messages": [{"role": "user", "content": "hi"}]}), model);
     // (upstream key, client API, model, the upstream's recorded stream)
@@ -1146,10 +1137,10 @@ async fn every_event_reaches_the_client_whatever_the_upstream_chunking() {
         (KEYS[0].1, "chat", "openai/gpt-4.1", "openai-chat-preamble"),
         (KEYS[0].1, "messages", "openai/gpt-4.1", "openai-chat-text"),
         (KEYS[0].1, "messages", "openai/gpt-4.1", "openai-chat-tool"),
-        ("sk-ant-test-0005", "messages", "anthropic/claude-sonnet-4-5", "anthropic-text"),
-        ("sk-ant-test-0005", "messages", "anthropic/claude-sonnet-4-5", "anthropic-thinking"),
-        ("sk-ant-test-0005", "chat", "anthropic/claude-sonnet-4-5", "anthropic-text"),
-        ("sk-ant-test-0005", "chat", "anthropic/claude-sonnet-4-5", "anthropic-tool"),
+        (ANTHROPIC_KEY.1, "messages", "anthropic/claude-sonnet-4-5", "anthropic-text"),
+        (ANTHROPIC_KEY.1, "messages", "anthropic/claude-sonnet-4-5", "anthropic-thinking"),
+        (ANTHROPIC_KEY.1, "chat", "anthropic/claude-sonnet-4-5", "anthropic-text"),
+        (ANTHROPIC_KEY.1, "chat", "anthropic/claude-sonnet-4-5", "anthropic-tool"),
     ];
     for (key, api, model, name) in cases {
         let upstream = recorded(name);
@@ -1177,23 +1168,23 @@ async fn every_event_reaches_the_client_whatever_the_upstream_chunking() {
         }
     }
     let a = rota.attempts().await;
-    assert!(a.iter().all(|r| r.3 == "success"), "{a:?}");
+    assert!(a.iter().all(|r| r.outcome == "success"), "{a:?}");
 }
 
 #[tokio::test]
 async fn a_stream_cut_before_its_terminal_event_fails_with_an_in_band_error_and_no_clean_end() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &[KEYS[0], ("anthropic:main", "sk-ant-test-0005")]).await;
+    let (mock, base) = Mock::started().await;
+    let rota =
+        spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0], ANTHROPIC_KEY], ..Scenario::default() }).await;
     let anthropic = recorded("anthropic-truncated");
     let chat_cut = recorded("openai-chat-truncated");
     let responses_cut = recorded("openai-responses-truncated");
     // The last event cut in the middle, too.
     let mid_event = &recorded("anthropic-text")[..700];
     let cases: [(&str, &str, &str, String); 5] = [
-        ("sk-ant-test-0005", "messages", "anthropic/claude-sonnet-4-5", anthropic.clone()),
-        ("sk-ant-test-0005", "messages", "anthropic/claude-sonnet-4-5", mid_event.to_string()),
-        ("sk-ant-test-0005", "chat", "anthropic/claude-sonnet-4-5", anthropic),
+        (ANTHROPIC_KEY.1, "messages", "anthropic/claude-sonnet-4-5", anthropic.clone()),
+        (ANTHROPIC_KEY.1, "messages", "anthropic/claude-sonnet-4-5", mid_event.to_string()),
+        (ANTHROPIC_KEY.1, "chat", "anthropic/claude-sonnet-4-5", anthropic),
         (KEYS[0].1, "chat", "openai/gpt-4.1", chat_cut),
         (KEYS[0].1, "responses", "openai/gpt-4.1", responses_cut),
     ];
@@ -1237,7 +1228,7 @@ async fn a_stream_cut_before_its_terminal_event_fails_with_an_in_band_error_and_
     }
     let a = rota.attempts().await;
     assert_eq!(a.len(), 5);
-    assert!(a.iter().all(|r| r.3 == "failure" && r.4.as_deref() == Some("network")), "{a:?}");
+    assert!(a.iter().all(|r| r.outcome == "failure" && r.reason.as_deref() == Some("network")), "{a:?}");
     let errors: Vec<String> =
         sqlx::query_scalar("SELECT error FROM attempts ORDER BY started_at, seq").fetch_all(rota.pool()).await.unwrap();
     assert!(errors[1].contains("in the middle of an event"), "{errors:?}");
@@ -1246,10 +1237,14 @@ async fn a_stream_cut_before_its_terminal_event_fails_with_an_in_band_error_and_
 
 #[tokio::test]
 async fn an_anthropic_error_after_message_start_fails_over_and_the_client_sees_only_the_next_stream() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let cfg = format!("[providers.anthropic]\napi = \"anthropic\"\nbase_url = \"{base}\"\n");
-    let rota = Rota::start(&cfg, &[("anthropic:a", "sk-ant-test-000a"), ("anthropic:b", "sk-ant-test-000b")]).await;
+    let (mock, base) = Mock::started().await;
+    let cfg = support::anthropic_provider(&base);
+    let rota = spawn(Scenario {
+        config: &cfg,
+        keys: &[("anthropic:a", "sk-ant-test-000a"), ("anthropic:b", "sk-ant-test-000b")],
+        ..Scenario::default()
+    })
+    .await;
     let served = recorded("anthropic-text");
     // The first profile's stream: `message_start`, a `ping`, then `overloaded_error`, in one write.
     mock.script("sk-ant-test-000a", vec![Reply::Raw(recorded("anthropic-error-before-content"), Writes::Whole); 3]);
@@ -1260,7 +1255,7 @@ async fn an_anthropic_error_after_message_start_fails_over_and_the_client_sees_o
     assert_eq!(r.text().await.unwrap(), served, "only the second profile's stream, byte for byte");
     let a = rota.attempts().await;
     let kinds: Vec<(&str, &str, Option<&str>)> =
-        a.iter().map(|r| (r.0.as_str(), r.3.as_str(), r.4.as_deref())).collect();
+        a.iter().map(|r| (r.kind.as_str(), r.outcome.as_str(), r.reason.as_deref())).collect();
     assert_eq!(
         kinds,
         [
@@ -1274,9 +1269,8 @@ async fn an_anthropic_error_after_message_start_fails_over_and_the_client_sees_o
 
 #[tokio::test]
 async fn attempt_timings_run_from_the_moment_the_request_is_sent() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &[KEYS[0]]).await;
+    let (mock, base) = Mock::started().await;
+    let rota = spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0]], ..Scenario::default() }).await;
     let first = std::time::Duration::from_millis(300);
     mock.script(KEYS[0].1, vec![Reply::SlowStream { first, total: std::time::Duration::from_millis(600) }]);
     let text = rota.chat(streaming(chat(), "openai/gpt-4.1"), &[]).await.text().await.unwrap();
@@ -1302,14 +1296,18 @@ async fn attempt_timings_run_from_the_moment_the_request_is_sent() {
 
 #[tokio::test]
 async fn the_request_deadline_stops_the_walk_and_leaves_untried_profiles_alone() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let extra = "[providers.third]\napi = \"openai\"\nbase_url = \"BASE/v1\"\n".replace("BASE", &base);
     let cfg = config(&base, &format!("total = \"2s\"\n{extra}")).replace(
         "fallbacks = [\"backup/gpt-4.1-mini\"]",
         "fallbacks = [\"backup/gpt-4.1-mini\", \"third/gpt-4.1-nano\"]",
     );
-    let rota = Rota::start(&cfg, &[KEYS[0], KEYS[3], ("third:t1", "sk-test-third-0007")]).await;
+    let rota = spawn(Scenario {
+        config: &cfg,
+        keys: &[KEYS[0], KEYS[3], ("third:t1", "sk-test-third-0007")],
+        ..Scenario::default()
+    })
+    .await;
     let slow = || Reply::SlowStatus(std::time::Duration::from_millis(1500), 500);
     for key in [KEYS[0].1, KEYS[3].1, "sk-test-third-0007"] {
         mock.script(key, vec![slow(), slow(), slow()]);
@@ -1351,9 +1349,10 @@ async fn the_request_deadline_stops_the_walk_and_leaves_untried_profiles_alone()
 
 #[tokio::test]
 async fn failover_disabled_serves_the_first_choice_only() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let rota = Rota::start(&config(&base, "[failover]\nenabled = false\n"), &KEYS).await;
+    let (mock, base) = Mock::started().await;
+    let rota =
+        spawn(Scenario { config: &config(&base, "[failover]\nenabled = false\n"), keys: &KEYS, ..Scenario::default() })
+            .await;
     let body = r#"{"error":{"message":"The server is overloaded","type":"server_error"}}"#;
     mock.script(KEYS[0].1, vec![Reply::Status(503, vec![], body.into())]);
     let r = rota.chat(chat(), &[]).await;
@@ -1366,12 +1365,15 @@ async fn failover_disabled_serves_the_first_choice_only() {
 
 #[tokio::test]
 async fn an_upstream_redirect_is_never_followed() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let elsewhere = Mock::default();
-    let other = elsewhere.start().await;
-    let cfg = format!("[providers.anthropic]\napi = \"anthropic\"\nbase_url = \"{base}\"\n");
-    let rota = Rota::start(&cfg, &[("anthropic:a", "sk-ant-test-000a"), ("anthropic:b", "sk-ant-test-000b")]).await;
+    let (mock, base) = Mock::started().await;
+    let (elsewhere, other) = Mock::started().await;
+    let cfg = support::anthropic_provider(&base);
+    let rota = spawn(Scenario {
+        config: &cfg,
+        keys: &[("anthropic:a", "sk-ant-test-000a"), ("anthropic:b", "sk-ant-test-000b")],
+        ..Scenario::default()
+    })
+    .await;
     let location = format!("{other}/v1/messages");
     let redirect = Reply::Status(307, vec![("location", location.clone())], String::new());
     // A redirect is a server error: retried once, then the next profile.
@@ -1381,8 +1383,8 @@ async fn an_upstream_redirect_is_never_followed() {
     assert_eq!(r.headers()["x-rota-profile"], "anthropic:b");
     assert!(elsewhere.seen().is_empty(), "the other host saw: {:?}", elsewhere.seen());
     let a = rota.attempts().await;
-    assert_eq!(a[0].3, "failure");
-    assert_eq!((a[0].4.as_deref(), a[0].5), (Some("server_error"), Some(307)));
+    assert_eq!(a[0].outcome, "failure");
+    assert_eq!((a[0].reason.as_deref(), a[0].status), (Some("server_error"), Some(307)));
     let error: String =
         sqlx::query_scalar("SELECT error FROM attempts WHERE seq = 1").fetch_one(rota.pool()).await.unwrap();
     assert!(
@@ -1394,16 +1396,21 @@ async fn an_upstream_redirect_is_never_followed() {
 // -- OAuth: a 401 refreshes the token once and retries the same profile ---------------------------
 
 fn oauth_config(base: &str) -> String {
-    format!("{}[auth.order]\ncorp = [\"corp:alice\", \"corp:spare\"]\n", support::oauth_provider(base))
+    format!("{}[auth.order]\ncorp = [\"corp:alice\", \"corp:spare\"]\n", crate::support::oauth_provider(base))
 }
 
 /// rota with an OAuth profile `corp:alice` (access `at-old-0001`, refused once with a 401) in
 /// front of an API key `corp:spare`; the mock's token endpoint grants `at-new-0001`.
 async fn oauth_rota() -> (Mock, Rota) {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let oauth = [("corp:alice", "at-old-0001", "rt-old-0001")];
-    let rota = Rota::start_with(&oauth_config(&base), &[("corp:spare", "sk-corp-spare-0002")], &oauth).await;
+    let rota = spawn(Scenario {
+        config: &oauth_config(&base),
+        keys: &[("corp:spare", "sk-corp-spare-0002")],
+        oauth: &oauth,
+        ..Scenario::default()
+    })
+    .await;
     mock.script("at-old-0001", vec![Reply::Status(401, vec![], EXPIRED.into())]);
     (mock, rota)
 }
@@ -1456,9 +1463,8 @@ async fn a_second_401_after_the_refresh_rotates_to_the_next_profile() {
 
 #[tokio::test]
 async fn a_model_cooldown_ends_on_an_admin_clear_and_on_a_success_of_that_model() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &[KEYS[0], KEYS[3]]).await;
+    let (mock, base) = Mock::started().await;
+    let rota = spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0], KEYS[3]], ..Scenario::default() }).await;
     let gone = r#"{"error":{"message":"The model `gpt-4.1` does not exist or you do not have access to it.","code":"model_not_found"}}"#;
     let cooling = "SELECT COUNT(*) FROM model_cooldowns WHERE model = 'gpt-4.1' AND cooldown_until > CAST(unixepoch('subsec') * 1000 AS INTEGER)";
     mock.script(KEYS[0].1, vec![Reply::Status(404, vec![], gone.into())]);
@@ -1500,9 +1506,8 @@ async fn a_model_cooldown_ends_on_an_admin_clear_and_on_a_success_of_that_model(
 
 #[tokio::test]
 async fn concurrent_model_not_found_answers_escalate_the_model_cooldown_once() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &[KEYS[0], KEYS[3]]).await;
+    let (mock, base) = Mock::started().await;
+    let rota = spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0], KEYS[3]], ..Scenario::default() }).await;
     let gone = r#"{"error":{"message":"The model `gpt-4.1` does not exist or you do not have access to it.","code":"model_not_found"}}"#;
     // Eight requests in flight together, each answered 404 after the same short delay.
     let late_404 = Reply::After(std::time::Duration::from_millis(300), Box::new(Reply::Echo(404, gone)));
@@ -1520,9 +1525,8 @@ async fn concurrent_model_not_found_answers_escalate_the_model_cooldown_once() {
 
 #[tokio::test]
 async fn usage_stats_show_an_ended_window_reset_without_waiting_for_the_next_failure() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &[KEYS[0], KEYS[1]]).await;
+    let (mock, base) = Mock::started().await;
+    let rota = spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0], KEYS[1]], ..Scenario::default() }).await;
     let throttled = r#"{"error":{"message":"Rate limit reached","type":"rate_limit_error"}}"#;
     mock.script(KEYS[0].1, vec![Reply::Status(429, vec![("retry-after", "1".into())], throttled.into())]);
     assert_eq!(rota.chat(chat(), &[]).await.status(), 200);
@@ -1539,9 +1543,8 @@ async fn usage_stats_show_an_ended_window_reset_without_waiting_for_the_next_fai
 
 #[tokio::test]
 async fn two_models_cooling_on_one_profile_leave_a_third_model_served_by_it() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &[KEYS[0], KEYS[3]]).await;
+    let (mock, base) = Mock::started().await;
+    let rota = spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0], KEYS[3]], ..Scenario::default() }).await;
     let limited = || Reply::Status(429, vec![], r#"{"error":{"message":"Rate limit reached for requests"}}"#.into());
     let ask =
         |model: &str| json!({"model": format!("openai/{model}"), "messages": [{"role": "user", "content": "hi"}]});
@@ -1589,13 +1592,14 @@ async fn two_models_cooling_on_one_profile_leave_a_third_model_served_by_it() {
 
 #[tokio::test]
 async fn context_overflow_moves_to_the_context_fallbacks_instead_of_the_chain() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (mock, base) = Mock::started().await;
     let extra = r#"
 [models.context_fallbacks]
 "openai/gpt-4.1" = ["openai/o3"]
 "#;
-    let rota = Rota::start(&config(&base, extra), &[KEYS[0], KEYS[1], KEYS[3]]).await;
+    let rota =
+        spawn(Scenario { config: &config(&base, extra), keys: &[KEYS[0], KEYS[1], KEYS[3]], ..Scenario::default() })
+            .await;
     let overflow = |n: u32| {
         let body = format!(
             r#"{{"error":{{"message":"This model's maximum context length is {n} tokens","code":"context_length_exceeded"}}}}"#

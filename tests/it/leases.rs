@@ -2,36 +2,18 @@
 //! itself and reports, against rota in-process on a real SQLite file. For the same faults it
 //! must walk the same profiles and models, and leave the same rows, as the gateway.
 
-mod support;
-
+use crate::support::{self, AttemptRow, Mock, Reply, Rota, spawn};
 use serde_json::{Value, json};
 use std::time::Duration;
-use support::{Mock, Reply, Rota};
 
+/// The base config with its fallback and a short first-byte timeout; `extra` goes last, in
+/// `[timeouts]` until it opens a table.
 fn config(base: &str, extra: &str) -> String {
-    format!(
-        r#"
-[providers.openai]
-api = "openai"
-base_url = "{base}/v1"
-[providers.backup]
-api = "openai"
-base_url = "{base}/v1"
-[models]
-primary = "openai/gpt-4.1"
-fallbacks = ["backup/gpt-4.1-mini"]
-[timeouts]
-first_byte = "2s"
-{extra}
-"#
-    )
+    format!("{}[timeouts]\nfirst_byte = \"2s\"\n{extra}\n", support::config_with_backup(base))
 }
 
-const KEYS: [(&str, &str); 3] = [
-    ("openai:k1", "sk-lease-key-one-0001"),
-    ("openai:k2", "sk-lease-key-two-0002"),
-    ("backup:b1", "sk-lease-backup-0003"),
-];
+/// Two `openai` profiles and the `backup` one.
+const KEYS: [(&str, &str); 3] = [support::KEYS[0], support::KEYS[1], support::KEYS[3]];
 
 fn status(code: u16, headers: Vec<(&'static str, String)>, body: &str) -> Reply {
     Reply::Status(code, headers, body.to_string())
@@ -101,8 +83,13 @@ fn scenarios() -> Vec<Scenario> {
     ]
 }
 
-/// (kind, provider/model, profile, outcome, reason, http_status, cooldown set?) of an attempt.
-type AttemptLine = (String, String, Option<String>, String, Option<String>, Option<i64>, bool);
+/// An attempt, and whether it set a cooldown.
+#[derive(Debug, PartialEq, sqlx::FromRow)]
+struct AttemptLine {
+    #[sqlx(flatten)]
+    row: AttemptRow,
+    cooled: bool,
+}
 
 /// What a run leaves behind, to compare a gateway run with a lease run.
 #[derive(Debug, PartialEq)]
@@ -122,7 +109,8 @@ async fn trace(rota: &Rota, mock: &Mock, final_status: u16) -> Trace {
     rota.flush().await;
     let pool = rota.pool();
     let attempts = sqlx::query_as(
-        "SELECT kind, provider || '/' || model, profile_id, outcome, reason, http_status, cooldown_until IS NOT NULL
+        "SELECT kind, provider || '/' || model AS model, profile_id AS profile, outcome, reason, http_status AS status,
+                cooldown_until IS NOT NULL AS cooled
          FROM attempts ORDER BY seq",
     )
     .fetch_all(pool)
@@ -142,12 +130,6 @@ async fn trace(rota: &Rota, mock: &Mock, final_status: u16) -> Trace {
     Trace { upstream, attempts, request, stats, final_status }
 }
 
-fn chat_body() -> Value {
-    json!({"model": "openai/gpt-4.1", "messages": [{"role": "user", "content": "hi"}]})
-}
-
-/// The agent: lease, call the upstream with the leased credential, report, follow `next`.
-/// Returns the (kind, profile) of every lease and the final status (200, or the error's).
 async fn lease_loop(rota: &Rota, key: &str, lease_body: Value) -> (Vec<(String, String)>, u16) {
     let client = Rota::client();
     let (code, mut lease) = rota.api("POST", "/api/v1/leases", Some(key), Some(lease_body)).await;
@@ -158,7 +140,7 @@ async fn lease_loop(rota: &Rota, key: &str, lease_body: Value) -> (Vec<(String, 
     loop {
         seen.push((lease["kind"].as_str().unwrap().to_string(), lease["profile_id"].as_str().unwrap().to_string()));
         tokio::time::sleep(Duration::from_millis(lease["retry_in_ms"].as_u64().unwrap())).await;
-        let mut body = chat_body();
+        let mut body = support::chat();
         body["model"] = lease["model"].clone();
         let r = client
             .post(format!("{}/chat/completions", lease["base_url"].as_str().unwrap()))
@@ -198,21 +180,23 @@ const CONTEXT: &str = "[models.context_fallbacks]\n\"openai/gpt-4.1\" = [\"opena
 async fn an_agent_loop_over_leases_walks_and_records_exactly_what_the_gateway_does() {
     for s in scenarios() {
         // The gateway, with its own upstream and database.
-        let mock = Mock::default();
-        let base = mock.start().await;
-        let rota = Rota::start(&config(&base, CONTEXT), &KEYS).await;
+        let (mock, base) = Mock::started().await;
+        let rota =
+            spawn(support::Scenario { config: &config(&base, CONTEXT), keys: &KEYS, ..support::Scenario::default() })
+                .await;
         for (key, replies) in &s.script {
             mock.script(key, replies.clone());
         }
-        let r = rota.chat(chat_body(), &[]).await;
+        let r = rota.chat(support::chat(), &[]).await;
         let gateway_status = r.status().as_u16();
         let retry_after = r.headers().get("retry-after").map(|v| v.to_str().unwrap().to_string());
         let via_gateway = trace(&rota, &mock, gateway_status).await;
 
         // The same faults, through leases.
-        let mock = Mock::default();
-        let base = mock.start().await;
-        let rota = Rota::start(&config(&base, CONTEXT), &KEYS).await;
+        let (mock, base) = Mock::started().await;
+        let rota =
+            spawn(support::Scenario { config: &config(&base, CONTEXT), keys: &KEYS, ..support::Scenario::default() })
+                .await;
         for (key, replies) in &s.script {
             mock.script(key, replies.clone());
         }
@@ -220,8 +204,12 @@ async fn an_agent_loop_over_leases_walks_and_records_exactly_what_the_gateway_do
         let via_leases = trace(&rota, &mock, status).await;
 
         assert_eq!(via_leases, via_gateway, "scenario `{}`", s.name);
-        let kinds: Vec<(String, Option<String>)> =
-            via_leases.attempts.iter().filter(|a| a.0 != "skipped").map(|a| (a.0.clone(), a.2.clone())).collect();
+        let kinds: Vec<(String, Option<String>)> = via_leases
+            .attempts
+            .iter()
+            .filter(|a| a.row.kind != "skipped")
+            .map(|a| (a.row.kind.clone(), a.row.profile.clone()))
+            .collect();
         let leased: Vec<(String, Option<String>)> = leases.into_iter().map(|(k, p)| (k, Some(p))).collect();
         assert_eq!(leased, kinds, "scenario `{}`: one lease per attempt, in order", s.name);
         let api: String = sqlx::query_scalar("SELECT api FROM requests").fetch_one(rota.pool()).await.unwrap();
@@ -239,9 +227,9 @@ async fn an_agent_loop_over_leases_walks_and_records_exactly_what_the_gateway_do
 
 #[tokio::test]
 async fn the_exhausted_lease_walk_answers_429_with_retry_after_and_the_aggregated_message() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &KEYS).await;
+    let (_mock, base) = Mock::started().await;
+    let rota =
+        spawn(support::Scenario { config: &config(&base, ""), keys: &KEYS, ..support::Scenario::default() }).await;
     let (_, lease) = rota.api("POST", "/api/v1/leases", Some(&rota.agent_key), Some(json!({}))).await;
     assert_eq!(lease["profile_id"], "openai:k1", "no model: the configured primary");
     let report = |secs: u32| {
@@ -293,9 +281,13 @@ async fn stats(rota: &Rota) -> Vec<(String, Option<i64>, i64, i64, Option<i64>)>
 
 #[tokio::test]
 async fn refused_reports_change_nothing_and_say_why() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let rota = Rota::start(&config(&base, "[leases]\nttl = \"1s\""), &KEYS).await;
+    let (mock, base) = Mock::started().await;
+    let rota = spawn(support::Scenario {
+        config: &config(&base, "[leases]\nttl = \"1s\""),
+        keys: &KEYS,
+        ..support::Scenario::default()
+    })
+    .await;
     let key = rota.agent_key.clone();
     let ok = json!({"outcome": "success", "http_status": 200});
     // Unknown and malformed ids.
@@ -356,9 +348,9 @@ async fn refused_reports_change_nothing_and_say_why() {
 
 #[tokio::test]
 async fn sessions_pins_and_exclusions_work_as_in_the_gateway() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let rota = Rota::start(&config(&base, ""), &KEYS).await;
+    let (_mock, base) = Mock::started().await;
+    let rota =
+        spawn(support::Scenario { config: &config(&base, ""), keys: &KEYS, ..support::Scenario::default() }).await;
     let key = rota.agent_key.clone();
     let lease_and_succeed = |body: Value| {
         let rota = &rota;
@@ -398,9 +390,9 @@ async fn sessions_pins_and_exclusions_work_as_in_the_gateway() {
 
 #[tokio::test]
 async fn leases_outstanding_at_shutdown_are_audited_as_cancelled() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let mut rota = Rota::start(&config(&base, ""), &KEYS).await;
+    let (_mock, base) = Mock::started().await;
+    let mut rota =
+        spawn(support::Scenario { config: &config(&base, ""), keys: &KEYS, ..support::Scenario::default() }).await;
     let (code, lease) = rota.api("POST", "/api/v1/leases", Some(&rota.agent_key), Some(json!({}))).await;
     assert_eq!(code, 201);
     let before = stats(&rota).await;
@@ -419,15 +411,16 @@ async fn leases_outstanding_at_shutdown_are_audited_as_cancelled() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sixty_four_concurrent_leases_spread_evenly_over_four_profiles() {
-    let mock = Mock::default();
-    let base = mock.start().await;
+    let (_mock, base) = Mock::started().await;
     let keys = [
         ("openai:k1", "sk-a-0001"),
         ("openai:k2", "sk-b-0002"),
         ("openai:k3", "sk-c-0003"),
         ("openai:k4", "sk-d-0004"),
     ];
-    let rota = std::sync::Arc::new(Rota::start(&config(&base, ""), &keys).await);
+    let rota = std::sync::Arc::new(
+        spawn(support::Scenario { config: &config(&base, ""), keys: &keys, ..support::Scenario::default() }).await,
+    );
     let tasks: Vec<_> = (0..64)
         .map(|_| {
             let rota = rota.clone();

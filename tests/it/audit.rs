@@ -1,18 +1,12 @@
 //! Every query of docs/audit.md, run in order against a database filled by real gateway traffic,
 //! returns the rows the traffic implies, on SQLite and on PostgreSQL alike.
 
-mod support;
-
+use crate::support::{self, ANTHROPIC_KEY, Db, Mock, Reply, Rota, Scenario, spawn};
 use serde_json::json;
 use sqlx::Row;
-use support::{Db, Mock, Reply, Rota};
 
-const KEYS: [(&str, &str); 4] = [
-    ("openai:k1", "sk-test-key-one-0001"),
-    ("openai:k2", "sk-test-key-two-0002"),
-    ("backup:b1", "sk-test-backup-0004"),
-    ("anthropic:main", "sk-ant-test-0005"),
-];
+/// Two `openai` profiles, the `backup` one and an `anthropic` one.
+const KEYS: [(&str, &str); 4] = [support::KEYS[0], support::KEYS[1], support::KEYS[3], ANTHROPIC_KEY];
 
 fn queries() -> Vec<String> {
     let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/audit.md")).unwrap();
@@ -67,7 +61,7 @@ async fn every_query_in_the_audit_guide_returns_the_rows_of_the_traffic() {
 
 #[tokio::test]
 async fn every_query_in_the_audit_guide_returns_the_same_rows_on_postgres() {
-    let url = support::postgres_database().await;
+    let url = crate::support::postgres_database().await;
     let _rota = traffic(Db::Postgres(url.clone())).await;
     let pool = sqlx::PgPool::connect(&url).await.unwrap();
     for (i, sql) in queries().iter().enumerate() {
@@ -86,25 +80,9 @@ async fn every_query_in_the_audit_guide_returns_the_same_rows_on_postgres() {
 /// after k2's 429; R3 by the fallback model after k1 is overloaded three times; R4 by the
 /// fallback after k2 says gpt-9 does not exist; R5 fails: the Anthropic key has no credits.
 async fn traffic(db: Db) -> Rota {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let config = format!(
-        r#"
-[providers.openai]
-api = "openai"
-base_url = "{base}/v1"
-[providers.backup]
-api = "openai"
-base_url = "{base}/v1"
-[providers.anthropic]
-api = "anthropic"
-base_url = "{base}"
-[models]
-primary = "openai/gpt-4.1"
-fallbacks = ["backup/gpt-4.1-mini"]
-"#
-    );
-    let rota = Rota::start_on(db, &config, &KEYS, &[]).await;
+    let (mock, base) = Mock::started().await;
+    let config = format!("{}{}", support::config_with_backup(&base), support::anthropic_provider(&base));
+    let rota = spawn(Scenario { config: &config, keys: &KEYS, db, ..Scenario::default() }).await;
     let chat = |model: &str| json!({"model": model, "messages": [{"role": "user", "content": "hi"}]});
     let status = |code: u16, body: &str| Reply::Status(code, vec![], body.to_string());
     let limited =
@@ -216,7 +194,7 @@ async fn an_sqlite_deployment_copied_into_postgres_keeps_its_state_its_audit_log
     let text = std::fs::read_to_string(old.dir.path().join("rota.toml")).unwrap();
     let (first, rest) = text.split_once("\nurl = ").unwrap();
     let (sqlite_url, rest) = rest.split_once('\n').unwrap();
-    let pg = support::postgres_database().await;
+    let pg = crate::support::postgres_database().await;
     let key_file = old.dir.path().join("rota.key");
     let new = tempfile::tempdir().unwrap();
     let config = new.path().join("rota.toml");
@@ -263,7 +241,7 @@ async fn an_sqlite_deployment_copied_into_postgres_keeps_its_state_its_audit_log
     let now = chrono::Utc::now().timestamp_millis();
     let k1: rota::engine::ProfileId = "openai:k1".parse().unwrap();
     assert!(moved.app_flush.0.stats(&k1).unwrap().blocked_until("gpt-4.1", now).is_some(), "k1 still cooling");
-    let r = moved.chat(json!({"model": "openai/gpt-4.1", "messages": [{"role": "user", "content": "hi"}]}), &[]).await;
+    let r = moved.chat(support::chat(), &[]).await;
     assert_eq!(r.status(), 200);
 }
 
@@ -271,12 +249,9 @@ async fn an_sqlite_deployment_copied_into_postgres_keeps_its_state_its_audit_log
 /// one `audit.prune_every`, keeping their daily roll-up and every newer row.
 #[tokio::test]
 async fn rows_past_the_retention_are_rolled_up_and_gone_after_one_prune_cycle() {
-    let mock = Mock::default();
-    let base = mock.start().await;
-    let config = format!(
-        "[providers.openai]\napi = \"openai\"\nbase_url = \"{base}/v1\"\n[models]\nprimary = \"openai/gpt-4.1\"\n[audit]\nretention = \"7d\"\nprune_every = \"1s\"\n"
-    );
-    let rota = Rota::start_on(Db::Sqlite, &config, &KEYS[..1], &[]).await;
+    let (_mock, base) = Mock::started().await;
+    let config = format!("{}[audit]\nretention = \"7d\"\nprune_every = \"1s\"\n", support::config(&base));
+    let rota = spawn(Scenario { config: &config, keys: &KEYS[..1], ..Scenario::default() }).await;
     let old = chrono::Utc::now().timestamp_millis() - 8 * 86_400_000;
     sqlx::query(
         "INSERT INTO requests (id, agent, api, status, attempts, started_at, duration_ms, stream)
@@ -294,8 +269,7 @@ async fn rows_past_the_retention_are_rolled_up_and_gone_after_one_prune_cycle() 
     .execute(rota.pool())
     .await
     .unwrap();
-    let served =
-        rota.chat(json!({"model": "openai/gpt-4.1", "messages": [{"role": "user", "content": "hi"}]}), &[]).await;
+    let served = rota.chat(support::chat(), &[]).await;
     assert_eq!(served.status(), 200);
     rota.flush().await;
 

@@ -1,6 +1,6 @@
-//! Test support: a fault-injecting upstream that answers per API key, and rota started
-//! in-process on a real SQLite file or a real PostgreSQL database.
-#![allow(dead_code)]
+//! Test support: a fault-injecting upstream that answers per API key (`Mock`), the base config,
+//! API keys and request the tests start from (`config`, `KEYS`, `chat`), and rota started
+//! in-process on a real SQLite file or a real PostgreSQL database (`spawn`).
 
 use axum::body::Body;
 use axum::extract::State;
@@ -121,7 +121,14 @@ impl Mock {
         self.seen().into_iter().map(|s| s.key).collect()
     }
 
-    pub async fn start(&self) -> String {
+    /// A new mock, serving on loopback: it and its URL.
+    pub async fn started() -> (Mock, String) {
+        let mock = Mock::default();
+        let url = mock.start().await;
+        (mock, url)
+    }
+
+    async fn start(&self) -> String {
         let app = axum::Router::new()
             .route("/v1/chat/completions", post(answer))
             .route("/v1/messages", post(answer))
@@ -388,6 +395,44 @@ fn sse(reply: Reply, anthropic: bool, mock: Mock) -> Response {
     r
 }
 
+/// The config every in-process test starts from: the provider `openai` at the mock (`base`)
+/// and `openai/gpt-4.1` as the primary model. It ends inside `[models]`, so a variation may add
+/// model keys right after it, then its own tables.
+pub fn config(base: &str) -> String {
+    format!("[providers.openai]\napi = \"openai\"\nbase_url = \"{base}/v1\"\n[models]\nprimary = \"openai/gpt-4.1\"\n")
+}
+
+/// The base config with the fallback most tests walk to: `backup/gpt-4.1-mini`, on a second
+/// OpenAI-API provider `backup` at the same mock. It ends after a table of its own.
+pub fn config_with_backup(base: &str) -> String {
+    format!(
+        "{}fallbacks = [\"backup/gpt-4.1-mini\"]\n[providers.backup]\napi = \"openai\"\nbase_url = \"{base}/v1\"\n",
+        config(base)
+    )
+}
+
+/// The provider `anthropic` (Anthropic's API) at the mock, a table to add to a config.
+pub fn anthropic_provider(base: &str) -> String {
+    format!("[providers.anthropic]\napi = \"anthropic\"\nbase_url = \"{base}\"\n")
+}
+
+/// The API keys the tests give rota: three `openai` profiles and one `backup` profile, each
+/// with the secret the mock sees.
+pub const KEYS: [(&str, &str); 4] = [
+    ("openai:k1", "sk-test-key-one-0001"),
+    ("openai:k2", "sk-test-key-two-0002"),
+    ("openai:k3", "sk-test-key-three-0003"),
+    ("backup:b1", "sk-test-backup-0004"),
+];
+
+/// The API key of an `anthropic` profile.
+pub const ANTHROPIC_KEY: (&str, &str) = ("anthropic:main", "sk-ant-test-0005");
+
+/// The request most tests send: `openai/gpt-4.1`, one user message.
+pub fn chat() -> Value {
+    json!({"model": "openai/gpt-4.1", "messages": [{"role": "user", "content": "hi"}]})
+}
+
 /// A provider `corp` in front of the mock at `base`, with OAuth settings whose token endpoint
 /// is the mock's (`Mock::token_endpoint`), and `corp/m` as the primary model.
 pub fn oauth_provider(base: &str) -> String {
@@ -404,6 +449,18 @@ client_id = "rota-test"
 primary = "corp/m"
 "#
     )
+}
+
+/// The `rota` binary, with `ROTA_LOG=warn` and none of the caller's other `ROTA_*` variables.
+pub fn rota_command() -> std::process::Command {
+    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_rota"));
+    c.env("ROTA_LOG", "warn");
+    for (k, _) in std::env::vars() {
+        if k.starts_with("ROTA_") && k != "ROTA_LOG" {
+            c.env_remove(k);
+        }
+    }
+    c
 }
 
 /// A fresh, empty database on the throwaway PostgreSQL server that `scripts/test.sh` starts
@@ -427,12 +484,106 @@ pub async fn postgres_database() -> String {
     url.to_string()
 }
 
+/// One `attempts` row as the tests compare it.
+#[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
+pub struct AttemptRow {
+    pub kind: String,
+    /// `provider/model`.
+    pub model: String,
+    pub profile: Option<String>,
+    pub outcome: String,
+    pub reason: Option<String>,
+    /// The upstream's HTTP status.
+    pub status: Option<i64>,
+}
+
+/// The `AttemptRow` the test expects.
+pub fn row(
+    kind: &str,
+    model: &str,
+    profile: Option<&str>,
+    outcome: &str,
+    reason: Option<&str>,
+    status: Option<i64>,
+) -> AttemptRow {
+    AttemptRow {
+        kind: kind.into(),
+        model: model.into(),
+        profile: profile.map(str::to_string),
+        outcome: outcome.into(),
+        reason: reason.map(str::to_string),
+        status,
+    }
+}
+
+/// What a test starts rota with (`spawn`).
+#[derive(Default)]
+pub struct Scenario<'a> {
+    /// TOML without `[database]`.
+    pub config: &'a str,
+    /// API-key profiles, `(id, secret)`, in priority order.
+    pub keys: &'a [(&'a str, &'a str)],
+    /// OAuth profiles, `(id, access token, refresh token)`, the access token valid for a day.
+    pub oauth: &'a [(&'a str, &'a str, &'a str)],
+    pub db: Db,
+}
+
+/// rota, in-process, as the scenario says, with an agent `tester` and an admin agent `admin`.
+pub async fn spawn(scenario: Scenario<'_>) -> Rota {
+    Rota::start(scenario).await
+}
+
 /// Where a test's rota keeps its state.
+#[derive(Default)]
 pub enum Db {
     /// `rota.db` in the instance's temporary folder.
+    #[default]
     Sqlite,
     /// A PostgreSQL URL.
     Postgres(String),
+}
+
+/// The fault cases (`faults`) load both cores for seconds at a time, as they did in a test binary
+/// of their own: while one runs, no other test's rota does. Every `Rota` and every CLI test's
+/// directory holds a `Share`; a fault case waits, `Alone`, until none is held, and a new share
+/// waits for the case to end. A test that holds a share never waits for another.
+static GATE: (std::sync::Mutex<(usize, bool)>, std::sync::Condvar) =
+    (std::sync::Mutex::new((0, false)), std::sync::Condvar::new());
+
+/// A test's part of the process, taken from the fault cases (`GATE`).
+pub struct Share(());
+
+impl Share {
+    pub fn take() -> Share {
+        let mut st = GATE.1.wait_while(GATE.0.lock().unwrap(), |(_, alone)| *alone).unwrap();
+        st.0 += 1;
+        Share(())
+    }
+}
+
+impl Drop for Share {
+    fn drop(&mut self) {
+        GATE.0.lock().unwrap().0 -= 1;
+        GATE.1.notify_all();
+    }
+}
+
+/// The whole process, for one fault case (`GATE`).
+pub struct Alone(());
+
+impl Alone {
+    pub fn take() -> Alone {
+        let mut st = GATE.1.wait_while(GATE.0.lock().unwrap(), |(shares, alone)| *shares > 0 || *alone).unwrap();
+        st.1 = true;
+        Alone(())
+    }
+}
+
+impl Drop for Alone {
+    fn drop(&mut self) {
+        GATE.0.lock().unwrap().1 = false;
+        GATE.1.notify_all();
+    }
 }
 
 /// rota, in-process, on a real SQLite file in a temporary folder (or a PostgreSQL database).
@@ -449,22 +600,11 @@ pub struct Rota {
     pub dir: Arc<tempfile::TempDir>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     done: Option<tokio::task::JoinHandle<()>>,
+    _share: Share,
 }
 
 impl Rota {
-    /// `config` is TOML without `[database]`; `profiles` are `(id, secret)` API keys.
-    pub async fn start(config: &str, profiles: &[(&str, &str)]) -> Rota {
-        Self::start_with(config, profiles, &[]).await
-    }
-
-    /// Like `start`, with OAuth profiles too: `(id, access token, refresh token)`, the access
-    /// token valid for a day.
-    pub async fn start_with(config: &str, profiles: &[(&str, &str)], oauth: &[(&str, &str, &str)]) -> Rota {
-        Self::start_on(Db::Sqlite, config, profiles, oauth).await
-    }
-
-    /// Like `start_with`, on the given database.
-    pub async fn start_on(db: Db, config: &str, profiles: &[(&str, &str)], oauth: &[(&str, &str, &str)]) -> Rota {
+    async fn start(Scenario { config, keys: profiles, oauth, db }: Scenario<'_>) -> Rota {
         let dir = tempfile::tempdir().unwrap();
         let text = match db {
             Db::Sqlite => format!("[database]\nurl = \"sqlite://{}\"\n{config}", dir.path().join("rota.db").display()),
@@ -534,6 +674,7 @@ impl Rota {
         (agent_key, admin_key): (String, String),
         store: Arc<dyn Store>,
     ) -> Rota {
+        let share = Share::take();
         let file = dir.path().join("rota.toml");
         let (config, _) = Config::load(Some(&file)).unwrap_or_else(|e| panic!("{e}"));
         let sqlite = match config.database().unwrap() {
@@ -556,7 +697,18 @@ impl Rota {
             .await
             .unwrap()
         });
-        Rota { url, agent_key, admin_key, store, sqlite, app_flush, dir, stop: Some(stop), done: Some(done) }
+        Rota {
+            url,
+            agent_key,
+            admin_key,
+            store,
+            sqlite,
+            app_flush,
+            dir,
+            stop: Some(stop),
+            done: Some(done),
+            _share: share,
+        }
     }
 
     /// The SQLite file's pool (tests that read the database with SQLite's SQL).
@@ -604,11 +756,12 @@ impl Rota {
             .unwrap()
     }
 
-    /// `attempts` rows as `(kind, provider/model, profile, outcome, reason, http_status)`.
-    pub async fn attempts(&self) -> Vec<(String, String, Option<String>, String, Option<String>, Option<i64>)> {
+    /// The `attempts` rows, in the order they were made.
+    pub async fn attempts(&self) -> Vec<AttemptRow> {
         self.flush().await;
         sqlx::query_as(
-            "SELECT kind, provider || '/' || model, profile_id, outcome, reason, http_status FROM attempts ORDER BY started_at, request_id, seq",
+            "SELECT kind, provider || '/' || model AS model, profile_id AS profile, outcome, reason, http_status AS status
+             FROM attempts ORDER BY started_at, request_id, seq",
         )
         .fetch_all(self.pool())
         .await

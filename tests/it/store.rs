@@ -2,8 +2,6 @@
 //! exactly, concurrent updates lose nothing, migrations are idempotent, and secrets never reach
 //! the file in plaintext.
 
-mod support;
-
 use rota::book::Book;
 use rota::config::{Config, DatabaseTarget};
 use rota::engine::{Change, Failure, ProfileId, ProfileType, Reason, Until};
@@ -151,7 +149,8 @@ async fn three_instances_times_two_hundred_concurrent_failures_on_one_sqlite_fil
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_instances_times_two_hundred_concurrent_failures_on_one_postgres_database_lose_nothing() {
-    three_instances_times_two_hundred_failures(DatabaseTarget::Postgres(support::postgres_database().await)).await;
+    three_instances_times_two_hundred_failures(DatabaseTarget::Postgres(crate::support::postgres_database().await))
+        .await;
 }
 
 async fn three_instances_times_two_hundred_failures(target: DatabaseTarget) {
@@ -347,7 +346,7 @@ async fn only_active_agents_are_listed_with_their_key_digest() {
 
 #[tokio::test]
 async fn postgres_over_tls_verifies_the_server_certificate() {
-    let url = support::postgres_database().await;
+    let url = crate::support::postgres_database().await;
     let ca = std::env::var("ROTA_TEST_PG_CA").expect("ROTA_TEST_PG_CA: the test server's certificate");
     let verified = format!("{url}?sslmode=verify-full&sslrootcert={ca}");
     let store = rota::store::PgStore::open(&verified).await.unwrap();
@@ -441,7 +440,7 @@ async fn pruning_rolls_old_audit_rows_up_per_day_then_deletes_them_on_sqlite() {
 
 #[tokio::test]
 async fn pruning_rolls_old_audit_rows_up_per_day_then_deletes_them_on_postgres() {
-    pruning_rolls_old_rows_up(DatabaseTarget::Postgres(support::postgres_database().await)).await;
+    pruning_rolls_old_rows_up(DatabaseTarget::Postgres(crate::support::postgres_database().await)).await;
 }
 
 async fn pruning_rolls_old_rows_up(target: DatabaseTarget) {
@@ -507,7 +506,7 @@ async fn an_oauth_login_is_matched_by_its_subject_on_sqlite() {
 
 #[tokio::test]
 async fn an_oauth_login_is_matched_by_its_subject_on_postgres() {
-    logins_are_matched_by_subject(DatabaseTarget::Postgres(support::postgres_database().await)).await;
+    logins_are_matched_by_subject(DatabaseTarget::Postgres(crate::support::postgres_database().await)).await;
 }
 
 /// `save_login` with subjects: the same subject updates its profile (and a copy to the other

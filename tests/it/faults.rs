@@ -6,8 +6,7 @@
 //! The unwritable database is real: `chattr +i` on the database, its `-wal` and `-shm` and
 //! their directory (root on ext4, as on these machines; the case says so when it cannot).
 
-mod support;
-
+use crate::support::{Mock, Reply};
 use serde_json::{Value, json};
 use sqlx::ConnectOptions;
 use std::collections::HashSet;
@@ -17,7 +16,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use support::{Mock, Reply};
 
 /// The cases share two cores: one at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -41,8 +39,7 @@ struct Site {
 impl Site {
     /// A site whose providers are a fresh mock upstream, and that mock.
     async fn on_mock(extra: &str) -> (Mock, Site) {
-        let mock = Mock::default();
-        let upstream = mock.start().await;
+        let (mock, upstream) = Mock::started().await;
         (mock, Site::new(&upstream, extra).await)
     }
 
@@ -70,13 +67,8 @@ impl Site {
     }
 
     fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_rota"));
-        c.args(args).current_dir(self.dir.path()).env("ROTA_LOG", "warn");
-        for (k, _) in std::env::vars() {
-            if k.starts_with("ROTA_") && k != "ROTA_LOG" {
-                c.env_remove(k);
-            }
-        }
+        let mut c = crate::support::rota_command();
+        c.args(args).current_dir(self.dir.path());
         for i in 0..PROFILES {
             c.env(format!("FAULT_K{i}"), format!("sk-fault-{i}"));
         }
@@ -211,7 +203,7 @@ impl Drop for Server {
 }
 
 fn client() -> reqwest::Client {
-    support::Rota::client()
+    crate::support::Rota::client()
 }
 
 /// A request the client got an answer to.
@@ -321,6 +313,7 @@ async fn assert_nothing_lost_uncounted(site: &Site, server: &Server, answered: &
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unwritable_database_loses_nothing_uncounted_and_writes_resume() {
     let _one = SERIAL.lock().await;
+    let _alone = crate::support::Alone::take();
     let (_mock, site) = Site::on_mock("[audit]\nqueue = 20000\n").await;
     let server = site.serve();
     let load = Load::start(&server.url, &site.agent);
@@ -352,6 +345,7 @@ async fn an_unwritable_database_loses_nothing_uncounted_and_writes_resume() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writer_blocked_by_an_auditor_sheds_exactly_what_it_counts() {
     let _one = SERIAL.lock().await;
+    let _alone = crate::support::Alone::take();
     let (_mock, site) = Site::on_mock("[audit]\nqueue = 2000\n").await;
     let server = site.serve();
     let load = Load::start(&server.url, &site.agent);
@@ -378,6 +372,7 @@ async fn a_writer_blocked_by_an_auditor_sheds_exactly_what_it_counts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_wal_shrinks_back_under_its_limit_after_a_long_reader() {
     let _one = SERIAL.lock().await;
+    let _alone = crate::support::Alone::take();
     let (_mock, site) = Site::on_mock("[database]\nwal_limit_mb = 1\ncheckpoint_every = \"2s\"\n").await;
     let server = site.serve();
     let load = Load::start(&server.url, &site.agent);
@@ -416,6 +411,7 @@ async fn the_wal_shrinks_back_under_its_limit_after_a_long_reader() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_under_load_keeps_every_cooldown_and_loses_at_most_the_window() {
     let _one = SERIAL.lock().await;
+    let _alone = crate::support::Alone::take();
     let (mock, site) = Site::on_mock("").await;
     let kills = 10;
     let mut worst = Duration::ZERO;
@@ -481,6 +477,7 @@ async fn sigkill_under_load_keeps_every_cooldown_and_loses_at_most_the_window() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_cuts_an_endless_stream_after_the_grace_and_audits_it_cancelled() {
     let _one = SERIAL.lock().await;
+    let _alone = crate::support::Alone::take();
     let (mock, site) = Site::on_mock("[server]\nshutdown_grace = \"2s\"\n").await;
     let mut server = site.serve();
     mock.script("sk-fault-0", vec![Reply::StreamStallAfterFirst]);
@@ -516,6 +513,7 @@ async fn sigterm_cuts_an_endless_stream_after_the_grace_and_audits_it_cancelled(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_doors_close_on_slow_and_idle_clients_and_healthz_still_answers() {
     let _one = SERIAL.lock().await;
+    let _alone = crate::support::Alone::take();
     #[cfg(unix)]
     rlimit::increase_nofile_limit(u64::MAX).unwrap();
     let (_mock, site) = Site::on_mock("[server]\nheader_timeout = \"1s\"\nbody_timeout = \"1s\"\n").await;

@@ -1,0 +1,17 @@
+//! The integration tests, in one binary (one link of the crate and its dependencies, one
+//! compile of `support`). Each module is one area; `cargo test --test it <module>::` runs one.
+
+mod support;
+
+mod admin;
+mod audit;
+mod classification_samples;
+mod cli;
+mod doors;
+mod faults;
+mod fleet;
+mod gateway;
+mod hostile;
+mod leases;
+mod store;
+mod translation;
