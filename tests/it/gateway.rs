@@ -36,6 +36,29 @@ async fn lru_rotation_spreads_six_requests_over_three_keys() {
     assert_eq!(rota.scalar("SELECT SUM(success_count) FROM usage_stats").await, Some(6));
 }
 
+/// The request id is rota's own whatever the client sends: it is the answer's `x-request-id`
+/// and the audit rows' id, so a client cannot choose (or collide with) another request's id.
+#[tokio::test]
+async fn the_request_id_is_rotas_own_not_the_clients() {
+    let (_mock, base) = Mock::started().await;
+    let rota = spawn(Scenario { config: &config(&base, ""), keys: &KEYS[..1], ..Scenario::default() }).await;
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let r = rota.chat(chat(), &[("x-request-id", "chosen-by-the-client")]).await;
+        assert_eq!(r.status(), 200);
+        let id = r.headers()["x-request-id"].to_str().unwrap().to_string();
+        assert!(uuid::Uuid::parse_str(&id).is_ok(), "{id}");
+        ids.push(id);
+    }
+    assert_ne!(ids[0], ids[1]);
+    rota.flush().await;
+    let mut rows: Vec<String> =
+        sqlx::query_scalar("SELECT request_id FROM attempts").fetch_all(rota.pool()).await.unwrap();
+    rows.sort();
+    ids.sort();
+    assert_eq!(rows, ids);
+}
+
 /// A provider with more profiles than a request takes at once from the rotation index (8):
 /// when the first ones all fail, the walk asks for the next ones and keeps rotating on the same
 /// model instead of falling back.

@@ -12,6 +12,7 @@ mod faults;
 mod fleet;
 mod gateway;
 mod hostile;
+mod layers;
 mod leases;
 mod store;
 mod translation;
