@@ -5,9 +5,10 @@
 
 use crate::engine::chain::{self, ChainRequest, Routing, VirtualModel};
 use crate::engine::classify::Rule;
+use crate::engine::duration::deserialize as duration;
 use crate::engine::order::Rotation;
 use crate::engine::profile::valid_provider_name;
-use crate::engine::{CooldownPolicy, ProfileId, ProfileType};
+use crate::engine::{BillingLane, CooldownLane, CooldownPolicy, Millis, ProfileId, ProfileType, RefreshWindow};
 use figment::Figment;
 use figment::providers::{Env, Format, Toml};
 use secrecy::{ExposeSecret, SecretString};
@@ -63,10 +64,12 @@ pub struct Config {
     pub virtual_models: HashMap<String, VirtualModel>,
     #[serde(default)]
     pub agents: BTreeMap<String, Agent>,
+    /// The cooldown and billing lanes: the engine's types, whose defaults are
+    /// `CooldownPolicy::default()`'s.
     #[serde(default)]
-    pub cooldown: Cooldown,
+    pub cooldown: CooldownLane,
     #[serde(default)]
-    pub billing: Billing,
+    pub billing: BillingLane,
     #[serde(default)]
     pub rotation: RotationConfig,
     #[serde(default)]
@@ -144,6 +147,13 @@ pub struct Refresh {
 impl Default for Refresh {
     fn default() -> Self {
         Refresh { lead: d300s() }
+    }
+}
+
+impl Refresh {
+    /// The refresh window of an access token that expires at `expires_at`.
+    pub fn window(&self, expires_at: Millis) -> RefreshWindow {
+        RefreshWindow { expires_at, lead: self.lead.as_millis() as Millis }
     }
 }
 
@@ -476,75 +486,11 @@ pub struct Agent {
     pub trusted: bool,
 }
 
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Cooldown {
-    #[serde(default = "d60s", deserialize_with = "duration")]
-    pub base: Duration,
-    #[serde(default = "five")]
-    pub factor: u32,
-    #[serde(default = "d1h", deserialize_with = "duration")]
-    pub max: Duration,
-    #[serde(default = "d10m", deserialize_with = "duration")]
-    pub failure_window: Duration,
-    #[serde(default = "d6h", deserialize_with = "duration")]
-    pub hint_max: Duration,
-}
-
-impl Default for Cooldown {
-    fn default() -> Self {
-        Cooldown { base: d60s(), factor: five(), max: d1h(), failure_window: d10m(), hint_max: d6h() }
-    }
-}
-
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Billing {
-    #[serde(default = "d1h", deserialize_with = "duration")]
-    pub base: Duration,
-    #[serde(default = "d24h", deserialize_with = "duration")]
-    pub max: Duration,
-}
-
-impl Default for Billing {
-    fn default() -> Self {
-        Billing { base: d1h(), max: d24h() }
-    }
-}
-
 fn d60s() -> Duration {
     Duration::from_secs(60)
 }
 fn d1h() -> Duration {
     Duration::from_secs(3600)
-}
-fn d10m() -> Duration {
-    Duration::from_secs(600)
-}
-fn d6h() -> Duration {
-    Duration::from_secs(6 * 3600)
-}
-fn d24h() -> Duration {
-    Duration::from_secs(24 * 3600)
-}
-fn five() -> u32 {
-    5
-}
-
-/// `"60s"`, `"5m"`, `"1h30m"`, or a number of seconds.
-fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Raw {
-        Secs(u64),
-        Text(String),
-    }
-    match Raw::deserialize(d)? {
-        Raw::Secs(s) => Ok(Duration::from_secs(s)),
-        Raw::Text(t) => humantime::parse_duration(t.trim()).map_err(|e| {
-            serde::de::Error::custom(format!("invalid duration `{t}` ({e}); write e.g. \"90s\", \"5m\" or \"1h\""))
-        }),
-    }
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -629,16 +575,9 @@ impl Config {
         Figment::new().merge(Toml::string(text)).extract().map_err(|e| ConfigError(describe(e)))
     }
 
+    /// `[cooldown]` and `[billing]` as the engine takes them.
     pub fn cooldown_policy(&self) -> CooldownPolicy {
-        CooldownPolicy {
-            base: self.cooldown.base,
-            factor: self.cooldown.factor,
-            max: self.cooldown.max,
-            failure_window: self.cooldown.failure_window,
-            hint_max: self.cooldown.hint_max,
-            billing_base: self.billing.base,
-            billing_max: self.billing.max,
-        }
+        CooldownPolicy { cooldown: self.cooldown.clone(), billing: self.billing.clone() }
     }
 
     /// Profiles declared in the file for `provider`, sorted by id.

@@ -108,9 +108,8 @@ impl Refresher {
         cred: &Credential,
     ) -> Result<Option<Credential>, RefreshFailure> {
         let Credential::OAuth { access, .. } = cred else { return Ok(None) };
-        let lead = config.refresh.lead.as_millis() as Millis;
         let expires = self.book.tokens(id).and_then(|t| t.1);
-        if access.is_some() && expires.is_none_or(|e| e - self.clock.now() > lead) {
+        if access.is_some() && expires.is_none_or(|e| !config.refresh.window(e).active(self.clock.now())) {
             return Ok(None);
         }
         self.refresh(config, id, access_of(cred).as_deref()).await.map(Some)
@@ -142,8 +141,8 @@ impl Refresher {
         // revoking the whole grant).
         if let Some(stored) = self.reread(id, version.as_deref()).await {
             (cred, expires, version) = self.book.tokens(id).unwrap_or((stored, expires, version));
-            let lead = config.refresh.lead.as_millis() as Millis;
-            if expires.is_some_and(|e| e - self.clock.now() > lead) && access_of(&cred).as_deref() != seen {
+            let fresh = expires.is_some_and(|e| !config.refresh.window(e).active(self.clock.now()));
+            if fresh && access_of(&cred).as_deref() != seen {
                 tracing::info!(profile = %id, "a sibling had refreshed the tokens: using the stored ones");
                 return Ok(cred);
             }

@@ -48,12 +48,11 @@ impl Status {
             return Status::Unusable { why: why_text(why).to_string() };
         }
         let s = &view.stats;
-        if let Some(d) = s.disabled.as_ref().filter(|d| d.until.is_none_or(|u| now < u)) {
+        if let Some(d) = s.active_disabled(now) {
             return Status::Disabled { until: d.until, reason: d.reason };
         }
         let active = s.active_cooldowns(now);
-        let Some(head) = active.iter().find(|c| model.is_none_or(|m| c.model.as_deref().is_none_or(|cm| cm == m)))
-        else {
+        let Some(head) = active.iter().find(|c| model.is_none_or(|m| c.applies_to(m))) else {
             return Status::Usable;
         };
         let windows =
@@ -109,12 +108,9 @@ pub fn left(ms: Millis) -> String {
     }
 }
 
-/// `Until` as a stored value: `None` for "until cleared".
+/// `Until` as a stored value: `None` for "until cleared" (`Until::at`).
 pub fn until_ms(u: Until) -> Option<Millis> {
-    match u {
-        Until::At(t) => Some(t),
-        Until::Cleared => None,
-    }
+    u.at()
 }
 
 #[cfg(test)]

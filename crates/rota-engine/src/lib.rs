@@ -4,6 +4,7 @@
 pub mod aggregate;
 pub mod chain;
 pub mod classify;
+pub mod duration;
 pub mod gate;
 pub mod hints;
 pub mod order;
@@ -12,10 +13,11 @@ pub mod reason;
 pub mod recent;
 pub mod stats;
 
-pub use profile::{BadProfileId, ProfileId, ProfileType, ProfileView, Unusable, Views};
+pub use profile::{BadProfileId, ProfileId, ProfileType, ProfileView, RefreshWindow, Unusable, Views};
 pub use reason::{Mark, Next, Reason};
 pub use stats::{
-    Change, Cooldown, CooldownPolicy, Disabled, Failure, ModelChange, ModelCooldown, Until, Unwritten, UsageStats,
+    BillingLane, Change, Cooldown, CooldownLane, CooldownPolicy, Disabled, Failure, ModelChange, ModelCooldown, Until,
+    Unwritten, UsageStats,
 };
 
 /// Unix time in milliseconds, the unit of every stored time.

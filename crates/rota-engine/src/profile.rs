@@ -171,9 +171,36 @@ impl ProfileView {
     }
 }
 
+/// An OAuth access token's refresh window (`refresh.lead`, SPEC §8): from `lead` before it
+/// expires on. A token inside it is refreshed before it is used; one before it is fresh.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RefreshWindow {
+    /// When the access token expires.
+    pub expires_at: Millis,
+    /// How long before `expires_at` the window opens.
+    pub lead: Millis,
+}
+
+impl RefreshWindow {
+    /// Whether the token is due for a refresh at `now`: `lead` or less is left of it (or it
+    /// has expired).
+    pub fn active(&self, now: Millis) -> bool {
+        self.expires_at - now <= self.lead
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_token_is_due_for_refresh_from_lead_before_it_expires() {
+        let w = RefreshWindow { expires_at: 1_000_000, lead: 300_000 };
+        assert!(!w.active(699_999), "more than the lead left: fresh");
+        assert!(w.active(700_000), "exactly the lead left: due");
+        assert!(w.active(1_000_000) && w.active(2_000_000), "expired: due");
+        assert!(RefreshWindow { lead: 0, ..w }.active(1_000_000));
+    }
 
     #[test]
     fn profile_id_splits_at_the_first_colon() {

@@ -8,30 +8,68 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-/// Durations of the two lanes. Defaults are SPEC §3's; every one is configurable.
-#[derive(Clone, Debug, PartialEq)]
+/// Durations of the two lanes: the config's `[cooldown]` and `[billing]` tables, which
+/// deserialize straight into it (a table or key left out takes its default). The defaults are
+/// SPEC §3's, written once, in `impl Default`; every one is configurable.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(default)]
 pub struct CooldownPolicy {
+    pub cooldown: CooldownLane,
+    pub billing: BillingLane,
+}
+
+/// `[cooldown]`: the cooldown lane's ladder, the failure window and the longest hint honoured.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CooldownLane {
+    #[serde(deserialize_with = "crate::duration::deserialize")]
     pub base: Duration,
     pub factor: u32,
+    #[serde(deserialize_with = "crate::duration::deserialize")]
     pub max: Duration,
+    #[serde(deserialize_with = "crate::duration::deserialize")]
     pub failure_window: Duration,
     /// Longest provider hint honoured; longer hints are clamped to it.
+    #[serde(deserialize_with = "crate::duration::deserialize")]
     pub hint_max: Duration,
-    pub billing_base: Duration,
-    pub billing_max: Duration,
+}
+
+/// `[billing]`: the billing lane's doubling.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BillingLane {
+    #[serde(deserialize_with = "crate::duration::deserialize")]
+    pub base: Duration,
+    #[serde(deserialize_with = "crate::duration::deserialize")]
+    pub max: Duration,
 }
 
 impl Default for CooldownPolicy {
     fn default() -> Self {
         CooldownPolicy {
-            base: Duration::from_secs(60),
-            factor: 5,
-            max: Duration::from_secs(3600),
-            failure_window: Duration::from_secs(600),
-            hint_max: Duration::from_secs(6 * 3600),
-            billing_base: Duration::from_secs(3600),
-            billing_max: Duration::from_secs(24 * 3600),
+            cooldown: CooldownLane {
+                base: Duration::from_secs(60),
+                factor: 5,
+                max: Duration::from_secs(3600),
+                failure_window: Duration::from_secs(600),
+                hint_max: Duration::from_secs(6 * 3600),
+            },
+            billing: BillingLane { base: Duration::from_secs(3600), max: Duration::from_secs(24 * 3600) },
         }
+    }
+}
+
+/// The `[cooldown]` defaults: `CooldownPolicy::default()`'s.
+impl Default for CooldownLane {
+    fn default() -> Self {
+        CooldownPolicy::default().cooldown
+    }
+}
+
+/// The `[billing]` defaults: `CooldownPolicy::default()`'s.
+impl Default for BillingLane {
+    fn default() -> Self {
+        CooldownPolicy::default().billing
     }
 }
 
@@ -42,19 +80,20 @@ fn ms(d: Duration) -> Millis {
 impl CooldownPolicy {
     /// `min(max, base * factor^min(n - 1, 3))`: 1 min, 5 min, 25 min, 1 h, 1 h, …
     pub fn ladder(&self, error_count: u32) -> Millis {
+        let c = &self.cooldown;
         let step = error_count.saturating_sub(1).min(3);
-        let d = ms(self.base).saturating_mul((self.factor as Millis).saturating_pow(step));
-        d.min(ms(self.max))
+        let d = ms(c.base).saturating_mul((c.factor as Millis).saturating_pow(step));
+        d.min(ms(c.max))
     }
 
-    /// Billing: `base * 2^(n - 1)` capped at `billing_max` (1 h, 2 h, 4 h, … 24 h).
+    /// Billing: `base * 2^(n - 1)` capped at `billing.max` (1 h, 2 h, 4 h, … 24 h).
     pub fn billing(&self, billing_count: u32) -> Millis {
         let step = billing_count.saturating_sub(1).min(30);
-        ms(self.billing_base).saturating_mul(1 << step).min(ms(self.billing_max))
+        ms(self.billing.base).saturating_mul(1 << step).min(ms(self.billing.max))
     }
 
     fn clamp_hint(&self, wait: Millis) -> Millis {
-        wait.clamp(1000, ms(self.hint_max).max(1000))
+        wait.clamp(1000, ms(self.cooldown.hint_max).max(1000))
     }
 }
 
@@ -74,8 +113,23 @@ pub struct Cooldown {
 }
 
 impl Cooldown {
+    /// Whether the window is still running at `now` (it ends at `until`, exclusive).
+    pub fn active(&self, now: Millis) -> bool {
+        now < self.until
+    }
+
+    /// When the window ends: a cooldown always has an end.
+    pub fn ends(&self) -> Until {
+        Until::At(self.until)
+    }
+
+    /// Whether the window's scope takes in `model`: its own model, or every model.
+    pub fn applies_to(&self, model: &str) -> bool {
+        self.model.as_deref().is_none_or(|m| m == model)
+    }
+
     fn covers(&self, model: &str, now: Millis) -> bool {
-        now < self.until && self.model.as_deref().is_none_or(|m| m == model)
+        self.active(now) && self.applies_to(model)
     }
 }
 
@@ -85,6 +139,19 @@ pub struct Disabled {
     /// `None`: until an admin clears it or the account logs in again.
     pub until: Option<Millis>,
     pub reason: Reason,
+}
+
+impl Disabled {
+    /// Whether the lane is still closed at `now`: until `until` (exclusive), or for good when
+    /// it has none.
+    pub fn active(&self, now: Millis) -> bool {
+        self.until.is_none_or(|u| now < u)
+    }
+
+    /// When the lane opens again: at `until`, or when an admin clears it.
+    pub fn ends(&self) -> Until {
+        self.until.map_or(Until::Cleared, Until::At)
+    }
 }
 
 /// When a window ends.
@@ -100,6 +167,14 @@ impl Until {
         match self {
             Until::At(t) => t,
             Until::Cleared => Millis::MAX,
+        }
+    }
+
+    /// As stored: the time, or `None` for "until cleared".
+    pub fn at(self) -> Option<Millis> {
+        match self {
+            Until::At(t) => Some(t),
+            Until::Cleared => None,
         }
     }
 }
@@ -205,18 +280,19 @@ pub struct Failure {
 }
 
 impl UsageStats {
+    /// The disabled lane, if it is closed at `now`.
+    pub fn active_disabled(&self, now: Millis) -> Option<&Disabled> {
+        self.disabled.as_ref().filter(|d| d.active(now))
+    }
+
     fn disabled_active(&self, now: Millis) -> bool {
-        self.disabled.as_ref().is_some_and(|d| d.until.is_none_or(|u| now < u))
+        self.active_disabled(now).is_some()
     }
 
     /// Until when this profile may not serve `model`; `None` when it is usable.
     pub fn blocked_until(&self, model: &str, now: Millis) -> Option<Until> {
-        let disabled = self
-            .disabled
-            .as_ref()
-            .filter(|_| self.disabled_active(now))
-            .map(|d| d.until.map_or(Until::Cleared, Until::At));
-        let cooled = self.cooldowns.iter().filter(|c| c.covers(model, now)).map(|c| Until::At(c.until)).max();
+        let disabled = self.active_disabled(now).map(Disabled::ends);
+        let cooled = self.cooldowns.iter().filter(|c| c.covers(model, now)).map(Cooldown::ends).max();
         disabled.max(cooled)
     }
 
@@ -231,14 +307,14 @@ impl UsageStats {
     /// The active cooldown windows, the one that ends last first (the profile-wide one first
     /// on a tie): the first is what `usage_stats.cooldown_*` show.
     pub fn active_cooldowns(&self, now: Millis) -> Vec<&Cooldown> {
-        let mut v: Vec<_> = self.cooldowns.iter().filter(|c| now < c.until).collect();
+        let mut v: Vec<_> = self.cooldowns.iter().filter(|c| c.active(now)).collect();
         v.sort_by_key(|c| (std::cmp::Reverse(c.until), c.model.is_some(), c.model.clone()));
         v
     }
 
     /// Whether a window for every model is active (a failed refresh opens one).
     pub fn cooling_every_model(&self, now: Millis) -> bool {
-        self.cooldowns.iter().any(|c| c.model.is_none() && now < c.until)
+        self.cooldowns.iter().any(|c| c.model.is_none() && c.active(now))
     }
 
     /// Applies one change; returns what `record_failure` returns for a failure.
@@ -273,7 +349,7 @@ impl UsageStats {
     /// (another server's) ends nothing: that failure is the newer evidence.
     pub fn record_success(&mut self, model: &str, now: Millis) {
         if self.last_failure_at.is_none_or(|t| t <= now) {
-            self.cooldowns.retain(|c| now < c.until && c.model.as_deref().is_some_and(|m| m != model));
+            self.cooldowns.retain(|c| c.active(now) && !c.applies_to(model));
             self.disabled = None;
             self.reset_counters();
             self.billing_step = 0;
@@ -307,14 +383,14 @@ impl UsageStats {
     /// (SPEC §3). Whether anything changed.
     pub fn expire(&mut self, now: Millis, policy: &CooldownPolicy) -> bool {
         let windows = self.cooldowns.len();
-        self.cooldowns.retain(|c| now < c.until);
+        self.cooldowns.retain(|c| c.active(now));
         let mut changed = self.cooldowns.len() != windows;
         if self.disabled.is_some() && !self.disabled_active(now) {
             self.disabled = None;
             changed = true;
         }
         let idle = self.cooldowns.is_empty() && self.disabled.is_none();
-        let quiet = self.last_failure_at.is_none_or(|t| now - t > ms(policy.failure_window));
+        let quiet = self.last_failure_at.is_none_or(|t| now - t > ms(policy.cooldown.failure_window));
         let counted = self.error_count > 0 || !self.failure_counts.is_empty() || self.window_opened_at.is_some();
         if idle && counted && (changed || quiet) {
             self.reset_counters();
@@ -366,8 +442,10 @@ impl UsageStats {
             self.window_opened_at = Some(now);
             return Some(Until::Cleared);
         }
-        let hint = f.hint_ms.map(|h| policy.clamp_hint(h)).map(|h| if f.claim { h.min(ms(policy.max)) } else { h });
-        let to_disabled = !f.claim && (f.reason == Reason::Billing || hint.is_some_and(|h| h > ms(policy.max)));
+        let hint =
+            f.hint_ms.map(|h| policy.clamp_hint(h)).map(|h| if f.claim { h.min(ms(policy.cooldown.max)) } else { h });
+        let to_disabled =
+            !f.claim && (f.reason == Reason::Billing || hint.is_some_and(|h| h > ms(policy.cooldown.max)));
         if to_disabled {
             let in_flight = self.window_opened_at.is_some_and(|opened| f.started_at < opened);
             if in_flight && self.disabled_active(now) {
@@ -442,6 +520,11 @@ pub enum ModelChange {
 }
 
 impl ModelCooldown {
+    /// Whether the model is still cooling at `now` (the window ends at `until`, exclusive).
+    pub fn active(&self, now: Millis) -> bool {
+        now < self.until
+    }
+
     /// The state after `change`; `None` when there is none.
     pub fn apply(prev: Option<&ModelCooldown>, change: &ModelChange, policy: &CooldownPolicy) -> Option<ModelCooldown> {
         match *change {
@@ -449,7 +532,7 @@ impl ModelCooldown {
                 Some(ModelCooldown::after_failure(prev, now, started_at, policy))
             }
             // A window opened after `now` (its write landed first) stays.
-            ModelChange::Ended(now) => prev.map(|p| match p.until > now && p.last_failure_at <= now {
+            ModelChange::Ended(now) => prev.map(|p| match p.active(now) && p.last_failure_at <= now {
                 true => ModelCooldown { until: now, error_count: 0, last_failure_at: p.last_failure_at },
                 false => p.clone(),
             }),
@@ -465,11 +548,11 @@ impl ModelCooldown {
         started_at: Millis,
         policy: &CooldownPolicy,
     ) -> ModelCooldown {
-        if let Some(p) = prev.filter(|p| now < p.until && started_at < p.last_failure_at) {
+        if let Some(p) = prev.filter(|p| p.active(now) && started_at < p.last_failure_at) {
             return p.clone();
         }
         let count = match prev {
-            Some(p) if now < p.until => p.error_count + 1,
+            Some(p) if p.active(now) => p.error_count + 1,
             _ => 1,
         };
         let until = now + policy.ladder(count);
@@ -498,6 +581,101 @@ mod tests {
     }
 
     #[test]
+    fn the_policy_deserializes_from_the_cooldown_and_billing_tables_with_defaults_for_what_is_left_out() {
+        let none: CooldownPolicy = toml::from_str("").unwrap();
+        assert_eq!(none, p());
+        let d = Duration::from_secs;
+        assert_eq!(
+            p(),
+            CooldownPolicy {
+                cooldown: CooldownLane {
+                    base: d(60),
+                    factor: 5,
+                    max: d(3600),
+                    failure_window: d(600),
+                    hint_max: d(6 * 3600)
+                },
+                billing: BillingLane { base: d(3600), max: d(24 * 3600) },
+            },
+            "SPEC §3's defaults"
+        );
+        let some: CooldownPolicy = toml::from_str(
+            "[cooldown]\nbase = \"30s\"\nmax = 7200\nfailure_window = \"1h30m\"\n[billing]\nmax = \"12h\"",
+        )
+        .unwrap();
+        let want = CooldownPolicy {
+            cooldown: CooldownLane { base: d(30), max: d(7200), failure_window: d(5400), ..p().cooldown },
+            billing: BillingLane { max: d(12 * 3600), ..p().billing },
+        };
+        assert_eq!(some, want);
+        let all: CooldownPolicy = toml::from_str(
+            "[cooldown]\nbase = 10\nfactor = 2\nmax = \"5m\"\nfailure_window = \"1m\"\nhint_max = \"2h\"\n\
+             [billing]\nbase = \"30m\"\nmax = \"2d\"",
+        )
+        .unwrap();
+        let want = CooldownPolicy {
+            cooldown: CooldownLane { base: d(10), factor: 2, max: d(300), failure_window: d(60), hint_max: d(7200) },
+            billing: BillingLane { base: d(1800), max: d(2 * 86_400) },
+        };
+        assert_eq!(all, want);
+        // Each table alone, too (the config file holds them as two of its fields).
+        let lane: CooldownLane = toml::from_str("factor = 3").unwrap();
+        assert_eq!(lane, CooldownLane { factor: 3, ..p().cooldown });
+        assert_eq!(toml::from_str::<BillingLane>("").unwrap(), p().billing);
+    }
+
+    #[test]
+    fn the_policy_tables_refuse_unknown_keys_and_bad_durations_saying_how_to_write_one() {
+        let err = toml::from_str::<CooldownPolicy>("[cooldown]\nbsae = \"30s\"").unwrap_err().to_string();
+        assert!(err.contains("unknown field `bsae`"), "{err}");
+        let err = toml::from_str::<CooldownPolicy>("[billing]\nmax = \"soon\"").unwrap_err().to_string();
+        assert!(
+            err.contains("invalid duration `soon`") && err.contains("write e.g. \"90s\", \"5m\" or \"1h\""),
+            "{err}"
+        );
+        let err = toml::from_str::<CooldownPolicy>("[cooldown]\nbase = \"60\"").unwrap_err().to_string();
+        assert!(err.contains("invalid duration `60`"), "a quoted number without a unit: {err}");
+    }
+
+    #[test]
+    fn a_cooldown_window_is_active_until_its_end_for_its_scope() {
+        let w =
+            Cooldown { until: T0 + MIN, reason: Reason::RateLimit, model: Some("m1".into()), step: 1, opened_at: T0 };
+        assert!(w.active(T0) && w.active(T0 + MIN - 1));
+        assert!(!w.active(T0 + MIN), "the end is exclusive");
+        assert_eq!(w.ends(), Until::At(T0 + MIN));
+        assert!(w.applies_to("m1") && !w.applies_to("m2"));
+        let every = Cooldown { model: None, ..w };
+        assert!(every.applies_to("m1") && every.applies_to("m2"));
+    }
+
+    #[test]
+    fn a_disabled_lane_is_active_until_its_end_or_for_good_without_one() {
+        let timed = Disabled { until: Some(T0 + HOUR), reason: Reason::Billing };
+        assert!(timed.active(T0 + HOUR - 1) && !timed.active(T0 + HOUR));
+        assert_eq!(timed.ends(), Until::At(T0 + HOUR));
+        let for_good = Disabled { until: None, reason: Reason::AuthPermanent };
+        assert!(for_good.active(Millis::MAX));
+        assert_eq!(for_good.ends(), Until::Cleared);
+        let s = UsageStats { disabled: Some(timed.clone()), ..Default::default() };
+        assert_eq!(s.active_disabled(T0), Some(&timed));
+        assert_eq!(s.active_disabled(T0 + HOUR), None, "ended, though the sweep has not dropped it yet");
+        assert_eq!(UsageStats::default().active_disabled(T0), None);
+    }
+
+    #[test]
+    fn until_reads_back_as_the_stored_time() {
+        assert_eq!(Until::At(T0).at(), Some(T0));
+        assert_eq!(Until::Cleared.at(), None);
+    }
+
+    #[test]
+    fn a_model_cooldown_is_active_until_its_end() {
+        let m = ModelCooldown { until: T0 + MIN, error_count: 1, last_failure_at: T0 };
+        assert!(m.active(T0 + MIN - 1) && !m.active(T0 + MIN));
+    }
+
+    #[test]
     fn ladder_is_1_5_25_60_60_minutes() {
         let got: Vec<_> = (1..=6).map(|n| p().ladder(n) / MIN).collect();
         assert_eq!(got, [1, 5, 25, 60, 60, 60]);
@@ -505,7 +683,9 @@ mod tests {
 
     #[test]
     fn ladder_follows_configured_base_factor_and_max() {
-        let pol = CooldownPolicy { base: Duration::from_secs(10), factor: 2, max: Duration::from_secs(60), ..p() };
+        let ladder =
+            CooldownLane { base: Duration::from_secs(10), factor: 2, max: Duration::from_secs(60), ..p().cooldown };
+        let pol = CooldownPolicy { cooldown: ladder, ..p() };
         assert_eq!((1..=5).map(|n| pol.ladder(n)).collect::<Vec<_>>(), [10_000, 20_000, 40_000, 60_000, 60_000]);
     }
 

@@ -8,8 +8,8 @@ use proptest::prelude::*;
 use proptest::test_runner::Config as ProptestConfig;
 use rota_engine::order::{OrderRequest, Ordered, Rotation, RotationIndex, Slot, order};
 use rota_engine::{
-    Change, Cooldown, CooldownPolicy, Disabled, Failure, Millis, ProfileId, ProfileType, ProfileView, Reason, Until,
-    Unwritten, UsageStats,
+    Change, Cooldown, CooldownLane, CooldownPolicy, Disabled, Failure, Millis, ProfileId, ProfileType, ProfileView,
+    Reason, Until, Unwritten, UsageStats,
 };
 use std::collections::HashSet;
 use std::time::Duration;
@@ -334,11 +334,13 @@ fn policy() -> impl Strategy<Value = CooldownPolicy> {
         3 => Just(CooldownPolicy::default()),
         1 => (1u64..=600, 1u32..=10, 0u64..=7200, 1u64..=1800, 1u64..=24).prop_map(|(base, factor, extra, window, hint_h)| {
             CooldownPolicy {
-                base: Duration::from_secs(base),
-                factor,
-                max: Duration::from_secs(base + extra),
-                failure_window: Duration::from_secs(window),
-                hint_max: Duration::from_secs(hint_h * 3600),
+                cooldown: CooldownLane {
+                    base: Duration::from_secs(base),
+                    factor,
+                    max: Duration::from_secs(base + extra),
+                    failure_window: Duration::from_secs(window),
+                    hint_max: Duration::from_secs(hint_h * 3600),
+                },
                 ..CooldownPolicy::default()
             }
         }),
@@ -385,7 +387,7 @@ proptest! {
     fn claims_never_disable_and_never_cool_past_the_cooldown_max(steps in proptest::collection::vec(step(), 1..24), pol in policy()) {
         let mut s = UsageStats::default();
         let mut now = NOW;
-        let max = pol.max.as_millis() as Millis;
+        let max = pol.cooldown.max.as_millis() as Millis;
         for st in &steps {
             now += st.advance;
             let f = Failure { claim: true, ..failure(st, now) };
@@ -518,8 +520,8 @@ proptest! {
         }
         now += last.advance;
         let f = Failure { reason, hint_ms, account_wide: false, ..failure(&last, now) };
-        let max = pol.max.as_millis() as Millis;
-        let quota = f.hint_ms.is_some_and(|h| h.clamp(1000, (pol.hint_max.as_millis() as Millis).max(1000)) > max);
+        let max = pol.cooldown.max.as_millis() as Millis;
+        let quota = f.hint_ms.is_some_and(|h| h.clamp(1000, (pol.cooldown.hint_max.as_millis() as Millis).max(1000)) > max);
         prop_assume!(!quota);
         let before: Vec<Option<Until>> = MODELS.iter().map(|m| s.blocked_until(m, now)).collect();
         s.record_failure(&f, now, &pol);
@@ -549,7 +551,7 @@ proptest! {
             prop_assert!(s.error_count as usize <= i + 1 && s.failure_total as usize == i + 1);
         }
         let f = Failure { reason: Reason::RateLimit, model: MODELS[0].into(), hint_ms: None, account_wide: false, started_at: now, claim: false };
-        let first = (pol.base.as_millis() as Millis).min(pol.max.as_millis() as Millis);
+        let first = (pol.cooldown.base.as_millis() as Millis).min(pol.cooldown.max.as_millis() as Millis);
         prop_assert_eq!(s.record_failure(&f, now, &pol), Some(Until::At(now + first)));
     }
 
@@ -618,7 +620,7 @@ proptest! {
         // And the next failure starts the ladder from its first step again.
         let f = Failure { reason: Reason::RateLimit, model: MODELS[0].into(), hint_ms: None, account_wide: false, started_at: now, claim: false };
         let end = s.record_failure(&f, now, &pol);
-        prop_assert_eq!(end, Some(Until::At(now + (pol.base.as_millis() as Millis).min(pol.max.as_millis() as Millis))));
+        prop_assert_eq!(end, Some(Until::At(now + (pol.cooldown.base.as_millis() as Millis).min(pol.cooldown.max.as_millis() as Millis))));
     }
 
     /// SPEC §3: `min(max, base * factor^min(error_count - 1, 3))`.
@@ -632,9 +634,12 @@ proptest! {
         let base_ms = base_s * 1000;
         let max_ms = base_ms + extra_ms;
         let pol = CooldownPolicy {
-            base: Duration::from_secs(base_s),
-            factor,
-            max: Duration::from_millis(max_ms),
+            cooldown: CooldownLane {
+                base: Duration::from_secs(base_s),
+                factor,
+                max: Duration::from_millis(max_ms),
+                ..CooldownLane::default()
+            },
             ..CooldownPolicy::default()
         };
         let exp = (n - 1).min(3);
@@ -806,8 +811,8 @@ proptest! {
             let Change::Failed(f, now) = c else { continue };
             // A hint past cooldown.max is an exhausted quota: the disabled lane, which a success of
             // any model ends (the account served).
-            let max = pol.max.as_millis() as Millis;
-            let quota = f.hint_ms.is_some_and(|h| h.clamp(1000, (pol.hint_max.as_millis() as Millis).max(1000)) > max);
+            let max = pol.cooldown.max.as_millis() as Millis;
+            let quota = f.hint_ms.is_some_and(|h| h.clamp(1000, (pol.cooldown.hint_max.as_millis() as Millis).max(1000)) > max);
             let served_after =
                 all.iter().any(|x| matches!(x, Change::Served(m, t, _) if (quota || *m == f.model) && t >= now));
             if served_after {
