@@ -41,6 +41,7 @@ pub fn router(state: AppState) -> Router {
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
         .layer(axum::middleware::map_request(forget_client_request_id))
 }
+
 /// Every answer says its content type is the one to use: a browser never sniffs an error
 /// message or an upstream's text into HTML.
 async fn nosniff(mut r: axum::response::Response) -> axum::response::Response {
