@@ -61,6 +61,12 @@ impl PgStore {
         Ok(tx)
     }
 
+    /// Reads that see one committed state (PostgreSQL's default, read committed, gives each
+    /// statement its own).
+    async fn read_tx(&self) -> Result<sqlx::Transaction<'static, Postgres>, StoreError> {
+        Ok(self.pool.begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY").await?)
+    }
+
     /// Audit rows touch no shared state: instances append them concurrently.
     async fn audit_tx(&self) -> Result<sqlx::Transaction<'static, Postgres>, StoreError> {
         Ok(self.pool.begin().await?)

@@ -25,9 +25,10 @@ pub(super) fn usable<C: sqlx::Connection>(conn: &C) -> bool {
     ok
 }
 
-/// Implements `Store` for `$store`, a struct with a `pool: sqlx::Pool<$db>` and two methods
+/// Implements `Store` for `$store`, a struct with a `pool: sqlx::Pool<$db>` and three methods
 /// that begin transactions: `write_tx` (one that may change the shared state, serialized with
-/// every other such writer) and `audit_tx` (one that only appends audit rows), a
+/// every other such writer), `audit_tx` (one that only appends audit rows) and `read_tx` (reads
+/// that must see one committed state, not a write landing between two of them), a
 /// `description` and a `wake_channel`, and a `MIGRATOR` static in scope.
 macro_rules! sql_store {
     ($store:ty, $db:ty, $row:ty, $conn:ty) => {
@@ -345,7 +346,9 @@ macro_rules! sql_store {
             }
 
             async fn snapshot(&self) -> Result<Snapshot, StoreError> {
-                let mut conn = self.pool.acquire().await?;
+                // One read transaction: a refresh committing between two of these reads must
+                // not give a roster with the old expiry and the new tokens.
+                let mut conn = self.read_tx().await?;
                 let mut snap = Snapshot::default();
                 for row in sqlx::query(
                     "SELECT id, type, source, enabled, email, expires_at, created_at, oauth_subject FROM profiles ORDER BY created_at, id",
@@ -402,6 +405,7 @@ macro_rules! sql_store {
                     snap.model_cooldowns
                         .insert((row.try_get("provider")?, row.try_get("model")?), model_cooldown_from_row(&row)?);
                 }
+                conn.commit().await?;
                 Ok(snap)
             }
 
@@ -804,15 +808,17 @@ macro_rules! sql_store {
             }
 
             async fn profile_secrets(&self, id: &ProfileId) -> Result<(Vec<Sealed>, Option<Millis>), StoreError> {
+                let mut tx = self.read_tx().await?; // the expiry and the tokens of one refresh
                 let expires: Option<Option<Millis>> = sqlx::query_scalar("SELECT expires_at FROM profiles WHERE id = $1")
                     .bind(id.as_str())
-                    .fetch_optional(&self.pool)
+                    .fetch_optional(&mut *tx)
                     .await?;
                 let Some(expires) = expires else { return Err(StoreError::NotFound(id.clone())) };
                 let rows = sqlx::query("SELECT field, key_id, nonce, ciphertext FROM secrets WHERE profile_id = $1")
                     .bind(id.as_str())
-                    .fetch_all(&self.pool)
+                    .fetch_all(&mut *tx)
                     .await?;
+                tx.commit().await?;
                 let mut out = Vec::with_capacity(rows.len());
                 for r in rows {
                     out.push(sealed_row(&r)?);

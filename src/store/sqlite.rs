@@ -118,6 +118,12 @@ impl SqliteStore {
         Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
     }
 
+    /// Reads that see one committed state: in WAL mode a read transaction keeps the snapshot
+    /// its first read took.
+    async fn read_tx(&self) -> Result<sqlx::Transaction<'static, Sqlite>, StoreError> {
+        Ok(self.pool.begin().await?)
+    }
+
     /// SQLite has one writer at a time whatever is written.
     async fn audit_tx(&self) -> Result<sqlx::Transaction<'static, Sqlite>, StoreError> {
         self.write_tx().await

@@ -193,6 +193,59 @@ async fn three_instances_times_two_hundred_failures(target: DatabaseTarget) {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_snapshot_is_one_state_while_tokens_are_refreshed_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    reads_are_one_state_while_tokens_rotate(DatabaseTarget::Sqlite(dir.path().join("rota.db"))).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_snapshot_is_one_state_while_tokens_are_refreshed_on_postgres() {
+    reads_are_one_state_while_tokens_rotate(DatabaseTarget::Postgres(crate::support::postgres_database().await)).await;
+}
+
+/// A refresh stores new tokens and their expiry in one transaction; a snapshot (what a book
+/// loads from the change feed) and a profile's secrets (what a refresh re-reads) taken
+/// meanwhile hold the tokens of one refresh with that refresh's expiry, never the new tokens
+/// with the old expiry (which made a sibling instance refresh a fresh token again).
+async fn reads_are_one_state_while_tokens_rotate(target: DatabaseTarget) {
+    let store: Arc<dyn Store> = rota::store::open(&target).await.unwrap();
+    let key = Arc::new(key());
+    let pid = id("corp:alice");
+    let tokens = |n: i64| {
+        let secret = |f, s: String| key.seal(&pid, f, &SecretString::from(s));
+        [secret(SecretField::AccessToken, format!("at-{n}")), secret(SecretField::RefreshToken, format!("rt-{n}"))]
+    };
+    let first = tokens(0);
+    store.add_profile(&StoredProfile::stored(pid.clone(), ProfileType::OAuth, Some(T0), T0), &first).await.unwrap();
+    // Which refresh the stored refresh token came from, and the expiry stored beside it.
+    let refresh_of = |sealed: &[rota::secrets::Sealed]| -> i64 {
+        let rt = sealed.iter().find(|s| s.field == SecretField::RefreshToken).unwrap();
+        key.open(&pid, rt).unwrap().expose_secret().trim_start_matches("rt-").parse().unwrap()
+    };
+    let writer = {
+        let (store, pid, mut version) = (store.clone(), pid.clone(), first[1].nonce.clone());
+        let sealed: Vec<_> = (1..=150).map(tokens).collect();
+        tokio::spawn(async move {
+            for (n, s) in (1..).zip(sealed) {
+                assert!(store.swap_tokens(&pid, Some(&version), &s, Some(T0 + n)).await.unwrap());
+                version = s[1].nonce.clone();
+            }
+        })
+    };
+    let mut reads = 0;
+    while !writer.is_finished() {
+        let snap = store.snapshot().await.unwrap();
+        let expires = snap.profiles.iter().find(|p| p.id == pid).unwrap().expires_at;
+        assert_eq!(expires, Some(T0 + refresh_of(&snap.secrets[&pid])), "a snapshot mixed two refreshes");
+        let (sealed, expires) = store.profile_secrets(&pid).await.unwrap();
+        assert_eq!(expires, Some(T0 + refresh_of(&sealed)), "a profile's secrets mixed two refreshes");
+        reads += 1;
+    }
+    writer.await.unwrap();
+    assert!(reads > 10, "the reads ran while the tokens rotated: {reads}");
+}
+
 #[tokio::test]
 async fn an_upgrade_keeps_the_cooldown_each_profile_had() {
     // A database written before the cooldown lane became a set of windows (migration 0004).
