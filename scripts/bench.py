@@ -2,11 +2,13 @@
 """rota's benchmark: the direct call to the mock upstream and the same call through rota, side
 by side, in one run, with `hey` driving the load (see docs/performance.md).
 
-    scripts/bench.sh [--smoke] [--peers] [--postgres URL]
+    scripts/bench.sh [--smoke] [--peers] [--postgres URL] [--callgrind]
 
 For each scenario: requests/s, p50/p99 latency, the latency rota adds (rota minus direct),
 rota's CPU time per request (utime+stime from /proc) and its peak RSS (VmHWM, reset before each
-scenario). `--peers` adds LiteLLM's proxy and Portkey's gateway in front of the same mock.
+scenario), next to the floor: `rota-floor` (bench/floor.rs), a bare pass-through proxy on the
+same stack, whose figures are what any proxy in front of the mock costs. `--callgrind` adds
+instructions per request, rota's and the floor's, counted by valgrind. `--peers` adds LiteLLM's proxy and Portkey's gateway in front of the same mock.
 `--postgres URL` (a server's maintenance database) adds the shared-state table: the same
 scenarios with rota on PostgreSQL, one instance and two, next to SQLite.
 Everything listens on 127.0.0.1.
@@ -213,6 +215,7 @@ def main() -> int:
     ap.add_argument("--peers", action="store_true", help="add LiteLLM's proxy and Portkey's gateway")
     ap.add_argument("--out", help="also write the table (markdown) to this file")
     ap.add_argument("--postgres", metavar="URL", help="add rota on PostgreSQL (a server's maintenance database URL)")
+    ap.add_argument("--callgrind", action="store_true", help="add instructions per request (valgrind), rota and the floor")
     a = ap.parse_args()
     bins = Path(a.bin).resolve()
     work = Path(tempfile.mkdtemp(prefix="rota-bench-"))
@@ -260,6 +263,8 @@ def run(a, b: Bench) -> int:
         wait_http(f"{p.url}/healthz")
         return p, (time.monotonic() - t0) * 1000
 
+    floor = b.start("floor", [str(b.bins / "rota-floor"), "--upstream", mock.url])
+    fl = f"{floor.url}/v1/chat/completions"
     rota, startup_ms = serve()
     time.sleep(0.3)
     idle_mb = status_kb(rota.pid, "VmRSS") / 1024
@@ -273,6 +278,7 @@ def run(a, b: Bench) -> int:
     # Warm both paths (connection pools, page cache, SQLite).
     hey(up, chat("m"), 200, 8, direct_h)
     hey(gw, chat("bench/m"), 200, 8, rota_h)
+    hey(fl, chat("m"), 200, 8, direct_h)
 
     scenarios = [
         ("chat, 1 concurrent", chat("m"), chat("bench/m"), 1, b.n(4000)),
@@ -282,8 +288,10 @@ def run(a, b: Bench) -> int:
         (f"chat, 32 concurrent, {MANY:,} profiles", chat("m"), chat("many/m"), 32, b.n(40000)),
     ]
     results = []
+    floors = {}  # scenario: the floor's run (the direct request, through the bare proxy)
     for name, direct_body, rota_body, c, n in scenarios:
         d = hey(up, direct_body, n, c, direct_h)
+        floors[name] = hey(fl, direct_body, n, c, direct_h, pid=floor.pid)
         r = hey(gw, rota_body, n, c, rota_h, pid=rota.pid)
         results.append((name, d, r))
         progress(name, r)
@@ -296,6 +304,7 @@ def run(a, b: Bench) -> int:
     gw = f"{rota.url}/v1/chat/completions"
     hey(gw, chat("bench/m"), 200, 8, rota_h)
     d = hey(up, chat("slow", True), n_streams, n_streams, direct_h)
+    floors[f"{n_streams} open streams"] = hey(fl, chat("slow", True), n_streams, n_streams, direct_h, pid=floor.pid)
     r = hey(gw, chat("bench/slow", True), n_streams, n_streams, rota_h, pid=rota.pid)
     results.append((f"{n_streams} open streams", d, r))
     progress(f"{n_streams} open streams", r)
@@ -322,12 +331,20 @@ def run(a, b: Bench) -> int:
     if a.peers:
         peers = run_peers(b, mock, results, direct_h, chat)
 
-    table = render(results, peers, startup_ms, idle_mb, rotated, b.smoke) + render_shared(shared)
+    counted = []
+    if a.callgrind:
+        rota.stop()
+        floor.stop()
+        counted = count_instructions(b, rota_bin, mock.url, env, rota_h, direct_h, chat)
+
+    table = (render(results, floors, peers, startup_ms, idle_mb, rotated, b.smoke) + render_shared(shared)
+             + render_counted(counted))
     print(table)
     if a.out:
         Path(a.out).write_text(table)
-    bad = [(n, r.errors) for n, _, r in results if r.errors] + [(f"{n} {s} x{i}", r.errors) for n, s, i, _, r in shared
-                                                                if r.errors]
+    bad = ([(n, r.errors) for n, _, r in results if r.errors]
+           + [(f"{n} (floor)", r.errors) for n, r in floors.items() if r.errors]
+           + [(f"{n} {s} x{i}", r.errors) for n, s, i, _, r in shared if r.errors])
     if bad:
         print(f"errors (non-200 answers): {bad}", file=sys.stderr)
         return 1
@@ -423,7 +440,76 @@ def run_peers(b: Bench, mock: Proc, results, direct_h, chat) -> list:
     return peers
 
 
-def render(results, peers, startup_ms, idle_mb, rotated, smoke) -> str:
+def ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.2f}" if a is not None and b else "—"
+
+
+def count_instructions(b: Bench, rota_bin: str, mock_url: str, env: dict, rota_h: dict, direct_h: dict, chat):
+    """Instructions per request under callgrind, rota's and the floor's, per scenario: a process
+    that served N requests minus one that served none (start-up and shutdown cancel out), over N.
+    Valgrind is Debian's; installed by scripts/bench.sh. Also rota's top functions (self cost)."""
+    small = b.smoke
+    scenarios = [("chat", chat("bench/m"), chat("m"), 20 if small else 2000),
+                 ("stream", chat("bench/m", True), chat("m", True), 10 if small else 500),
+                 ("failover mix", chat("mix/m"), None, 10 if small else 500)]
+
+    def counted(who: str, load) -> tuple[int, Path]:
+        out = b.dir / f"callgrind.{who}.{len(list(b.dir.glob('callgrind.*')))}"
+        valgrind = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
+        if who == "rota":
+            port = free_port()
+            p = b.start("callgrind-rota", [*valgrind, rota_bin, "--config", "rota.toml", "serve", "--listen",
+                                           f"127.0.0.1:{port}"], env=env, ready=f"http://127.0.0.1:{port}")
+            wait_http(f"{p.url}/healthz", 120)
+        else:
+            p = b.start("callgrind-floor", [*valgrind, str(b.bins / "rota-floor"), "--upstream", mock_url])
+        if load:
+            body, headers, n = load
+            r = hey(f"{p.url}/v1/chat/completions", body, n, 4, headers)
+            if r.errors:
+                raise RuntimeError(f"callgrind {who}: {r.errors} non-200 answers")
+        p.proc.send_signal(signal.SIGTERM)
+        p.proc.wait(120)
+        totals = [ln for ln in out.read_text().splitlines() if ln.startswith(("summary:", "totals:"))]
+        return int(totals[-1].split()[1]), out
+
+    rows = []
+    base = {who: counted(who, None)[0] for who in ("rota", "floor")}
+    top = ""
+    for name, rota_body, floor_body, n in scenarios:
+        total, out = counted("rota", (rota_body, rota_h, n))
+        per_rota = (total - base["rota"]) / n
+        per_floor = (counted("floor", (floor_body, direct_h, n))[0] - base["floor"]) / n if floor_body else None
+        rows.append((name, n, per_rota, per_floor))
+        if name == "chat":
+            top = subprocess.run(["callgrind_annotate", "--inclusive=no", str(out)], capture_output=True,
+                                 text=True).stdout
+        progress_text = f"{per_floor:,.0f}" if per_floor else "—"
+        print(f"  callgrind {name}: rota {per_rota:,.0f}, floor {progress_text} instructions/request",
+              file=sys.stderr, flush=True)
+    return rows, top
+
+
+def render_counted(counted) -> str:
+    if not counted:
+        return ""
+    rows, top = counted
+    out = ["", "", "Instructions per request (callgrind): N requests at 4 concurrent, minus a process that served none.",
+           "", "| scenario | requests | rota instructions/req | floor instructions/req | rota ÷ floor |",
+           "|---|---:|---:|---:|---:|"]
+    for name, n, per_rota, per_floor in rows:
+        floor = f"{per_floor:,.0f}" if per_floor else "—"
+        out.append(f"| {name} | {n:,} | {per_rota:,.0f} | {floor} | {ratio(per_rota, per_floor)} |")
+    # callgrind_annotate's function table: the 15 costliest functions by their own instructions.
+    lines = top.splitlines()
+    at = next((i for i, ln in enumerate(lines) if "file:function" in ln), None)
+    if at is not None:
+        out += ["", "rota's 15 costliest functions (own instructions, the chat run, start-up included):", "", "```"]
+        out += [ln for ln in lines[at + 1:] if ln.strip() and not ln.startswith("-")][:15] + ["```"]
+    return "\n".join(out)
+
+
+def render(results, floors, peers, startup_ms, idle_mb, rotated, smoke) -> str:
     out = []
     out.append(f"machine: {platform.machine()}, {os.cpu_count()} cores, {platform.platform()}; "
                f"{'SMOKE RUN (small counts)' if smoke else 'full run'}")
@@ -433,6 +519,9 @@ def render(results, peers, startup_ms, idle_mb, rotated, smoke) -> str:
     f = lambda x, d=3: "—" if x is None else f"{x:.{d}f}"  # noqa: E731
     for name, d, r in results:
         out.append(f"| {name} | direct | {d.rps:,.0f} | {f(d.p50_ms)} | {f(d.p99_ms)} | {f(d.ttfb_p50_ms)} | | | | |")
+        fl = floors[name]
+        out.append(f"| {name} | floor | {fl.rps:,.0f} | {f(fl.p50_ms)} | {f(fl.p99_ms)} | {f(fl.ttfb_p50_ms)} | "
+                   f"{f(fl.p50_ms - d.p50_ms)} | {f(fl.p99_ms - d.p99_ms)} | {f(fl.cpu_ms_per_req)} | {f(fl.peak_rss_mb, 1)} |")
         out.append(f"| {name} | rota | {r.rps:,.0f} | {f(r.p50_ms)} | {f(r.p99_ms)} | {f(r.ttfb_p50_ms)} | "
                    f"{f(r.p50_ms - d.p50_ms)} | {f(r.p99_ms - d.p99_ms)} | {f(r.cpu_ms_per_req)} | {f(r.peak_rss_mb, 1)} |")
     for peer, name, r in peers:
@@ -448,6 +537,13 @@ def render(results, peers, startup_ms, idle_mb, rotated, smoke) -> str:
     out.append(f"rota start-up to ready: {startup_ms:.0f} ms; idle RSS: {idle_mb:.1f} MB; "
                f"failover mix: {rotated}% of requests rotated past a 429; "
                f"{MANY:,} profiles on one provider: {many.rps / two.rps:.0%} of the req/s with 2")
+    out.append("")
+    out.append("| scenario | rota ÷ floor: CPU ms/req | req/s | added p50 ms (rota, floor) |")
+    out.append("|---|---:|---:|---:|")
+    for name, d, r in results:
+        fl = floors[name]
+        out.append(f"| {name} | {ratio(r.cpu_ms_per_req, fl.cpu_ms_per_req)} | {ratio(r.rps, fl.rps)} | "
+                   f"{f(r.p50_ms - d.p50_ms)}, {f(fl.p50_ms - d.p50_ms)} |")
     return "\n".join(out)
 
 

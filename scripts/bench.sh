@@ -7,6 +7,8 @@
 #   scripts/bench.sh --smoke    seconds: debug build, small counts (run by scripts/test.sh)
 #   scripts/bench.sh --postgres also rota on PostgreSQL, one and two instances: on the server
 #                               of $ROTA_TEST_PG, else a throwaway one (scripts/postgres.sh)
+#   scripts/bench.sh --callgrind also instructions per request, rota's and the floor's (valgrind,
+#                               installed here when missing)
 #   scripts/bench.sh --out F    also write the table to F
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,16 +29,21 @@ for a in "$@"; do
     fi
 done
 if [[ $profile == release ]]; then
-    cargo build --release --locked --bin rota --bin rota-mock
+    cargo build --release --locked --bin rota --bin rota-mock --bin rota-floor
 else
-    cargo build --locked --bin rota --bin rota-mock
+    cargo build --locked --bin rota --bin rota-mock --bin rota-floor
 fi
 
-if ! command -v hey >/dev/null; then
+need=()
+command -v hey >/dev/null || need+=(hey)
+if [[ " $* " == *" --callgrind "* ]] && ! command -v valgrind >/dev/null; then
+    need+=(valgrind)
+fi
+if [[ ${#need[@]} -gt 0 ]]; then
     sudo=""
     [[ $(id -u) -eq 0 ]] || sudo="sudo"
     $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends hey >/dev/null
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"

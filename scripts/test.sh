@@ -31,7 +31,7 @@ export ROTA_BIN="$(realpath "$target_dir")/debug/rota"
 .venv/bin/python -m pytest -q tests/peers
 
 # The benchmark, CI-sized (seconds, debug build), so that it never rots (docs/performance.md).
-scripts/bench.sh --smoke --postgres
+scripts/bench.sh --smoke --postgres --callgrind
 
 # Browser and OAuth end-to-end tests: Debian Chromium (installed here when missing), a real
 # OpenID provider and playwright-core from npm (tests/browser/run.sh installs node_modules).
