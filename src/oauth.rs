@@ -19,6 +19,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 /// The id_token, when the provider sends one (OIDC).
@@ -83,21 +84,24 @@ pub enum OAuthError {
 }
 
 /// The HTTP client of the token, device and userinfo endpoints. It never follows redirects
-/// (an endpoint that redirects could send credentials elsewhere).
-#[derive(Clone)]
-pub struct Http(reqwest::Client);
+/// (an endpoint that redirects could send credentials elsewhere). Built on first use: building
+/// one reads the system's root certificates, which a gateway without OAuth profiles never needs
+/// (docs/performance.md).
+#[derive(Clone, Default)]
+pub struct Http(Arc<OnceLock<reqwest::Client>>);
 
-impl Default for Http {
-    fn default() -> Http {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .connect_timeout(Duration::from_secs(10))
-            .timeout(Duration::from_secs(30))
-            .user_agent(concat!("rota/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .expect("HTTP client configuration is static and valid");
-        Http(client)
+impl Http {
+    fn client(&self) -> &reqwest::Client {
+        self.0.get_or_init(|| {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .connect_timeout(Duration::from_secs(10))
+                .timeout(Duration::from_secs(30))
+                .user_agent(concat!("rota/", env!("CARGO_PKG_VERSION")))
+                .build()
+                .expect("HTTP client configuration is static and valid")
+        })
     }
 }
 
@@ -113,7 +117,7 @@ impl<'c> oauth2::AsyncHttpClient<'c> for Http {
         Box::pin(async move {
             let (parts, body) = request.into_parts();
             let resp = self
-                .0
+                .client()
                 .request(parts.method, parts.uri.to_string())
                 .headers(parts.headers)
                 .body(body)
@@ -309,7 +313,7 @@ pub async fn account(http: &Http, cfg: &OAuthConfig, granted: &Granted) -> Accou
 
 async fn userinfo(http: &Http, cfg: &OAuthConfig, granted: &Granted) -> Option<serde_json::Value> {
     let url = cfg.userinfo_url.as_ref()?;
-    let resp = http.0.get(url).bearer_auth(granted.access.expose_secret()).send().await.ok()?;
+    let resp = http.client().get(url).bearer_auth(granted.access.expose_secret()).send().await.ok()?;
     if !resp.status().is_success() {
         return None;
     }
