@@ -92,7 +92,7 @@ impl Site {
         BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
         let addr =
             line.trim().strip_prefix("rota listening on http://").unwrap_or_else(|| panic!("{line}")).to_string();
-        Server { child, url: format!("http://{addr}"), addr }
+        Server { child, url: format!("http://{addr}"), addr, log: self.path("rota.log") }
     }
 
     async fn db(&self) -> sqlx::SqliteConnection {
@@ -116,6 +116,8 @@ impl Site {
 
 struct Server {
     child: Child,
+    /// rota's log, shown when the test fails.
+    log: PathBuf,
     url: String,
     addr: String,
 }
@@ -197,8 +199,15 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        let exited = self.child.try_wait().ok().flatten();
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            eprintln!("rota had exited before the test ended it: {exited:?}; the end of its log:");
+            tail.iter().rev().for_each(|l| eprintln!("  {l}"));
+        }
     }
 }
 
