@@ -8,7 +8,8 @@ For each scenario: requests/s, p50/p99 latency, the latency rota adds (rota minu
 rota's CPU time per request (utime+stime from /proc) and its peak RSS (VmHWM, reset before each
 scenario), next to the floor: `rota-floor` (bench/floor.rs), a bare pass-through proxy on the
 same stack, whose figures are what any proxy in front of the mock costs. `--callgrind` adds
-instructions per request, rota's and the floor's, counted by valgrind. `--peers` adds LiteLLM's proxy and Portkey's gateway in front of the same mock.
+instructions per request, rota's and the floor's, counted by valgrind. `--peers` adds LiteLLM's
+proxy and Portkey's gateway in front of the same mock.
 `--postgres URL` (a server's maintenance database) adds the shared-state table: the same
 scenarios with rota on PostgreSQL, one instance and two, next to SQLite.
 Everything listens on 127.0.0.1.
@@ -448,10 +449,9 @@ def count_instructions(b: Bench, rota_bin: str, mock_url: str, env: dict, rota_h
     """Instructions per request under callgrind, rota's and the floor's, per scenario: a process
     that served N requests minus one that served none (start-up and shutdown cancel out), over N.
     Valgrind is Debian's; installed by scripts/bench.sh. Also rota's top functions (self cost)."""
-    small = b.smoke
-    scenarios = [("chat", chat("bench/m"), chat("m"), 20 if small else 2000),
-                 ("stream", chat("bench/m", True), chat("m", True), 10 if small else 500),
-                 ("failover mix", chat("mix/m"), None, 10 if small else 500)]
+    scenarios = [("chat", chat("bench/m"), chat("m"), 20 if b.smoke else 2000),
+                 ("stream", chat("bench/m", True), chat("m", True), 10 if b.smoke else 500),
+                 ("failover mix", chat("mix/m"), None, 10 if b.smoke else 500)]
 
     def counted(who: str, load) -> tuple[int, Path]:
         out = b.dir / f"callgrind.{who}.{len(list(b.dir.glob('callgrind.*')))}"
@@ -484,8 +484,8 @@ def count_instructions(b: Bench, rota_bin: str, mock_url: str, env: dict, rota_h
         if name == "chat":
             top = subprocess.run(["callgrind_annotate", "--inclusive=no", str(out)], capture_output=True,
                                  text=True).stdout
-        progress_text = f"{per_floor:,.0f}" if per_floor else "—"
-        print(f"  callgrind {name}: rota {per_rota:,.0f}, floor {progress_text} instructions/request",
+        floor_text = f"{per_floor:,.0f}" if per_floor else "—"
+        print(f"  callgrind {name}: rota {per_rota:,.0f}, floor {floor_text} instructions/request",
               file=sys.stderr, flush=True)
     return rows, top
 
