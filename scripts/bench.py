@@ -123,7 +123,11 @@ def hey_many(urls: list[str], body: dict, n: int, c: int, headers: dict[str, str
     ok = [r for r in rows if r["status-code"] == "200"]
     lat = [float(r["response-time"]) * 1000 for r in ok]
     ttfb = [float(r["Response-delay"]) * 1000 for r in ok]
-    run = Run(len(rows) / wall, pct(lat, 50), pct(lat, 99), pct(ttfb, 50), len(rows), len(rows) - len(ok))
+    # hey's CSV lists answered requests only: one that timed out or broke off is missing, so with
+    # a count, the missing ones are errors too (hey sends n rounded down to a multiple of c).
+    per, conc = n // len(urls), max(1, c // len(urls))
+    sent = len(rows) if duration else max(len(rows), len(urls) * (per // conc) * conc)
+    run = Run(len(rows) / wall, pct(lat, 50), pct(lat, 99), pct(ttfb, 50), sent, sent - len(ok))
     if pids:
         run.cpu_ms_per_req = (sum(cpu_seconds(pid) for pid in pids) - cpu0) * 1000 / max(1, len(rows))
         run.peak_rss_mb = max(status_kb(pid, "VmHWM") for pid in pids) / 1024
@@ -166,7 +170,11 @@ class Bench:
 
     def start(self, name: str, args: list[str], env: dict | None = None, ready: str | None = None) -> Proc:
         log = self.dir / f"{name}.log"
-        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=open(log, "wb"), cwd=self.dir,
+        # stdout is a pipe only when its first line is read (the URL); otherwise it goes to the log:
+        # a pipe nobody reads fills at 64 KiB and then blocks the writer (LiteLLM stalled there,
+        # its event loop stuck writing uvicorn's one access-log line per request).
+        out = open(log, "wb")
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE if ready is None else out, stderr=out, cwd=self.dir,
                                 env={**os.environ, **(env or {})}, text=True)
         p = Proc(proc, "", log)
         self.procs.append(p)
