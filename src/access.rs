@@ -1,10 +1,9 @@
 //! Who may call rota: the active agents by key digest, kept in memory and following the change
 //! feed, and the key a request presents. The gateway and the API authenticate through it.
 
-use crate::agents::{Agent, digest};
+use crate::agents::Agent;
 use crate::store::{Store, StoreError};
 use axum::http::HeaderMap;
-use secrecy::SecretString;
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
@@ -63,7 +62,7 @@ impl AgentCache {
     }
 
     pub fn find(&self, key: &str) -> Option<Agent> {
-        let d = digest(&SecretString::from(key.to_string()));
+        let d = crate::agents::digest_of(key);
         self.by_digest.read().unwrap_or_else(|e| e.into_inner()).get(&d).cloned()
     }
 }

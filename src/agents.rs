@@ -29,7 +29,13 @@ pub fn new_key() -> SecretString {
 
 /// The stored form of a key.
 pub fn digest(key: &SecretString) -> String {
-    Sha256::digest(key.expose_secret().as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+    digest_of(key.expose_secret())
+}
+
+/// [`digest`] of a key as presented (borrowed from the request's headers): SHA-256 in
+/// lower-case hex.
+pub fn digest_of(key: &str) -> String {
+    format!("{:x}", Sha256::digest(key.as_bytes()))
 }
 
 /// Agent names: a-z, 0-9, `-`, `_`, at most 64 (they name `[agents.NAME]` config sections).

@@ -11,7 +11,6 @@ use axum::routing::get;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chacha20poly1305::aead::{OsRng, rand_core::RngCore};
-use sha2::{Digest, Sha256};
 
 pub const COOKIE: &str = "rota_session";
 /// The header of the console's background refreshes: they do not extend the session.
@@ -87,7 +86,7 @@ pub fn random_token() -> String {
 }
 
 pub fn digest(token: &str) -> String {
-    Sha256::digest(token.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
+    crate::agents::digest_of(token)
 }
 
 /// The value of cookie `name` in the request's `Cookie` headers.

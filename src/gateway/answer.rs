@@ -5,7 +5,7 @@ use super::wire::Api;
 use crate::engine::ProfileId;
 use crate::engine::chain::Candidate;
 use crate::walk::Trail;
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
@@ -81,16 +81,21 @@ pub fn upstream_error(status: u16, body: Bytes) -> Response {
 
 /// Which provider, model and profile served, and how many attempts it took.
 pub fn with_rota_headers(mut resp: Response, trail: &Trail, cand: &Candidate, pid: &ProfileId) -> Response {
+    const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+    const PROVIDER: HeaderName = HeaderName::from_static("x-rota-provider");
+    const MODEL: HeaderName = HeaderName::from_static("x-rota-model");
+    const PROFILE: HeaderName = HeaderName::from_static("x-rota-profile");
+    const ATTEMPTS: HeaderName = HeaderName::from_static("x-rota-attempts");
     let h = resp.headers_mut();
-    let set = |h: &mut HeaderMap, k: &'static str, v: &str| {
+    let set = |h: &mut HeaderMap, k: HeaderName, v: &str| {
         if let Ok(v) = HeaderValue::from_str(v) {
             h.insert(k, v);
         }
     };
-    set(h, "x-request-id", &trail.request_id);
-    set(h, "x-rota-provider", &cand.provider);
-    set(h, "x-rota-model", &cand.model);
-    set(h, "x-rota-profile", pid.as_str());
-    set(h, "x-rota-attempts", &trail.seq.to_string());
+    set(h, REQUEST_ID, &trail.request_id);
+    set(h, PROVIDER, &cand.provider);
+    set(h, MODEL, &cand.model);
+    set(h, PROFILE, pid.as_str());
+    h.insert(ATTEMPTS, HeaderValue::from(trail.seq));
     resp
 }

@@ -5,7 +5,6 @@
 use super::plan::{Plan, WithModel};
 use super::relay::{Phase, Relay};
 use super::serve::{Gateway, Incoming};
-use super::wire;
 use crate::engine::classify::{Classified, Observed};
 use crate::engine::{Millis, Reason};
 use crate::redact::error_text;
@@ -110,22 +109,21 @@ impl Gateway {
             Ok(Err(e)) => return done(fail(transport(&error_text(&e)), None, None), ttfb_ms),
             Err(_) => return done(fail(transport("timed out reading the upstream's answer"), None, None), ttfb_ms),
         };
-        let text = String::from_utf8_lossy(&body);
         if (200..300).contains(&status)
-            && let Ok(json @ Value::Object(_)) = serde_json::from_str::<Value>(&text)
+            && let Some((answer, tokens)) = plan.response(body.clone())
         {
-            let tokens = wire::usage(&json);
             let ct = match plan {
                 Plan::Passthrough(_) => resp.headers().get("content-type").cloned(),
                 _ => Some(HeaderValue::from_static("application/json")),
             };
-            let mut out = Response::new(Body::from(plan.response(&json, body)));
+            let mut out = Response::new(Body::from(answer));
             *out.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
             if let Some(ct) = ct {
                 out.headers_mut().insert("content-type", ct);
             }
             return done(Called::Served(out, tokens), ttfb_ms);
         }
+        let text = String::from_utf8_lossy(&body);
         let headers: Vec<(String, String)> = resp
             .headers()
             .iter()

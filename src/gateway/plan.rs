@@ -1,7 +1,7 @@
 //! How a candidate is called: the client's request as it is, or translated into the other wire
 //! format, and its answers translated back. Chosen once per candidate.
 
-use super::wire::Api;
+use super::wire::{self, Api};
 use crate::config::Api as WireFormat;
 use crate::translate::{self, StreamTranslator};
 use bytes::Bytes;
@@ -53,13 +53,18 @@ impl Plan {
         translated.map(Some).map_err(|e| e.to_string())
     }
 
-    /// A buffered 2xx answer in the client's format.
-    pub fn response(self, json: &Value, raw: Bytes) -> Bytes {
-        match self {
-            Plan::Passthrough(_) => raw,
-            Plan::ChatToMessages => Bytes::from(translate::messages_response_to_chat(json).to_string()),
-            Plan::MessagesToChat => Bytes::from(translate::chat_response_to_messages(json).to_string()),
-        }
+    /// A buffered 2xx answer in the client's format, with its token counts (input, output).
+    /// `None` when the answer is not a JSON object.
+    pub fn response(self, raw: Bytes) -> Option<(Bytes, (Option<i64>, Option<i64>))> {
+        let translate: fn(&Value) -> Value = match self {
+            Plan::Passthrough(_) => return wire::usage_of(&raw).map(|tokens| (raw, tokens)),
+            Plan::ChatToMessages => translate::messages_response_to_chat,
+            Plan::MessagesToChat => translate::chat_response_to_messages,
+        };
+        let json @ Value::Object(_) = serde_json::from_str::<Value>(&String::from_utf8_lossy(&raw)).ok()? else {
+            return None;
+        };
+        Some((Bytes::from(translate(&json).to_string()), wire::usage(&json)))
     }
 
     /// The translator of a streamed answer; `client_body` is the client's request.

@@ -7,7 +7,7 @@
 //! rest of a committed stream and tells the walk how the stream ended.
 
 use super::call::Opened;
-use super::wire::{self, Api, Seen};
+use super::wire::{self, Api, Glance, Seen};
 use crate::book::Credential;
 use crate::engine::classify::{Classified, Observed};
 use crate::engine::{Millis, Reason};
@@ -83,12 +83,12 @@ impl Relay {
         let mut data = false;
         for ev in self.split.push(bytes) {
             data |= !ev.is_keepalive();
-            let json = if ev.is_keepalive() || ev.data.trim() == "[DONE]" { None } else { ev.json() };
-            if let Some(v) = &json {
-                let (i, o) = wire::usage(v);
+            let glance = if ev.is_keepalive() || ev.data.trim() == "[DONE]" { None } else { Glance::of(&ev.data) };
+            if let Some(g) = &glance {
+                let (i, o) = g.tokens;
                 self.tokens = (i.or(self.tokens.0), o.or(self.tokens.1));
             }
-            let seen = wire::classify_event(self.upstream, &ev, json.as_ref());
+            let seen = wire::classify_event(self.upstream, &ev, glance.as_ref());
             let committed = self.phase == Phase::Flowing;
             match seen {
                 Seen::Content if !committed => self.phase = Phase::Flowing,

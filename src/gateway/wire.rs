@@ -112,10 +112,36 @@ fn anthropic_type(status: u16) -> &'static str {
 
 /// Token usage in a response body or stream event, as (input, output), either possibly unknown.
 pub fn usage(v: &Value) -> (Option<i64>, Option<i64>) {
-    let u = v
-        .get("usage")
-        .or_else(|| v.get("message").and_then(|m| m.get("usage")))
-        .or_else(|| v.get("response").and_then(|r| r.get("usage")));
+    usage_in(v.get("usage"), v.get("message"), v.get("response"))
+}
+
+/// The token counts of a buffered answer passed through as is, read without building the whole
+/// document: only `usage` (and `message`/`response`, which may hold it) are kept. `None` when the
+/// body is not a JSON object.
+pub fn usage_of(body: &[u8]) -> Option<(Option<i64>, Option<i64>)> {
+    /// The fields [`usage`] reads; the rest of the answer is skipped, not built.
+    #[derive(serde::Deserialize)]
+    struct Envelope {
+        usage: Option<Value>,
+        message: Option<Value>,
+        response: Option<Value>,
+    }
+    if body.trim_ascii_start().first() != Some(&b'{') {
+        return None;
+    }
+    match serde_json::from_slice::<Envelope>(body) {
+        Ok(e) => Some(usage_in(e.usage.as_ref(), e.message.as_ref(), e.response.as_ref())),
+        // A repeated key, or bytes that are not UTF-8 inside a string: read it the long way, as
+        // any JSON object is served.
+        Err(_) => match serde_json::from_str::<Value>(&String::from_utf8_lossy(body)) {
+            Ok(v @ Value::Object(_)) => Some(usage(&v)),
+            _ => None,
+        },
+    }
+}
+
+fn usage_in(usage: Option<&Value>, message: Option<&Value>, response: Option<&Value>) -> (Option<i64>, Option<i64>) {
+    let u = usage.or_else(|| message.and_then(|m| m.get("usage"))).or_else(|| response.and_then(|r| r.get("usage")));
     let Some(u) = u.filter(|u| u.is_object()) else { return (None, None) };
     let field = |names: &[&str]| names.iter().find_map(|n| u.get(*n).and_then(Value::as_i64));
     // Anthropic leaves cached prompt tokens out of `input_tokens`; they count as input here.
@@ -151,11 +177,64 @@ impl Api {
 /// What `ev` (with its data parsed as JSON, when it is) means in a stream of the `upstream` API:
 /// Anthropic commits on the first `content_block_*` event (`message_start` and `ping` are held),
 /// OpenAI chat on the first chunk with a choice, Responses on the first `response.output_*` event.
-pub fn classify_event(upstream: Api, ev: &Event, json: Option<&Value>) -> Seen {
+/// What the relay reads of an event's data: its `type`, whether it holds an `error` or content
+/// (`choices` not empty), and its token counts.
+#[derive(Debug, Default, PartialEq)]
+pub struct Glance {
+    pub kind: Option<String>,
+    pub error: bool,
+    pub content: bool,
+    pub tokens: (Option<i64>, Option<i64>),
+}
+
+impl Glance {
+    /// Reads an event's data without building the document: the content itself is skipped, not
+    /// kept. `None` when the data is not JSON.
+    pub fn of(data: &str) -> Option<Glance> {
+        #[derive(serde::Deserialize)]
+        struct Fields {
+            #[serde(rename = "type")]
+            kind: Option<String>,
+            #[serde(default, deserialize_with = "present")]
+            error: bool,
+            choices: Option<Vec<serde::de::IgnoredAny>>,
+            usage: Option<Value>,
+            message: Option<Value>,
+            response: Option<Value>,
+        }
+        /// Any value, `null` included, counts: the key is there.
+        fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+            serde::de::IgnoredAny::deserialize(d).map(|_| true)
+        }
+        use serde::Deserialize as _;
+        let fields = match data.trim_start().starts_with('{') {
+            true => serde_json::from_str::<Fields>(data).ok(),
+            false => None,
+        };
+        match fields {
+            Some(f) => Some(Glance {
+                kind: f.kind,
+                error: f.error,
+                content: f.choices.is_some_and(|c| !c.is_empty()),
+                tokens: usage_in(f.usage.as_ref(), f.message.as_ref(), f.response.as_ref()),
+            }),
+            // Not an object of the usual shape (a `type` that is no string, `choices` that is no
+            // list, a repeated key): read the long way.
+            None => serde_json::from_str::<Value>(data).ok().map(|v| Glance {
+                kind: v.get("type").and_then(Value::as_str).map(str::to_string),
+                error: v.get("error").is_some(),
+                content: v.get("choices").and_then(Value::as_array).is_some_and(|c| !c.is_empty()),
+                tokens: usage(&v),
+            }),
+        }
+    }
+}
+
+pub fn classify_event(upstream: Api, ev: &Event, glance: Option<&Glance>) -> Seen {
     if ev.is_keepalive() {
         return Seen::Other;
     }
-    let kind = json.and_then(|v| v.get("type")).and_then(Value::as_str);
+    let kind = glance.and_then(|g| g.kind.as_deref());
     let name = ev.name.as_deref().or(kind).unwrap_or("");
     if name == "error" {
         return Seen::Error;
@@ -166,10 +245,10 @@ pub fn classify_event(upstream: Api, ev: &Event, json: Option<&Value>) -> Seen {
             "message_stop" => Seen::End,
             _ => Seen::Other,
         },
-        Api::Chat => match json {
+        Api::Chat => match glance {
             _ if ev.data.trim() == "[DONE]" => Seen::End,
-            Some(v) if v.get("error").is_some() => Seen::Error,
-            Some(v) if v.get("choices").and_then(Value::as_array).is_some_and(|c| !c.is_empty()) => Seen::Content,
+            Some(g) if g.error => Seen::Error,
+            Some(g) if g.content => Seen::Content,
             _ => Seen::Other,
         },
         Api::Responses => match name {
@@ -193,7 +272,31 @@ mod tests {
 
     fn seen(api: Api, raw: &str) -> Seen {
         let e = ev(raw);
-        classify_event(api, &e, e.json().as_ref())
+        classify_event(api, &e, Glance::of(&e.data).as_ref())
+    }
+
+    #[test]
+    fn a_glance_reads_what_the_whole_document_says() {
+        let chunk = r#"{"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"hi"}}],
+            "usage":{"prompt_tokens":3,"completion_tokens":5}}"#;
+        let g = Glance::of(chunk).unwrap();
+        assert_eq!(g, Glance { kind: None, error: false, content: true, tokens: (Some(3), Some(5)) });
+        let start = r#"{"type":"message_start","message":{"id":"m","usage":{"input_tokens":7,"output_tokens":1}}}"#;
+        assert_eq!(
+            Glance::of(start).unwrap(),
+            Glance { kind: Some("message_start".into()), tokens: (Some(7), Some(1)), ..Glance::default() }
+        );
+        assert!(Glance::of(r#"{"error":null}"#).unwrap().error, "an `error` key, whatever its value");
+        assert!(!Glance::of(r#"{"choices":[]}"#).unwrap().content);
+        // Shapes the fast read refuses are read the long way, with the same answers.
+        assert_eq!(Glance::of(r#"{"type":3,"choices":{"a":1}}"#).unwrap(), Glance::default());
+        assert!(
+            Glance::of(r#"{"choices":[],"choices":[{"delta":{}}]}"#).unwrap().content,
+            "the last of a repeated key"
+        );
+        assert_eq!(Glance::of(r#""text""#), Some(Glance::default()));
+        assert_eq!(Glance::of("[DONE]"), None);
+        assert_eq!(Glance::of("{not json"), None);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The PostgreSQL store, for a fleet of instances sharing one state (docs/scale.md).
 
-use super::sql::{corrupt, now, sql_store};
+use super::sql::{Shapes, corrupt, now, shaped, sql_store};
 use super::{
     Applied, AttemptRecord, AuditQuery, FeedEntry, Origin, ProfileUsage, Pruned, RequestRecord, Snapshot, Store,
     StoreError, StoredProfile,
@@ -121,5 +121,9 @@ async fn listen(pool: &PgPool, tx: &watch::Sender<u64>) -> Result<(), sqlx::Erro
         }
     }
 }
+
+/// The audit's INSERTs.
+static ATTEMPTS: std::sync::LazyLock<Shapes> = std::sync::LazyLock::new(|| Shapes::attempts(true));
+static REQUESTS: std::sync::LazyLock<Shapes> = std::sync::LazyLock::new(|| Shapes::requests(true));
 
 sql_store!(PgStore, Postgres, PgRow, PgConnection);

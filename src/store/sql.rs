@@ -29,7 +29,7 @@ pub(super) fn usable<C: sqlx::Connection>(conn: &C) -> bool {
 /// that begin transactions: `write_tx` (one that may change the shared state, serialized with
 /// every other such writer), `audit_tx` (one that only appends audit rows) and `read_tx` (reads
 /// that must see one committed state, not a write landing between two of them), a
-/// `description` and a `wake_channel`, and a `MIGRATOR` static in scope.
+/// `description` and a `wake_channel`, and `MIGRATOR`, `ATTEMPTS` and `REQUESTS` statics in scope.
 macro_rules! sql_store {
     ($store:ty, $db:ty, $row:ty, $conn:ty) => {
         /// Writes a profile's stats row and its cooldown windows, unless the profile is gone (a removal
@@ -887,64 +887,57 @@ macro_rules! sql_store {
 
             #[tracing::instrument(skip_all, level = "debug", fields(requests = requests.len(), attempts = attempts.len()))]
             async fn insert_audit(&self, requests: &[RequestRecord], attempts: &[AttemptRecord]) -> Result<(), StoreError> {
-                // Multi-row INSERTs: one statement per chunk rather than per row, since every statement
-                // is a round trip to the SQLite worker thread. Chunks stay under SQLite's 32,766
-                // bound parameters. Each batch size is its own SQL text, and a prepared 1,000-row INSERT
-                // is hundreds of kB: not kept in the connection's statement cache (heaptrack found
-                // 62 MB of them when the writer fell behind under load).
+                // Multi-row INSERTs of 64, 8 or 1 rows (`shaped`): few statements a batch, since each
+                // is a round trip to the SQLite worker thread, and only three SQL texts a table, each
+                // parsed once and kept in the connection's statement cache. (A text per batch size
+                // was parsed anew for every batch: a third of the audit's cost at low load.)
+                // `ON CONFLICT DO NOTHING`: a retried batch whose first commit did land (an I/O
+                // error after the commit record was written) adds nothing twice.
                 let mut tx = self.audit_tx().await?;
-                for chunk in attempts.chunks(1000) {
-                    let mut q = sqlx::QueryBuilder::new(
-                        "INSERT INTO attempts (request_id, seq, kind, agent, provider, model, profile_id, started_at, duration_ms,
-                             ttfb_ms, http_status, outcome, reason, retry_after_ms, cooldown_until, error, tokens_in, tokens_out) ",
-                    );
-                    q.push_values(chunk, |mut b, a| {
-                        b.push_bind(&a.request_id)
-                            .push_bind(a.seq)
-                            .push_bind(&a.kind)
-                            .push_bind(&a.agent)
-                            .push_bind(&a.provider)
-                            .push_bind(&a.model)
-                            .push_bind(&a.profile_id)
-                            .push_bind(a.started_at)
-                            .push_bind(a.duration_ms)
-                            .push_bind(a.ttfb_ms)
-                            .push_bind(a.http_status)
-                            .push_bind(&a.outcome)
-                            .push_bind(&a.reason)
-                            .push_bind(a.retry_after_ms)
-                            .push_bind(a.cooldown_until)
-                            .push_bind(&a.error)
-                            .push_bind(a.tokens_in)
-                            .push_bind(a.tokens_out);
-                    });
-                    // A retried batch whose first commit did land (an I/O error after the commit
-                    // record was written) adds nothing twice.
-                    q.push(" ON CONFLICT DO NOTHING");
-                    q.build().persistent(false).execute(&mut *tx).await?;
+                for chunk in shaped(attempts) {
+                    let mut q = sqlx::query(ATTEMPTS.sql(chunk.len()));
+                    for a in chunk {
+                        q = q
+                            .bind(&a.request_id)
+                            .bind(a.seq)
+                            .bind(&a.kind)
+                            .bind(&a.agent)
+                            .bind(&a.provider)
+                            .bind(&a.model)
+                            .bind(&a.profile_id)
+                            .bind(a.started_at)
+                            .bind(a.duration_ms)
+                            .bind(a.ttfb_ms)
+                            .bind(a.http_status)
+                            .bind(&a.outcome)
+                            .bind(&a.reason)
+                            .bind(a.retry_after_ms)
+                            .bind(a.cooldown_until)
+                            .bind(&a.error)
+                            .bind(a.tokens_in)
+                            .bind(a.tokens_out);
+                    }
+                    q.execute(&mut *tx).await?;
                 }
-                for chunk in requests.chunks(1000) {
-                    let mut q = sqlx::QueryBuilder::new(
-                        "INSERT INTO requests (id, agent, api, requested_model, served_model, served_profile, status, attempts,
-                             started_at, duration_ms, stream, tokens_in, tokens_out) ",
-                    );
-                    q.push_values(chunk, |mut b, r| {
-                        b.push_bind(&r.id)
-                            .push_bind(&r.agent)
-                            .push_bind(&r.api)
-                            .push_bind(&r.requested_model)
-                            .push_bind(&r.served_model)
-                            .push_bind(&r.served_profile)
-                            .push_bind(r.status)
-                            .push_bind(r.attempts)
-                            .push_bind(r.started_at)
-                            .push_bind(r.duration_ms)
-                            .push_bind(r.stream)
-                            .push_bind(r.tokens_in)
-                            .push_bind(r.tokens_out);
-                    });
-                    q.push(" ON CONFLICT DO NOTHING");
-                    q.build().persistent(false).execute(&mut *tx).await?;
+                for chunk in shaped(requests) {
+                    let mut q = sqlx::query(REQUESTS.sql(chunk.len()));
+                    for r in chunk {
+                        q = q
+                            .bind(&r.id)
+                            .bind(&r.agent)
+                            .bind(&r.api)
+                            .bind(&r.requested_model)
+                            .bind(&r.served_model)
+                            .bind(&r.served_profile)
+                            .bind(r.status)
+                            .bind(r.attempts)
+                            .bind(r.started_at)
+                            .bind(r.duration_ms)
+                            .bind(r.stream)
+                            .bind(r.tokens_in)
+                            .bind(r.tokens_out);
+                    }
+                    q.execute(&mut *tx).await?;
                 }
                 tx.commit().await?;
                 Ok(())
@@ -1024,3 +1017,78 @@ macro_rules! sql_store {
 }
 
 pub(crate) use sql_store;
+
+/// The row counts of the audit's multi-row INSERTs, largest first.
+const SHAPES: [usize; 3] = [64, 8, 1];
+
+/// `rows` cut into chunks whose lengths are among [`SHAPES`], the largest that fits first.
+pub(super) fn shaped<T>(mut rows: &[T]) -> impl Iterator<Item = &[T]> {
+    std::iter::from_fn(move || {
+        let n = SHAPES.into_iter().find(|&n| rows.len() >= n)?;
+        let (chunk, rest) = rows.split_at(n);
+        rows = rest;
+        Some(chunk)
+    })
+}
+
+/// `INSERT INTO {table} VALUES (…), … ON CONFLICT DO NOTHING`, one text per shape.
+pub(super) struct Shapes([String; SHAPES.len()]);
+
+impl Shapes {
+    /// The attempts table's INSERTs; `numbered`: `$N` parameters, else `?`.
+    pub(super) fn attempts(numbered: bool) -> Shapes {
+        Shapes::new(
+            "attempts (request_id, seq, kind, agent, provider, model, profile_id, started_at, duration_ms, ttfb_ms,
+             http_status, outcome, reason, retry_after_ms, cooldown_until, error, tokens_in, tokens_out)",
+            18,
+            numbered,
+        )
+    }
+
+    /// The requests table's INSERTs.
+    pub(super) fn requests(numbered: bool) -> Shapes {
+        Shapes::new(
+            "requests (id, agent, api, requested_model, served_model, served_profile, status, attempts, started_at,
+             duration_ms, stream, tokens_in, tokens_out)",
+            13,
+            numbered,
+        )
+    }
+
+    fn new(table: &str, columns: usize, numbered: bool) -> Shapes {
+        Shapes(SHAPES.map(|rows| {
+            let values: Vec<String> = (0..rows)
+                .map(|r| {
+                    let row: Vec<String> = (1..=columns)
+                        .map(|c| if numbered { format!("${}", r * columns + c) } else { "?".to_string() })
+                        .collect();
+                    format!("({})", row.join(", "))
+                })
+                .collect();
+            format!("INSERT INTO {table} VALUES {} ON CONFLICT DO NOTHING", values.join(", "))
+        }))
+    }
+
+    pub(super) fn sql(&self, rows: usize) -> &str {
+        &self.0[SHAPES.iter().position(|&n| n == rows).expect("a chunk of shaped()")]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_are_cut_into_the_prepared_shapes() {
+        let rows: Vec<usize> = (0..147).collect();
+        let lens: Vec<usize> = shaped(&rows).map(<[usize]>::len).collect();
+        assert_eq!(lens, [64, 64, 8, 8, 1, 1, 1]);
+        assert_eq!(shaped(&rows).flatten().copied().collect::<Vec<_>>(), rows);
+        assert_eq!(shaped::<usize>(&[]).count(), 0);
+        let s = Shapes::new("t (a, b)", 2, true);
+        assert_eq!(s.sql(1), "INSERT INTO t (a, b) VALUES ($1, $2) ON CONFLICT DO NOTHING");
+        assert!(s.sql(8).ends_with("($15, $16) ON CONFLICT DO NOTHING"));
+        assert!(s.sql(64).contains("($127, $128)"));
+        assert!(Shapes::new("t (a, b)", 2, false).sql(8).ends_with("(?, ?), (?, ?) ON CONFLICT DO NOTHING"));
+    }
+}

@@ -1,6 +1,6 @@
 //! The embedded SQLite store (WAL, busy timeout, migrations applied at open).
 
-use super::sql::{corrupt, now, sql_store};
+use super::sql::{Shapes, corrupt, now, shaped, sql_store};
 use super::{
     Applied, AttemptRecord, AuditQuery, FeedEntry, Origin, ProfileUsage, Pruned, RequestRecord, Snapshot, Store,
     StoreError, StoredProfile,
@@ -171,5 +171,11 @@ impl SqliteStore {
         std::fs::metadata(format!("{}-wal", self.description)).ok().map(|m| m.len())
     }
 }
+
+/// The audit's INSERTs, with `?` parameters: SQLite looks a numbered one up by walking the
+/// statement's list of names, so binding a 64-row INSERT's 1,152 `$N` parameters took over half a
+/// million instructions.
+static ATTEMPTS: std::sync::LazyLock<Shapes> = std::sync::LazyLock::new(|| Shapes::attempts(false));
+static REQUESTS: std::sync::LazyLock<Shapes> = std::sync::LazyLock::new(|| Shapes::requests(false));
 
 sql_store!(SqliteStore, Sqlite, SqliteRow, SqliteConnection);
