@@ -3,7 +3,8 @@
 //! pre-built bytes. Scripted by the request itself:
 //!
 //! - an API key containing `limited` gets 429 (`rate_limit`), every time;
-//! - the model `slow` streams 10 events 100 ms apart (for the open-streams scenario).
+//! - the model `slow` streams 10 events 100 ms apart, the first at once (for the open-streams
+//!   scenario).
 //!
 //! `rota-mock [--listen 127.0.0.1:0]` prints `listening on http://ADDR` once ready.
 
@@ -51,8 +52,11 @@ async fn answer(anthropic: bool, headers: HeaderMap, body: Bytes) -> Response {
     let body = if gap.is_zero() {
         Body::from([start, &delta.repeat(events), end].concat())
     } else {
-        let parts = std::iter::once(start.to_string())
-            .chain(std::iter::repeat_n(delta.to_string(), events))
+        // The first content event goes with the headers, and the others follow 100 ms apart:
+        // a client's time to the first byte is its time to the first token, through rota (which
+        // holds the answer's headers until the first content event) as directly.
+        let parts = std::iter::once(format!("{start}{delta}"))
+            .chain(std::iter::repeat_n(delta.to_string(), events - 1))
             .chain(std::iter::once(end.to_string()));
         let stream = futures_util::stream::unfold((parts, true), move |(mut parts, first)| async move {
             if !first {

@@ -7,6 +7,8 @@ use crate::redact::error_text;
 use axum::http::HeaderMap;
 use bytes::Bytes;
 use secrecy::{ExposeSecret, SecretString};
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
 
 /// Client headers forwarded upstream, per wire format (everything else is rota's business or
 /// the agent's key).
@@ -28,6 +30,9 @@ pub enum UpstreamError {
 #[derive(Clone)]
 pub struct Upstream {
     client: reqwest::Client,
+    /// Endpoints parsed, by their text: parsing a URL (with its IDNA pass) cost more than the
+    /// rest of building a request. One entry per base URL and path ever called.
+    endpoints: Arc<RwLock<HashMap<String, reqwest::Url, foldhash::fast::RandomState>>>,
 }
 
 impl Upstream {
@@ -43,7 +48,21 @@ impl Upstream {
             .user_agent(concat!("rota/", env!("CARGO_PKG_VERSION")))
             .build()
             .expect("HTTP client configuration is static and valid");
-        Upstream { client }
+        Upstream { client, endpoints: Arc::default() }
+    }
+
+    /// A POST to `url`, parsed once.
+    fn post(&self, url: String) -> reqwest::RequestBuilder {
+        let parsed = self.endpoints.read().unwrap_or_else(|e| e.into_inner()).get(&url).cloned();
+        match parsed.or_else(|| {
+            let parsed = reqwest::Url::parse(&url).ok()?;
+            self.endpoints.write().unwrap_or_else(|e| e.into_inner()).insert(url.clone(), parsed.clone());
+            Some(parsed)
+        }) {
+            Some(parsed) => self.client.post(parsed),
+            // reqwest reports what is wrong with it when the request is sent.
+            None => self.client.post(url),
+        }
     }
 
     /// Sends one request.
@@ -58,7 +77,7 @@ impl Upstream {
         stream: bool,
     ) -> Result<reqwest::Response, UpstreamError> {
         let url = format!("{}{}", provider.base_url.trim_end_matches('/'), api.upstream_path());
-        let mut req = self.client.post(url).header("content-type", "application/json").body(body);
+        let mut req = self.post(url).header("content-type", "application/json").body(body);
         if stream {
             req = req.header("accept", "text/event-stream");
         }

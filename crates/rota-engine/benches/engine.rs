@@ -1,6 +1,7 @@
 //! Micro-benchmarks of the engine (divan): ordering 10 to 10,000 profiles (whole, and the
-//! first usable ones through the rotation index, with a use moving one to the end), classifying a
-//! provider error, and one whole failover decision. `cargo bench -p rota-engine`.
+//! first usable ones through the rotation index, with a use moving one to the end), the index's
+//! update per mark, classifying a provider error, and one whole failover decision.
+//! `cargo bench -p rota-engine`.
 
 use rota_engine::classify::{Classifier, Observed};
 use rota_engine::order::{OrderRequest, Rotation, RotationIndex, order};
@@ -80,6 +81,23 @@ fn first_usable_from_the_index(bencher: divan::Bencher, n: usize) {
         }
         index.touch(&first[0], &views);
         first
+    });
+}
+
+/// The index's cost per mark: one profile is used (its last use moves on) and its key is
+/// moved in the index, a different profile each time.
+#[divan::bench(args = [10, 100, 1_000, 10_000])]
+fn index_update_per_mark(bencher: divan::Bencher, n: usize) {
+    let (ids, mut views) = profiles(n);
+    let mut index = RotationIndex::new(&ids, &views, Rotation::Lru);
+    let (mut now, mut i) = (NOW, 0);
+    bencher.bench_local(|| {
+        now += 1;
+        i = (i + 7919) % n;
+        if let Some(v) = views.get_mut(&ids[i]) {
+            v.stats.mark_used(now);
+        }
+        index.touch(divan::black_box(&ids[i]), &views);
     });
 }
 
