@@ -259,25 +259,32 @@ macro_rules! sql_store {
             Ok(sqlx::query_scalar("SELECT n FROM change_seq").fetch_one(&mut *conn).await?)
         }
 
-        /// Binds an audit listing's filters as `$1`–`$11`: agent, request id, profile, provider,
-        /// model, reason, outcome, since, until, and the cursor's time and id.
-        fn bind_filters<'q, O>(
-            query: sqlx::query::QueryAs<'q, $db, O, <$db as sqlx::Database>::Arguments>,
-            q: &'q AuditQuery,
-        ) -> sqlx::query::QueryAs<'q, $db, O, <$db as sqlx::Database>::Arguments> {
-            let after = q.after.as_ref();
-            query
-                .bind(&q.agent)
-                .bind(&q.request_id)
-                .bind(&q.profile)
-                .bind(&q.provider)
-                .bind(&q.model)
-                .bind(&q.reason)
-                .bind(&q.outcome)
-                .bind(q.since)
-                .bind(q.until)
-                .bind(after.map(|a| a.0))
-                .bind(after.map(|a| a.1.as_str()))
+        /// Adds an audit listing's filters to its WHERE: only those given, so that each can seek its
+        /// index (a `($n IS NULL OR column = $n)` term can use none, and the listing scanned and
+        /// sorted every attempt). `id`: the table's request id column; `own`: the table has the
+        /// attempt-level columns (profile, provider, model, reason, outcome) itself.
+        fn push_filters(qb: &mut sqlx::QueryBuilder<$db>, q: &AuditQuery, id: &str, own: bool) {
+            let mut eq = vec![("agent", &q.agent), (id, &q.request_id)];
+            if own {
+                eq.extend([
+                    ("profile_id", &q.profile),
+                    ("provider", &q.provider),
+                    ("model", &q.model),
+                    ("reason", &q.reason),
+                    ("outcome", &q.outcome),
+                ]);
+            }
+            for (column, value) in eq {
+                if let Some(v) = value {
+                    qb.push(format_args!(" AND {column} = ")).push_bind(v.clone());
+                }
+            }
+            if let Some(since) = q.since {
+                qb.push(" AND started_at >= ").push_bind(since);
+            }
+            if let Some(until) = q.until {
+                qb.push(" AND started_at < ").push_bind(until);
+            }
         }
 
         #[async_trait]
@@ -827,44 +834,53 @@ macro_rules! sql_store {
             }
 
             async fn attempts(&self, q: &AuditQuery) -> Result<Vec<AttemptRecord>, StoreError> {
-                let query = sqlx::query_as::<_, AttemptRecord>(
+                let mut qb = sqlx::QueryBuilder::new(
                     "SELECT request_id, seq, kind, agent, provider, model, profile_id, started_at, duration_ms, ttfb_ms,
                             http_status, outcome, reason, retry_after_ms, cooldown_until, error, tokens_in, tokens_out
-                     FROM attempts
-                     WHERE ($1 IS NULL OR agent = $1) AND ($2 IS NULL OR request_id = $2)
-                       AND ($3 IS NULL OR profile_id = $3) AND ($4 IS NULL OR provider = $4)
-                       AND ($5 IS NULL OR model = $5) AND ($6 IS NULL OR reason = $6) AND ($7 IS NULL OR outcome = $7)
-                       AND ($8 IS NULL OR started_at >= $8) AND ($9 IS NULL OR started_at < $9)
-                       AND ($10 IS NULL OR (started_at, request_id, seq) < ($10, $11, $12))
-                     ORDER BY started_at DESC, request_id DESC, seq DESC
-                     LIMIT $13",
+                     FROM attempts WHERE TRUE",
                 );
-                let rows = bind_filters(query, q)
-                    .bind(q.after.as_ref().map(|a| a.2))
-                    .bind(i64::from(q.limit))
-                    .fetch_all(&self.pool)
-                    .await?;
-                Ok(rows)
+                push_filters(&mut qb, q, "request_id", true);
+                if let Some((t, id, seq)) = &q.after {
+                    // The plain bound first: the row comparison alone seeks no index.
+                    qb.push(" AND started_at <= ").push_bind(*t);
+                    qb.push(" AND (started_at, request_id, seq) < (").push_bind(*t).push(", ").push_bind(id.clone());
+                    qb.push(", ").push_bind(*seq).push(")");
+                }
+                qb.push(" ORDER BY started_at DESC, request_id DESC, seq DESC LIMIT ").push_bind(i64::from(q.limit));
+                Ok(qb.build_query_as::<AttemptRecord>().fetch_all(&self.pool).await?)
             }
 
             async fn requests(&self, q: &AuditQuery) -> Result<Vec<RequestRecord>, StoreError> {
-                let query = sqlx::query_as::<_, RequestRecord>(
+                let mut qb = sqlx::QueryBuilder::new(
                     "SELECT id, agent, api, requested_model, served_model, served_profile, status, attempts, started_at,
                             duration_ms, stream, tokens_in, tokens_out
-                     FROM requests r
-                     WHERE ($1 IS NULL OR agent = $1) AND ($2 IS NULL OR id = $2)
-                       AND ($8 IS NULL OR started_at >= $8) AND ($9 IS NULL OR started_at < $9)
-                       AND ($10 IS NULL OR (started_at, id) < ($10, $11))
-                       AND (COALESCE($3, $4, $5, $6, $7) IS NULL OR EXISTS (
-                            SELECT 1 FROM attempts a WHERE a.request_id = r.id
-                              AND ($3 IS NULL OR a.profile_id = $3) AND ($4 IS NULL OR a.provider = $4)
-                              AND ($5 IS NULL OR a.model = $5) AND ($6 IS NULL OR a.reason = $6)
-                              AND ($7 IS NULL OR a.outcome = $7)))
-                     ORDER BY started_at DESC, id DESC
-                     LIMIT $12",
+                     FROM requests r WHERE TRUE",
                 );
-                let rows = bind_filters(query, q).bind(i64::from(q.limit)).fetch_all(&self.pool).await?;
-                Ok(rows)
+                push_filters(&mut qb, q, "id", false);
+                if let Some((t, id, _)) = &q.after {
+                    qb.push(" AND started_at <= ").push_bind(*t);
+                    qb.push(" AND (started_at, id) < (").push_bind(*t).push(", ").push_bind(id.clone()).push(")");
+                }
+                let of_attempts = [
+                    ("profile_id", &q.profile),
+                    ("provider", &q.provider),
+                    ("model", &q.model),
+                    ("reason", &q.reason),
+                    ("outcome", &q.outcome),
+                ];
+                if of_attempts.iter().any(|(_, v)| v.is_some()) {
+                    // Kept as `($n IS NULL OR …)` on purpose: so written, the planner looks the
+                    // request's attempts up by request id; with a plain `a.profile_id = $n` it
+                    // walked the filter's index instead, which took seconds.
+                    qb.push(" AND EXISTS (SELECT 1 FROM attempts a WHERE a.request_id = r.id");
+                    for (column, value) in of_attempts {
+                        qb.push(" AND (").push_bind(value.clone());
+                        qb.push(format_args!(" IS NULL OR a.{column} = ")).push_bind(value.clone()).push(")");
+                    }
+                    qb.push(")");
+                }
+                qb.push(" ORDER BY started_at DESC, id DESC LIMIT ").push_bind(i64::from(q.limit));
+                Ok(qb.build_query_as::<RequestRecord>().fetch_all(&self.pool).await?)
             }
 
             async fn usage(&self, since: Millis, until: Millis) -> Result<Vec<ProfileUsage>, StoreError> {
