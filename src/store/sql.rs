@@ -5,6 +5,7 @@
 
 use super::StoreError;
 use crate::engine::Millis;
+use std::collections::{BTreeMap, BTreeSet};
 
 pub(super) fn now() -> Millis {
     chrono::Utc::now().timestamp_millis()
@@ -884,18 +885,29 @@ macro_rules! sql_store {
             }
 
             async fn usage(&self, since: Millis, until: Millis) -> Result<Vec<ProfileUsage>, StoreError> {
+                // Whole hours from usage_hourly, the partial ones at either end from attempts.
+                let (first, last) = whole_hours(since, until);
                 let rows = sqlx::query_as::<_, ProfileUsage>(
-                    "SELECT profile_id, count(*) AS attempts,
-                            sum(CASE WHEN outcome = 'success' THEN 1 ELSE 0 END) AS successes,
-                            sum(CASE WHEN outcome = 'failure' THEN 1 ELSE 0 END) AS failures,
-                            CAST(coalesce(sum(tokens_in), 0) AS BIGINT) AS tokens_in,
-                            CAST(coalesce(sum(tokens_out), 0) AS BIGINT) AS tokens_out
-                     FROM attempts
-                     WHERE profile_id IS NOT NULL AND started_at >= $1 AND started_at < $2
+                    "SELECT profile_id, CAST(sum(attempts) AS BIGINT) AS attempts,
+                            CAST(sum(successes) AS BIGINT) AS successes, CAST(sum(failures) AS BIGINT) AS failures,
+                            CAST(sum(tokens_in) AS BIGINT) AS tokens_in, CAST(sum(tokens_out) AS BIGINT) AS tokens_out
+                     FROM (
+                         SELECT profile_id, attempts, successes, failures, tokens_in, tokens_out
+                         FROM usage_hourly WHERE hour >= $3 AND hour < $4
+                         UNION ALL
+                         SELECT profile_id, 1, CASE WHEN outcome = 'success' THEN 1 ELSE 0 END,
+                                CASE WHEN outcome = 'failure' THEN 1 ELSE 0 END, coalesce(tokens_in, 0),
+                                coalesce(tokens_out, 0)
+                         FROM attempts
+                         WHERE profile_id IS NOT NULL
+                           AND ((started_at >= $1 AND started_at < $3) OR (started_at >= $4 AND started_at < $2))
+                     ) u
                      GROUP BY profile_id ORDER BY profile_id",
                 )
                 .bind(since)
                 .bind(until)
+                .bind(first)
+                .bind(last)
                 .fetch_all(&self.pool)
                 .await?;
                 Ok(rows)
@@ -910,6 +922,7 @@ macro_rules! sql_store {
                 // `ON CONFLICT DO NOTHING`: a retried batch whose first commit did land (an I/O
                 // error after the commit record was written) adds nothing twice.
                 let mut tx = self.audit_tx().await?;
+                let mut hourly = Hourly::default();
                 for chunk in shaped(attempts) {
                     let mut q = sqlx::query(ATTEMPTS.sql(chunk.len()));
                     for a in chunk {
@@ -933,7 +946,46 @@ macro_rules! sql_store {
                             .bind(a.tokens_in)
                             .bind(a.tokens_out);
                     }
-                    q.execute(&mut *tx).await?;
+                    let inserted = q.execute(&mut *tx).await?.rows_affected();
+                    hourly.add(chunk, inserted);
+                }
+                for ((hour, profile), [n, ok, failed, tin, tout]) in &hourly.sums {
+                    sqlx::query(
+                        "INSERT INTO usage_hourly (hour, profile_id, attempts, successes, failures, tokens_in, tokens_out)
+                         VALUES ($1, $2, $3, $4, $5, $6, $7)
+                         ON CONFLICT (hour, profile_id) DO UPDATE SET
+                             attempts = usage_hourly.attempts + excluded.attempts,
+                             successes = usage_hourly.successes + excluded.successes,
+                             failures = usage_hourly.failures + excluded.failures,
+                             tokens_in = usage_hourly.tokens_in + excluded.tokens_in,
+                             tokens_out = usage_hourly.tokens_out + excluded.tokens_out",
+                    )
+                    .bind(hour)
+                    .bind(profile)
+                    .bind(n)
+                    .bind(ok)
+                    .bind(failed)
+                    .bind(tin)
+                    .bind(tout)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                for (hour, profile) in &hourly.recount {
+                    sqlx::query(
+                        "INSERT INTO usage_hourly (hour, profile_id, attempts, successes, failures, tokens_in, tokens_out)
+                         SELECT $1, profile_id, count(*), sum(CASE WHEN outcome = 'success' THEN 1 ELSE 0 END),
+                                sum(CASE WHEN outcome = 'failure' THEN 1 ELSE 0 END), coalesce(sum(tokens_in), 0),
+                                coalesce(sum(tokens_out), 0)
+                         FROM attempts WHERE started_at >= $1 AND started_at < $1 + 3600000 AND profile_id = $2
+                         GROUP BY profile_id
+                         ON CONFLICT (hour, profile_id) DO UPDATE SET attempts = excluded.attempts,
+                             successes = excluded.successes, failures = excluded.failures,
+                             tokens_in = excluded.tokens_in, tokens_out = excluded.tokens_out",
+                    )
+                    .bind(hour)
+                    .bind(profile)
+                    .execute(&mut *tx)
+                    .await?;
                 }
                 for chunk in shaped(requests) {
                     let mut q = sqlx::query(REQUESTS.sql(chunk.len()));
@@ -978,6 +1030,11 @@ macro_rules! sql_store {
                 .bind(before)
                 .fetch_all(&mut *tx)
                 .await?;
+                // The hours whose attempts are all gone now (usage_daily keeps their sums).
+                sqlx::query("DELETE FROM usage_hourly WHERE hour + 3600000 <= $1")
+                    .bind((upto + 1).min(before))
+                    .execute(&mut *tx)
+                    .await?;
                 let mut days: BTreeMap<(String, String, String, String, String), [i64; 5]> = BTreeMap::new();
                 for r in &gone {
                     let day = chrono::DateTime::from_timestamp_millis(r.try_get("started_at")?)
@@ -1033,6 +1090,50 @@ macro_rules! sql_store {
 }
 
 pub(crate) use sql_store;
+
+const HOUR: Millis = 3_600_000;
+
+/// The whole hours in `[since, until)`, as `[first, last)`: empty (`first == last == until`)
+/// when there is none.
+pub(super) fn whole_hours(since: Millis, until: Millis) -> (Millis, Millis) {
+    let first = (since + HOUR - 1).div_euclid(HOUR) * HOUR;
+    let last = until.div_euclid(HOUR) * HOUR;
+    if first < last { (first, last) } else { (until, until) }
+}
+
+/// An audit batch's attempts summed per hour and profile, for `usage_hourly`.
+#[derive(Default)]
+pub(super) struct Hourly {
+    /// Attempts, successes, failures, tokens in and out of the rows that were inserted.
+    pub sums: BTreeMap<(Millis, String), [i64; 5]>,
+    /// Hours to count again from `attempts`: a chunk only some of whose rows were new.
+    pub recount: BTreeSet<(Millis, String)>,
+}
+
+impl Hourly {
+    /// A chunk of attempts of which `inserted` were new. None: a retried batch whose first
+    /// commit did land (`ON CONFLICT DO NOTHING`), already counted; all: added; some (which
+    /// ones is not known): their hours are counted again from the table.
+    pub fn add(&mut self, chunk: &[crate::store::AttemptRecord], inserted: u64) {
+        if inserted == 0 {
+            return;
+        }
+        for a in chunk {
+            let Some(profile) = &a.profile_id else { continue };
+            let key = (a.started_at.div_euclid(HOUR) * HOUR, profile.clone());
+            if inserted < chunk.len() as u64 {
+                self.recount.insert(key);
+                continue;
+            }
+            let sums = self.sums.entry(key).or_default();
+            sums[0] += 1;
+            sums[1] += i64::from(a.outcome == "success");
+            sums[2] += i64::from(a.outcome == "failure");
+            sums[3] += a.tokens_in.unwrap_or(0);
+            sums[4] += a.tokens_out.unwrap_or(0);
+        }
+    }
+}
 
 /// The row counts of the audit's multi-row INSERTs, largest first.
 const SHAPES: [usize; 3] = [64, 8, 1];
@@ -1106,5 +1207,15 @@ mod tests {
         assert!(s.sql(8).ends_with("($15, $16) ON CONFLICT DO NOTHING"));
         assert!(s.sql(64).contains("($127, $128)"));
         assert!(Shapes::new("t (a, b)", 2, false).sql(8).ends_with("(?, ?), (?, ?) ON CONFLICT DO NOTHING"));
+    }
+
+    #[test]
+    fn a_window_splits_into_its_whole_hours_and_the_parts_at_its_ends() {
+        let h = HOUR;
+        assert_eq!(whole_hours(0, 3 * h), (0, 3 * h));
+        assert_eq!(whole_hours(1, 3 * h - 1), (h, 2 * h));
+        assert_eq!(whole_hours(h + 5, 2 * h - 5), (2 * h - 5, 2 * h - 5), "no whole hour");
+        assert_eq!(whole_hours(h + 5, 2 * h), (2 * h, 2 * h), "no whole hour, ending on one");
+        assert_eq!(whole_hours(-h - 1, 0), (-h, 0));
     }
 }

@@ -552,6 +552,73 @@ async fn pruning_rolls_old_rows_up(target: DatabaseTarget) {
 }
 
 #[tokio::test]
+async fn usage_reads_whole_hours_from_the_hourly_sums_and_the_ends_from_attempts_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    usage_by_the_hour(DatabaseTarget::Sqlite(dir.path().join("rota.db"))).await;
+}
+
+#[tokio::test]
+async fn usage_reads_whole_hours_from_the_hourly_sums_and_the_ends_from_attempts_on_postgres() {
+    usage_by_the_hour(DatabaseTarget::Postgres(crate::support::postgres_database().await)).await;
+}
+
+async fn usage_by_the_hour(target: DatabaseTarget) {
+    const HOUR: i64 = 3_600_000;
+    let store = rota::store::open(&target).await.unwrap();
+    let start = T0 - T0 % HOUR - 3 * HOUR;
+    // 40 attempts over four hours on two profiles, one of them with no profile (skipped).
+    let all: Vec<AttemptRecord> = (0..40)
+        .map(|i| {
+            let profile = ["openai:a", "openai:b"][i % 2];
+            let outcome = ["success", "failure", "success", "skipped"][i % 4];
+            let mut a =
+                attempt(&format!("r{i}"), 1, profile, outcome, start + i as i64 * 6 * 60_000 + 7, Some((3, i as i64)));
+            if outcome == "skipped" {
+                a.profile_id = None;
+            }
+            a
+        })
+        .collect();
+    let requests: Vec<RequestRecord> = (0..40).map(|i| request(&format!("r{i}"), 1, all[i].started_at)).collect();
+    // In three batches: the second retried whole after its commit landed (adds nothing), the
+    // third a chunk of 8 rows of which 3 were written before (those hours are counted again).
+    store.insert_audit(&requests[..20], &all[..20]).await.unwrap();
+    store.insert_audit(&requests[20..29], &all[20..29]).await.unwrap();
+    store.insert_audit(&requests[20..29], &all[20..29]).await.unwrap();
+    store.insert_audit(&requests[29..], &all[26..]).await.unwrap();
+
+    let counted = |since: i64, until: i64| {
+        let mut by: std::collections::BTreeMap<String, rota::store::ProfileUsage> = Default::default();
+        for a in all.iter().filter(|a| a.started_at >= since && a.started_at < until) {
+            let Some(p) = &a.profile_id else { continue };
+            let u = by
+                .entry(p.clone())
+                .or_insert_with(|| rota::store::ProfileUsage { profile_id: p.clone(), ..Default::default() });
+            u.attempts += 1;
+            u.successes += i64::from(a.outcome == "success");
+            u.failures += i64::from(a.outcome == "failure");
+            u.tokens_in += a.tokens_in.unwrap_or(0);
+            u.tokens_out += a.tokens_out.unwrap_or(0);
+        }
+        by.into_values().collect::<Vec<_>>()
+    };
+    for (since, until) in [
+        (start, start + 4 * HOUR),                  // four whole hours
+        (start + 1, start + 4 * HOUR - 1),          // two whole hours and two partial ones
+        (start + 13 * 60_000, start + 50 * 60_000), // inside one hour
+        (start - 10 * HOUR, start + 10 * HOUR),
+        (start + 2 * HOUR, start + 2 * HOUR + 1),
+    ] {
+        assert_eq!(store.usage(since, until).await.unwrap(), counted(since, until), "{since}..{until}");
+    }
+
+    // Pruning the first two hours: their hourly sums go with their attempts.
+    while store.prune_audit(start + 2 * HOUR, 1000).await.unwrap().more {}
+    assert_eq!(store.usage(start, start + 2 * HOUR).await.unwrap(), []);
+    assert_eq!(store.usage(start, start + 4 * HOUR).await.unwrap(), counted(start + 2 * HOUR, start + 4 * HOUR));
+}
+
+#[tokio::test]
 async fn an_oauth_login_is_matched_by_its_subject_on_sqlite() {
     let dir = tempfile::tempdir().unwrap();
     logins_are_matched_by_subject(DatabaseTarget::Sqlite(dir.path().join("rota.db"))).await;
