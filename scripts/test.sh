@@ -32,6 +32,9 @@ export ROTA_BIN="$(realpath "$target_dir")/debug/rota"
 
 # The benchmark, CI-sized (seconds, debug build), so that it never rots (docs/performance.md).
 scripts/bench.sh --smoke --postgres --callgrind
+# The audit trail at scale, CI-sized (20,000 attempts; seconds): the generator, every listing,
+# usage window and docs/audit.md query it times still run.
+python3 scripts/audit_scale.py --smoke --bin "$target_dir/debug" --throughput 0 > /dev/null
 
 # Browser and OAuth end-to-end tests: Debian Chromium (installed here when missing), a real
 # OpenID provider and playwright-core from npm (tests/browser/run.sh installs node_modules).

@@ -260,26 +260,20 @@ macro_rules! sql_store {
             Ok(sqlx::query_scalar("SELECT n FROM change_seq").fetch_one(&mut *conn).await?)
         }
 
-        /// Adds an audit listing's filters to its WHERE: only those given, so that each can seek its
-        /// index (a `($n IS NULL OR column = $n)` term can use none, and the listing scanned and
-        /// sorted every attempt). `id`: the table's request id column; `own`: the table has the
-        /// attempt-level columns (profile, provider, model, reason, outcome) itself.
-        fn push_filters(qb: &mut sqlx::QueryBuilder<$db>, q: &AuditQuery, id: &str, own: bool) {
-            let mut eq = vec![("agent", &q.agent), (id, &q.request_id)];
-            if own {
-                eq.extend([
-                    ("profile_id", &q.profile),
-                    ("provider", &q.provider),
-                    ("model", &q.model),
-                    ("reason", &q.reason),
-                    ("outcome", &q.outcome),
-                ]);
-            }
-            for (column, value) in eq {
+        /// `AND column = value` for each filter given: only those, so that each can seek its index
+        /// (a `($n IS NULL OR column = $n)` term can use none: the listing scanned and sorted
+        /// every attempt).
+        fn push_equal(qb: &mut sqlx::QueryBuilder<$db>, filters: &[(&str, &Option<String>)]) {
+            for (column, value) in filters {
                 if let Some(v) = value {
                     qb.push(format_args!(" AND {column} = ")).push_bind(v.clone());
                 }
             }
+        }
+
+        /// An audit listing's own filters: agent, request id (`id`: the table's column), time.
+        fn push_filters(qb: &mut sqlx::QueryBuilder<$db>, q: &AuditQuery, id: &str) {
+            push_equal(qb, &[("agent", &q.agent), (id, &q.request_id)]);
             if let Some(since) = q.since {
                 qb.push(" AND started_at >= ").push_bind(since);
             }
@@ -840,7 +834,8 @@ macro_rules! sql_store {
                             http_status, outcome, reason, retry_after_ms, cooldown_until, error, tokens_in, tokens_out
                      FROM attempts WHERE TRUE",
                 );
-                push_filters(&mut qb, q, "request_id", true);
+                push_filters(&mut qb, q, "request_id");
+                push_equal(&mut qb, &attempt_filters(q));
                 if let Some((t, id, seq)) = &q.after {
                     // The plain bound first: the row comparison alone seeks no index.
                     qb.push(" AND started_at <= ").push_bind(*t);
@@ -857,28 +852,37 @@ macro_rules! sql_store {
                             duration_ms, stream, tokens_in, tokens_out
                      FROM requests r WHERE TRUE",
                 );
-                push_filters(&mut qb, q, "id", false);
+                push_filters(&mut qb, q, "id");
                 if let Some((t, id, _)) = &q.after {
                     qb.push(" AND started_at <= ").push_bind(*t);
                     qb.push(" AND (started_at, id) < (").push_bind(*t).push(", ").push_bind(id.clone()).push(")");
                 }
-                let of_attempts = [
-                    ("profile_id", &q.profile),
-                    ("provider", &q.provider),
-                    ("model", &q.model),
-                    ("reason", &q.reason),
-                    ("outcome", &q.outcome),
-                ];
+                let of_attempts = attempt_filters(q);
                 if of_attempts.iter().any(|(_, v)| v.is_some()) {
-                    // Kept as `($n IS NULL OR …)` on purpose: so written, the planner looks the
-                    // request's attempts up by request id; with a plain `a.profile_id = $n` it
-                    // walked the filter's index instead, which took seconds.
-                    qb.push(" AND EXISTS (SELECT 1 FROM attempts a WHERE a.request_id = r.id");
-                    for (column, value) in of_attempts {
-                        qb.push(" AND (").push_bind(value.clone());
-                        qb.push(format_args!(" IS NULL OR a.{column} = ")).push_bind(value.clone()).push(")");
+                    // Few matching attempts: the requests are looked up from them (each filter has
+                    // its index). Many: the requests are walked newest first, each one's attempts
+                    // looked up by request id, and the page fills fast. (Either way alone took
+                    // seconds at millions of rows: walking every request for a value no attempt
+                    // has, or gathering and sorting hundreds of thousands of matches.)
+                    let mut count = sqlx::QueryBuilder::new("SELECT count(*) FROM (SELECT 1 FROM attempts WHERE TRUE");
+                    push_equal(&mut count, &of_attempts);
+                    count.push(" LIMIT ").push_bind(SELECTIVE).push(") n");
+                    let matching: i64 = count.build_query_scalar().fetch_one(&self.pool).await?;
+                    if matching < SELECTIVE {
+                        qb.push(" AND id IN (SELECT request_id FROM attempts WHERE TRUE");
+                        push_equal(&mut qb, &of_attempts);
+                        qb.push(")");
+                    } else {
+                        // Kept as `($n IS NULL OR …)` on purpose: so written, the planner looks
+                        // the request's attempts up by request id; with a plain
+                        // `a.profile_id = $n` it walked the filter's index instead.
+                        qb.push(" AND EXISTS (SELECT 1 FROM attempts a WHERE a.request_id = r.id");
+                        for (column, value) in of_attempts {
+                            qb.push(" AND (").push_bind(value.clone());
+                            qb.push(format_args!(" IS NULL OR a.{column} = ")).push_bind(value.clone()).push(")");
+                        }
+                        qb.push(")");
                     }
-                    qb.push(")");
                 }
                 qb.push(" ORDER BY started_at DESC, id DESC LIMIT ").push_bind(i64::from(q.limit));
                 Ok(qb.build_query_as::<RequestRecord>().fetch_all(&self.pool).await?)
@@ -1092,6 +1096,21 @@ macro_rules! sql_store {
 pub(crate) use sql_store;
 
 const HOUR: Millis = 3_600_000;
+
+/// Fewer matching attempts than this, and a requests listing filtered on attempts looks its
+/// requests up from them; more, and it walks the requests (see `requests`).
+pub(super) const SELECTIVE: i64 = 20_000;
+
+/// The filters of an audit query on attempt columns: profile, provider, model, reason, outcome.
+pub(super) fn attempt_filters(q: &super::AuditQuery) -> [(&'static str, &Option<String>); 5] {
+    [
+        ("profile_id", &q.profile),
+        ("provider", &q.provider),
+        ("model", &q.model),
+        ("reason", &q.reason),
+        ("outcome", &q.outcome),
+    ]
+}
 
 /// The whole hours in `[since, until)`, as `[first, last)`: empty (`first == last == until`)
 /// when there is none.

@@ -619,6 +619,80 @@ async fn usage_by_the_hour(target: DatabaseTarget) {
 }
 
 #[tokio::test]
+async fn requests_filtered_on_attempts_are_the_same_whether_matches_are_few_or_many_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    requests_filtered_on_attempts(DatabaseTarget::Sqlite(dir.path().join("rota.db"))).await;
+}
+
+#[tokio::test]
+async fn requests_filtered_on_attempts_are_the_same_whether_matches_are_few_or_many_on_postgres() {
+    requests_filtered_on_attempts(DatabaseTarget::Postgres(crate::support::postgres_database().await)).await;
+}
+
+/// More successful attempts than the store's threshold for looking requests up from their
+/// attempts (20,000), so `outcome=success` walks the requests, and fewer failures, so
+/// `outcome=failure` and `reason=billing` look them up: both give what the rows say.
+async fn requests_filtered_on_attempts(target: DatabaseTarget) {
+    let store = rota::store::open(&target).await.unwrap();
+    let n = 24_060;
+    let mut requests = Vec::new();
+    let mut attempts = Vec::new();
+    for i in 0..n {
+        let id = format!("r{i:05}");
+        let at = T0 + (i as i64 / 2) * 10; // two requests in each millisecond step: ties on time
+        let billing = [7, 5_000, 19_999].contains(&i);
+        requests.push(request(&id, 1 + i64::from(billing), at));
+        if billing {
+            let mut a = attempt(&id, 1, "openai:a", "failure", at, None);
+            a.reason = Some("billing".into());
+            attempts.push(a);
+        }
+        // Every sixth request failed (20,050 successes in all).
+        let outcome = if i % 6 == 0 { "failure" } else { "success" };
+        attempts.push(attempt(&id, 1 + i64::from(billing), "openai:b", outcome, at + 1, None));
+    }
+    store.insert_audit(&requests, &attempts).await.unwrap();
+
+    let mut of_request: std::collections::HashMap<&str, Vec<&AttemptRecord>> = Default::default();
+    for a in &attempts {
+        of_request.entry(a.request_id.as_str()).or_default().push(a);
+    }
+    let expected = |q: &AuditQuery| -> Vec<String> {
+        let mut rows: Vec<&RequestRecord> = requests
+            .iter()
+            .filter(|r| {
+                of_request[r.id.as_str()].iter().any(|a| {
+                    q.outcome.as_ref().is_none_or(|o| &a.outcome == o)
+                        && q.reason.as_ref().is_none_or(|w| a.reason.as_ref() == Some(w))
+                })
+            })
+            .filter(|r| q.since.is_none_or(|s| r.started_at >= s) && q.until.is_none_or(|u| r.started_at < u))
+            .filter(|r| q.after.as_ref().is_none_or(|(t, id, _)| (r.started_at, &r.id) < (*t, id)))
+            .collect();
+        rows.sort_by(|a, b| (b.started_at, &b.id).cmp(&(a.started_at, &a.id)));
+        rows.iter().take(q.limit as usize).map(|r| r.id.clone()).collect()
+    };
+    let billing = || AuditQuery { reason: Some("billing".into()), limit: 10, ..Default::default() };
+    let success = || AuditQuery { outcome: Some("success".into()), limit: 5, ..Default::default() };
+    let newest = requests.last().unwrap();
+    let cases = [
+        billing(),
+        AuditQuery { after: Some((T0 + 2_500 * 10, "r05001".into(), 0)), ..billing() },
+        AuditQuery { reason: Some("wire_format".into()), ..billing() },
+        success(),
+        AuditQuery { after: Some((newest.started_at, newest.id.clone(), 0)), ..success() },
+        AuditQuery { since: Some(T0 + 1_000), until: Some(T0 + 1_020), ..success() },
+        AuditQuery { outcome: Some("failure".into()), ..success() },
+        AuditQuery { outcome: Some("failure".into()), since: Some(T0 + 60), until: Some(T0 + 400), limit: 100, ..success() },
+    ];
+    for q in cases {
+        let got: Vec<String> = store.requests(&q).await.unwrap().into_iter().map(|r| r.id).collect();
+        assert_eq!(got, expected(&q), "{q:?}");
+        assert!(!got.is_empty() || q.reason.as_deref() == Some("wire_format"), "{q:?}");
+    }
+}
+
+#[tokio::test]
 async fn an_oauth_login_is_matched_by_its_subject_on_sqlite() {
     let dir = tempfile::tempdir().unwrap();
     logins_are_matched_by_subject(DatabaseTarget::Sqlite(dir.path().join("rota.db"))).await;
