@@ -1099,7 +1099,7 @@ const HOUR: Millis = 3_600_000;
 
 /// Fewer matching attempts than this, and a requests listing filtered on attempts looks its
 /// requests up from them; more, and it walks the requests (see `requests`).
-pub(super) const SELECTIVE: i64 = 20_000;
+pub(super) const SELECTIVE: i64 = 5_000;
 
 /// The filters of an audit query on attempt columns: profile, provider, model, reason, outcome.
 pub(super) fn attempt_filters(q: &super::AuditQuery) -> [(&'static str, &Option<String>); 5] {

@@ -630,7 +630,7 @@ async fn requests_filtered_on_attempts_are_the_same_whether_matches_are_few_or_m
 }
 
 /// More successful attempts than the store's threshold for looking requests up from their
-/// attempts (20,000), so `outcome=success` walks the requests, and fewer failures, so
+/// attempts (5,000), so `outcome=success` walks the requests, and fewer failures, so
 /// `outcome=failure` and `reason=billing` look them up: both give what the rows say.
 async fn requests_filtered_on_attempts(target: DatabaseTarget) {
     let store = rota::store::open(&target).await.unwrap();
@@ -647,7 +647,7 @@ async fn requests_filtered_on_attempts(target: DatabaseTarget) {
             a.reason = Some("billing".into());
             attempts.push(a);
         }
-        // Every sixth request failed (20,050 successes in all).
+        // Every sixth request failed: 20,050 successes, 4,010 failures and 3 billing ones.
         let outcome = if i % 6 == 0 { "failure" } else { "success" };
         attempts.push(attempt(&id, 1 + i64::from(billing), "openai:b", outcome, at + 1, None));
     }
