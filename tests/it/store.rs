@@ -683,7 +683,13 @@ async fn requests_filtered_on_attempts(target: DatabaseTarget) {
         AuditQuery { after: Some((newest.started_at, newest.id.clone(), 0)), ..success() },
         AuditQuery { since: Some(T0 + 1_000), until: Some(T0 + 1_020), ..success() },
         AuditQuery { outcome: Some("failure".into()), ..success() },
-        AuditQuery { outcome: Some("failure".into()), since: Some(T0 + 60), until: Some(T0 + 400), limit: 100, ..success() },
+        AuditQuery {
+            outcome: Some("failure".into()),
+            since: Some(T0 + 60),
+            until: Some(T0 + 400),
+            limit: 100,
+            ..success()
+        },
     ];
     for q in cases {
         let got: Vec<String> = store.requests(&q).await.unwrap().into_iter().map(|r| r.id).collect();
