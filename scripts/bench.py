@@ -318,7 +318,9 @@ def run(a, b: Bench) -> int:
     results.append((f"{n_streams} open streams", d, r))
     progress(f"{n_streams} open streams", r)
 
-    rotated = sqlite_scalar(db, "SELECT round(100.0 * SUM(attempts > 1) / COUNT(*)) FROM requests WHERE requested_model = 'mix/m'")
+    rotated = sqlite_scalar(db, "SELECT round(100.0 * SUM(attempts > 1) / COUNT(*)) || '% of requests rotated past a 429, '"
+                                " || round(1.0 * SUM(attempts) / COUNT(*), 2) || ' upstream calls a request'"
+                                " FROM requests WHERE requested_model = 'mix/m'")
 
     shared = []
     if pg_env:
@@ -543,7 +545,7 @@ def render(results, floors, peers, startup_ms, idle_mb, rotated, smoke) -> str:
     two = next(r for n, _, r in results if n == "chat, 32 concurrent")
     many = next(r for n, _, r in results if n.endswith(" profiles"))
     out.append(f"rota start-up to ready: {startup_ms:.0f} ms; idle RSS: {idle_mb:.1f} MB; "
-               f"failover mix: {rotated}% of requests rotated past a 429; "
+               f"failover mix: {rotated}; "
                f"{MANY:,} profiles on one provider: {many.rps / two.rps:.0%} of the req/s with 2")
     out.append("")
     out.append("| scenario | rota ÷ floor: CPU ms/req | req/s | added p50 ms (rota, floor) |")
