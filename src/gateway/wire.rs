@@ -276,6 +276,21 @@ mod tests {
     }
 
     #[test]
+    fn usage_of_a_passed_through_answer_reads_what_the_whole_document_says() {
+        let answer = br#"{"id":"c","choices":[{"message":{"content":"hi"}}],"usage":{"prompt_tokens":12,"completion_tokens":7}}"#;
+        assert_eq!(usage_of(answer), Some((Some(12), Some(7))));
+        let messages = br#" {"type":"message","content":[],"usage":{"input_tokens":5,"cache_read_input_tokens":2,"output_tokens":3}}"#;
+        let whole: Value = serde_json::from_slice(messages).unwrap();
+        assert_eq!(usage_of(messages), Some(usage(&whole)));
+        assert_eq!(usage_of(br#"{"id":"c"}"#), Some((None, None)));
+        // A repeated key, or bytes that are not UTF-8 in a string: still a JSON object, served.
+        assert_eq!(usage_of(br#"{"usage":1,"usage":{"prompt_tokens":4}}"#), Some((Some(4), None)));
+        assert_eq!(usage_of(b"{\"text\":\"\xff\"}"), Some((None, None)));
+        assert_eq!(usage_of(b"[1]"), None);
+        assert_eq!(usage_of(b"not json"), None);
+    }
+
+    #[test]
     fn a_glance_reads_what_the_whole_document_says() {
         let chunk = r#"{"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"hi"}}],
             "usage":{"prompt_tokens":3,"completion_tokens":5}}"#;

@@ -1,6 +1,8 @@
 //! The PostgreSQL store, for a fleet of instances sharing one state (docs/scale.md).
 
-use super::sql::{Hourly, SELECTIVE, Shapes, attempt_filters, corrupt, now, shaped, sql_store, whole_hours};
+use super::sql::{
+    Hourly, SELECTIVE, Shapes, attempt_filters, corrupt, count_attempt, now, shaped, sql_store, whole_hours,
+};
 use super::{
     Applied, AttemptRecord, AuditQuery, FeedEntry, Origin, ProfileUsage, Pruned, RequestRecord, Snapshot, Store,
     StoreError, StoredProfile,

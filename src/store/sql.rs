@@ -1049,12 +1049,7 @@ macro_rules! sql_store {
                     };
                     let key = (day, text("agent")?, text("provider")?, text("model")?, text("profile_id")?);
                     let outcome: String = r.try_get("outcome")?;
-                    let sums = days.entry(key).or_default();
-                    sums[0] += 1;
-                    sums[1] += i64::from(outcome == "success");
-                    sums[2] += i64::from(outcome == "failure");
-                    sums[3] += r.try_get::<Option<i64>, _>("tokens_in")?.unwrap_or(0);
-                    sums[4] += r.try_get::<Option<i64>, _>("tokens_out")?.unwrap_or(0);
+                    count_attempt(days.entry(key).or_default(), &outcome, r.try_get("tokens_in")?, r.try_get("tokens_out")?);
                 }
                 for ((day, agent, provider, model, profile), [n, ok, failed, tin, tout]) in &days {
                     sqlx::query(
@@ -1144,14 +1139,18 @@ impl Hourly {
                 self.recount.insert(key);
                 continue;
             }
-            let sums = self.sums.entry(key).or_default();
-            sums[0] += 1;
-            sums[1] += i64::from(a.outcome == "success");
-            sums[2] += i64::from(a.outcome == "failure");
-            sums[3] += a.tokens_in.unwrap_or(0);
-            sums[4] += a.tokens_out.unwrap_or(0);
+            count_attempt(self.sums.entry(key).or_default(), &a.outcome, a.tokens_in, a.tokens_out);
         }
     }
+}
+
+/// Adds one attempt to a roll-up's attempts, successes, failures, tokens in and out.
+pub(super) fn count_attempt(sums: &mut [i64; 5], outcome: &str, tokens_in: Option<i64>, tokens_out: Option<i64>) {
+    sums[0] += 1;
+    sums[1] += i64::from(outcome == "success");
+    sums[2] += i64::from(outcome == "failure");
+    sums[3] += tokens_in.unwrap_or(0);
+    sums[4] += tokens_out.unwrap_or(0);
 }
 
 /// The row counts of the audit's multi-row INSERTs, largest first.
