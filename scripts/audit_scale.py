@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The audit trail at scale (issue 16): fill a rota SQLite database with millions of attempts,
+"""The audit trail at scale: fill a rota SQLite database with millions of attempts,
 then time what reads them: the admin API's attempts and requests listings (each filter, a deep
 keyset page), `/api/v1/usage` over 1 day and 30 days, the console's first load and every query
 of docs/audit.md. Target: each one at most 100 ms at p95.
@@ -11,8 +11,9 @@ of docs/audit.md. Target: each one at most 100 ms at p95.
   providers, `agents create` for 20 agents and an admin), then 90 days of `requests` and
   `attempts` ending now are bulk-inserted: daily and weekly cycles, about 3/4 of the requests
   served at the first try, the others rotating past rate limits, overloads, timeouts, server and
-  auth errors, falling back or failing; redacted upstream errors. Seeded (`--seed`): the same
-  rows each run, but for the shift to end now.
+  auth errors, falling back or failing; redacted upstream errors; `usage_hourly` summed from
+  them as migration 0010 does. Seeded (`--seed`): the same rows each run, but for the shift to
+  end now.
 - `--db PATH`: the database to fill, or to reuse if this script filled it (`PATH.json` keeps
   its keys). Default: `audit-N.db` in `--workdir`, which also holds rota's configs and logs and
   defaults to a fresh temporary folder, removed at the end unless `--db` or `--keep` is given or
