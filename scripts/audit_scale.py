@@ -38,9 +38,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
-import csv
 import http.client
-import io
 import json
 import math
 import os
@@ -48,7 +46,6 @@ import random
 import re
 import shutil
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -58,6 +55,10 @@ import uuid
 from itertools import accumulate
 from pathlib import Path
 from urllib.parse import urlencode
+
+sys.dont_write_bytecode = True  # no __pycache__ beside the scripts
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench  # noqa: E402  (the benchmark's port, percentile and `hey` helpers)
 
 REPO = Path(__file__).resolve().parent.parent
 MIN = 60_000
@@ -492,12 +493,6 @@ def fill(db: Path, target: int, seed: int, end_ms: int) -> dict:
 # -- rota ---------------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Proc:
     """A child process; its stderr (and stdout unless piped) to log_path."""
 
@@ -531,7 +526,7 @@ def serve(bin_dir: Path, db: Path, mock_url: str, work: Path) -> tuple[Proc, str
     """rota serve on db; returns once /healthz answers, with the time that took."""
     conf = write_config(work, db, mock_url)
     log_path = work / f"{db.stem}.serve.log"
-    addr = f"127.0.0.1:{free_port()}"
+    addr = f"127.0.0.1:{bench.free_port()}"
     t0 = time.monotonic()
     p = Proc([str(bin_dir / "rota"), "--config", str(conf), "serve", "--listen", addr], log_path,
              env={**os.environ, **ENV}, cwd=work)
@@ -573,16 +568,6 @@ class Client:
         """How many items (listings) or profiles (usage) the answer has."""
         j = json.loads(self.call(path)[0])
         return len(j["items"]) if "items" in j else len(j.get("profiles", j))
-
-
-def pct(xs: list[float], p: float) -> float:
-    s = sorted(xs)
-    if not s:
-        return float("nan")
-    k = (len(s) - 1) * p / 100
-    lo = math.floor(k)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
 def time_it(fn, runs: int, budget_s: float = 20.0, min_runs: int = 3):
@@ -665,7 +650,7 @@ def run_timings(addr: str, admin_key: str, db: Path, end_ms: int, runs: int) -> 
 
     def record(what, timed, sql=None):
         results.append((what, *timed, sql))
-        log(f"  {what}: p95 {pct(timed[0], 95):.1f} ms")
+        log(f"  {what}: p95 {bench.pct(timed[0], 95):.1f} ms")
 
     ro = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
     v = sample_values(ro, end_ms)
@@ -695,8 +680,8 @@ def run_timings(addr: str, admin_key: str, db: Path, end_ms: int, runs: int) -> 
 def render(results) -> str:
     out = ["| what | runs | p50 ms | p95 ms | rows | met (p95 ≤ 100 ms) |", "|---|---:|---:|---:|---:|---|"]
     for what, times, rows, _ in results:
-        p95 = pct(times, 95)
-        out.append(f"| {what} | {len(times)} | {pct(times, 50):.1f} | {p95:.1f} | {rows} | "
+        p95 = bench.pct(times, 95)
+        out.append(f"| {what} | {len(times)} | {bench.pct(times, 50):.1f} | {p95:.1f} | {rows} | "
                    f"{'yes' if p95 <= TARGET_MS else '**no**'} |")
     return "\n".join(out)
 
@@ -706,13 +691,13 @@ def plans(results, db: Path) -> list[str]:
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     out = []
     for what, times, _, sql in results:
-        if sql is None or pct(times, 95) <= TARGET_MS:
+        if sql is None or bench.pct(times, 95) <= TARGET_MS:
             continue
         depth, lines = {0: -1}, []
         for node, parent, _, detail in con.execute("EXPLAIN QUERY PLAN " + sql):
             depth[node] = depth[parent] + 1
             lines.append("  " * depth[node] + detail)
-        out.append(f"{what} (p95 {pct(times, 95):.0f} ms):\n```\n" + "\n".join(lines) + "\n```")
+        out.append(f"{what} (p95 {bench.pct(times, 95):.0f} ms):\n```\n" + "\n".join(lines) + "\n```")
     con.close()
     return out
 
@@ -720,24 +705,11 @@ def plans(results, db: Path) -> list[str]:
 # -- throughput ---------------------------------------------------------------------------------
 
 
-def hey(url: str, key: str, body: Path, n: int, c: int) -> tuple[float, float, float, int]:
-    """req/s, p50 and p99 ms of the 200s, and how many answers were not 200."""
-    t0 = time.monotonic()
-    out = subprocess.run(["hey", "-n", str(n), "-c", str(c), "-t", "20", "-m", "POST", "-T", "application/json",
-                          "-D", str(body), "-H", f"Authorization: Bearer {key}", "-o", "csv", url],
-                         capture_output=True, text=True, check=True).stdout
-    wall = time.monotonic() - t0
-    rows = list(csv.DictReader(io.StringIO(out)))
-    lat = [float(r["response-time"]) * 1000 for r in rows if r["status-code"] == "200"]
-    return len(rows) / wall, pct(lat, 50), pct(lat, 99), sum(r["status-code"] != "200" for r in rows)
-
-
 def throughput(bin_dir: Path, big: Path, meta: dict, n: int, work: Path) -> tuple[str, int]:
     """The throughput table and the number of answers that were not 200."""
     small = work / "audit-empty.db"
     small_meta = make_base(bin_dir, small, work)
-    body = work / "chat.json"
-    body.write_text(json.dumps({"model": "openai/gpt-4.1", "messages": [{"role": "user", "content": "Say hello."}]}))
+    body = {**bench.CHAT, "model": "openai/gpt-4.1"}
     mock, mock_url = start_mock(bin_dir)
     rows = []
     try:
@@ -747,10 +719,11 @@ def throughput(bin_dir: Path, big: Path, meta: dict, n: int, work: Path) -> tupl
                 p, addr, ready = serve(bin_dir, db, mock_url, work)
                 try:
                     url = f"http://{addr}/v1/chat/completions"
-                    hey(url, key, body, 500, 8)  # warm-up
-                    rps, p50, p99, errors = hey(url, key, body, n, 32)
-                    rows.append((label, rnd + 1, ready, rps, p50, p99, errors))
-                    log(f"  throughput {label} #{rnd + 1}: {rps:,.0f} req/s, p50 {p50:.2f} ms, {errors} errors")
+                    auth = {"Authorization": f"Bearer {key}"}
+                    bench.hey(url, body, 500, 8, auth)  # warm-up
+                    r = bench.hey(url, body, n, 32, auth)
+                    rows.append((label, rnd + 1, ready, r.rps, r.p50_ms, r.p99_ms, r.errors))
+                    log(f"  throughput {label} #{rnd + 1}: {r.rps:,.0f} req/s, p50 {r.p50_ms:.2f} ms, {r.errors} errors")
                 finally:
                     p.stop()
     finally:
