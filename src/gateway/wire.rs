@@ -303,6 +303,14 @@ mod tests {
         );
         assert!(Glance::of(r#"{"error":null}"#).unwrap().error, "an `error` key, whatever its value");
         assert!(!Glance::of(r#"{"choices":[]}"#).unwrap().content);
+        // What the content says is not what the event is: only top-level keys count.
+        let hostile = r#"{"choices":[{"delta":{"content":"{\"error\":1,\"type\":\"error\",\"usage\":{\"prompt_tokens\":9}}","usage":{"prompt_tokens":9}}}]}"#;
+        assert_eq!(Glance::of(hostile).unwrap(), Glance { content: true, ..Glance::default() });
+        let nested = r#"{"type":"content_block_delta","delta":{"type":"error","error":{"message":"x"}}}"#;
+        assert_eq!(
+            Glance::of(nested).unwrap(),
+            Glance { kind: Some("content_block_delta".into()), ..Glance::default() }
+        );
         // Shapes the fast read refuses are read the long way, with the same answers.
         assert_eq!(Glance::of(r#"{"type":3,"choices":{"a":1}}"#).unwrap(), Glance::default());
         assert!(

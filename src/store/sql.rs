@@ -1117,24 +1117,24 @@ pub(super) fn whole_hours(since: Millis, until: Millis) -> (Millis, Millis) {
 
 /// An audit batch's attempts summed per hour and profile, for `usage_hourly`.
 #[derive(Default)]
-pub(super) struct Hourly {
+pub(super) struct Hourly<'a> {
     /// Attempts, successes, failures, tokens in and out of the rows that were inserted.
-    pub sums: BTreeMap<(Millis, String), [i64; 5]>,
+    pub sums: BTreeMap<(Millis, &'a str), [i64; 5]>,
     /// Hours to count again from `attempts`: a chunk only some of whose rows were new.
-    pub recount: BTreeSet<(Millis, String)>,
+    pub recount: BTreeSet<(Millis, &'a str)>,
 }
 
-impl Hourly {
+impl<'a> Hourly<'a> {
     /// A chunk of attempts of which `inserted` were new. None: a retried batch whose first
     /// commit did land (`ON CONFLICT DO NOTHING`), already counted; all: added; some (which
     /// ones is not known): their hours are counted again from the table.
-    pub fn add(&mut self, chunk: &[crate::store::AttemptRecord], inserted: u64) {
+    pub fn add(&mut self, chunk: &'a [crate::store::AttemptRecord], inserted: u64) {
         if inserted == 0 {
             return;
         }
         for a in chunk {
-            let Some(profile) = &a.profile_id else { continue };
-            let key = (a.started_at.div_euclid(HOUR) * HOUR, profile.clone());
+            let Some(profile) = a.profile_id.as_deref() else { continue };
+            let key = (a.started_at.div_euclid(HOUR) * HOUR, profile);
             if inserted < chunk.len() as u64 {
                 self.recount.insert(key);
                 continue;

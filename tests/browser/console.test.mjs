@@ -41,6 +41,7 @@ e2e('console: accounts, traffic, cooldown, clear, reorder, disable, delete', { t
     // The console says who logged in, from `?added=`, then drops it from the address (how soon
     // depends on its first API answers, so the address itself is no witness).
     await page.locator('#flash', { hasText: `Logged in ${id}` }).waitFor();
+    assert.equal(new URL(page.url()).search, '', 'the address no longer carries ?added=');
     await row(id).waitFor();
     assert.equal((await row(id).locator('.type').innerText()).trim(), 'oauth');
     assert.equal((await row(id).locator('.email').innerText()).trim(), `${login}@example.com`);
