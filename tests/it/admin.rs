@@ -456,3 +456,82 @@ async fn every_answer_forbids_content_sniffing() {
         assert_eq!(nosniff.as_deref(), Some("nosniff"), "{} {}", r.url(), r.status());
     }
 }
+
+/// `GET /api/v1/providers` says the order the next requests take (`rotation`, `next`), and the
+/// gateway then serves them in that order: round robin with a cooling and a disabled profile,
+/// an explicit order, and back to round robin when the order is removed.
+#[tokio::test]
+async fn the_rotation_the_providers_list_shows_is_the_one_the_gateway_takes() {
+    let (mock, base) = Mock::started().await;
+    const FOUR: [(&str, &str); 5] = [
+        support::KEYS[0],
+        support::KEYS[1],
+        support::KEYS[2],
+        ("openai:k4", "sk-test-key-four-0044"),
+        support::KEYS[3],
+    ];
+    let rota = spawn(Scenario { config: &config(&base), keys: &FOUR, ..Scenario::default() }).await;
+    let admin = Some(rota.admin_key.as_str());
+    let openai = || async {
+        let (code, all) = rota.api("GET", "/api/v1/providers", admin, None).await;
+        assert_eq!(code, 200);
+        all.as_array().unwrap().iter().find(|p| p["name"] == "openai").unwrap().clone()
+    };
+    let fresh = openai().await;
+    assert_eq!(fresh["rotation"], json!(["openai:k1", "openai:k2", "openai:k3", "openai:k4"]));
+    assert_eq!((fresh["next"].as_str(), fresh["rotation_model"].as_str()), (Some("openai:k1"), Some("openai/gpt-4.1")));
+
+    // k1 and k2 serve; k3 answers 429 (cooling 10 min for gpt-4.1) and k4 serves: last used
+    // k1 < k2 < k3 < k4. Then k2 is disabled by an admin.
+    mock.script(
+        FOUR[2].1,
+        vec![Reply::Status(429, vec![("retry-after", "600".into())], r#"{"error":{"message":"slow down"}}"#.into())],
+    );
+    for _ in 0..3 {
+        assert_eq!(rota.chat(chat(), &[]).await.status(), 200);
+    }
+    assert_eq!(mock.keys(), [FOUR[0].1, FOUR[1].1, FOUR[2].1, FOUR[3].1]);
+    let (code, _) = rota.api("POST", "/api/v1/profiles/openai:k2/disable", admin, None).await;
+    assert_eq!(code, 200);
+
+    let p = openai().await;
+    assert_eq!(p["rotation"], json!(["openai:k1", "openai:k4", "openai:k3", "openai:k2"]), "{p}");
+    assert_eq!(p["next"], "openai:k1");
+    // Every request goes to the `next` the list showed just before it.
+    for _ in 0..4 {
+        let next = openai().await["next"].as_str().unwrap().to_string();
+        let r = rota.chat(chat(), &[]).await;
+        assert_eq!((r.status().as_u16(), r.headers()["x-rota-profile"].to_str().unwrap()), (200, next.as_str()));
+    }
+    let served: Vec<&str> = mock.keys()[4..].iter().map(|k| FOUR.iter().find(|f| f.1 == k).unwrap().0).collect();
+    assert_eq!(served, ["openai:k1", "openai:k4", "openai:k1", "openai:k4"]);
+
+    // An explicit order: it is the rotation (k3 still cooling behind, k2 still off).
+    let order = json!({"profiles": ["openai:k4", "openai:k3", "openai:k1"]});
+    let (code, p) = rota.api("PUT", "/api/v1/providers/openai/order", admin, Some(order)).await;
+    assert_eq!(
+        (code, p["rotation"].clone(), p["next"].as_str()),
+        (200, json!(["openai:k4", "openai:k1", "openai:k3", "openai:k2"]), Some("openai:k4"))
+    );
+    let r = rota.chat(chat(), &[]).await;
+    assert_eq!(r.headers()["x-rota-profile"], "openai:k4");
+    assert_eq!(openai().await["next"], "openai:k4", "an explicit order does not rotate");
+
+    // Removed: least recently used first again (k1 was used before k4).
+    let (code, p) = rota.api("DELETE", "/api/v1/providers/openai/order", admin, None).await;
+    assert_eq!((code, p["order_source"].as_str(), p["next"].as_str()), (200, Some("round_robin"), Some("openai:k1")));
+    assert_eq!(p["rotation"], json!(["openai:k1", "openai:k4", "openai:k3", "openai:k2"]));
+    let r = rota.chat(chat(), &[]).await;
+    assert_eq!(r.headers()["x-rota-profile"], "openai:k1");
+
+    // Every usable profile blocked: no `next`.
+    for id in ["openai:k1", "openai:k4"] {
+        let (code, _) = rota.api("POST", &format!("/api/v1/profiles/{id}/disable"), admin, None).await;
+        assert_eq!(code, 200);
+    }
+    let p = openai().await;
+    assert_eq!(
+        (p["next"].clone(), p["rotation"].clone()),
+        (Value::Null, json!(["openai:k3", "openai:k1", "openai:k2", "openai:k4"]))
+    );
+}

@@ -3,7 +3,9 @@
 use crate::api::{Admin, ApiError, ApiState, Body};
 use crate::book::Roster;
 use crate::config::Config;
+use crate::engine::Millis;
 use crate::profiles as rules;
+use crate::status::Rotation;
 use axum::Json;
 use axum::extract::{Path, State};
 use serde::{Deserialize, Serialize};
@@ -28,14 +30,27 @@ pub struct ProviderInfo {
     pub order_source: String,
     /// The explicit order in force (empty for round robin).
     pub order: Vec<String>,
+    /// Every profile of the provider in the order the next request would try them now (no
+    /// session, no pin): the usable ones first, then the cooling or disabled ones (soonest end
+    /// first), then the ones rotation never uses (disabled by an admin, no secret, an expired
+    /// token, left out of an explicit order), sorted by id.
+    pub rotation: Vec<String>,
+    /// The profile the next request would use: the first usable one of `rotation`; `null`
+    /// when none is usable.
+    pub next: Option<String>,
+    /// The model `rotation` is for (`provider/model`): the provider's first model in the
+    /// default chain; `null` when that chain does not reach the provider (then only windows
+    /// covering every model count).
+    pub rotation_model: Option<String>,
 }
 
-pub(super) fn provider_info(config: &Config, roster: &Roster, name: &str) -> Option<ProviderInfo> {
+pub(super) fn provider_info(config: &Config, roster: &Roster, name: &str, now: Millis) -> Option<ProviderInfo> {
     let p = config.providers.get(name)?;
     let mut profiles: Vec<String> =
         roster.views.keys().filter(|id| id.provider() == name).map(ToString::to_string).collect();
     profiles.sort();
     let (source, order) = rules::order_in_force(config, roster, name);
+    let rotation = Rotation::of(config, roster, name, now);
     Some(ProviderInfo {
         name: name.to_string(),
         api: match p.api {
@@ -47,6 +62,9 @@ pub(super) fn provider_info(config: &Config, roster: &Roster, name: &str) -> Opt
         profiles,
         order_source: source.into(),
         order: order.iter().map(ToString::to_string).collect(),
+        rotation: rotation.order.iter().map(ToString::to_string).collect(),
+        next: rotation.next.map(|id| id.to_string()),
+        rotation_model: rotation.model,
     })
 }
 
@@ -56,7 +74,8 @@ pub(super) fn provider_info(config: &Config, roster: &Roster, name: &str) -> Opt
 async fn list_providers(State(state): State<ApiState>, _: Admin) -> Json<Vec<ProviderInfo>> {
     let settings = state.runtime.settings();
     let roster = state.runtime.book.roster();
-    Json(settings.config.providers.keys().filter_map(|p| provider_info(&settings.config, &roster, p)).collect())
+    let now = state.runtime.clock.now();
+    Json(settings.config.providers.keys().filter_map(|p| provider_info(&settings.config, &roster, p, now)).collect())
 }
 
 #[derive(Deserialize, ToSchema)]
@@ -81,7 +100,10 @@ async fn set_order(
     let roster = state.runtime.book.roster();
     let ids = rules::check_order(&settings.config, &roster, &provider, &req.profiles).map_err(ApiError::BadRequest)?;
     super::profiles::changes(&state).set_order(&provider, Some(ids)).await?;
-    Ok(Json(provider_info(&settings.config, &state.runtime.book.roster(), &provider).expect("known provider")))
+    Ok(Json(
+        provider_info(&settings.config, &state.runtime.book.roster(), &provider, state.runtime.clock.now())
+            .expect("known provider"),
+    ))
 }
 
 /// Remove a provider's stored order
@@ -97,5 +119,8 @@ async fn reset_order(
     let settings = state.runtime.settings();
     rules::known_provider(&settings.config, &provider).map_err(ApiError::NotFound)?;
     super::profiles::changes(&state).set_order(&provider, None).await?;
-    Ok(Json(provider_info(&settings.config, &state.runtime.book.roster(), &provider).expect("known provider")))
+    Ok(Json(
+        provider_info(&settings.config, &state.runtime.book.roster(), &provider, state.runtime.clock.now())
+            .expect("known provider"),
+    ))
 }
