@@ -567,12 +567,18 @@ impl Config {
                     .split("__"),
             )
             .merge(Env::raw().only(&["database_url"]).map(|_| "database.url".into()));
-        let config: Config = fig.extract().map_err(|e| ConfigError(describe(e)))?;
+        let config = extract(&fig)?;
         Ok((config, Source { file }))
     }
 
     pub fn from_toml(text: &str) -> Result<Config, ConfigError> {
-        Figment::new().merge(Toml::string(text)).extract().map_err(|e| ConfigError(describe(e)))
+        extract(&Figment::new().merge(Toml::string(text)))
+    }
+
+    /// The file at `path` alone: no `ROTA_*` variable, no `DATABASE_URL` (what `rota demo`
+    /// writes and then serves).
+    pub fn from_file(path: &Path) -> Result<Config, ConfigError> {
+        extract(&Figment::new().merge(Toml::file_exact(path)))
     }
 
     /// `[cooldown]` and `[billing]` as the engine takes them.
@@ -855,7 +861,181 @@ pub fn redacted_url(url: &str) -> String {
     }
 }
 
-/// One line per figment error: the file (or variable) and the key at fault, then the problem.
+/// Errors reported at most from one load; past them, the message says there are more.
+const MAX_ERRORS: usize = 64;
+
+/// Deserializes the merged configuration and reports every key at fault, not only the first:
+/// after each error the key at fault is set aside and the rest deserialized again.
+fn extract(fig: &Figment) -> Result<Config, ConfigError> {
+    // A file that is not TOML at all stops here, with the parser's line and column.
+    let mut tree = fig.find_value("").map_err(|e| ConfigError(describe(e)))?;
+    let mut errors = Vec::new();
+    let mut set_aside: Vec<Vec<String>> = Vec::new();
+    loop {
+        let e = match Config::deserialize(&tree) {
+            Ok(config) if errors.is_empty() => return Ok(config),
+            Ok(_) => break,
+            Err(e) => e,
+        };
+        // A required key whose value was refused (and set aside) is not also reported missing.
+        let follows = matches!(&e.kind, figment::error::Kind::MissingField(f)
+            if set_aside.iter().any(|p| p.split_last().is_some_and(|(last, parent)| last == f && parent == e.path)));
+        if !follows {
+            errors.push(describe_at(fig, &tree, &e));
+        }
+        if errors.len() >= MAX_ERRORS {
+            errors.push(format!("(stopped after {MAX_ERRORS} errors)"));
+            break;
+        }
+        match set_aside_key(&mut tree, &e.path) {
+            Some(p) => set_aside.push(p),
+            None => break,
+        }
+    }
+    Err(ConfigError(errors))
+}
+
+/// Removes the deepest table key on `path` (an error inside an array removes the array), so the
+/// next pass goes past it. Its path, or `None` when the path names nothing left to remove.
+fn set_aside_key(tree: &mut figment::value::Value, path: &[String]) -> Option<Vec<String>> {
+    use figment::value::Value;
+    let mut depth = 0;
+    let mut at: &Value = tree;
+    while let (Value::Dict(_, d), Some(seg)) = (at, path.get(depth)) {
+        match d.get(seg) {
+            Some(v) => (at, depth) = (v, depth + 1),
+            None => break,
+        }
+    }
+    if depth == 0 {
+        return None;
+    }
+    let mut dict = tree;
+    for seg in &path[..depth - 1] {
+        dict = match dict {
+            Value::Dict(_, d) => d.get_mut(seg)?,
+            _ => return None,
+        };
+    }
+    match dict {
+        Value::Dict(_, d) => d.remove(&path[depth - 1]).map(|_| path[..depth].to_vec()),
+        _ => None,
+    }
+}
+
+/// One line for one error: the file (or variables) the key came from, the key as written in
+/// TOML (`auth.profiles."openai:work".expires`, `models.fallbacks[0]`), then the problem.
+fn describe_at(fig: &Figment, tree: &figment::value::Value, e: &figment::Error) -> String {
+    use figment::value::Value;
+    let mut key = String::new();
+    let mut at = Some(tree);
+    let mut tag = tree.tag();
+    for seg in &e.path {
+        match at {
+            Some(Value::Array(_, items)) => {
+                key.push_str(&format!("[{seg}]"));
+                at = seg.parse::<usize>().ok().and_then(|i| items.get(i));
+            }
+            _ => {
+                if !key.is_empty() {
+                    key.push('.');
+                }
+                let bare = !seg.is_empty() && seg.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+                if bare {
+                    key.push_str(seg)
+                } else {
+                    key.push_str(&format!("{seg:?}"))
+                }
+                at = match at {
+                    Some(Value::Dict(_, d)) => d.get(seg),
+                    _ => None,
+                };
+            }
+        }
+        if let Some(v) = at {
+            tag = v.tag();
+        }
+    }
+    let what = describe_kind(&e.kind);
+    let origin = fig.get_metadata(tag).map(|m| match &m.source {
+        Some(figment::Source::File(p)) => p.display().to_string(),
+        _ => m.name.to_string(),
+    });
+    match (origin, key.is_empty()) {
+        (Some(o), false) => format!("{o}: key `{key}`: {what}"),
+        (Some(o), true) => format!("{o}: {what}"),
+        (None, false) => format!("key `{key}`: {what}"),
+        (None, true) => what,
+    }
+}
+
+/// The problem in words; names in backticks once (figment's own text nests them).
+fn describe_kind(kind: &figment::error::Kind) -> String {
+    use figment::error::Kind;
+    match kind {
+        Kind::Message(m) => m.clone(),
+        Kind::UnknownField(found, expected) => unknown("unknown key", found, expected),
+        Kind::UnknownVariant(found, expected) => unknown(&format!("unknown value `{found}`"), found, expected),
+        Kind::MissingField(f) => format!("missing `{f}`, which is required"),
+        Kind::DuplicateField(f) => format!("`{f}` is given twice"),
+        Kind::InvalidType(found, expected) => format!("expected {expected}, found {found}"),
+        Kind::InvalidValue(found, expected) => format!("invalid value {found}, expected {expected}"),
+        other => other.to_string(),
+    }
+}
+
+/// `what`, then the closest valid name when one is close enough, else the valid names.
+fn unknown(what: &str, found: &str, expected: &[&str]) -> String {
+    if let Some(near) = did_you_mean(found, expected) {
+        return format!("{what}; did you mean `{near}`?");
+    }
+    let names: Vec<String> = expected.iter().map(|n| format!("`{n}`")).collect();
+    match names.as_slice() {
+        [] => what.to_string(),
+        [one] => format!("{what}; expected {one}"),
+        [a, b] => format!("{what}; expected {a} or {b}"),
+        [init @ .., last] => format!("{what}; expected one of {} or {last}", init.join(", ")),
+    }
+}
+
+/// The valid name nearest to `found` (edit distance, transpositions counting once), when it is
+/// a likely typo: at most one edit per three characters, and at least one.
+pub fn did_you_mean<'a>(found: &str, valid: &[&'a str]) -> Option<&'a str> {
+    let found = found.to_ascii_lowercase();
+    let limit = (found.chars().count() / 3).max(1);
+    valid
+        .iter()
+        .map(|v| (edit_distance(&found, v), *v))
+        .filter(|(d, _)| *d <= limit)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, v)| v)
+}
+
+/// Insertions, deletions, substitutions and swaps of neighbours needed to turn `a` into `b`
+/// (the optimal string alignment distance).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut d = vec![vec![0; b.len() + 1]; a.len() + 1];
+    for (i, row) in d.iter_mut().enumerate() {
+        row[0] = i;
+    }
+    for j in 0..=b.len() {
+        d[0][j] = j;
+    }
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            d[i][j] = (d[i - 1][j] + 1).min(d[i][j - 1] + 1).min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                d[i][j] = d[i][j].min(d[i - 2][j - 2] + 1);
+            }
+        }
+    }
+    d[a.len()][b.len()]
+}
+
+/// One line per figment error (a file that does not parse): the file (or variable) and the key
+/// at fault, then the problem.
 fn describe(err: figment::Error) -> Vec<String> {
     err.into_iter()
         .map(|e| {
@@ -864,7 +1044,7 @@ fn describe(err: figment::Error) -> Vec<String> {
                 Some(figment::Source::File(p)) => p.display().to_string(),
                 _ => m.name.to_string(),
             });
-            let what = e.kind.to_string();
+            let what = describe_kind(&e.kind);
             match (origin, key.is_empty()) {
                 (Some(o), false) => format!("{o}: key `{key}`: {what}"),
                 (Some(o), true) => format!("{o}: {what}"),
@@ -921,6 +1101,70 @@ base_url = "https://api.anthropic.com"
     fn unknown_key_is_refused_naming_it() {
         let err = Config::from_toml("[server]\nlisten = \"x\"\nport = 1").unwrap_err().to_string();
         assert!(err.contains("port"), "{err}");
+    }
+
+    #[test]
+    fn every_error_is_reported_at_once_with_its_path_and_a_suggestion() {
+        let text = r#"
+[server]
+listn = "127.0.0.1:9"
+[cooldown]
+base = "soon"
+[providers.openai]
+api = "opnai"
+base_ur = "https://api.openai.com/v1"
+[providers.ok]
+api = "openai"
+base_url = "https://x.test/v1"
+[modles]
+primary = "ok/m"
+[auth.profiles."ok:w"]
+provider = "ok"
+expires = "tomorrow"
+"#;
+        let err = Config::from_toml(text).unwrap_err();
+        let lines = err.0.clone();
+        let want = [
+            "key `auth.profiles.\"ok:w\".expires`: ",
+            "key `cooldown.base`: invalid duration `soon`",
+            "key `modles`: unknown key; did you mean `models`?",
+            "key `providers.openai.api`: unknown value `opnai`; did you mean `openai`?",
+            "key `providers.openai.base_ur`: unknown key; did you mean `base_url`?",
+            "key `server.listn`: unknown key; did you mean `listen`?",
+        ];
+        assert_eq!(lines.len(), want.len(), "{lines:#?}");
+        for (line, want) in lines.iter().zip(want) {
+            assert!(line.starts_with(&format!("TOML source string: {want}")), "{line}\nwanted: {want}");
+        }
+        assert!(!err.to_string().contains("``") && !err.to_string().contains("`one of"), "{err}");
+        assert!(!err.to_string().contains("missing"), "a refused required key is not also missing: {err}");
+    }
+
+    #[test]
+    fn an_unknown_key_far_from_every_name_lists_the_valid_ones() {
+        let err_of = |text: &str| {
+            let e = Config::from_toml(text).unwrap_err().to_string();
+            e.strip_prefix("TOML source string: ").unwrap_or(&e).to_string()
+        };
+        let err = err_of("[failover]\nwhatever = true");
+        assert_eq!(err, "key `failover.whatever`: unknown key; expected `enabled`");
+        let err = err_of("[providers.x]\napi = \"grpc\"\nbase_url = \"http://h\"");
+        assert_eq!(err, "key `providers.x.api`: unknown value `grpc`; expected `openai` or `anthropic`");
+        let err = err_of("[providers.x]\napi = \"openai\"");
+        assert_eq!(err, "key `providers.x`: missing `base_url`, which is required");
+        let err = err_of("[models]\nfallbacks = [\"a/b\", 3]");
+        assert!(err.starts_with("key `models.fallbacks[1]`: expected a string, found"), "{err}");
+    }
+
+    #[test]
+    fn did_you_mean_takes_only_likely_typos() {
+        let names = ["base_url", "api", "oauth", "confirm_path"];
+        assert_eq!(did_you_mean("base_ur", &names), Some("base_url"));
+        assert_eq!(did_you_mean("BaseUrl", &names), Some("base_url"));
+        assert_eq!(did_you_mean("baseurl", &names), Some("base_url"));
+        assert_eq!(did_you_mean("apu", &names), Some("api"));
+        assert_eq!(did_you_mean("oatuh", &names), Some("oauth"));
+        assert_eq!(did_you_mean("model", &names), None);
     }
 
     #[test]
