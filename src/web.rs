@@ -20,20 +20,35 @@ pub const SESSION_TTL: Millis = 12 * 3_600_000;
 
 const CONSOLE_HTML: &str = include_str!("../web/console.html");
 const SIGN_IN_HTML: &str = include_str!("../web/sign-in.html");
-const APP_JS: &str = include_str!("../web/app.js");
-const SIGN_IN_JS: &str = include_str!("../web/sign-in.js");
-const STYLE_CSS: &str = include_str!("../web/style.css");
+
+const JS: &str = "text/javascript";
+const CSS: &str = "text/css";
+/// The console's scripts and stylesheets under `/ui/`: its own, and uPlot (MIT, vendored from
+/// npm `uplot` 1.6.32, web/vendor/uPlot.LICENSE) for the overview's charts.
+const ASSETS: [(&str, &str, &str); 11] = [
+    ("app.js", JS, include_str!("../web/app.js")),
+    ("sign-in.js", JS, include_str!("../web/sign-in.js")),
+    ("style.css", CSS, include_str!("../web/style.css")),
+    ("js/core.js", JS, include_str!("../web/js/core.js")),
+    ("js/overview.js", JS, include_str!("../web/js/overview.js")),
+    ("js/profiles.js", JS, include_str!("../web/js/profiles.js")),
+    ("js/requests.js", JS, include_str!("../web/js/requests.js")),
+    ("js/chains.js", JS, include_str!("../web/js/chains.js")),
+    ("js/agents.js", JS, include_str!("../web/js/agents.js")),
+    ("vendor/uPlot.iife.min.js", JS, include_str!("../web/vendor/uPlot.iife.min.js")),
+    ("vendor/uPlot.min.css", CSS, include_str!("../web/vendor/uPlot.min.css")),
+];
 
 /// The console's assets and redirects; the console page itself (`/ui/`) is the API's, which
 /// knows the session.
 pub fn router() -> Router {
-    Router::new()
+    let mut router = Router::new()
         .route("/", get(|| async { Redirect::to("/ui/") }))
-        .route("/ui", get(|| async { Redirect::to("/ui/") }))
-        .route("/ui/app.js", get(|| asset("text/javascript", APP_JS)))
-        .route("/ui/sign-in.js", get(|| asset("text/javascript", SIGN_IN_JS)))
-        .route("/ui/style.css", get(|| asset("text/css", STYLE_CSS)))
-        .layer(axum::middleware::map_response(default_csp))
+        .route("/ui", get(|| async { Redirect::to("/ui/") }));
+    for (name, content_type, body) in ASSETS {
+        router = router.route(&format!("/ui/{name}"), get(move || asset(content_type, body)));
+    }
+    router.layer(axum::middleware::map_response(default_csp))
 }
 
 /// The console's pages: their own script and style files, API calls to rota, nothing inline.

@@ -20,7 +20,10 @@ form.addEventListener("submit", async (event) => {
       return;
     }
     const body = await resp.json().catch(() => ({}));
-    show((body.error && body.error.message) || `sign-in failed (${resp.status})`);
+    const message = (body.error && body.error.message) || `sign-in failed (${resp.status})`;
+    // An unknown key is most often one made for another database (another --config).
+    const hint = resp.status === 401 ? " Was it created for this server's database? Keys made with another --config (or none) live in another database." : "";
+    show(message + "." + hint);
   } catch (e) {
     show(`rota could not be reached: ${e.message}`);
   }

@@ -30,6 +30,7 @@ e2e('console: accounts, traffic, cooldown, clear, reorder, disable, delete', { t
   await page.locator('#sign-in').click();
   await page.locator('#tab-profiles').waitFor();
   assert.equal(await page.locator('#admin-key').isVisible(), false, 'the sign-in form is gone');
+  await page.locator('#tab-profiles').click();
 
   // -- two accounts through the IdP's pages ---------------------------------------------------
   for (const login of ['alice', 'bob']) {
@@ -40,7 +41,7 @@ e2e('console: accounts, traffic, cooldown, clear, reorder, disable, delete', { t
     await page.waitForURL((u) => u.href.startsWith(`${rota.url}/ui/`));
     // The console says who logged in, from `?added=`, then drops it from the address (how soon
     // depends on its first API answers, so the address itself is no witness).
-    await page.locator('#flash', { hasText: `Logged in ${id}` }).waitFor();
+    await page.locator('#view-profiles .notice', { hasText: `Logged in ${id}` }).waitFor();
     assert.equal(new URL(page.url()).search, '', 'the address no longer carries ?added=');
     await row(id).waitFor();
     assert.equal((await row(id).locator('.type').innerText()).trim(), 'oauth');
@@ -101,7 +102,7 @@ e2e('console: accounts, traffic, cooldown, clear, reorder, disable, delete', { t
   const state = row(cooled).locator('.state');
   await waitUntil(async () => (await state.getAttribute('data-state')) === 'cooling', { message: `${cooled} row shows cooling` });
   const first = await state.innerText();
-  assert.match(first, /rate_limit/);
+  assert.match(await state.getAttribute('data-detail'), /rate_limit/);
   await page.waitForTimeout(2_100);
   const second = await state.innerText();
   const [a, b] = [countdown(first), countdown(second)];
@@ -115,24 +116,25 @@ e2e('console: accounts, traffic, cooldown, clear, reorder, disable, delete', { t
   await waitUntil(async () => (await state.getAttribute('data-state')) === 'usable', { message: `${cooled} usable after Clear` });
   assert.equal((await rota.profile(cooled)).status.state, 'usable');
 
-  // -- attempts and chains tabs -------------------------------------------------------------------
-  await page.locator('#tab-attempts').click();
-  const attemptRows = page.locator('#attempts tbody tr');
+  // -- requests and chains tabs -------------------------------------------------------------------
+  await page.locator('#tab-requests').click();
+  const requestRows = page.locator('#requests tr.request');
   // 4 calls with one attempt each, then one call with two (429, then the other account).
   await waitUntil(async () => {
     await page.locator('#filter-apply').click();
-    return (await attemptRows.count()) === 6;
-  }, { message: 'six rows in the attempts log', intervalMs: 500 });
-  await shot(page, 'console-attempts');
-  await page.locator('#filter-reason').fill('rate_limit');
+    return (await requestRows.count()) === 5;
+  }, { message: 'five rows in the requests log', intervalMs: 500 });
+  await shot(page, 'console-requests');
+  await page.locator('#filter-reason').selectOption('rate_limit');
   await page.locator('#filter-apply').click();
-  await waitUntil(async () => (await attemptRows.count()) === 1, { message: 'one rate_limit attempt' });
-  assert.match(await attemptRows.first().innerText(), new RegExp(cooled.replace(/[.]/g, '\\.')));
-  await page.locator('#filter-reason').fill('');
-  await page.locator('#filter-profile').fill(other);
+  await waitUntil(async () => (await requestRows.count()) === 1, { message: 'one request with a rate_limit attempt' });
+  assert.match(await requestRows.first().innerText(), new RegExp(other.replace(/[.]/g, '\\.')), 'served by the other account');
+  assert.equal((await requestRows.first().locator('.attempts').innerText()).trim(), '2');
+  await page.locator('#filter-reason').selectOption('');
+  await page.locator('#filter-profile').selectOption(other);
   await page.locator('#filter-apply').click();
   const otherCount = served.filter((s) => s === other).length + 1; // + the failover success
-  await waitUntil(async () => (await attemptRows.count()) === otherCount, { message: `${otherCount} attempts of ${other}` });
+  await waitUntil(async () => (await requestRows.count()) === otherCount, { message: `${otherCount} requests with an attempt of ${other}` });
 
   await page.locator('#tab-chains').click();
   const chains = page.locator('#chains');
@@ -144,17 +146,19 @@ e2e('console: accounts, traffic, cooldown, clear, reorder, disable, delete', { t
   assert.match(chainText, /corp\/gpt-4o-mini/);
   await shot(page, 'console-chains');
 
-  // -- reorder: bob up --------------------------------------------------------------------------
+  // -- reorder: the second row up ---------------------------------------------------------------
   await page.locator('#tab-profiles').click();
   const order = async () => corp.locator('tr[data-profile]').evaluateAll((rows) => rows.map((r) => r.dataset.profile));
-  assert.deepEqual(await order(), [ALICE, BOB], 'alice listed first before the reorder');
-  await row(BOB).locator('[data-action="up"]').click();
+  const rotation = (await rota.api('GET', '/api/v1/providers')).json.find((p) => p.name === 'corp').rotation;
+  await waitUntil(async () => JSON.stringify(await order()) === JSON.stringify(rotation), { message: `rows in rotation order ${rotation}` });
+  const [firstId, secondId] = rotation;
+  await row(secondId).locator('[data-action="up"]').click();
   await waitUntil(async () => {
     const providers = (await rota.api('GET', '/api/v1/providers')).json;
     const c = providers.find((p) => p.name === 'corp');
-    return c.order.length === 2 && c.order[0] === BOB && c.order[1] === ALICE && c.order_source === 'stored';
-  }, { message: 'corp order [bob, alice] in GET /api/v1/providers' });
-  await waitUntil(async () => JSON.stringify(await order()) === JSON.stringify([BOB, ALICE]), { message: 'bob listed first' });
+    return c.order.length === 2 && c.order[0] === secondId && c.order[1] === firstId && c.order_source === 'stored';
+  }, { message: `corp order [${secondId}, ${firstId}] in GET /api/v1/providers` });
+  await waitUntil(async () => JSON.stringify(await order()) === JSON.stringify([secondId, firstId]), { message: `${secondId} listed first` });
 
   // -- disable bob: only alice serves -----------------------------------------------------------
   await row(BOB).locator('[data-action="disable"]').click();

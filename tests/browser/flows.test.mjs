@@ -73,7 +73,8 @@ e2e('paste-URL flow: a pasted redirect adds the profile; forged state or duplica
   forged.searchParams.set('state', randomToken());
   const forgedStatus = await paste(page, 'corppaste', forged.href);
   assert.ok(forgedStatus >= 400 && forgedStatus < 500, `a forged state answers 4xx, got ${forgedStatus}`);
-  await page.locator('#flash[data-kind="error"]').waitFor();
+  const errors = page.locator('#view-profiles .notice[data-kind="error"]');
+  await waitUntil(async () => (await errors.count()) === 1, { message: 'the profiles tab shows the refusal' });
 
   // -- the same redirect with its code parameter twice ---------------------------------------------
   const code = new URL(redirect2).searchParams.get('code');
@@ -81,7 +82,7 @@ e2e('paste-URL flow: a pasted redirect adds the profile; forged state or duplica
   assert.equal(new URL(duplicated).searchParams.getAll('code').length, 2);
   const dupStatus = await paste(page, 'corppaste', duplicated);
   assert.ok(dupStatus >= 400 && dupStatus < 500, `a duplicated code answers 4xx, got ${dupStatus}`);
-  await page.locator('#flash[data-kind="error"]').waitFor();
+  await waitUntil(async () => (await errors.count()) === 2, { message: 'the profiles tab shows the second refusal' });
 
   assert.equal(await page.locator('tr[data-profile="corppaste:dave@example.com"]').count(), 0);
   assert.equal(await rota.profile('corppaste:dave@example.com'), undefined, 'no profile from a refused paste');

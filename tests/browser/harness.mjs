@@ -412,7 +412,8 @@ export class Rota {
 /**
  * A temp dir with the IdP, the upstream and `rota serve` (with an admin agent `ops`).
  * Options: accessTtl (s, the IdP's), lead (rota's [refresh] lead), reuseDetection, idpHost,
- * browser (false: no Chromium).
+ * browser (false: no Chromium), extraToml (appended to rota.toml; a function of the env to use its
+ * upstream's or IdP's address).
  */
 export async function startEnv({ accessTtl = 3600, lead = '5m', reuseDetection = true, idpHost = '127.0.0.1', browser = true, extraToml = '' } = {}) {
   const dir = mkdtempSync(join(tmpdir(), 'rota-browser-'));
@@ -438,7 +439,8 @@ export async function startEnv({ accessTtl = 3600, lead = '5m', reuseDetection =
     env.children.push(env.idp);
     env.upstream = await startUpstream({ dir });
     env.children.push(env.upstream);
-    writeFileSync(join(dir, 'rota.toml'), rotaToml({ dir, idp: env.idp, upstream: env.upstream, lead, extra: extraToml }));
+    const extra = typeof extraToml === 'function' ? extraToml(env) : extraToml;
+    writeFileSync(join(dir, 'rota.toml'), rotaToml({ dir, idp: env.idp, upstream: env.upstream, lead, extra }));
     const created = rotaCli(dir, ['agents', 'create', 'ops', '--admin']).trim().split('\n');
     env.adminKey = created.at(-1).trim();
     if (!env.adminKey.startsWith('rk_')) throw new Error(`agents create printed no key: ${created.join('\n')}`);
@@ -491,9 +493,12 @@ async function closeBrowser(browser) {
   await Promise.race([browser.close(), sleep(5_000)]);
 }
 
-/** A new page in its own context (own cookies); dialogs (confirm()) are accepted. */
-export async function newPage(browser, { acceptDialogs = true } = {}) {
-  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+/**
+ * A new page in its own context (own cookies); dialogs (confirm()) are accepted. bypassCSP: for
+ * the accessibility scan, whose script the console's Content-Security-Policy would refuse.
+ */
+export async function newPage(browser, { acceptDialogs = true, width = 1280, height = 900, bypassCSP = false } = {}) {
+  const context = await browser.newContext({ viewport: { width, height }, bypassCSP });
   context.setDefaultTimeout(15_000);
   context.setDefaultNavigationTimeout(20_000);
   const page = await context.newPage();
@@ -506,12 +511,40 @@ export async function shot(page, name) {
   await page.screenshot({ path: join(ARTIFACTS, `${name}.png`), fullPage: true });
 }
 
-/** Signs in to rota's console with the key; resolves once the console (profiles tab) shows. */
+/**
+ * A screenshot for the docs: into artifacts/ always, and into docs/img/ as well when
+ * ROTA_DOC_SHOTS=1 (scripts/screenshots.sh).
+ */
+export async function docShot(page, name) {
+  await shot(page, name);
+  if (process.env.ROTA_DOC_SHOTS === '1') {
+    const img = resolve(HERE, '../../docs/img');
+    mkdirSync(img, { recursive: true });
+    await page.screenshot({ path: join(img, `${name}.png`), fullPage: true });
+  }
+}
+
+const AXE = join(HERE, 'node_modules/axe-core/axe.min.js');
+
+/**
+ * axe-core's WCAG 2.x A/AA scan of the page as it is now; returns the serious and critical
+ * violations, each as "rule: target, target…". The page's context needs bypassCSP.
+ */
+export async function axeScan(page) {
+  if (!(await page.evaluate(() => typeof window.axe !== 'undefined'))) await page.addScriptTag({ path: AXE });
+  const result = await page.evaluate(() => window.axe.run(document, { runOnly: { type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa'] } }));
+  return result.violations
+    .filter((v) => v.impact === 'serious' || v.impact === 'critical')
+    .map((v) => `${v.id} (${v.impact}): ${v.nodes.slice(0, 5).map((n) => n.target.join(' ')).join(', ')}`);
+}
+
+/** Signs in to rota's console with the key and opens the profiles tab. */
 export async function signIn(page, rota, key = rota.adminKey) {
   await page.goto(`${rota.url}/ui/`);
   await page.locator('#admin-key').fill(key);
   await page.locator('#sign-in').click();
-  await page.locator('#tab-profiles').waitFor({ state: 'visible' });
+  await page.locator('#tab-profiles').click();
+  await page.locator('#view-profiles').waitFor({ state: 'visible' });
 }
 
 /** Clicks `locator` and waits for the main frame's next committed navigation. */

@@ -76,6 +76,7 @@ e2e('a revoked refresh token disables the profile: auth_permanent, "needs re-log
   await state.waitFor();
   assert.equal(await state.getAttribute('data-state'), 'disabled');
   assert.match(await state.innerText(), /needs re-login/);
+  assert.equal(await page.locator(`tr[data-profile="${ALICE}"] [data-action="relogin"].primary`).count(), 1, 'Re-login is the row\'s primary action');
   await shot(page, 'refresh-needs-relogin');
 });
 

@@ -205,9 +205,15 @@ e2e('security: sessions, CSRF, cookie flags, callback state, no secrets in pages
     'GET /api/v1/profiles': (await rota.api('GET', '/api/v1/profiles')).text,
     'GET /api/v1/providers': (await rota.api('GET', '/api/v1/providers')).text,
   };
-  await console_.locator('#tab-attempts').click();
-  await console_.locator('#attempts').waitFor();
-  sources['the attempts tab DOM'] = await console_.content();
+  await console_.locator('#tab-requests').click();
+  await console_.locator('#requests tbody tr').first().waitFor();
+  sources['the requests tab DOM'] = await console_.content();
+  await console_.locator('#tab-overview').click();
+  await console_.locator('#charts figure').first().waitFor();
+  sources['the overview DOM'] = await console_.content();
+  await console_.locator('#tab-agents').click();
+  await console_.locator('#agents tr[data-agent]').first().waitFor();
+  sources['the agents tab DOM'] = await console_.content();
   await console_.locator('#tab-chains').click();
   await console_.locator('#chains').waitFor();
   sources['the chains tab DOM'] = await console_.content();
