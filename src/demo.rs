@@ -5,6 +5,10 @@
 //! third call answers 429 with `Retry-After: 20`) and `down` (always 503) — `gamma` whose only
 //! key is down, and `beta` (OpenAI wire) and `claude` (Anthropic wire) with one steady key each.
 //! The virtual model `smart` tries `gamma` first, so it shows the fallback to `beta`.
+//!
+//! Its config is a file, `rota-demo.toml` beside the database, written at each start and then
+//! served, so that `rota --config rota-demo.toml …` reaches the demo's database. The demo binds
+//! its port before it deletes or writes anything.
 
 use crate::config::Config;
 use crate::engine::{ProfileId, ProfileType};
@@ -19,7 +23,7 @@ use axum::response::{IntoResponse, Response};
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 const PROFILES: [(&str, &str); 6] = [
@@ -31,15 +35,54 @@ const PROFILES: [(&str, &str); 6] = [
     ("claude:steady", "sim-claude-steady"),
 ];
 
-pub async fn run(listen: &str, db: &Path) -> Result<()> {
-    let upstream = start_simulator().await?;
-    for suffix in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+/// The demo's config file, written beside its database at each start: what the demo serves,
+/// and what `rota --config rota-demo.toml …` reads to reach the demo's database.
+pub const CONFIG_FILE: &str = "rota-demo.toml";
+
+/// When a demo's config is in the working directory and is not the config that was read
+/// (`config_read`): how to reach the demo's database instead.
+pub fn hint(config_read: Option<&Path>) -> Option<String> {
+    let demo = Path::new(CONFIG_FILE);
+    if !demo.is_file() {
+        return None;
     }
-    let config = Config::from_toml(&format!(
-        r#"
+    let canonical = |p: &Path| std::fs::canonicalize(p).ok();
+    if config_read.is_some_and(|f| canonical(f).is_some_and(|f| Some(f) == canonical(demo))) {
+        return None;
+    }
+    Some(format!("{CONFIG_FILE} is here: `rota --config {CONFIG_FILE} …` reaches the demo's database"))
+}
+
+/// A TOML basic string holding `text`.
+fn toml_string(text: &str) -> String {
+    let mut out = String::from("\"");
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04X}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// The demo's configuration: the database `db` (an absolute path, so the file works from any
+/// directory) and the simulated providers at `upstream`.
+fn config_text(db: &Path, upstream: &str) -> String {
+    format!(
+        r#"# Written by `rota demo` at each start (and overwritten by the next): the config the demo
+# serves. `rota --config {CONFIG_FILE} doctor | profiles list | agents create NAME --admin`
+# reach the demo's database with it.
+
 [database]
-url = "sqlite://{db}"
+url = {url}
+
+[secrets]
+# The demo's master key is the file beside its database.
+keyring = "off"
+
 [providers.alpha]
 api = "openai"
 base_url = "{upstream}/v1"
@@ -52,46 +95,81 @@ base_url = "{upstream}/v1"
 [providers.claude]
 api = "anthropic"
 base_url = "{upstream}"
+
 [virtual_models.smart]
 targets = ["gamma/sim-xl", "beta/sim-small"]
+
 [models]
 primary = "alpha/sim-large"
 fallbacks = ["beta/sim-small"]
+
 [aliases]
 fast = "beta/sim-small"
 "#,
-        db = db.display()
-    ))?;
-    let store = SqliteStore::open(db).await.with_context(|| format!("opening {}", db.display()))?;
-    let (key, _) = resolve_key(db, &store.secret_key_ids().await?, crate::secrets::Choice::Off)?;
+        url = toml_string(&format!("sqlite://{}", db.display())),
+    )
+}
+
+pub async fn run(listen: &str, db: &Path) -> Result<()> {
+    // The port first: when it is taken, nothing has been deleted or written yet.
+    let listener = crate::server::bind(listen, "").await?;
+    let Some(name) = db.file_name().filter(|n| *n != CONFIG_FILE) else {
+        anyhow::bail!("--database {}: name a file, e.g. rota-demo.db", db.display());
+    };
+    let dir = db.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let absolute = std::fs::canonicalize(dir).with_context(|| format!("reading {}", dir.display()))?.join(name);
+    let config_file = if dir == Path::new(".") { PathBuf::from(CONFIG_FILE) } else { dir.join(CONFIG_FILE) };
+    let upstream = start_simulator().await?;
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", absolute.display()));
+    }
+    std::fs::write(&config_file, config_text(&absolute, &upstream))
+        .with_context(|| format!("writing {}", config_file.display()))?;
+    // What the CLI reads with `--config rota-demo.toml` is what the demo serves (the file alone:
+    // a DATABASE_URL or ROTA_* variable set for another rota does not move the demo).
+    let config = Config::from_file(&config_file).map_err(|e| anyhow::anyhow!("{}: {e}", config_file.display()))?;
+    let store = SqliteStore::open(&absolute).await.with_context(|| format!("opening {}", absolute.display()))?;
+    let (key, _) = resolve_key(&config.key_anchor()?, &store.secret_key_ids().await?, crate::secrets::Choice::Off)?;
     for (i, (id, secret)) in PROFILES.iter().enumerate() {
         let pid: ProfileId = id.parse()?;
         let sealed = key.seal(&pid, SecretField::ApiKey, &SecretString::from(*secret));
         let row = StoredProfile::stored(pid, ProfileType::ApiKey, None, i as i64);
         store.add_profile(&row, &[sealed]).await?;
     }
-    let agent_key = crate::agents::new_key();
-    store.create_agent("demo", &crate::agents::digest(&agent_key), true, chrono::Utc::now().timestamp_millis()).await?;
+    let admin_key = crate::agents::new_key();
+    store.create_agent("demo", &crate::agents::digest(&admin_key), true, chrono::Utc::now().timestamp_millis()).await?;
     store.close().await;
 
     let app = App::build(config, None).await?;
-    let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
     let url = format!("http://{}", listener.local_addr()?);
-    let k = agent_key.expose_secret();
+    let cfg = config_file.display();
+    let chat = |model: &str| {
+        format!(
+            "  curl -s {url}/v1/chat/completions -H \"authorization: Bearer $ROTA_DEMO_KEY\" -H 'content-type: application/json' \\\n       \
+             -d '{{\"model\":\"{model}\",\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}]}}' -D -"
+        )
+    };
     println!("rota demo listening on {url} (simulated upstreams at {upstream}, database {})", db.display());
     println!("providers: alpha (keys steady, flaky: 429 every 3rd call, down: always 503), gamma (down), beta, claude");
+    println!("models: alpha/sim-large (default chain: then beta/sim-small), smart = gamma/sim-xl then beta/sim-small");
+    println!();
+    println!("console: {url}/ui/");
+    println!("admin key: {}", admin_key.expose_secret());
+    println!("(shown only now: it signs in to the console, and is the agent key of the requests below)");
+    println!();
     println!(
-        "models: alpha/sim-large (default chain: then beta/sim-small), smart = gamma/sim-xl then beta/sim-small\n"
+        "try, with the admin key in ROTA_DEMO_KEY (export ROTA_DEMO_KEY=…); repeat to watch rotation in the x-rota-* headers:"
     );
-    println!("try (repeat to watch rotation in the x-rota-* headers; use \"smart\" to watch a fallback):");
-    println!(
-        "  curl -s {url}/v1/chat/completions -H 'authorization: Bearer {k}' -H 'content-type: application/json' \\"
-    );
-    println!(
-        "       -d '{{\"model\":\"alpha/sim-large\",\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}]}}' -D - "
-    );
+    println!("{}", chat("alpha/sim-large"));
+    println!("the virtual model smart, to watch a fallback (gamma is down, beta answers; see x-rota-model):");
+    println!("{}", chat("smart"));
+    println!("every attempt is in the audit trail:");
     println!("  sqlite3 {} 'SELECT kind, provider, profile_id, outcome, reason FROM attempts'", db.display());
-    println!("\ndemo agent key:\n{k}");
+    println!("the CLI reaches this demo's database with its config, {cfg}:");
+    println!("  rota --config {cfg} doctor");
+    println!("  rota --config {cfg} profiles list");
+    println!("  rota --config {cfg} agents create NAME --admin");
     app.serve(listener, crate::server::shutdown_signal()).await
 }
 

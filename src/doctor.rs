@@ -4,7 +4,7 @@
 
 use crate::book::Roster;
 use crate::config::{Config, DatabaseTarget};
-use crate::engine::chain::{ChainRequest, FallbackOverride};
+use crate::engine::chain::{ChainError, ChainRequest, FallbackOverride};
 use crate::secrets::{check_key, find_key_with, key_file_for};
 use crate::status::Status;
 use crate::store::Snapshot;
@@ -12,6 +12,10 @@ use anyhow::Result;
 use serde::Serialize;
 use std::path::Path;
 use std::process::ExitCode;
+
+/// What a chain without a model lacks, and how to give it one.
+const NO_MODEL: &str =
+    "no model configured: set [models] primary = \"provider/model\" (the model of requests that name none)";
 
 #[derive(Serialize, Default)]
 struct Report {
@@ -48,7 +52,7 @@ struct ProfileLine {
 
 pub async fn run(config_path: Option<&Path>, as_json: bool) -> Result<ExitCode> {
     let report = match Config::load(config_path) {
-        Ok((config, source)) => build(&config, source.file.map(|f| f.display().to_string())).await,
+        Ok((config, source)) => build(&config, source.file.as_deref()).await,
         Err(e) => Report { problems: e.0, ..Default::default() },
     };
     if as_json {
@@ -59,9 +63,9 @@ pub async fn run(config_path: Option<&Path>, as_json: bool) -> Result<ExitCode> 
     Ok(if report.problems.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
-async fn build(config: &Config, file: Option<String>) -> Report {
+async fn build(config: &Config, file: Option<&Path>) -> Report {
     let mut report = Report {
-        config_file: Some(file.unwrap_or_else(|| "none (defaults and environment)".into())),
+        config_file: Some(file.map_or_else(|| "none (defaults and environment)".into(), |f| f.display().to_string())),
         problems: config.problems(),
         ..Default::default()
     };
@@ -71,7 +75,11 @@ async fn build(config: &Config, file: Option<String>) -> Report {
             Snapshot::default()
         }
         Ok(target) if !target.exists() => {
-            report.database = Some(format!("{target} (not created yet; `rota serve` or `rota migrate` creates it)"));
+            report.database =
+                Some(format!("{target}: no database there yet (`rota serve` or `rota migrate` creates it)"));
+            if let Some(hint) = crate::demo::hint(file) {
+                report.notes.push(hint);
+            }
             Snapshot::default()
         }
         Ok(target) => match inspect_database(&target, config, &mut report).await {
@@ -156,7 +164,19 @@ async fn build(config: &Config, file: Option<String>) -> Report {
                     .collect();
                 AgentChain { agent, chain: steps, error: None }
             }
-            Err(e) => AgentChain { agent, chain: vec![], error: Some(e.to_string()) },
+            Err(e) => {
+                let no_model = matches!(e, ChainError::NoModel);
+                let error = if no_model { NO_MODEL.to_string() } else { e.to_string() };
+                // Once, and not again when the config's own check already said it.
+                if !report.problems.iter().any(|p| p.contains(&error)) {
+                    report.problems.push(if no_model {
+                        error.clone()
+                    } else {
+                        format!("agent {agent}: the chain cannot be resolved: {error}")
+                    });
+                }
+                AgentChain { agent, chain: vec![], error: Some(error) }
+            }
         };
         report.agents.push(entry);
     }
@@ -212,7 +232,7 @@ fn print_text(r: &Report) {
     for a in &r.agents {
         println!("\nagent {}:", a.agent);
         if let Some(e) = &a.error {
-            println!("  chain cannot be resolved: {e}");
+            println!("  no chain: {e}");
         }
         for (i, step) in a.chain.iter().enumerate() {
             println!("  {}. {}", i + 1, step.model);

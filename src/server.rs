@@ -144,16 +144,39 @@ const CUT_WAIT: Duration = Duration::from_secs(3);
 const FLUSH_WAIT: Duration = Duration::from_secs(10);
 
 pub async fn run(config: Config, file: Option<std::path::PathBuf>, listen: Option<String>) -> Result<()> {
+    let also = if listen.is_some() { "" } else { " (or change server.listen)" };
     let addr = listen.unwrap_or_else(|| config.server.listen.clone());
     raise_file_limit(config.server.max_connections);
+    // Bound first: a port already taken stops the start before the database is opened.
+    let listener = bind(&addr, also).await?;
     let app = App::build(config, file).await?;
-    let listener = tokio::net::TcpListener::bind(&addr).await.with_context(|| format!("cannot listen on {addr}"))?;
     let local = listener.local_addr()?;
     println!("rota listening on http://{local}");
     tracing::info!(%local, "serving");
     app.serve(listener, shutdown_signal()).await?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Listens on `addr`; the error says why not in words and how to pick another address
+/// (`--listen`, then `also`).
+pub async fn bind(addr: &str, also: &str) -> Result<tokio::net::TcpListener> {
+    use std::io::ErrorKind;
+    tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+        let host = addr.rsplit_once(':').map_or("127.0.0.1", |(h, _)| h);
+        let host = if host.is_empty() { "127.0.0.1" } else { host };
+        let why = match e.kind() {
+            ErrorKind::AddrInUse => "address already in use",
+            ErrorKind::AddrNotAvailable => "no network interface of this machine has that address",
+            ErrorKind::PermissionDenied => "permission denied (ports below 1024 need privileges)",
+            _ => {
+                return anyhow::anyhow!(
+                    "cannot listen on {addr}: {e}; give --listen an address as HOST:PORT, e.g. 127.0.0.1:8080{also}"
+                );
+            }
+        };
+        anyhow::anyhow!("cannot listen on {addr}: {why}; pick another with --listen {host}:PORT{also}")
+    })
 }
 
 /// Every connection is a file descriptor: the soft limit (often 1,024) goes up to the hard

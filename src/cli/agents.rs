@@ -28,6 +28,7 @@ pub enum AgentsCommand {
 
 pub async fn run(config: &Config, cmd: AgentsCommand) -> Result<()> {
     let open = || super::open_store(config);
+    let existing = || super::open_existing(config);
     let now = chrono::Utc::now().timestamp_millis();
     match cmd {
         AgentsCommand::Create { name, admin } => {
@@ -45,7 +46,7 @@ pub async fn run(config: &Config, cmd: AgentsCommand) -> Result<()> {
             println!("{}", key.expose_secret());
         }
         AgentsCommand::List { json } => {
-            let agents = open().await?.agents().await?;
+            let agents = existing().await?.agents().await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&agents)?);
             } else if agents.is_empty() {
@@ -64,7 +65,7 @@ pub async fn run(config: &Config, cmd: AgentsCommand) -> Result<()> {
             }
         }
         AgentsCommand::Revoke { name } => {
-            open().await?.revoke_agent(&name, now).await.map_err(|e| match e {
+            existing().await?.revoke_agent(&name, now).await.map_err(|e| match e {
                 StoreError::NoAgent(n) => anyhow::anyhow!("no active agent named {n} (see `rota agents list`)"),
                 other => other.into(),
             })?;

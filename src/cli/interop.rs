@@ -5,7 +5,7 @@ use crate::config::Config;
 use crate::openclaw::{self, File};
 use crate::secrets::{check_key, find_key_with, resolve_key};
 use crate::store::StoreError;
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Context, Result, anyhow};
 use std::io::Write;
 use std::path::Path;
 
@@ -29,12 +29,8 @@ pub async fn import(config: &Config, path: &Path) -> Result<()> {
 
 /// Writes the file with mode 0600: it holds every stored secret in the clear.
 pub async fn export(config: &Config, output: &Path) -> Result<()> {
-    let target = config.database()?;
-    if !target.exists() {
-        bail!("database {target} does not exist: nothing to export");
-    }
     let db = config.key_anchor()?;
-    let store = open(config).await?;
+    let store = super::open_existing(config).await?;
     let ids = store.secret_key_ids().await?;
     let (key, origin) = find_key_with(&db, config.secrets.keyring)?
         .ok_or_else(|| anyhow!("no key can open the stored secrets: set ROTA_MASTER_KEY"))?;

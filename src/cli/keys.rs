@@ -16,7 +16,7 @@ use std::io::{BufRead, IsTerminal};
 /// that opens the secrets either way (`resolve_key` adopts the pending one).
 pub async fn rotate_key(config: &Config) -> Result<()> {
     let db = config.key_anchor()?;
-    let store = open(config).await?;
+    let store = super::open_existing(config).await?;
     let ids = store.secret_key_ids().await?;
     let (keyring, _) = crate::keyring::open(config.secrets.keyring, &db).map_err(|e| anyhow!(e))?;
     let (old, origin) = find_key(&db, keyring.as_ref())?.ok_or_else(|| {

@@ -32,12 +32,19 @@ pub enum Command {
         listen: Option<String>,
     },
     /// Run the gateway in front of simulated upstreams (no real keys needed).
+    ///
+    /// It writes its config, rota-demo.toml, beside its database and serves it: `rota --config
+    /// rota-demo.toml …` reaches the demo's database.
     Demo {
         #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
         listen: String,
         /// The demo's database (recreated at each start).
         #[arg(long, value_name = "PATH", default_value = "rota-demo.db")]
         database: PathBuf,
+        /// Refused: the demo writes its own config. Declared here, hidden, so that the global
+        /// `--config` is not listed in the demo's help.
+        #[arg(long, hide = true, value_name = "PATH")]
+        config: Option<PathBuf>,
     },
     /// Apply pending database migrations and exit; with --from, then copy everything another
     /// database holds into this one (which must be empty), e.g. an SQLite file into PostgreSQL.
@@ -149,11 +156,46 @@ async fn copy_from(from: &str, config: &Config, to: &dyn Store) -> Result<()> {
     Ok(())
 }
 
-/// Opens the configured database, applying pending migrations.
+/// Opens the configured database, applying pending migrations; an SQLite file is created when
+/// missing (for the commands whose work is to store something: `profiles add`, `agents create`,
+/// `login`, `import`, `migrate`).
 pub(crate) async fn open_store(config: &Config) -> Result<Arc<dyn Store>> {
     let target = config.database()?;
     crate::store::open(&target).await.with_context(|| format!("opening database {target}"))
 }
+
+/// Opens the configured database only if it exists: a command that reads or changes what is
+/// stored never leaves an empty `rota.db` behind (run in the wrong directory, or without the
+/// `--config` that names the real database).
+pub(crate) async fn open_existing(config: &Config) -> Result<Arc<dyn Store>> {
+    let target = config.database()?;
+    if !target.exists() {
+        bail!("{}", no_database(&target, config_file().as_deref()));
+    }
+    open_store(config).await
+}
+
+/// There is no database at `target`: why that may be (which config was read) and what to do.
+pub(crate) fn no_database(target: &crate::config::DatabaseTarget, file: Option<&Path>) -> String {
+    let from = match file {
+        Some(f) => format!("the database.url of {}", f.display()),
+        None => "the default database.url: no config file was read".into(),
+    };
+    let next = match crate::demo::hint(file) {
+        Some(hint) => hint,
+        None => "pass --config with the file that names your database, or create this one with \
+                 `rota profiles add`, `rota agents create` or `rota migrate`"
+            .into(),
+    };
+    format!("no database at {target} ({from}); {next}")
+}
+
+/// The config file this command read, if any (for messages).
+fn config_file() -> Option<PathBuf> {
+    CONFIG_FILE.get().cloned().flatten()
+}
+
+static CONFIG_FILE: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
 
 async fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
@@ -163,7 +205,14 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             crate::server::run(config, file, listen).await?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Demo { listen, database } => {
+        Command::Demo { listen, database, config } => {
+            if config.is_some() || cli.config.is_some() {
+                bail!(
+                    "rota demo takes no --config: it writes its own, {} beside its database (--database), and serves it; \
+                     `rota serve --config PATH` runs the gateway with yours",
+                    crate::demo::CONFIG_FILE
+                );
+            }
             crate::demo::run(&listen, &database).await?;
             Ok(ExitCode::SUCCESS)
         }
@@ -208,7 +257,8 @@ async fn run(cli: Cli) -> Result<ExitCode> {
 
 /// Parses the configuration; parse errors name the file and key.
 pub fn load(path: Option<&Path>) -> Result<Config> {
-    let (config, _) = Config::load(path).map_err(|e| anyhow::anyhow!("invalid configuration:\n{e}"))?;
+    let (config, source) = Config::load(path).map_err(|e| anyhow::anyhow!("invalid configuration:\n{e}"))?;
+    let _ = CONFIG_FILE.set(source.file);
     Ok(config)
 }
 

@@ -1,5 +1,6 @@
 //! `rota profiles list|add|remove|enable|disable|clear|order`.
 
+use super::open_existing as existing;
 use super::open_store as open;
 use crate::book::{Credential, Roster};
 use crate::config::Config;
@@ -71,7 +72,7 @@ pub async fn run(config: &Config, cmd: ProfilesCommand) -> Result<()> {
             if config.auth.profiles.contains_key(&id) {
                 bail!("profile {id} is declared in the config file; remove it there");
             }
-            let store = open(config).await?;
+            let store = existing(config).await?;
             Changes::new(store.as_ref(), None).remove(&id).await.map_err(not_found)?;
             println!("removed {id}");
             Ok(())
@@ -81,7 +82,7 @@ pub async fn run(config: &Config, cmd: ProfilesCommand) -> Result<()> {
         ProfilesCommand::Clear { model: Some(model), .. } => clear_model(config, &model).await,
         ProfilesCommand::Clear { id, .. } => {
             let id = parse_id(&id.expect("clap requires an id without --model"))?;
-            let store = open(config).await?;
+            let store = existing(config).await?;
             let now = chrono::Utc::now().timestamp_millis();
             Changes::new(store.as_ref(), None).clear(config, &id, now).await.map_err(not_found)?;
             println!("cleared cooldown and disabled state of {id}");
@@ -95,7 +96,7 @@ async fn clear_model(config: &Config, model_ref: &str) -> Result<()> {
     let Some((provider, model)) = crate::engine::chain::split_model_ref(model_ref) else {
         bail!("`{model_ref}` is not a provider/model reference");
     };
-    let store = open(config).await?;
+    let store = existing(config).await?;
     let now = chrono::Utc::now().timestamp_millis();
     let key = (provider.to_string(), model.to_string());
     let active = store.snapshot().await?.model_cooldowns.get(&key).is_some_and(|m| now < m.until);
@@ -156,14 +157,14 @@ fn read_secret(kind: ProfileType) -> Result<SecretString> {
 
 async fn set_enabled(config: &Config, id: &str, enabled: bool) -> Result<()> {
     let id = parse_id(id)?;
-    let store = open(config).await?;
+    let store = existing(config).await?;
     Changes::new(store.as_ref(), None).set_enabled(&id, enabled).await.map_err(not_found)?;
     println!("{} {id}", if enabled { "enabled" } else { "disabled" });
     Ok(())
 }
 
 async fn list(config: &Config, as_json: bool, provider: Option<String>) -> Result<()> {
-    let store = open(config).await?;
+    let store = existing(config).await?;
     let snap = store.snapshot().await?;
     let roster = Roster::new(&snap, config);
     let now = chrono::Utc::now().timestamp_millis();
@@ -214,7 +215,7 @@ async fn list(config: &Config, as_json: bool, provider: Option<String>) -> Resul
 
 async fn order(config: &Config, provider: &str, raw_ids: Vec<String>, reset: bool) -> Result<()> {
     rules::known_provider(config, provider).map_err(anyhow::Error::msg)?;
-    let store = open(config).await?;
+    let store = existing(config).await?;
     if reset {
         Changes::new(store.as_ref(), None).set_order(provider, None).await?;
         println!("removed the stored order of {provider}");
