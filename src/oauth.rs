@@ -77,7 +77,9 @@ pub enum OAuthError {
     Refused { code: String, detail: Option<String> },
     #[error("the provider could not be reached: {0}")]
     Transport(String),
-    #[error("the provider's answer could not be read: {0}")]
+    /// An answer that is not what the endpoint should send (never a parser's message: the
+    /// console shows it).
+    #[error("{0}")]
     Malformed(String),
     #[error("the device code expired before the login was completed")]
     DeviceExpired,
@@ -130,6 +132,92 @@ impl<'c> oauth2::AsyncHttpClient<'c> for Http {
             }
             let bytes = resp.bytes().await.map_err(|e| HttpError(crate::redact::error_text(&e)))?;
             out.body(bytes.to_vec()).map_err(|e| HttpError(e.to_string()))
+        })
+    }
+}
+
+/// One OAuth call: `Http`, noting the status and content type of the last answer, so that an
+/// answer that cannot be read is described in words (`Answer::malformed`).
+struct Call<'h> {
+    http: &'h Http,
+    endpoint: Endpoint,
+    last: std::sync::Mutex<Option<(u16, Option<String>)>>,
+}
+
+/// The endpoint a call goes to, and what it should answer.
+#[derive(Clone, Copy)]
+enum Endpoint {
+    Device,
+    Token,
+}
+
+impl Endpoint {
+    fn name(self) -> &'static str {
+        match self {
+            Endpoint::Device => "device",
+            Endpoint::Token => "token",
+        }
+    }
+
+    fn expected(self) -> &'static str {
+        match self {
+            Endpoint::Device => "a device authorization (expected JSON with device_code, user_code, verification_uri)",
+            Endpoint::Token => "a token response (expected JSON with access_token and token_type)",
+        }
+    }
+}
+
+impl<'h> Call<'h> {
+    fn new(http: &'h Http, endpoint: Endpoint) -> Self {
+        Call { http, endpoint, last: std::sync::Mutex::new(None) }
+    }
+
+    /// The last answer could not be read (`oauth2` said why in `detail`): what it was, in words.
+    /// Neither the body nor the parser's message is shown: the body may hold anything.
+    fn malformed(&self, detail: &str) -> OAuthError {
+        let last = self.last.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let (name, expected) = (self.endpoint.name(), self.endpoint.expected());
+        let Some((status, content_type)) = last else {
+            return OAuthError::Malformed(format!(
+                "the provider's {name} endpoint did not answer as expected: {detail}"
+            ));
+        };
+        let of_type = match content_type {
+            Some(ct) if !ct.to_ascii_lowercase().starts_with("application/json") => format!(" of type {ct}"),
+            _ => String::new(),
+        };
+        OAuthError::Malformed(match (status, detail.contains("empty")) {
+            (200, true) => format!("the provider's {name} endpoint answered 200 with an empty body, not {expected}"),
+            (200, false) => {
+                format!("the provider's {name} endpoint answered 200 with a body{of_type} that is not {expected}")
+            }
+            (_, true) => format!("the provider's {name} endpoint answered {status} with an empty body"),
+            (_, false) => format!(
+                "the provider's {name} endpoint answered {status} with a body{of_type} that is not an OAuth error (expected JSON with error)"
+            ),
+        })
+    }
+
+    fn token_error<RE: std::error::Error>(&self, e: RequestTokenError<RE, BasicErrorResponse>) -> OAuthError {
+        match e {
+            RequestTokenError::Parse(..) => self.malformed("parse"),
+            RequestTokenError::Other(detail) => self.malformed(&detail),
+            e => token_error(e),
+        }
+    }
+}
+
+impl<'c> oauth2::AsyncHttpClient<'c> for Call<'_> {
+    type Error = HttpError;
+    type Future = Pin<Box<dyn Future<Output = Result<HttpResponse, HttpError>> + Send + 'c>>;
+
+    fn call(&'c self, request: HttpRequest) -> Self::Future {
+        Box::pin(async move {
+            let resp = oauth2::AsyncHttpClient::call(self.http, request).await?;
+            let content_type =
+                resp.headers().get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_string);
+            *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some((resp.status().as_u16(), content_type));
+            Ok(resp)
         })
     }
 }
@@ -217,12 +305,13 @@ pub async fn exchange(
     now: Millis,
 ) -> Result<Granted, OAuthError> {
     let c = client(&pending.provider, cfg, Some(&pending.redirect_uri))?;
+    let call = Call::new(http, Endpoint::Token);
     let tokens = c
         .exchange_code(AuthorizationCode::new(code.to_string()))
         .set_pkce_verifier(pending.verifier)
-        .request_async(http)
+        .request_async(&call)
         .await
-        .map_err(token_error)?;
+        .map_err(|e| call.token_error(e))?;
     Ok(Granted::of(&tokens, now))
 }
 
@@ -241,7 +330,8 @@ pub async fn device_start(
     for (k, v) in &cfg.extra_params {
         req = req.add_extra_param(k.clone(), v.clone());
     }
-    req.request_async(http).await.map_err(token_error)
+    let call = Call::new(http, Endpoint::Device);
+    req.request_async(&call).await.map_err(|e| call.token_error(e))
 }
 
 /// Polls until the user completed the device login (or the code expired).
@@ -254,16 +344,17 @@ pub async fn device_finish(
 ) -> Result<Granted, OAuthError> {
     let c = client(provider, cfg, None)?;
     let req = c.exchange_device_access_token(details);
+    let call = Call::new(http, Endpoint::Token);
     let tokens =
-        req.request_async(http, tokio::time::sleep, Some(details.expires_in())).await.map_err(|e| match e {
+        req.request_async(&call, tokio::time::sleep, Some(details.expires_in())).await.map_err(|e| match e {
             RequestTokenError::ServerResponse(r) => match r.error() {
                 oauth2::DeviceCodeErrorResponseType::ExpiredToken => OAuthError::DeviceExpired,
                 other => OAuthError::Refused { code: other.to_string(), detail: r.error_description().cloned() },
             },
             RequestTokenError::Request(e) => OAuthError::Transport(e.to_string()),
-            RequestTokenError::Parse(e, _) => OAuthError::Malformed(e.to_string()),
+            RequestTokenError::Parse(..) => call.malformed("parse"),
             RequestTokenError::Other(e) if e.contains("timed out") || e.contains("imeout") => OAuthError::DeviceExpired,
-            RequestTokenError::Other(e) => OAuthError::Malformed(e),
+            RequestTokenError::Other(e) => call.malformed(&e),
         })?;
     Ok(Granted::of(&tokens, now()))
 }
@@ -278,7 +369,8 @@ pub async fn refresh(
 ) -> Result<Granted, OAuthError> {
     let c = client(provider, cfg, None)?;
     let t = RefreshToken::new(token.expose_secret().to_string());
-    let tokens = c.exchange_refresh_token(&t).request_async(http).await.map_err(token_error)?;
+    let call = Call::new(http, Endpoint::Token);
+    let tokens = c.exchange_refresh_token(&t).request_async(&call).await.map_err(|e| call.token_error(e))?;
     Ok(Granted::of(&tokens, now))
 }
 
