@@ -183,7 +183,9 @@ impl<'h> Call<'h> {
             ));
         };
         let of_type = match content_type {
-            Some(ct) if !ct.to_ascii_lowercase().starts_with("application/json") => format!(" of type {ct}"),
+            Some(ct) if !ct.to_ascii_lowercase().starts_with("application/json") => {
+                format!(" of type {}", ct.split(';').next().unwrap_or("").trim())
+            }
             _ => String::new(),
         };
         OAuthError::Malformed(match (status, detail.contains("empty")) {

@@ -419,59 +419,6 @@ fn agents_get_a_key_once_stored_only_as_a_digest_and_can_be_revoked() {
 }
 
 #[test]
-fn demo_serves_rotation_and_fallback_over_simulated_upstreams() {
-    let env = Env::new("");
-    let mut child = env
-        .cmd(&["demo", "--listen", "127.0.0.1:0", "--database", "demo.db"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let lines: Vec<String> = BufReader::new(child.stdout.take().unwrap())
-        .lines()
-        .map(Result::unwrap)
-        .take_while(|l| !l.starts_with("rk_"))
-        .collect();
-    let addr = lines[0].strip_prefix("rota demo listening on http://").unwrap().split(' ').next().unwrap().to_string();
-    let key_line = lines.iter().find(|l| l.contains("Bearer rk_")).unwrap();
-    let key = key_line.split("Bearer ").nth(1).unwrap().split('\'').next().unwrap().to_string();
-    let post = |model: &str| {
-        let body = format!(r#"{{"model":"{model}","messages":[{{"role":"user","content":"hi"}}]}}"#);
-        let mut s = std::net::TcpStream::connect(&addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        write!(
-            s,
-            "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {key}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        )
-        .unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
-        out
-    };
-    let profiles: Vec<String> = (0..4)
-        .map(|_| {
-            let a = post("alpha/sim-large");
-            assert!(a.starts_with("HTTP/1.1 200"), "{a}");
-            a.lines().find(|l| l.starts_with("x-rota-profile:")).unwrap().to_string()
-        })
-        .collect();
-    assert!(
-        profiles.iter().any(|p| p.ends_with("alpha:steady")) && profiles.iter().any(|p| p.ends_with("alpha:flaky")),
-        "{profiles:?}"
-    );
-    let smart = post("smart");
-    assert!(
-        smart.starts_with("HTTP/1.1 200") && smart.contains("x-rota-model: sim-small"),
-        "fallback to beta: {smart}"
-    );
-    assert!(smart.contains("Hello from the simulated sim-small."), "{smart}");
-    assert!(stop(child).success());
-    assert!(env.path("demo.db").exists());
-}
-
-#[test]
 fn doctor_notes_candidates_the_responses_api_cannot_use() {
     let env = Env::new(BASE);
     let out = env.run(&["doctor"]);

@@ -9,6 +9,7 @@ mod classification_samples;
 mod cli;
 mod doors;
 mod faults;
+mod first_contact;
 mod fleet;
 mod gateway;
 mod hostile;
