@@ -55,6 +55,7 @@ async function main() {
   $("#agent").textContent = s.agent;
   for (const z of document.querySelectorAll(".zone")) z.textContent = `Times in ${zone}.`;
   for (const tab of document.querySelectorAll(".tab")) tab.addEventListener("click", () => show(tab.dataset.view));
+  document.body.dataset.ready = "true";
   $('[role="tablist"]').addEventListener("keydown", tabKeys);
   $("#filters").addEventListener("submit", (e) => {
     e.preventDefault();

@@ -30,6 +30,7 @@ e2e('console: accounts, traffic, cooldown, clear, reorder, disable, delete', { t
   await page.locator('#sign-in').click();
   await page.locator('#tab-profiles').waitFor();
   assert.equal(await page.locator('#admin-key').isVisible(), false, 'the sign-in form is gone');
+  await page.locator('body[data-ready="true"]').waitFor({ state: 'attached' });
   await page.locator('#tab-profiles').click();
 
   // -- two accounts through the IdP's pages ---------------------------------------------------

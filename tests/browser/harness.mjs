@@ -543,6 +543,7 @@ export async function signIn(page, rota, key = rota.adminKey) {
   await page.goto(`${rota.url}/ui/`);
   await page.locator('#admin-key').fill(key);
   await page.locator('#sign-in').click();
+  await page.locator('body[data-ready="true"]').waitFor({ state: 'attached' });
   await page.locator('#tab-profiles').click();
   await page.locator('#view-profiles').waitFor({ state: 'visible' });
 }

@@ -149,6 +149,20 @@ e2e('console views: overview charts match the API, requests with their attempts,
   await page.locator('#filter-apply').click();
   await waitUntil(async () => (await rows.count()) === 1, { message: 'one request served by spare' });
 
+  // A filter the API refuses (a value from a stale page): no rows left under it, the reason said.
+  await page.locator('#filter-reason').evaluate((s) => s.append(new Option('bogus', 'bogus')));
+  await page.locator('#filter-reason').selectOption('bogus');
+  await page.locator('#filter-apply').click();
+  const refusal = page.locator('#view-requests .notice[data-kind="error"]');
+  await refusal.waitFor();
+  assert.match(await refusal.innerText(), /bogus/);
+  assert.equal(await rows.count(), 0, 'no stale rows under the refused filter');
+  await page.locator('#filter-reason').selectOption('');
+  await page.locator('#filter-profile').selectOption('');
+  await page.locator('#filter-apply').click();
+  await waitUntil(async () => (await rows.count()) === 6, { message: 'all six again' });
+  assert.equal(await refusal.count(), 0, 'the refusal goes once a filter is taken');
+
   // -- chains: a verdict each, countdowns that tick -----------------------------------------------
   await page.locator('#tab-chains').click();
   const smartCard = page.locator('.chain[data-model="smart"]');
@@ -246,9 +260,11 @@ e2e('console profiles: engine order, next, fixed order and back, tokens with exp
   await bot.waitFor();
   assert.match(await bot.innerText(), /agent[\s\S]*active/);
   assert.equal((await rota.chat({ key })).status, 200, 'the new key works');
-  await docShot(page, 'agents-1440');
   await bot.locator('[data-action="revoke"]').click();
   await waitUntil(async () => (await bot.getAttribute('data-revoked')) === 'true', { message: 'bot revoked' });
+  await page.locator('#agent-key button.link').click();
+  assert.equal(await page.locator('#new-key').count(), 0, 'the key is gone from the page once done');
+  await docShot(page, 'agents-1440');
   assert.equal((await rota.chat({ key })).status, 401, 'the revoked key is refused');
   const listed = (await rota.api('GET', '/api/v1/agents')).json.find((a) => a.name === 'bot');
   assert.ok(listed.revoked_at && !listed.admin);

@@ -22,8 +22,17 @@ export async function loadOverview(background = false) {
   const [span, step] = $("#overview-window").value.split(":").map(Number);
   const until = Date.now();
   const q = new URLSearchParams({ since: String(until - span * 1000), until: String(until), step: String(step) });
-  [series] = await Promise.all([api("GET", `/api/v1/usage/series?${q}`, undefined, { background }), loadProfiles(background)]);
+  // The strips need only the profiles: they show even when the charts' data cannot be had.
+  let failed = null;
+  [series] = await Promise.all([
+    api("GET", `/api/v1/usage/series?${q}`, undefined, { background }).catch((e) => {
+      failed = e;
+      return null;
+    }),
+    loadProfiles(background),
+  ]);
   renderOverview();
+  if (failed) throw failed;
 }
 
 // -- the provider strips ---------------------------------------------------------------------
@@ -45,6 +54,7 @@ function strip(provider) {
   card.append(el("p", { className: "next" }, next ? `Next: ${next.id}` : rows.length ? "Next: none usable now" : "No profiles"));
   const back = rows.filter((p) => backAt(p) !== null).sort((a, b) => backAt(a) - backAt(b))[0];
   if (back) card.append(el("p", { className: "back", "data-until": String(backAt(back)) }, `Next back: ${back.id} at ${localTime(backAt(back))} (in ${clock(backAt(back) - Date.now())})`));
+  if (!series) return card;
   const mine = series.attempts.filter((a) => a.provider === provider.name);
   card.append(chart({
     id: `attempts-${provider.name}`,
@@ -224,12 +234,15 @@ function steps(segments) {
 }
 
 export function renderOverview() {
-  if (!series) return;
   for (const c of charts.splice(0)) c.u.destroy();
-  for (const z of document.querySelectorAll("#view-overview .zone")) z.textContent = `Times in ${zone}. Charts from the audit trail, ${localTime(series.since)} to ${localTime(series.until)}.`;
   const strips = $("#strips");
   strips.replaceChildren(...book.providers.map(strip));
   const root = $("#charts");
+  if (!series) {
+    root.replaceChildren();
+    return;
+  }
+  for (const z of document.querySelectorAll("#view-overview .zone")) z.textContent = `Times in ${zone}. Charts from the audit trail, ${localTime(series.since)} to ${localTime(series.until)}.`;
   Object.assign(root.dataset, { since: String(series.since), until: String(series.until), step: String(series.step_ms) });
   root.replaceChildren(
     chart({
