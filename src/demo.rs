@@ -170,6 +170,10 @@ pub async fn run(listen: &str, db: &Path) -> Result<()> {
     println!("  rota --config {cfg} doctor");
     println!("  rota --config {cfg} profiles list");
     println!("  rota --config {cfg} agents create NAME --admin");
+    // The CLI applies the environment on top of the file; the demo does not.
+    if let Some(var) = ["DATABASE_URL", "ROTA_DATABASE__URL"].into_iter().find(|v| std::env::var_os(v).is_some()) {
+        println!("  (with {var} unset: it is set here, and would send these commands to another database)");
+    }
     app.serve(listener, crate::server::shutdown_signal()).await
 }
 
