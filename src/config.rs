@@ -19,6 +19,24 @@ use std::time::Duration;
 
 pub const DEFAULT_FILE: &str = "rota.toml";
 
+/// The config file `rota demo` writes beside its database at each start: what the demo serves,
+/// and what `rota --config rota-demo.toml …` reads to reach the demo's database.
+pub const DEMO_FILE: &str = "rota-demo.toml";
+
+/// When a demo's config is in the working directory and is not the config that was read
+/// (`config_read`): how to reach the demo's database instead.
+pub fn demo_hint(config_read: Option<&Path>) -> Option<String> {
+    let demo = Path::new(DEMO_FILE);
+    if !demo.is_file() {
+        return None;
+    }
+    let canonical = |p: &Path| std::fs::canonicalize(p).ok();
+    if config_read.is_some_and(|f| canonical(f).is_some_and(|f| Some(f) == canonical(demo))) {
+        return None;
+    }
+    Some(format!("{DEMO_FILE} is here: `rota --config {DEMO_FILE} …` reaches the demo's database"))
+}
+
 /// The top-level sections a `ROTA_` variable may override (`ROTA_SECTION__KEY`). Other `ROTA_`
 /// variables (`ROTA_CONFIG`, `ROTA_MASTER_KEY`, `ROTA_LOG`, an operator's own) are not config.
 const SECTIONS: [&str; 19] = [

@@ -35,23 +35,8 @@ const PROFILES: [(&str, &str); 6] = [
     ("claude:steady", "sim-claude-steady"),
 ];
 
-/// The demo's config file, written beside its database at each start: what the demo serves,
-/// and what `rota --config rota-demo.toml …` reads to reach the demo's database.
-pub const CONFIG_FILE: &str = "rota-demo.toml";
-
-/// When a demo's config is in the working directory and is not the config that was read
-/// (`config_read`): how to reach the demo's database instead.
-pub fn hint(config_read: Option<&Path>) -> Option<String> {
-    let demo = Path::new(CONFIG_FILE);
-    if !demo.is_file() {
-        return None;
-    }
-    let canonical = |p: &Path| std::fs::canonicalize(p).ok();
-    if config_read.is_some_and(|f| canonical(f).is_some_and(|f| Some(f) == canonical(demo))) {
-        return None;
-    }
-    Some(format!("{CONFIG_FILE} is here: `rota --config {CONFIG_FILE} …` reaches the demo's database"))
-}
+/// The demo's config file (see `crate::config::DEMO_FILE`).
+pub use crate::config::DEMO_FILE as CONFIG_FILE;
 
 /// A TOML basic string holding `text`.
 fn toml_string(text: &str) -> String {

@@ -77,7 +77,7 @@ async fn build(config: &Config, file: Option<&Path>) -> Report {
         Ok(target) if !target.exists() => {
             report.database =
                 Some(format!("{target}: no database there yet (`rota serve` or `rota migrate` creates it)"));
-            if let Some(hint) = crate::demo::hint(file) {
+            if let Some(hint) = crate::config::demo_hint(file) {
                 report.notes.push(hint);
             }
             Snapshot::default()

@@ -181,7 +181,7 @@ pub(crate) fn no_database(target: &crate::config::DatabaseTarget, file: Option<&
         Some(f) => format!("the database.url of {}", f.display()),
         None => "the default database.url: no config file was read".into(),
     };
-    let next = match crate::demo::hint(file) {
+    let next = match crate::config::demo_hint(file) {
         Some(hint) => hint,
         None => "pass --config with the file that names your database, or create this one with \
                  `rota profiles add`, `rota agents create` or `rota migrate`"
