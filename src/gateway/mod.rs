@@ -50,7 +50,26 @@ async fn handle(
 ) -> Response {
     match accept(api, &gw, headers, body, request_id.clone()).await {
         Ok(incoming) => gw.serve(incoming).await,
-        Err(e) => e.answer(api, &request_id),
+        Err(Refused { agent, model, error }) => {
+            if let Some(agent) = agent {
+                gw.refused(api, &agent, &request_id, model, &error);
+            }
+            error.answer(api, &request_id)
+        }
+    }
+}
+
+/// A request refused before its walk: the error, and the agent (once authenticated) and the
+/// body's `model` (once read), for its `requests` row.
+struct Refused {
+    agent: Option<Agent>,
+    model: Option<String>,
+    error: GatewayError,
+}
+
+impl From<GatewayError> for Refused {
+    fn from(error: GatewayError) -> Refused {
+        Refused { agent: None, model: None, error }
     }
 }
 
@@ -61,27 +80,44 @@ async fn accept(
     headers: HeaderMap,
     body: Body,
     request_id: String,
-) -> Result<Incoming, GatewayError> {
+) -> Result<Incoming, Refused> {
     let agent = authenticate(&gw.agents, &headers)?;
+    let refused = |model: Option<&Value>, error| Refused {
+        agent: Some(agent.clone()),
+        model: model.and_then(Value::as_str).map(str::to_string),
+        error,
+    };
+    parse(api, gw, headers, body, request_id, agent.clone()).await.map_err(|(model, e)| refused(model.as_ref(), e))
+}
+
+/// The request of an authenticated agent, parsed; on an error, the body's `model` when read.
+async fn parse(
+    api: Api,
+    gw: &Gateway,
+    headers: HeaderMap,
+    body: Body,
+    request_id: String,
+    agent: Agent,
+) -> Result<Incoming, (Option<Value>, GatewayError)> {
     let settings = gw.runtime.settings();
     let limit = settings.config.limits.max_body_bytes;
     let bytes = axum::body::to_bytes(body, limit).await.map_err(|e| match BodyTimeout::caused(&e) {
-        Some(_) => GatewayError::BodyTimeout(e.to_string()),
-        None => GatewayError::BodyTooLarge(limit),
+        Some(_) => (None, GatewayError::BodyTimeout(e.to_string())),
+        None => (None, GatewayError::BodyTooLarge(limit)),
     })?;
     let body = match serde_json::from_slice::<Value>(&bytes) {
         Ok(Value::Object(m)) => m,
-        Ok(_) => return Err(GatewayError::BadRequest("the request body must be a JSON object".into())),
-        Err(e) => return Err(GatewayError::BadRequest(format!("invalid JSON: {e}"))),
+        Ok(_) => return Err((None, GatewayError::BadRequest("the request body must be a JSON object".into()))),
+        Err(e) => return Err((None, GatewayError::BadRequest(format!("invalid JSON: {e}")))),
     };
     if body.get("model").is_some_and(|m| !m.is_string()) {
-        return Err(GatewayError::BadRequest("`model` must be a string".into()));
+        return Err((None, GatewayError::BadRequest("`model` must be a string".into())));
     }
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim).filter(|v| !v.is_empty());
     let pin = header("x-rota-profile")
         .map(str::parse::<ProfileId>)
         .transpose()
-        .map_err(|e| GatewayError::BadRequest(format!("x-rota-profile: {e}")))?;
+        .map_err(|e| (body.get("model").cloned(), GatewayError::BadRequest(format!("x-rota-profile: {e}"))))?;
     let session = header("x-rota-session").map(str::to_string).or_else(|| api.body_session(&body));
     Ok(Incoming {
         settings,

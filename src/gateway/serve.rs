@@ -84,23 +84,18 @@ impl Gateway {
         let config = &inc.settings.config;
         let deadline = Instant::now() + config.timeouts.total;
         let requested = inc.body.get("model").and_then(Value::as_str).map(str::to_string);
-        let chain =
-            self.runtime.chain(config, &inc.agent.name, requested.as_deref(), inc.fallbacks.clone()).map_err(|e| {
-                match requested {
+        let trail = self.trail(&inc.request_id, inc.api, &inc.agent, requested.clone(), inc.stream);
+        let chain = match self.runtime.chain(config, &inc.agent.name, requested.as_deref(), inc.fallbacks.clone()) {
+            Ok(chain) => chain,
+            Err(e) => {
+                let e = match requested {
                     Some(_) => GatewayError::UnknownModel(e.to_string()),
                     None => GatewayError::BadRequest(e.to_string()),
-                }
-            })?;
-        let trail = Trail::new(
-            self.runtime.audit.clone(),
-            self.runtime.metrics.clone(),
-            inc.request_id.clone(),
-            inc.agent.name.clone(),
-            inc.api.as_str(),
-            requested,
-            inc.stream,
-            self.runtime.now(),
-        );
+                };
+                trail.refuse(e.status_code().as_u16(), &e.to_string());
+                return Err(e);
+            }
+        };
         let mut walk = Walk::new(chain, inc.session.clone(), inc.pin.clone(), trail).failover(config.failover.enabled);
         let mut planned: Option<Prepared> = None;
         loop {
@@ -120,7 +115,10 @@ impl Gateway {
             };
             let att = match walk.next(&self.runtime.book, config, &inc.agent.name, self.runtime.now(), admit) {
                 Step::Try(att) => att,
-                Step::Refuse(message) => return Err(GatewayError::BadRequest(message)),
+                Step::Refuse(message) => {
+                    walk.trail.refuse(400, &message);
+                    return Err(GatewayError::BadRequest(message));
+                }
                 Step::Exhausted(out) => {
                     self.runtime.durable(&walk).await;
                     tracing::warn!(status = out.status, "{}", out.message);
@@ -135,7 +133,7 @@ impl Gateway {
                 Ok(att) => att,
                 Err((Verdict::Stop, message)) => {
                     self.runtime.durable(&walk).await;
-                    walk.trail.finish(502, None, (None, None));
+                    walk.trail.refuse(502, &message);
                     return Err(GatewayError::Failed { status: 502, message, retry_after: None });
                 }
                 Err(_) => continue,
@@ -206,11 +204,32 @@ impl Gateway {
         }
     }
 
+    /// The audit trail of one request, from its arrival.
+    fn trail(&self, request_id: &str, api: Api, agent: &Agent, requested: Option<String>, stream: bool) -> Trail {
+        Trail::new(
+            self.runtime.audit.clone(),
+            self.runtime.metrics.clone(),
+            request_id.to_string(),
+            agent.name.clone(),
+            api.as_str(),
+            requested,
+            stream,
+            self.runtime.now(),
+        )
+    }
+
+    /// Audits a request refused before its walk began (its body unreadable or malformed, a
+    /// malformed pin), once its agent was authenticated: a `requests` row with no attempt,
+    /// the status and message the client got. `requested` is the body's `model`, when read.
+    pub fn refused(&self, api: Api, agent: &Agent, request_id: &str, requested: Option<String>, e: &GatewayError) {
+        self.trail(request_id, api, agent, requested, false).refuse(e.status_code().as_u16(), &e.to_string());
+    }
+
     /// The request's deadline (`timeouts.total`) passed: the walk stops where it is (SPEC §6).
     fn timed_out(&self, inc: &Incoming, walk: &Walk) -> GatewayError {
         let message = walk.timed_out(inc.settings.config.timeouts.total);
         tracing::warn!("{message}");
-        walk.trail.finish(504, None, (None, None));
+        walk.trail.refuse(504, &message);
         GatewayError::TimedOut(message)
     }
 }

@@ -87,6 +87,9 @@ pub struct RequestRow {
     pub stream: bool,
     pub tokens_in: Option<i64>,
     pub tokens_out: Option<i64>,
+    /// rota's own message when it answered with an error of its own; already redacted and at
+    /// most 500 characters.
+    pub error: Option<String>,
 }
 
 impl From<AttemptRow> for AttemptRecord {
@@ -130,6 +133,7 @@ impl From<RequestRow> for RequestRecord {
             stream: r.stream,
             tokens_in: r.tokens_in,
             tokens_out: r.tokens_out,
+            error: r.error,
         }
     }
 }
@@ -173,4 +177,7 @@ pub struct RequestRecord {
     pub stream: bool,
     pub tokens_in: Option<i64>,
     pub tokens_out: Option<i64>,
+    /// rota's own message when it answered with an error of its own (a refusal, an exhausted
+    /// walk, a timeout); NULL when it relayed an answer (an upstream's error included).
+    pub error: Option<String>,
 }

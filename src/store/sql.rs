@@ -849,7 +849,7 @@ macro_rules! sql_store {
             async fn requests(&self, q: &AuditQuery) -> Result<Vec<RequestRecord>, StoreError> {
                 let mut qb = sqlx::QueryBuilder::new(
                     "SELECT id, agent, api, requested_model, served_model, served_profile, status, attempts, started_at,
-                            duration_ms, stream, tokens_in, tokens_out
+                            duration_ms, stream, tokens_in, tokens_out, error
                      FROM requests r WHERE TRUE",
                 );
                 push_filters(&mut qb, q, "id");
@@ -1007,7 +1007,8 @@ macro_rules! sql_store {
                             .bind(r.duration_ms)
                             .bind(r.stream)
                             .bind(r.tokens_in)
-                            .bind(r.tokens_out);
+                            .bind(r.tokens_out)
+                            .bind(&r.error);
                     }
                     q.execute(&mut *tx).await?;
                 }
@@ -1184,8 +1185,8 @@ impl Shapes {
     pub(super) fn requests(numbered: bool) -> Shapes {
         Shapes::new(
             "requests (id, agent, api, requested_model, served_model, served_profile, status, attempts, started_at,
-             duration_ms, stream, tokens_in, tokens_out)",
-            13,
+             duration_ms, stream, tokens_in, tokens_out, error)",
+            14,
             numbered,
         )
     }

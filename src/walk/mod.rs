@@ -44,6 +44,16 @@ pub struct Trail {
     started_at: Millis,
     started: Instant,
     pub seq: u32,
+    /// rota's own message for a request it answers with an error of its own (the aggregated
+    /// error of an exhausted walk): `requests.error`.
+    error: Option<String>,
+}
+
+/// A message of rota's as `requests.error` keeps it: anything shaped like a credential masked
+/// (the message is built from model names and redacted upstream messages; a client may put
+/// anything in a model name), at most 500 characters.
+fn request_error(message: &str) -> String {
+    truncate(&crate::redact::redact(message, &[]), 500)
 }
 
 impl Trail {
@@ -72,6 +82,7 @@ impl Trail {
             started_at,
             started: Instant::now(),
             seq: 0,
+            error: None,
         }
     }
 
@@ -123,6 +134,23 @@ impl Trail {
 
     /// Writes the `requests` row.
     pub fn finish(&self, status: u16, served: Option<(&Candidate, &ProfileId)>, tokens: (Option<i64>, Option<i64>)) {
+        self.write(status, served, tokens, self.error.clone());
+    }
+
+    /// Writes the `requests` row of a request rota answered with an error of its own: a
+    /// refusal (an unknown model, a bad request, a pin it cannot serve), a timeout, a refresh
+    /// that failed. `message` is what the client was told.
+    pub fn refuse(&self, status: u16, message: &str) {
+        self.write(status, None, (None, None), Some(request_error(message)));
+    }
+
+    fn write(
+        &self,
+        status: u16,
+        served: Option<(&Candidate, &ProfileId)>,
+        tokens: (Option<i64>, Option<i64>),
+        error: Option<String>,
+    ) {
         let duration_ms = self.started.elapsed().as_millis() as Millis;
         let row = RequestRow {
             id: self.request_id.clone(),
@@ -138,6 +166,7 @@ impl Trail {
             stream: self.stream,
             tokens_in: tokens.0,
             tokens_out: tokens.1,
+            error,
         };
         // Only a buffered gateway answer tells rota's own share of the time; a stream's or a
         // lease's time is the client's.
@@ -327,7 +356,9 @@ impl Walk {
                 continue;
             }
             let Some(cand) = self.chain.get(self.index).cloned() else {
-                return Step::Exhausted(aggregate(&self.failures, now));
+                let out = aggregate(&self.failures, now);
+                self.trail.error = Some(request_error(&out.message));
+                return Step::Exhausted(out);
             };
             if let Err(why) = admit(self.index, &cand) {
                 self.skip(&cand, Reason::WireFormat, None, format!("{}: {why}", cand.provider), now);

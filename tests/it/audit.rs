@@ -2,7 +2,7 @@
 //! returns the rows the traffic implies, on SQLite and on PostgreSQL alike.
 
 use crate::support::{self, ANTHROPIC_KEY, Db, Mock, Reply, Rota, Scenario, spawn};
-use serde_json::json;
+use serde_json::{Value, json};
 use sqlx::Row;
 
 /// Two `openai` profiles, the `backup` one and an `anthropic` one.
@@ -78,7 +78,8 @@ async fn every_query_in_the_audit_guide_returns_the_same_rows_on_postgres() {
 
 /// Five requests through rota on `db`, flushed to the database: R1 is served by k1; R2 by k1
 /// after k2's 429; R3 by the fallback model after k1 is overloaded three times; R4 by the
-/// fallback after k2 says gpt-9 does not exist; R5 fails: the Anthropic key has no credits.
+/// fallback after k2 says gpt-9 does not exist; R5 fails: the Anthropic key has no credits; R6
+/// names a model nothing serves.
 async fn traffic(db: Db) -> Rota {
     let (mock, base) = Mock::started().await;
     let config = format!("{}{}", support::config_with_backup(&base), support::anthropic_provider(&base));
@@ -114,6 +115,8 @@ async fn traffic(db: Db) -> Rota {
         .await
         .unwrap();
     assert_eq!(r5.status(), 402);
+    // R6: a model nothing names, refused with no attempt.
+    assert_eq!(rota.chat(chat("nope"), &[]).await.status(), 404);
     rota.flush().await;
     assert_eq!(queries().len(), expected().len(), "docs/audit.md's queries and this test's expected rows");
     rota
@@ -122,7 +125,7 @@ async fn traffic(db: Db) -> Rota {
 /// The rows each query of docs/audit.md returns for `traffic`, in order.
 fn expected() -> Vec<Vec<Vec<String>>> {
     vec![
-        rows(&[&["tester", "200", "4"], &["tester", "402", "1"]]),
+        rows(&[&["tester", "200", "4"], &["tester", "402", "1"], &["tester", "404", "1"]]),
         rows(&[&["backup:b1", "backup/gpt-4.1-mini", "2"], &["openai:k1", "openai/gpt-4.1", "2"]]),
         rows(&[
             &["billing", "anthropic", "1", "0"],
@@ -145,7 +148,7 @@ fn expected() -> Vec<Vec<Vec<String>>> {
             &["openai:k1", "cooling", "overloaded", "gpt-4.1"],
             &["openai:k2", "cooling", "rate_limit", "gpt-4.1"],
         ]),
-        rows(&[&["5", "10", "2"]]),
+        rows(&[&["6", "10", "1.67"]]),
         rows(&[
             &["anthropic:main", "0", "1", "1"],
             &["backup:b1", "2", "0", "0"],
@@ -167,6 +170,10 @@ fn expected() -> Vec<Vec<Vec<String>>> {
             &["openai", "stored", "2", "2", "2"],
         ]),
         rows(&[&["openai/gpt-9", "1", "1"]]),
+        rows(&[
+            &["402", "1", "anthropic/claude-sonnet-4-5", "Your credit balance is too low"],
+            &["404", "0", "nope", "unknown model `nope`: not an alias, a virtual model or `provider/model`"],
+        ]),
     ]
 }
 
@@ -214,7 +221,7 @@ async fn an_sqlite_deployment_copied_into_postgres_keeps_its_state_its_audit_log
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
     assert!(
-        stdout.contains("4 profile(s), 0 order(s), 1 model cooldown(s), 2 agent(s), 5 request(s), 10 attempt(s)"),
+        stdout.contains("4 profile(s), 0 order(s), 1 model cooldown(s), 2 agent(s), 6 request(s), 10 attempt(s)"),
         "{stdout}"
     );
     let again = migrate();
@@ -286,4 +293,137 @@ async fn rows_past_the_retention_are_rolled_up_and_gone_after_one_prune_cycle() 
             .await
             .unwrap();
     assert_eq!(rolled, ("openai:k1".to_string(), 1, 1, 12));
+}
+
+#[tokio::test]
+async fn refused_and_failed_requests_are_in_the_requests_log_on_sqlite() {
+    refused_and_failed_requests_are_in_the_requests_log(Db::Sqlite).await;
+}
+
+#[tokio::test]
+async fn refused_and_failed_requests_are_in_the_requests_log_on_postgres() {
+    refused_and_failed_requests_are_in_the_requests_log(Db::Postgres(support::postgres_database().await)).await;
+}
+
+/// Every request of an authenticated agent has its `requests` row, refused ones included (no
+/// attempt, the status and rota's message in `error`); an exhausted walk keeps its aggregated
+/// message; a request that rotated and fell back is one row with its attempts in order.
+async fn refused_and_failed_requests_are_in_the_requests_log(db: Db) {
+    let (mock, base) = Mock::started().await;
+    let rota =
+        spawn(Scenario { config: &support::config_with_backup(&base), keys: &KEYS[..3], db, ..Scenario::default() })
+            .await;
+    let admin = Some(rota.admin_key.as_str());
+    let chat = |model: &str| json!({"model": model, "messages": [{"role": "user", "content": "hi"}]});
+    let id = |r: &reqwest::Response| r.headers()["x-request-id"].to_str().unwrap().to_string();
+    let limited = || {
+        Reply::Status(429, vec![("retry-after", "600".into())], r#"{"error":{"message":"Rate limit reached"}}"#.into())
+    };
+
+    // 1. An unknown model: 404.
+    let unknown = rota.chat(chat("nope"), &[]).await;
+    assert_eq!(unknown.status(), 404);
+    let unknown = id(&unknown);
+    // 2. A body that is not JSON: 400.
+    let bad = Rota::client()
+        .post(format!("{}/v1/chat/completions", rota.url))
+        .bearer_auth(&rota.agent_key)
+        .header("content-type", "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 400);
+    let bad = id(&bad);
+    // 3. A pin to a profile that does not exist: 400 (Step::Refuse).
+    let pinned = rota.chat(chat("openai/gpt-4.1"), &[("x-rota-profile", "openai:ghost")]).await;
+    assert_eq!(pinned.status(), 400);
+    let pinned = id(&pinned);
+    // 4. k1 and k2 answer 429, the fallback serves: one request, three attempts.
+    mock.script(KEYS[0].1, vec![limited()]);
+    mock.script(KEYS[1].1, vec![limited()]);
+    let moved = rota.chat(chat("openai/gpt-4.1"), &[]).await;
+    assert_eq!((moved.status().as_u16(), moved.headers()["x-rota-profile"].to_str().unwrap()), (200, "backup:b1"));
+    let moved = id(&moved);
+    // 5. openai is cooling (skipped) and the fallback fails: the aggregated error.
+    let broken = r#"{"error":{"message":"upstream exploded"}}"#;
+    mock.script(KEYS[2].1, vec![Reply::Status(500, vec![], broken.into()), Reply::Status(500, vec![], broken.into())]);
+    let failed = rota.chat(chat("openai/gpt-4.1"), &[]).await;
+    let failed_status = failed.status().as_u16();
+    assert!(failed_status >= 500, "{failed_status}");
+    let failed = id(&failed);
+    // A key rota does not know leaves no row.
+    let stranger = Rota::client()
+        .post(format!("{}/v1/chat/completions", rota.url))
+        .bearer_auth("rk_not-a-key-of-anyone")
+        .json(&chat("nope"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stranger.status(), 401);
+
+    let (code, page) = rota.api("GET", "/api/v1/requests", admin, None).await;
+    assert_eq!(code, 200);
+    let items = page["items"].as_array().unwrap();
+    let ids: Vec<&str> = items.iter().map(|r| r["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, [&failed, &moved, &pinned, &bad, &unknown], "newest first, no row for the stranger");
+    let row = |i: usize| &items[i];
+    let fields = |i: usize| {
+        let r = row(i);
+        (
+            r["status"].as_i64().unwrap(),
+            r["attempts"].as_i64().unwrap(),
+            r["requested_model"].as_str(),
+            r["agent"].as_str(),
+        )
+    };
+    assert_eq!(fields(4), (404, 0, Some("nope"), Some("tester")));
+    assert!(row(4)["error"].as_str().unwrap().starts_with("unknown model `nope`"), "{}", row(4));
+    assert_eq!(fields(3), (400, 0, None, Some("tester")));
+    assert!(row(3)["error"].as_str().unwrap().starts_with("invalid JSON"), "{}", row(3));
+    assert_eq!(fields(2), (400, 0, Some("openai/gpt-4.1"), Some("tester")));
+    assert_eq!(row(2)["error"], "pinned profile `openai:ghost` does not exist");
+    assert_eq!(fields(1), (200, 3, Some("openai/gpt-4.1"), Some("tester")));
+    assert_eq!((row(1)["error"].clone(), row(1)["served_profile"].as_str()), (Value::Null, Some("backup:b1")));
+    assert_eq!(fields(0).0, i64::from(failed_status));
+    let message = row(0)["error"].as_str().unwrap();
+    assert!(message.starts_with("All models failed (2): openai/gpt-4.1: every profile is cooling"), "{message}");
+    assert!(message.contains("backup/gpt-4.1-mini: upstream exploded"), "{message}");
+    assert!(!message.contains("sk-"), "{message}");
+
+    // The agent filter finds them all; an attempt filter only those with a matching attempt.
+    let (_, mine) = rota.api("GET", "/api/v1/requests?agent=tester", admin, None).await;
+    assert_eq!(mine["items"].as_array().unwrap().len(), 5);
+    let (_, theirs) = rota.api("GET", "/api/v1/requests?agent=admin", admin, None).await;
+    assert_eq!(theirs["items"], json!([]));
+    let (_, limited_rows) = rota.api("GET", "/api/v1/requests?reason=rate_limit", admin, None).await;
+    let limited_ids: Vec<&str> =
+        limited_rows["items"].as_array().unwrap().iter().map(|r| r["id"].as_str().unwrap()).collect();
+    assert_eq!(limited_ids, [&failed, &moved], "the skip of a cooling provider says rate_limit too");
+
+    // The attempts of the request that moved on, newest first: the fallback, the rotation, the first.
+    let (code, attempts) = rota.api("GET", &format!("/api/v1/attempts?request_id={moved}"), admin, None).await;
+    assert_eq!(code, 200);
+    let steps: Vec<(i64, &str, &str, &str)> = attempts["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["seq"].as_i64().unwrap(),
+                a["kind"].as_str().unwrap(),
+                a["profile_id"].as_str().unwrap(),
+                a["outcome"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            (3, "fallback", "backup:b1", "success"),
+            (2, "rotate", "openai:k2", "failure"),
+            (1, "primary", "openai:k1", "failure"),
+        ]
+    );
+    assert!(attempts["items"].as_array().unwrap()[1..].iter().all(|a| a["reason"] == "rate_limit"));
 }

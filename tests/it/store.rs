@@ -482,6 +482,7 @@ fn request(id: &str, attempts: i64, at: i64) -> RequestRecord {
         stream: false,
         tokens_in: None,
         tokens_out: None,
+        error: None,
     }
 }
 
