@@ -160,6 +160,29 @@ pub struct ProfileUsage {
     pub tokens_out: i64,
 }
 
+/// The audit log counted per time bucket (`GET /api/v1/usage/series`): bucket `n` holds the
+/// rows with `since + n * step <= started_at < since + (n + 1) * step`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SeriesRows {
+    /// Attempts per bucket, provider, outcome and reason (NULL on a success).
+    pub attempts: Vec<(i64, String, String, Option<String>, i64)>,
+    /// Requests per bucket and outcome: `served` (a 2xx), `refused` (no attempt), `failed`.
+    pub requests: Vec<(i64, String, i64)>,
+}
+
+/// A window a failure put a profile in (`attempts.cooldown_until`, or an `auth_permanent`
+/// failure's open end), with the profile's first success after the failure, if one came
+/// before the window's end.
+#[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
+pub struct FailureWindow {
+    pub profile_id: String,
+    pub started_at: i64,
+    pub duration_ms: Option<i64>,
+    pub reason: Option<String>,
+    pub cooldown_until: Option<i64>,
+    pub next_success: Option<i64>,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("profile {0} already exists")]
@@ -293,6 +316,21 @@ pub trait Store: Send + Sync {
     async fn requests(&self, q: &AuditQuery) -> Result<Vec<RequestRecord>, StoreError>;
     /// Attempts and tokens per profile with `since <= started_at < until`.
     async fn usage(&self, since: Millis, until: Millis) -> Result<Vec<ProfileUsage>, StoreError>;
+    /// Attempts and requests with `since <= started_at < until`, counted per bucket of `step`
+    /// milliseconds from `since`.
+    async fn usage_series(&self, since: Millis, until: Millis, step: Millis) -> Result<SeriesRows, StoreError>;
+    /// The windows failures set on profiles that last past `since`: those of every failure
+    /// started in `[near, until)` whose `cooldown_until` is after `since` (or an
+    /// `auth_permanent` one without an end), and those of `billing` and `auth_permanent`
+    /// failures started in `[far, near)` (the disabled lane outlasts the cooldown lane's
+    /// longest window); each with the profile's first success after the failure and before
+    /// `min(its end, until)`. In no order.
+    async fn failure_windows(
+        &self,
+        far_near: (Millis, Millis),
+        since: Millis,
+        until: Millis,
+    ) -> Result<Vec<FailureWindow>, StoreError>;
     /// Appends audit rows in one transaction.
     async fn insert_audit(&self, requests: &[RequestRecord], attempts: &[AttemptRecord]) -> Result<(), StoreError>;
     /// Deletes up to about `batch` of the oldest attempts started before `before`, and the

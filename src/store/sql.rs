@@ -917,6 +917,75 @@ macro_rules! sql_store {
                 Ok(rows)
             }
 
+            async fn usage_series(&self, since: Millis, until: Millis, step: Millis) -> Result<SeriesRows, StoreError> {
+                // One pass over the range of attempts_listing (started_at first) and one over
+                // requests_started; the buckets are grouped in the database.
+                let attempts = sqlx::query_as::<_, (i64, String, String, Option<String>, i64)>(
+                    "SELECT CAST((started_at - $1) / $3 AS BIGINT) AS bucket, provider, outcome, reason,
+                            CAST(count(*) AS BIGINT) AS n
+                     FROM attempts WHERE started_at >= $1 AND started_at < $2
+                     GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4",
+                )
+                .bind(since)
+                .bind(until)
+                .bind(step)
+                .fetch_all(&self.pool)
+                .await?;
+                let requests = sqlx::query_as::<_, (i64, String, i64)>(
+                    "SELECT CAST((started_at - $1) / $3 AS BIGINT) AS bucket,
+                            CASE WHEN attempts = 0 THEN 'refused'
+                                 WHEN status >= 200 AND status < 300 THEN 'served'
+                                 ELSE 'failed' END AS outcome,
+                            CAST(count(*) AS BIGINT) AS n
+                     FROM requests WHERE started_at >= $1 AND started_at < $2
+                     GROUP BY 1, 2 ORDER BY 1, 2",
+                )
+                .bind(since)
+                .bind(until)
+                .bind(step)
+                .fetch_all(&self.pool)
+                .await?;
+                Ok(SeriesRows { attempts, requests })
+            }
+
+            async fn failure_windows(
+                &self,
+                (far, near): (Millis, Millis),
+                since: Millis,
+                until: Millis,
+            ) -> Result<Vec<FailureWindow>, StoreError> {
+                // The failures from `near` on through attempts_outcome (outcome, started_at); the
+                // disabling ones from `far` to `near` through attempts_reason (reason,
+                // started_at); each one's next success through attempts_profile (profile_id,
+                // started_at), walked in order and stopped at the first (a cooling profile is
+                // rarely called). Sorted by the caller.
+                Ok(sqlx::query_as::<_, FailureWindow>(
+                    "SELECT w.profile_id, w.started_at, w.duration_ms, w.reason, w.cooldown_until,
+                            (SELECT s.started_at FROM attempts s
+                             WHERE s.profile_id = w.profile_id AND s.started_at > w.started_at
+                               AND s.started_at < CASE WHEN w.cooldown_until IS NULL OR w.cooldown_until > $4
+                                                       THEN $4 ELSE w.cooldown_until END
+                               AND s.outcome = 'success'
+                             ORDER BY s.started_at LIMIT 1) AS next_success
+                     FROM (
+                         SELECT profile_id, started_at, duration_ms, reason, cooldown_until FROM attempts
+                         WHERE outcome = 'failure' AND started_at >= $2 AND started_at < $4 AND profile_id IS NOT NULL
+                           AND (cooldown_until > $3 OR (cooldown_until IS NULL AND reason = 'auth_permanent'))
+                         UNION ALL
+                         SELECT profile_id, started_at, duration_ms, reason, cooldown_until FROM attempts
+                         WHERE reason IN ('billing', 'auth_permanent') AND started_at >= $1 AND started_at < $2
+                           AND started_at < $4 AND outcome = 'failure' AND profile_id IS NOT NULL
+                           AND (cooldown_until > $3 OR (cooldown_until IS NULL AND reason = 'auth_permanent'))
+                     ) w",
+                )
+                .bind(far)
+                .bind(near)
+                .bind(since)
+                .bind(until)
+                .fetch_all(&self.pool)
+                .await?)
+            }
+
             #[tracing::instrument(skip_all, level = "debug", fields(requests = requests.len(), attempts = attempts.len()))]
             async fn insert_audit(&self, requests: &[RequestRecord], attempts: &[AttemptRecord]) -> Result<(), StoreError> {
                 // Multi-row INSERTs of 64, 8 or 1 rows (`shaped`): few statements a batch, since each

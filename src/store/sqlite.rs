@@ -4,8 +4,8 @@ use super::sql::{
     Hourly, SELECTIVE, Shapes, attempt_filters, corrupt, count_attempt, now, shaped, sql_store, whole_hours,
 };
 use super::{
-    Applied, AttemptRecord, AuditQuery, FeedEntry, Origin, ProfileUsage, Pruned, RequestRecord, Snapshot, Store,
-    StoreError, StoredProfile,
+    Applied, AttemptRecord, AuditQuery, FailureWindow, FeedEntry, Origin, ProfileUsage, Pruned, RequestRecord,
+    SeriesRows, Snapshot, Store, StoreError, StoredProfile,
 };
 use crate::agents::Agent;
 use crate::engine::{

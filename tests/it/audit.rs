@@ -427,3 +427,337 @@ async fn refused_and_failed_requests_are_in_the_requests_log(db: Db) {
     );
     assert!(attempts["items"].as_array().unwrap()[1..].iter().all(|a| a["reason"] == "rate_limit"));
 }
+
+#[tokio::test]
+async fn usage_series_counts_match_the_tables_on_sqlite() {
+    usage_series_counts_match_the_tables(Db::Sqlite).await;
+}
+
+#[tokio::test]
+async fn usage_series_counts_match_the_tables_on_postgres() {
+    usage_series_counts_match_the_tables(Db::Postgres(support::postgres_database().await)).await;
+}
+
+/// SQL for either engine, with `$N` parameters.
+enum Sql {
+    Lite(sqlx::SqlitePool),
+    Pg(sqlx::PgPool),
+}
+
+#[derive(Clone)]
+enum Arg {
+    I(i64),
+    S(String),
+}
+
+impl Sql {
+    /// The row of numbers a query returns (NULL read as 0).
+    async fn numbers(&self, sql: &'static str, args: &[Arg]) -> Vec<i64> {
+        macro_rules! run {
+            ($pool:expr, $row:ty) => {{
+                let mut q = sqlx::query(sql);
+                for a in args {
+                    q = match a {
+                        Arg::I(v) => q.bind(*v),
+                        Arg::S(v) => q.bind(v.clone()),
+                    };
+                }
+                let row: $row = q.fetch_one($pool).await.unwrap();
+                (0..row.columns().len()).map(|i| row.try_get::<Option<i64>, _>(i).unwrap().unwrap_or(0)).collect()
+            }};
+        }
+        match self {
+            Sql::Lite(pool) => run!(pool, sqlx::sqlite::SqliteRow),
+            Sql::Pg(pool) => run!(pool, sqlx::postgres::PgRow),
+        }
+    }
+
+    async fn count(&self, sql: &'static str, args: &[Arg]) -> i64 {
+        self.numbers(sql, args).await[0]
+    }
+}
+
+/// An attempt of the generated traffic.
+#[allow(clippy::too_many_arguments)]
+fn attempt_at(
+    request: &str,
+    seq: i64,
+    provider: &str,
+    profile: Option<&str>,
+    at: i64,
+    duration: i64,
+    outcome: &str,
+    reason: Option<&str>,
+    cooldown_until: Option<i64>,
+) -> rota::store::AttemptRecord {
+    rota::store::AttemptRecord {
+        request_id: request.into(),
+        seq,
+        kind: if outcome == "skipped" { "skipped" } else { "primary" }.into(),
+        agent: Some("tester".into()),
+        provider: provider.into(),
+        model: "gpt-4.1".into(),
+        profile_id: profile.map(str::to_string),
+        started_at: at,
+        duration_ms: Some(duration),
+        ttfb_ms: None,
+        http_status: None,
+        outcome: outcome.into(),
+        reason: reason.map(str::to_string),
+        retry_after_ms: None,
+        cooldown_until,
+        error: None,
+        tokens_in: None,
+        tokens_out: None,
+    }
+}
+
+/// Every number of `GET /api/v1/usage/series` is the count SQL gives for its bucket, on rows
+/// written at known times (random traffic two days ago, around a one-hour window), and the
+/// timeline shows the windows the failures set (ended early by a success, merged, clipped,
+/// disabled for billing) and the state a profile is in now.
+async fn usage_series_counts_match_the_tables(db: Db) {
+    let (mock, base) = Mock::started().await;
+    let pg = match &db {
+        Db::Postgres(url) => Some(url.clone()),
+        Db::Sqlite => None,
+    };
+    let rota =
+        spawn(Scenario { config: &support::config_with_backup(&base), keys: &KEYS[..3], db, ..Scenario::default() })
+            .await;
+    let sql = match pg {
+        Some(url) => Sql::Pg(sqlx::PgPool::connect(&url).await.unwrap()),
+        None => Sql::Lite(rota.pool().clone()),
+    };
+    let admin = Some(rota.admin_key.as_str());
+    let now = chrono::Utc::now().timestamp_millis();
+    let t0 = (now / 3_600_000 - 48) * 3_600_000;
+    const MIN: i64 = 60_000;
+
+    // Random traffic from 30 minutes before the hour to 30 after it, on k2, b1 and a profile
+    // removed since; none of it sets a window.
+    let mut rng = fastrand::Rng::with_seed(17);
+    let (mut requests, mut attempts) = (Vec::new(), Vec::new());
+    for i in 0..600 {
+        let at = t0 - 30 * MIN + rng.i64(0..120 * MIN);
+        let id = format!("r{i:04}");
+        let n = rng.i64(0..4);
+        let served = n > 0 && rng.bool();
+        for seq in 1..=n {
+            let last = seq == n;
+            let (provider, profile) =
+                [("openai", Some("openai:k2")), ("openai", Some("openai:old")), ("backup", None)][rng.usize(0..3)];
+            let (outcome, reason) = match (profile, last && served) {
+                (None, _) => ("skipped", Some("rate_limit")),
+                (Some(_), true) => ("success", None),
+                (Some(_), false) => ("failure", Some(["rate_limit", "overloaded", "timeout"][rng.usize(0..3)])),
+            };
+            attempts.push(attempt_at(&id, seq, provider, profile, at + seq, 5, outcome, reason, None));
+        }
+        let status = if n == 0 {
+            [400, 404][rng.usize(0..2)]
+        } else if served {
+            200
+        } else {
+            [429, 502][rng.usize(0..2)]
+        };
+        requests.push(rota::store::RequestRecord {
+            id,
+            agent: Some("tester".into()),
+            api: "chat".into(),
+            requested_model: Some("openai/gpt-4.1".into()),
+            served_model: None,
+            served_profile: None,
+            status: Some(status),
+            attempts: n,
+            started_at: at,
+            duration_ms: Some(5),
+            stream: false,
+            tokens_in: None,
+            tokens_out: None,
+            error: None,
+        });
+    }
+    // The windows: k1 cools from before the hour into it (timeout), then twice (rate_limit,
+    // overlapping) until a success ends them; b1 is disabled for billing from five hours
+    // before into the hour, and again past the hour's end;
+    // b1's model_not_found cools the model, not the profile.
+    let k1 = Some("openai:k1");
+    let b1 = Some("backup:b1");
+    attempts.extend([
+        attempt_at("w1", 1, "openai", k1, t0 - 10 * MIN, 0, "failure", Some("timeout"), Some(t0 + 2 * MIN)),
+        attempt_at("w2", 1, "openai", k1, t0 + 10 * MIN, 100, "failure", Some("rate_limit"), Some(t0 + 15 * MIN)),
+        attempt_at("w3", 1, "openai", k1, t0 + 11 * MIN, 0, "failure", Some("rate_limit"), Some(t0 + 20 * MIN)),
+        attempt_at("w4", 1, "openai", k1, t0 + 16 * MIN, 30, "success", None, None),
+        attempt_at("w5", 1, "backup", b1, t0 + 5 * MIN, 0, "failure", Some("model_not_found"), Some(t0 + 6 * MIN)),
+        attempt_at("w6", 1, "backup", b1, t0 + 30 * MIN, 50, "failure", Some("billing"), Some(t0 + 150 * MIN)),
+        attempt_at("w7", 1, "backup", b1, t0 - 300 * MIN, 0, "failure", Some("billing"), Some(t0 + 3 * MIN)),
+    ]);
+    rota.store.insert_audit(&requests, &attempts).await.unwrap();
+
+    for (since, until, step) in [(t0, t0 + 60 * MIN, 300), (t0 - 7 * MIN - 5, t0 + 42 * MIN + 1, 60)] {
+        let (code, s) = rota
+            .api("GET", &format!("/api/v1/usage/series?since={since}&until={until}&step={step}"), admin, None)
+            .await;
+        assert_eq!(code, 200, "{s}");
+        let step_ms = step * 1000;
+        let (since, until) = (since.div_euclid(step_ms) * step_ms, (until + step_ms - 1).div_euclid(step_ms) * step_ms);
+        assert_eq!(
+            (s["since"].as_i64(), s["until"].as_i64(), s["step_ms"].as_i64()),
+            (Some(since), Some(until), Some(step_ms))
+        );
+        let buckets: Vec<i64> = (since..until).step_by(step_ms as usize).collect();
+        assert_eq!(s["buckets"], json!(buckets));
+        let counts =
+            |v: &Value| -> Vec<i64> { v["counts"].as_array().unwrap().iter().map(|c| c.as_i64().unwrap()).collect() };
+        let window = |b: i64| [Arg::I(b), Arg::I(b + step_ms)];
+
+        let mut listed = 0;
+        for series in s["attempts"].as_array().unwrap() {
+            let (provider, outcome) = (series["provider"].as_str().unwrap(), series["outcome"].as_str().unwrap());
+            let mut want = Vec::new();
+            for &b in &buckets {
+                let [from, to] = window(b);
+                want.push(
+                    sql.count(
+                        "SELECT count(*) FROM attempts WHERE provider = $1 AND outcome = $2 AND started_at >= $3 AND started_at < $4",
+                        &[Arg::S(provider.into()), Arg::S(outcome.into()), from, to],
+                    )
+                    .await,
+                );
+            }
+            assert_eq!(counts(series), want, "{provider} {outcome}");
+            listed += want.iter().sum::<i64>();
+        }
+        let all = "SELECT count(*) FROM attempts WHERE started_at >= $1 AND started_at < $2";
+        assert_eq!(listed, sql.count(all, &[Arg::I(since), Arg::I(until)]).await, "every attempt is in a series");
+        assert!(listed > 100, "the window holds traffic: {listed}");
+
+        let outcomes: Vec<&str> =
+            s["requests"].as_array().unwrap().iter().map(|r| r["outcome"].as_str().unwrap()).collect();
+        assert_eq!(outcomes, ["served", "failed", "refused"]);
+        for series in s["requests"].as_array().unwrap() {
+            let mut want = Vec::new();
+            for &b in &buckets {
+                let [from, to] = window(b);
+                let args = [from, to];
+                want.push(match series["outcome"].as_str().unwrap() {
+                    "served" => sql.count("SELECT count(*) FROM requests WHERE started_at >= $1 AND started_at < $2 AND attempts > 0 AND status BETWEEN 200 AND 299", &args).await,
+                    "refused" => sql.count("SELECT count(*) FROM requests WHERE started_at >= $1 AND started_at < $2 AND attempts = 0", &args).await,
+                    _ => sql.count("SELECT count(*) FROM requests WHERE started_at >= $1 AND started_at < $2 AND attempts > 0 AND NOT (status BETWEEN 200 AND 299)", &args).await,
+                });
+            }
+            assert_eq!(counts(series), want, "{}", series["outcome"]);
+        }
+
+        let mut totals = Vec::new();
+        for series in s["reasons"].as_array().unwrap() {
+            let reason = series["reason"].as_str().unwrap();
+            let mut want = Vec::new();
+            for &b in &buckets {
+                let [from, to] = window(b);
+                want.push(
+                    sql.count(
+                        "SELECT count(*) FROM attempts WHERE outcome = 'failure' AND reason = $1 AND started_at >= $2 AND started_at < $3",
+                        &[Arg::S(reason.into()), from, to],
+                    )
+                    .await,
+                );
+            }
+            assert_eq!(counts(series), want, "{reason}");
+            assert_eq!(series["total"].as_i64(), Some(want.iter().sum()), "{reason}");
+            totals.push(series["total"].as_i64().unwrap());
+        }
+        assert!(totals.windows(2).all(|w| w[0] >= w[1]), "most first: {totals:?}");
+        let failures =
+            "SELECT count(*) FROM attempts WHERE outcome = 'failure' AND started_at >= $1 AND started_at < $2";
+        assert_eq!(totals.iter().sum::<i64>(), sql.count(failures, &[Arg::I(since), Arg::I(until)]).await);
+
+        let mut shared = 0;
+        for p in s["profiles"].as_array().unwrap() {
+            let want = sql
+                .numbers(
+                    "SELECT count(*), sum(CASE WHEN outcome = 'success' THEN 1 ELSE 0 END), sum(CASE WHEN outcome = 'failure' THEN 1 ELSE 0 END)
+                     FROM attempts WHERE profile_id = $1 AND started_at >= $2 AND started_at < $3",
+                    &[Arg::S(p["profile"].as_str().unwrap().into()), Arg::I(since), Arg::I(until)],
+                )
+                .await;
+            let got = [&p["attempts"], &p["successes"], &p["failures"]].map(|v| v.as_i64().unwrap());
+            assert_eq!(got.to_vec(), want, "{p}");
+            shared += got[0];
+        }
+        let with_profile =
+            "SELECT count(*) FROM attempts WHERE profile_id IS NOT NULL AND started_at >= $1 AND started_at < $2";
+        assert_eq!(shared, sql.count(with_profile, &[Arg::I(since), Arg::I(until)]).await);
+        assert!(
+            s["profiles"].as_array().unwrap().iter().any(|p| p["profile"] == "openai:old"),
+            "a removed profile's share"
+        );
+
+        if step == 300 {
+            let seg = |from: i64, to: i64, state: &str, reason: &str| json!({"from": from, "until": to, "state": state, "reason": reason});
+            assert_eq!(
+                s["timeline"],
+                json!([
+                    {"profile": "backup:b1", "segments": [
+                        seg(t0, t0 + 3 * MIN, "disabled", "billing"),
+                        seg(t0 + 30 * MIN + 50, t0 + 60 * MIN, "disabled", "billing"),
+                    ]},
+                    {"profile": "openai:k1", "segments": [
+                        seg(t0, t0 + 2 * MIN, "cooling", "timeout"),
+                        seg(t0 + 10 * MIN + 100, t0 + 16 * MIN, "cooling", "rate_limit"),
+                    ]},
+                    {"profile": "openai:k2", "segments": []},
+                ])
+            );
+        }
+    }
+
+    // The state now: k1 answers 402 (disabled for billing), k2 serves. The last hour's
+    // timeline shows k1 disabled from that failure to the range's end.
+    mock.script(
+        support::KEYS[0].1,
+        vec![Reply::Status(402, vec![], r#"{"error":{"message":"insufficient credits","type":"billing"}}"#.into())],
+    );
+    let r = rota.chat(support::chat(), &[]).await;
+    assert_eq!((r.status().as_u16(), r.headers()["x-rota-profile"].to_str().unwrap()), (200, "openai:k2"));
+    let (code, s) = rota.api("GET", "/api/v1/usage/series", admin, None).await;
+    assert_eq!(code, 200, "{s}");
+    // An hour back from now, rounded out to whole minutes: 61 buckets (60 on a minute's edge).
+    assert_eq!(s["step_ms"].as_i64(), Some(60_000));
+    assert!((60..=61).contains(&s["buckets"].as_array().unwrap().len()), "{}", s["buckets"]);
+    let k1 = s["timeline"].as_array().unwrap().iter().find(|p| p["profile"] == "openai:k1").unwrap();
+    let segs = k1["segments"].as_array().unwrap();
+    assert_eq!(segs.len(), 1, "{k1}");
+    assert_eq!((segs[0]["state"].as_str(), segs[0]["reason"].as_str()), (Some("disabled"), Some("billing")));
+    assert!(segs[0]["from"].as_i64().unwrap() >= now - 1000 && segs[0]["until"] == s["until"], "{k1}");
+    let served = s["requests"].as_array().unwrap().iter().find(|r| r["outcome"] == "served").unwrap();
+    assert_eq!(counts_sum(served), 1);
+    assert_eq!(s["reasons"][0]["reason"], "billing");
+
+    // Bad parameters.
+    for (query, says) in [
+        ("step=59", "60 to 86400"),
+        ("step=86401", "60 to 86400"),
+        ("step=1m", "whole number"),
+        ("since=2000&until=1000", "before"),
+        ("since=0&until=86460000", "1441 buckets"),
+        ("since=yesterday", "RFC 3339"),
+        ("width=5", "width"),
+    ] {
+        let (code, v) = rota.api("GET", &format!("/api/v1/usage/series?{query}"), admin, None).await;
+        assert_eq!(code, 400, "{query}: {v}");
+        assert!(v["error"]["message"].as_str().unwrap().contains(says), "{query}: {v}");
+    }
+    let (code, _) = rota.api("GET", "/api/v1/usage/series", Some(&rota.agent_key), None).await;
+    assert_eq!(code, 403);
+    let (_, doc) = rota.api("GET", "/api/v1/openapi.json", None, None).await;
+    let path = &doc["paths"]["/api/v1/usage/series"]["get"];
+    let params: Vec<&str> =
+        path["parameters"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+    assert_eq!(params, ["since", "until", "step"], "{path}");
+}
+
+fn counts_sum(series: &Value) -> i64 {
+    series["counts"].as_array().unwrap().iter().map(|c| c.as_i64().unwrap()).sum()
+}

@@ -7,6 +7,7 @@ mod audit;
 mod models;
 mod profiles;
 mod providers;
+mod series;
 
 use super::{ApiError, ApiState};
 use crate::engine::ProfileId;
@@ -21,6 +22,7 @@ pub fn routes() -> OpenApiRouter<ApiState> {
         .merge(models::routes())
         .merge(agents::routes())
         .merge(audit::routes())
+        .merge(series::routes())
 }
 
 /// Query parameters whose errors are answered in the API's error format.
