@@ -535,3 +535,82 @@ async fn the_rotation_the_providers_list_shows_is_the_one_the_gateway_takes() {
         (Value::Null, json!(["openai:k3", "openai:k1", "openai:k2", "openai:k4"]))
     );
 }
+
+/// What the console does with its session: add a token with an expiry (listed with it), and
+/// create and revoke an agent, each with the session's CSRF token (refused without it).
+#[tokio::test]
+async fn the_console_session_adds_tokens_with_an_expiry_and_manages_agents() {
+    let (_, rota) = start().await;
+    let client = Rota::client();
+    let signed = client.post(format!("{}/api/v1/session", rota.url)).json(&json!({"key": rota.admin_key}));
+    let signed = signed.send().await.unwrap();
+    assert_eq!(signed.status(), 200);
+    let cookie = signed
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap().split(';').next().unwrap().to_string())
+        .find(|c| c.starts_with("rota_session="))
+        .expect("a session cookie");
+    let csrf = signed.json::<Value>().await.unwrap()["csrf"].as_str().unwrap().to_string();
+    let call = |method: reqwest::Method, path: &str, body: Option<Value>, with_csrf: bool| {
+        let mut req = client.request(method, format!("{}{path}", rota.url)).header("cookie", &cookie);
+        if with_csrf {
+            req = req.header("x-csrf-token", &csrf);
+        }
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        async move {
+            let r = req.send().await.unwrap();
+            let code = r.status().as_u16();
+            let text = r.text().await.unwrap();
+            (code, if text.is_empty() { Value::Null } else { serde_json::from_str::<Value>(&text).unwrap() })
+        }
+    };
+    use reqwest::Method;
+    let token = json!({"provider": "openai", "name": "tok", "type": "token", "secret": "tok-secret-1",
+                       "expires_at": "2099-06-01T12:00:00Z"});
+    let (code, v) = call(Method::POST, "/api/v1/profiles", Some(token.clone()), false).await;
+    assert_eq!((code, v["error"]["type"].as_str()), (403, Some("csrf")));
+    let (code, p) = call(Method::POST, "/api/v1/profiles", Some(token), true).await;
+    assert_eq!(
+        (code, p["type"].as_str(), p["expires_at"].as_str()),
+        (201, Some("token"), Some("2099-06-01T12:00:00Z"))
+    );
+    let (code, all) = call(Method::GET, "/api/v1/profiles?provider=openai", None, false).await;
+    assert_eq!(code, 200);
+    let listed = all.as_array().unwrap().iter().find(|p| p["id"] == "openai:tok").unwrap();
+    assert_eq!(
+        (listed["expires_at"].as_str(), listed["status"]["state"].as_str()),
+        (Some("2099-06-01T12:00:00Z"), Some("usable"))
+    );
+    assert!(!all.to_string().contains("tok-secret-1"));
+
+    let (code, _) = call(Method::POST, "/api/v1/agents", Some(json!({"name": "console-made"})), false).await;
+    assert_eq!(code, 403);
+    let (code, created) = call(Method::POST, "/api/v1/agents", Some(json!({"name": "console-made"})), true).await;
+    assert_eq!((code, created["agent"]["name"].as_str()), (201, Some("console-made")));
+    let key = created["key"].as_str().unwrap().to_string();
+    assert_eq!(rota.chat(chat(), &[]).await.status(), 200);
+    let r = Rota::client()
+        .post(format!("{}/v1/chat/completions", rota.url))
+        .bearer_auth(&key)
+        .json(&chat())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200, "the new key works at once");
+    let (code, _) = call(Method::DELETE, "/api/v1/agents/console-made", None, false).await;
+    assert_eq!(code, 403);
+    let (code, _) = call(Method::DELETE, "/api/v1/agents/console-made", None, true).await;
+    assert_eq!(code, 204);
+    let r = Rota::client()
+        .post(format!("{}/v1/chat/completions", rota.url))
+        .bearer_auth(&key)
+        .json(&chat())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401, "a revoked key is refused at once");
+}
