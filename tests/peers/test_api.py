@@ -50,6 +50,7 @@ ROUTES: dict[str, set[str]] = {
     "/api/v1/agents": {"GET", "POST"},
     "/api/v1/agents/{name}": {"DELETE"},
     "/api/v1/usage": {"GET"},
+    "/api/v1/usage/series": {"GET"},
     "/api/v1/attempts": {"GET"},
     "/api/v1/requests": {"GET"},
     "/api/v1/session": {"GET", "POST", "DELETE"},
@@ -456,6 +457,7 @@ def admin_calls() -> list[tuple[str, str, Any]]:
         ("POST", "/api/v1/agents", {"name": "intruder", "admin": True}),
         ("DELETE", "/api/v1/agents/sdk", None),
         ("GET", "/api/v1/usage", None),
+        ("GET", "/api/v1/usage/series", None),
         ("GET", "/api/v1/attempts", None),
         ("GET", "/api/v1/requests", None),
     ]
