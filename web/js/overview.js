@@ -120,7 +120,8 @@ function chart({ id, title, kind, layers, height = 160 }) {
     ms: 1,
     legend: { show: true },
     cursor: { points: { show: false } },
-    scales: { y: { range: (u, min, max) => [0, Math.max(1, max)] } },
+    // The whole window: the newest bucket's bar (drawn right of its start) stays in view.
+    scales: { x: { time: true, range: () => [series.since, series.until] }, y: { range: (u, min, max) => [0, Math.max(1, max)] } },
     axes: [{ stroke: "#5f6b7a", grid: { show: false } }, { stroke: "#5f6b7a", size: 40, incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000] }],
     series: [
       {},
