@@ -593,24 +593,14 @@ async fn the_console_session_adds_tokens_with_an_expiry_and_manages_agents() {
     assert_eq!((code, created["agent"]["name"].as_str()), (201, Some("console-made")));
     let key = created["key"].as_str().unwrap().to_string();
     assert_eq!(rota.chat(chat(), &[]).await.status(), 200);
-    let r = Rota::client()
-        .post(format!("{}/v1/chat/completions", rota.url))
-        .bearer_auth(&key)
-        .json(&chat())
-        .send()
-        .await
-        .unwrap();
+    let with_key =
+        || Rota::client().post(format!("{}/v1/chat/completions", rota.url)).bearer_auth(&key).json(&chat()).send();
+    let r = with_key().await.unwrap();
     assert_eq!(r.status(), 200, "the new key works at once");
     let (code, _) = call(Method::DELETE, "/api/v1/agents/console-made", None, false).await;
     assert_eq!(code, 403);
     let (code, _) = call(Method::DELETE, "/api/v1/agents/console-made", None, true).await;
     assert_eq!(code, 204);
-    let r = Rota::client()
-        .post(format!("{}/v1/chat/completions", rota.url))
-        .bearer_auth(&key)
-        .json(&chat())
-        .send()
-        .await
-        .unwrap();
+    let r = with_key().await.unwrap();
     assert_eq!(r.status(), 401, "a revoked key is refused at once");
 }

@@ -7,7 +7,7 @@ use rota::store::{SqliteStore, Store};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const BASE: &str = r#"
 [providers.openai]
@@ -216,21 +216,6 @@ fn http_get(addr: &str, path: &str) -> String {
     out
 }
 
-fn stop(mut child: std::process::Child) -> std::process::ExitStatus {
-    Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if Instant::now() > deadline {
-            child.kill().unwrap();
-            panic!("rota serve did not stop on SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn serve_migrates_answers_healthz_and_stops_cleanly_on_sigterm() {
     let env = Env::new(BASE);
@@ -239,7 +224,7 @@ fn serve_migrates_answers_healthz_and_stops_cleanly_on_sigterm() {
     assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
     assert!(answer.contains(r#""status":"ok""#), "{answer}");
     assert!(http_get(&addr, "/nope").starts_with("HTTP/1.1 404"));
-    assert!(stop(child).success());
+    assert!(crate::support::stop(child).success());
     assert!(env.path("rota.db").exists() && env.path("rota.key").exists());
     let migrate = env.run(&["migrate"]);
     assert_ok(&migrate);

@@ -311,7 +311,16 @@ async fn every_page_carries_a_content_security_policy_without_inline_script() {
         assert_eq!(html.matches("<script").count(), html.matches("<script src=").count(), "{page}: no inline script");
         assert!(!html.contains(" style="), "{page}: no inline style");
     }
-    for path in ["/", "/ui", "/ui/app.js", "/ui/js/core.js", "/ui/vendor/uPlot.iife.min.js", "/ui/style.css", "/oauth/callback", "/oauth/go?ticket=x"] {
+    for path in [
+        "/",
+        "/ui",
+        "/ui/app.js",
+        "/ui/js/core.js",
+        "/ui/vendor/uPlot.iife.min.js",
+        "/ui/style.css",
+        "/oauth/callback",
+        "/oauth/go?ticket=x",
+    ] {
         let r = client.get(format!("{}{path}", rota.url)).send().await.unwrap();
         assert!(csp(&r).starts_with("default-src 'none'"), "{path}: {}", csp(&r));
     }

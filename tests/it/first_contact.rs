@@ -8,7 +8,7 @@ use crate::support::{Rota, Scenario, rota_command, spawn};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
 
 fn text(b: &[u8]) -> String {
@@ -25,22 +25,6 @@ fn files(dir: &Path) -> Vec<String> {
         std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     names.sort();
     names
-}
-
-/// SIGTERM, then the exit status (killed after 10 s).
-fn stop(mut child: Child) -> std::process::ExitStatus {
-    Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if Instant::now() > deadline {
-            child.kill().unwrap();
-            panic!("rota did not stop on SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 fn client() -> reqwest::Client {
@@ -143,7 +127,7 @@ async fn the_demo_prints_the_console_and_an_admin_key_and_its_config_reaches_its
         assert!(Instant::now() < deadline, "an admin created with the demo's config signs in to the running demo");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(stop(child).success());
+    assert!(crate::support::stop(child).success());
     assert!(!files(dir.path()).contains(&"rota.db".to_string()), "{:?}", files(dir.path()));
 }
 

@@ -789,3 +789,19 @@ impl Rota {
         sqlx::query_scalar(sql).fetch_one(self.pool()).await.unwrap()
     }
 }
+
+/// SIGTERM to a child rota process, then its exit status (killed after 10 s).
+pub fn stop(mut child: std::process::Child) -> std::process::ExitStatus {
+    std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("rota did not stop on SIGTERM");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
