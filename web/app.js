@@ -76,11 +76,14 @@ async function main() {
   await show(added ? "profiles" : VIEWS.includes(wanted) ? wanted : "overview");
   if (added) notify("profiles", `Logged in ${added}`);
   setInterval(tick, 1000);
-  // Background refreshes: the profiles every 5 s, the overview's charts every 10 s.
+  // Background refreshes: the profiles every 5 s; the overview's charts every 10 s over the last
+  // hour, every minute over the last day (a day's buckets cost the database seconds on a busy
+  // audit trail: docs/api.md).
   let polls = 0;
   setInterval(() => {
     polls += 1;
-    if (current === "profiles" || (current === "overview" && polls % 2 === 0)) guarded(current, () => LOAD[current](true));
+    const every = $("#overview-window").value.startsWith("86400") ? 12 : 2;
+    if (current === "profiles" || (current === "overview" && polls % every === 0)) guarded(current, () => LOAD[current](true));
   }, 5_000);
   let resizing = null;
   window.addEventListener("resize", () => {

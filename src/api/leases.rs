@@ -265,19 +265,23 @@ async fn create(
         Some(list) if list.is_empty() => FallbackOverride::NoFallback,
         Some(list) => FallbackOverride::List(list),
     };
-    let chain = runtime
-        .chain(&settings.config, &agent.name, req.model.as_deref(), fallbacks)
-        .map_err(|e| ApiError::UnknownModel { named: req.model.is_some(), message: e.to_string() })?;
+    let chain = runtime.chain(&settings.config, &agent.name, req.model.as_deref(), fallbacks);
     let trail = Trail::new(
         runtime.audit.clone(),
         runtime.metrics.clone(),
         request_id,
         agent.name.clone(),
         "lease",
-        req.model,
+        req.model.clone(),
         false,
         runtime.clock.now(),
     );
+    let chain = chain.map_err(|e| {
+        // Refused before any attempt, like the gateway's unknown model: a `requests` row with none.
+        let e = ApiError::UnknownModel { named: req.model.is_some(), message: e.to_string() };
+        trail.refuse(e.status_code().as_u16(), &e.to_string());
+        e
+    })?;
     let walk = Walk::new(chain, req.session, pin, trail).excluding(exclude).failover(settings.config.failover.enabled);
     let lease = issue(runtime, &state.leases, &agent.name, settings, walk, Duration::ZERO).await?;
     Ok((axum::http::StatusCode::CREATED, Json(lease)))

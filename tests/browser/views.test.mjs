@@ -277,6 +277,12 @@ e2e('console at 1440 and 390 px: buttons inside their cards, state first on phon
   for (const width of [1440, 390]) {
     const page = await newPage(env.browser, { width, height: 900, bypassCSP: true });
     await signIn(page, rota);
+    // The tabs are WAI-ARIA tabs: the arrow keys move between them.
+    await page.locator('#tab-overview').click();
+    await page.keyboard.press('ArrowRight');
+    assert.equal(await page.locator('#tab-profiles').getAttribute('aria-selected'), 'true');
+    assert.equal(await page.evaluate(() => document.activeElement.id), 'tab-profiles');
+    assert.equal(await page.locator('#view-profiles').isVisible(), true);
     for (const view of VIEWS) {
       await page.locator(`#tab-${view}`).click();
       await page.locator(`#view-${view}`).waitFor();

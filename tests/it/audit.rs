@@ -426,6 +426,19 @@ async fn refused_and_failed_requests_are_in_the_requests_log(db: Db) {
         ]
     );
     assert!(attempts["items"].as_array().unwrap()[1..].iter().all(|a| a["reason"] == "rate_limit"));
+
+    // A lease for an unknown model is refused the same way: a row of its own, no attempt.
+    let agent = Some(rota.agent_key.as_str());
+    let (code, _) = rota.api("POST", "/api/v1/leases", agent, Some(json!({"model": "nope"}))).await;
+    assert_eq!(code, 404);
+    let (_, newest) = rota.api("GET", "/api/v1/requests?limit=1", admin, None).await;
+    let lease = &newest["items"][0];
+    assert_eq!(
+        (lease["api"].as_str(), lease["status"].as_i64(), lease["attempts"].as_i64()),
+        (Some("lease"), Some(404), Some(0))
+    );
+    assert_eq!(lease["requested_model"], "nope");
+    assert!(lease["error"].as_str().unwrap().starts_with("unknown model `nope`"), "{lease}");
 }
 
 #[tokio::test]
