@@ -175,6 +175,22 @@ e2e('console views: overview charts match the API, requests with their attempts,
   const after = await smartCard.locator('li[data-profile="corp:k1"] .state').innerText();
   assert.notEqual(before, after, `the countdown ticks: "${before}" then "${after}"`);
   await docShot(page, 'chains-1440');
+
+  // Pages of 50: "Older requests" goes on with the same filters, twice, to the end.
+  for (let i = 0; i < 100; i += 10) {
+    await Promise.all(Array.from({ length: 10 }, () => rota.chat({ model: 'spare/gpt-4o-mini' })));
+  }
+  await page.locator('#tab-requests').click();
+  await page.locator('#filter-profile').selectOption(SPARE);
+  await page.locator('#filter-apply').click();
+  await waitUntil(async () => (await rows.count()) === 50, { message: 'the first page of spare\'s requests' });
+  await page.locator('#requests-more').click();
+  await waitUntil(async () => (await rows.count()) === 100, { message: 'the second page' });
+  await page.locator('#requests-more').click();
+  await waitUntil(async () => (await rows.count()) === 101, { message: 'the last page: the smart request too' });
+  assert.equal(await page.locator('#requests-more').isVisible(), false, 'no page after the last');
+  const ids = await rows.evaluateAll((trs) => trs.map((r) => r.dataset.request));
+  assert.equal(new Set(ids).size, 101, 'no request twice');
 });
 
 e2e('console profiles: engine order, next, fixed order and back, tokens with expiry; agents page', startWithSpare(), async (t, env) => {

@@ -5,6 +5,7 @@ import { $, REASONS, api, clearErrors, el, localTime, options, zone } from "./co
 import { loadProfiles, state as book } from "./profiles.js";
 
 let cursor = null;
+let lastQuery = new URLSearchParams(); // the query of the rows shown: "Older requests" goes on from it
 let filtersReady = false;
 
 const FILTERS = [["agent", "filter-agent"], ["provider", "filter-provider"], ["profile", "filter-profile"], ["reason", "filter-reason"], ["outcome", "filter-outcome"]];
@@ -33,7 +34,8 @@ function query() {
 export async function loadRequests(more = false) {
   if (!filtersReady) await fillFilters();
   for (const z of document.querySelectorAll("#view-requests .zone")) z.textContent = `Times in ${zone}.`;
-  const q = more && cursor ? new URLSearchParams([...lastQuery, ["cursor", cursor]]) : query();
+  const q = more && cursor ? new URLSearchParams(lastQuery) : query();
+  if (more && cursor) q.set("cursor", cursor);
   const tbody = $("#requests tbody");
   let page;
   try {
@@ -52,7 +54,6 @@ export async function loadRequests(more = false) {
   $("#requests-more").hidden = !cursor;
   if (!tbody.children.length) tbody.append(emptyRow("No requests match."));
 }
-let lastQuery = new URLSearchParams();
 
 function emptyRow(text) {
   return el("tr", {}, el("td", { colSpan: 8, className: "muted" }, text));
