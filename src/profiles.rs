@@ -192,6 +192,45 @@ pub fn order_in_force(config: &Config, roster: &Roster, provider: &str) -> (&'st
     }
 }
 
+/// A provider's profiles in the order the engine would try them now (`GET /api/v1/providers`,
+/// `rota profiles list`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rotation {
+    /// The model the order is for: the provider's first model in the default chain
+    /// (`models.primary`, then `models.fallbacks`), as `provider/model`; `None` when the chain
+    /// never reaches the provider (then only profile-wide windows count).
+    pub model: Option<String>,
+    /// Usable profiles first (as a request would try them), then the blocked ones (soonest end
+    /// first), then those rotation never uses (disabled by an admin, no secret, an expired
+    /// token, left out of an explicit order), sorted by id.
+    pub order: Vec<ProfileId>,
+    /// The first usable profile: the one the next request would use. `None` when every profile
+    /// is blocked or unusable.
+    pub next: Option<ProfileId>,
+}
+
+impl Rotation {
+    /// The rotation of `provider` at `now`, without a session or a pin. `Book::pick` orders the
+    /// same way (its fast path, `RotationIndex::first`, keeps the same keys).
+    pub fn of(config: &Config, roster: &Roster, provider: &str, now: Millis) -> Rotation {
+        let model = config
+            .chain(&crate::engine::chain::ChainRequest { failover: true, ..Default::default() })
+            .ok()
+            .and_then(|chain| chain.into_iter().find(|c| c.provider == provider));
+        let bare = model.as_ref().map_or("", |c| c.model.as_str());
+        let slots = roster.order(config, provider, bare, None, None, now).map(|o| o.slots).unwrap_or_default();
+        let next = slots.iter().find(|s| s.blocked.is_none()).map(|s| s.id.clone());
+        let mut order: Vec<ProfileId> = slots.into_iter().map(|s| s.id).collect();
+        let listed: std::collections::HashSet<&ProfileId> = order.iter().collect();
+        let mut rest: Vec<&ProfileId> =
+            roster.views.keys().filter(|id| id.provider() == provider && !listed.contains(id)).collect();
+        rest.sort();
+        let rest: Vec<ProfileId> = rest.into_iter().cloned().collect();
+        order.extend(rest);
+        Rotation { model: model.map(|c| c.label()), order, next }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,7 +5,7 @@ use super::open_store as open;
 use crate::book::{Credential, Roster};
 use crate::config::Config;
 use crate::engine::{ModelChange, ProfileId, ProfileType};
-use crate::profiles::{self as rules, Changes};
+use crate::profiles::{self as rules, Changes, Rotation};
 use crate::secrets::resolve_key;
 use crate::status::{Status, time};
 use crate::store::{Origin, StoreError, StoredProfile};
@@ -169,18 +169,29 @@ async fn list(config: &Config, as_json: bool, provider: Option<String>) -> Resul
     let roster = Roster::new(&snap, config);
     let now = chrono::Utc::now().timestamp_millis();
     let origin = |id: &ProfileId| if config.auth.profiles.contains_key(id) { Origin::Config } else { Origin::Stored };
-    let mut rows: Vec<&ProfileId> =
-        roster.views.keys().filter(|id| provider.as_deref().is_none_or(|want| id.provider() == want)).collect();
-    rows.sort();
+    // Provider by provider, each in the order rotation tries them now (as GET /api/v1/providers
+    // says), with its place in that order and the one the next request gets.
+    let mut providers: Vec<&str> = roster.views.keys().map(ProfileId::provider).collect();
+    providers.sort_unstable();
+    providers.dedup();
+    let mut rows: Vec<(ProfileId, usize, bool)> = Vec::new();
+    for name in providers.into_iter().filter(|p| provider.as_deref().is_none_or(|want| *p == want)) {
+        let rotation = Rotation::of(config, &roster, name, now);
+        let next = rotation.next.clone();
+        rows.extend(rotation.order.into_iter().enumerate().map(|(i, id)| {
+            let is_next = next.as_ref() == Some(&id);
+            (id, i + 1, is_next)
+        }));
+    }
     if as_json {
         let out: Vec<_> = rows
             .iter()
-            .map(|id| {
-                let v = &roster.views[*id];
+            .map(|(id, place, next)| {
+                let v = &roster.views[id];
                 json!({
                     "id": id, "provider": id.provider(), "type": v.kind, "source": origin(id).as_str(),
                     "enabled": v.enabled, "status": Status::of(v, now), "expires_at": v.expires_at,
-                    "usage_stats": v.stats,
+                    "usage_stats": v.stats, "position": place, "next": next,
                 })
             })
             .collect();
@@ -192,14 +203,15 @@ async fn list(config: &Config, as_json: bool, provider: Option<String>) -> Resul
         return Ok(());
     }
     println!(
-        "{:<32} {:<8} {:<7} {:<20} {:>6} {:>8} {:>8}  STATE",
-        "ID", "TYPE", "SOURCE", "LAST USED", "ERRORS", "SUCCESS", "FAILURES"
+        "{:>3}  {:<32} {:<8} {:<7} {:<20} {:>6} {:>8} {:>8}  STATE",
+        "#", "ID", "TYPE", "SOURCE", "LAST USED", "ERRORS", "SUCCESS", "FAILURES"
     );
-    for id in rows {
+    for (id, place, next) in &rows {
         let v = &roster.views[id];
         let last = v.stats.last_used.map(time).unwrap_or_else(|| "never".into());
         println!(
-            "{:<32} {:<8} {:<7} {:<20} {:>6} {:>8} {:>8}  {}",
+            "{:>3}  {:<32} {:<8} {:<7} {:<20} {:>6} {:>8} {:>8}  {}",
+            place,
             id.as_str(),
             v.kind.as_str(),
             origin(id).as_str(),
@@ -207,7 +219,7 @@ async fn list(config: &Config, as_json: bool, provider: Option<String>) -> Resul
             v.stats.error_count,
             v.stats.success_count,
             v.stats.failure_total,
-            Status::of(v, now).display(now)
+            Status::of(v, now).display(now) + if *next { " (the next request's)" } else { "" }
         );
     }
     Ok(())

@@ -6,7 +6,7 @@
 
 import assert from 'node:assert/strict';
 
-import { axeScan, docShot, e2e, newPage, signIn, waitUntil } from './harness.mjs';
+import { axeScan, docShot, e2e, newPage, rotaCli, signIn, waitUntil } from './harness.mjs';
 
 // corp (two API keys) and spare (one), and `smart`: corp's model, then spare's.
 const EXTRA = ({ upstream }) => `
@@ -210,6 +210,13 @@ e2e('console profiles: engine order, next, fixed order and back, tokens with exp
   assert.equal(await corp.locator(`tr[data-profile="${e.next}"] .badge.next`).count(), 1, 'next is marked');
   const served = await rota.chat();
   assert.equal(served.headers.get('x-rota-profile'), e.next, 'the request went to the profile marked next');
+  // The CLI, reading the database, tells the same order (once the stats are written behind);
+  // the one just used is now last, so this is not the order of the ids.
+  e = await engine();
+  assert.notDeepEqual(e.rotation, [...e.rotation].sort());
+  const cli = () => JSON.parse(rotaCli(env.dir, ['profiles', 'list', '--json'])).filter((p) => p.provider === 'corp');
+  await waitUntil(async () => JSON.stringify(cli().map((p) => p.id)) === JSON.stringify(e.rotation), { message: 'rota profiles list --json in the same order' });
+  assert.deepEqual(cli().map((p) => [p.position, p.next]), e.rotation.map((id, i) => [i + 1, id === e.next]));
 
   // ↑ fixes the order; "Back to least recently used" undoes it.
   await page.reload();

@@ -115,7 +115,8 @@ async fn the_demo_prints_the_console_and_an_admin_key_and_its_config_reaches_its
         .iter()
         .map(|p| p["id"].as_str().unwrap().to_string())
         .collect();
-    assert_eq!(ids, ["alpha:down", "alpha:flaky", "alpha:steady", "beta:steady", "claude:steady", "gamma:only"]);
+    // Provider by provider, each in the order rotation tries them now.
+    assert_eq!(ids, ["alpha:steady", "alpha:flaky", "alpha:down", "beta:steady", "claude:steady", "gamma:only"]);
     let doctor = rota(dir.path(), &["--config", "rota-demo.toml", "doctor"]);
     assert!(doctor.status.success(), "{}", text(&doctor.stdout));
     assert!(text(&doctor.stdout).contains("1. alpha/sim-large\n       alpha:"), "{}", text(&doctor.stdout));
