@@ -82,15 +82,11 @@ async fn accept(
     request_id: String,
 ) -> Result<Incoming, Refused> {
     let agent = authenticate(&gw.agents, &headers)?;
-    let refused = |model: Option<&Value>, error| Refused {
-        agent: Some(agent.clone()),
-        model: model.and_then(Value::as_str).map(str::to_string),
-        error,
-    };
-    parse(api, gw, headers, body, request_id, agent.clone()).await.map_err(|(model, e)| refused(model.as_ref(), e))
+    parse(api, gw, headers, body, request_id, agent).await
 }
 
-/// The request of an authenticated agent, parsed; on an error, the body's `model` when read.
+/// The request of an authenticated agent, parsed; a refusal keeps the agent and the body's
+/// `model` (once read) for its `requests` row.
 async fn parse(
     api: Api,
     gw: &Gateway,
@@ -98,26 +94,43 @@ async fn parse(
     body: Body,
     request_id: String,
     agent: Agent,
-) -> Result<Incoming, (Option<Value>, GatewayError)> {
+) -> Result<Incoming, Refused> {
+    let refused = |agent, model: Option<&Value>, error| Refused {
+        agent: Some(agent),
+        model: model.and_then(Value::as_str).map(str::to_string),
+        error,
+    };
     let settings = gw.runtime.settings();
     let limit = settings.config.limits.max_body_bytes;
-    let bytes = axum::body::to_bytes(body, limit).await.map_err(|e| match BodyTimeout::caused(&e) {
-        Some(_) => (None, GatewayError::BodyTimeout(e.to_string())),
-        None => (None, GatewayError::BodyTooLarge(limit)),
-    })?;
+    let bytes = match axum::body::to_bytes(body, limit).await {
+        Ok(bytes) => bytes,
+        Err(e) => {
+            let error = match BodyTimeout::caused(&e) {
+                Some(_) => GatewayError::BodyTimeout(e.to_string()),
+                None => GatewayError::BodyTooLarge(limit),
+            };
+            return Err(refused(agent, None, error));
+        }
+    };
     let body = match serde_json::from_slice::<Value>(&bytes) {
         Ok(Value::Object(m)) => m,
-        Ok(_) => return Err((None, GatewayError::BadRequest("the request body must be a JSON object".into()))),
-        Err(e) => return Err((None, GatewayError::BadRequest(format!("invalid JSON: {e}")))),
+        Ok(_) => {
+            let error = GatewayError::BadRequest("the request body must be a JSON object".into());
+            return Err(refused(agent, None, error));
+        }
+        Err(e) => return Err(refused(agent, None, GatewayError::BadRequest(format!("invalid JSON: {e}")))),
     };
     if body.get("model").is_some_and(|m| !m.is_string()) {
-        return Err((None, GatewayError::BadRequest("`model` must be a string".into())));
+        return Err(refused(agent, None, GatewayError::BadRequest("`model` must be a string".into())));
     }
     let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim).filter(|v| !v.is_empty());
-    let pin = header("x-rota-profile")
-        .map(str::parse::<ProfileId>)
-        .transpose()
-        .map_err(|e| (body.get("model").cloned(), GatewayError::BadRequest(format!("x-rota-profile: {e}"))))?;
+    let pin = match header("x-rota-profile").map(str::parse::<ProfileId>).transpose() {
+        Ok(pin) => pin,
+        Err(e) => {
+            let error = GatewayError::BadRequest(format!("x-rota-profile: {e}"));
+            return Err(refused(agent, body.get("model"), error));
+        }
+    };
     let session = header("x-rota-session").map(str::to_string).or_else(|| api.body_session(&body));
     Ok(Incoming {
         settings,
