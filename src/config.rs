@@ -1023,33 +1023,10 @@ pub fn did_you_mean<'a>(found: &str, valid: &[&'a str]) -> Option<&'a str> {
     let limit = (found.chars().count() / 3).max(1);
     valid
         .iter()
-        .map(|v| (edit_distance(&found, v), *v))
+        .map(|v| (strsim::osa_distance(&found, v), *v))
         .filter(|(d, _)| *d <= limit)
         .min_by_key(|(d, _)| *d)
         .map(|(_, v)| v)
-}
-
-/// Insertions, deletions, substitutions and swaps of neighbours needed to turn `a` into `b`
-/// (the optimal string alignment distance).
-fn edit_distance(a: &str, b: &str) -> usize {
-    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
-    let mut d = vec![vec![0; b.len() + 1]; a.len() + 1];
-    for (i, row) in d.iter_mut().enumerate() {
-        row[0] = i;
-    }
-    for (j, cell) in d[0].iter_mut().enumerate() {
-        *cell = j;
-    }
-    for i in 1..=a.len() {
-        for j in 1..=b.len() {
-            let cost = usize::from(a[i - 1] != b[j - 1]);
-            d[i][j] = (d[i - 1][j] + 1).min(d[i][j - 1] + 1).min(d[i - 1][j - 1] + cost);
-            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
-                d[i][j] = d[i][j].min(d[i - 2][j - 2] + 1);
-            }
-        }
-    }
-    d[a.len()][b.len()]
 }
 
 /// One line per figment error (a file that does not parse): the file (or variable) and the key
