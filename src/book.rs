@@ -18,6 +18,7 @@ use crate::behind::{self, Sink, Writer};
 use crate::config::Config;
 use crate::engine::gate::{self, Availability, Gate, Position, ProbeThrottle};
 use crate::engine::order::{self, OrderRequest, Ordered, PinError, RotationIndex, Slot};
+use crate::engine::quota::Quota;
 use crate::engine::recent::Recent;
 use crate::engine::{
     Change, CooldownPolicy, Failure, Millis, ModelChange, ModelCooldown, ProfileId, ProfileType, ProfileView, Reason,
@@ -190,6 +191,7 @@ impl Roster {
             rotation: config.rotation.order,
             sticky,
             pin,
+            quota_floor: config.rotation.floor(),
         };
         order::order(&req, &self.views)
     }
@@ -414,6 +416,12 @@ impl Book {
         }
         self.update_model(&mut inner, key, ModelChange::Ended(now));
         true
+    }
+
+    /// An answer reported the profile's remaining quota for a model: kept, and written with
+    /// its stats (`profile_quota`).
+    pub fn record_quota(&self, id: &ProfileId, quota: Quota) {
+        self.update(id, Change::Quota(quota));
     }
 
     /// Records a failure; returns the end of the window the profile is now in.
@@ -893,7 +901,7 @@ impl Inner {
             let base = if configured.is_empty() { stored } else { &configured };
             RotationIndex::new(base, &roster.views, config.rotation.order)
         });
-        index.first((provider, model), now, &roster.views, exclude, FIRST)
+        index.first((provider, model), now, &roster.views, exclude, (FIRST, config.rotation.floor()))
     }
 
     /// Marks the profile a request takes used, later than every other profile of its provider

@@ -516,6 +516,20 @@ fn d1h() -> Duration {
 pub struct RotationConfig {
     #[serde(default)]
     pub order: Rotation,
+    /// Rotate before the 429: a profile whose remaining requests for a model, as the
+    /// provider's last answer reported them, are at or below this goes after the profiles that
+    /// still have quota, until the provider's reset time.
+    #[serde(default)]
+    pub quota_floor: u32,
+    /// The same for remaining tokens: the estimate of the next request's size.
+    #[serde(default)]
+    pub quota_tokens_floor: u32,
+}
+
+impl RotationConfig {
+    pub fn floor(&self) -> crate::engine::quota::Floor {
+        crate::engine::quota::Floor { requests: self.quota_floor.into(), tokens: self.quota_tokens_floor.into() }
+    }
 }
 
 #[derive(Clone, Debug, Deserialize)]

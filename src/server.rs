@@ -31,11 +31,15 @@ pub struct App {
 impl App {
     /// `watched`: the config file to reload on change (SPEC §8), if the config came from one.
     pub async fn build(config: Config, watched: Option<std::path::PathBuf>) -> Result<App> {
+        App::build_on(config, watched, Arc::new(SystemClock)).await
+    }
+
+    /// [`App::build`] on `clock` (tests move time on).
+    pub async fn build_on(config: Config, watched: Option<std::path::PathBuf>, clock: Arc<dyn Clock>) -> Result<App> {
         let target = config.database()?;
         let store = crate::store::open(&target).await.with_context(|| format!("opening database {target}"))?;
         let (key, origin) = resolve_key(&config.key_anchor()?, &store.secret_key_ids().await?, config.secrets.keyring)?;
         tracing::info!(key_id = key.id(), from = %origin, database = %target, "master key ready");
-        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let key = Arc::new(key);
         let book = Arc::new(Book::load(store.clone(), &config, key.clone(), clock.now()).await?);
         book.sweep_every(std::time::Duration::from_secs(1), clock.clone());

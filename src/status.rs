@@ -1,6 +1,7 @@
 //! A profile's state as people read it (`doctor`, `profiles list`, later the API and web page).
 
-use crate::engine::{Millis, ProfileView, Reason, Until, Unusable};
+use crate::engine::quota::Floor;
+use crate::engine::{Millis, ProfileView, Reason, Until, Unusable, UsageStats};
 use serde::Serialize;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -80,6 +81,73 @@ impl Status {
             }
             Status::Unusable { why } => format!("unusable: {why}"),
         }
+    }
+}
+
+/// What the provider last reported of a profile's remaining quota for one model (rotate before
+/// the 429, docs/rotation.md), as the API, `doctor` and the console show it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct QuotaInfo {
+    /// The provider's model id.
+    pub model: String,
+    pub remaining_requests: Option<i64>,
+    pub limit_requests: Option<i64>,
+    /// When the requests window resets (Unix ms).
+    pub requests_reset_at: Option<Millis>,
+    /// The token limit with the least left.
+    pub remaining_tokens: Option<i64>,
+    pub limit_tokens: Option<i64>,
+    pub tokens_reset_at: Option<Millis>,
+    /// When the answer that reported it arrived (Unix ms).
+    pub seen_at: Millis,
+    /// Until when the profile is at its floor (`rotation.quota_floor`, `quota_tokens_floor`)
+    /// for this model and goes after the profiles with quota; `null` when it has quota.
+    pub low_until: Option<Millis>,
+}
+
+impl QuotaInfo {
+    /// Every model's report of the profile, the most recent first.
+    pub fn of(stats: &UsageStats, floor: Floor, now: Millis) -> Vec<QuotaInfo> {
+        let mut out: Vec<QuotaInfo> = stats
+            .quotas
+            .iter()
+            .map(|q| QuotaInfo {
+                model: q.model.clone(),
+                remaining_requests: q.requests.map(|w| w.remaining),
+                limit_requests: q.requests.and_then(|w| w.limit),
+                requests_reset_at: q.requests.and_then(|w| w.reset_at),
+                remaining_tokens: q.tokens.map(|w| w.remaining),
+                limit_tokens: q.tokens.and_then(|w| w.limit),
+                tokens_reset_at: q.tokens.and_then(|w| w.reset_at),
+                seen_at: q.seen_at,
+                low_until: q.low_until(floor, now),
+            })
+            .collect();
+        out.sort_by(|a, b| b.seen_at.cmp(&a.seen_at).then_with(|| a.model.cmp(&b.model)));
+        out
+    }
+
+    /// `gpt-4.1: 0 of 3 requests left (resets in 42s), 90000 tokens left; after the others until 12:00:00Z`.
+    pub fn display(&self, now: Millis) -> String {
+        let part = |what: &str, remaining: Option<i64>, limit: Option<i64>, reset: Option<Millis>| {
+            let remaining = remaining?;
+            let of = limit.map(|l| format!(" of {l}")).unwrap_or_default();
+            let reset =
+                reset.filter(|r| *r > now).map(|r| format!(" (resets in {})", left(r - now))).unwrap_or_default();
+            Some(format!("{remaining}{of} {what} left{reset}"))
+        };
+        let parts: Vec<String> = [
+            part("requests", self.remaining_requests, self.limit_requests, self.requests_reset_at),
+            part("tokens", self.remaining_tokens, self.limit_tokens, self.tokens_reset_at),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let mut text = format!("{}: {}, seen {} ago", self.model, parts.join(", "), left(now - self.seen_at));
+        if let Some(until) = self.low_until {
+            text += &format!("; at its floor: after the profiles with quota until {}", time(until));
+        }
+        text
     }
 }
 
@@ -165,6 +233,29 @@ mod tests {
         let mut off = view(UsageStats::default());
         off.enabled = false;
         assert!(Status::of(&off, now).display(now).starts_with("unusable: disabled by an admin"));
+    }
+
+    #[test]
+    fn quota_reads_plainly_and_tells_when_the_profile_goes_last() {
+        use crate::engine::quota::{Quota, Window};
+        let now = 1_700_000_000_000;
+        let stats = UsageStats {
+            quotas: vec![Quota {
+                model: "gpt-4.1".into(),
+                requests: Some(Window { remaining: 0, limit: Some(3), reset_at: Some(now + 42_000) }),
+                tokens: Some(Window { remaining: 90_000, limit: None, reset_at: None }),
+                seen_at: now - 2_000,
+            }],
+            ..Default::default()
+        };
+        let info = QuotaInfo::of(&stats, Floor::default(), now);
+        assert_eq!(info[0].low_until, Some(now + 42_000));
+        assert_eq!(
+            info[0].display(now),
+            "gpt-4.1: 0 of 3 requests left (resets in 42s), 90000 tokens left, seen 2s ago; \
+             at its floor: after the profiles with quota until 2023-11-14T22:14:02Z"
+        );
+        assert_eq!(QuotaInfo::of(&stats, Floor::default(), now + 42_000)[0].low_until, None, "reset");
     }
 
     #[test]

@@ -375,6 +375,15 @@ async fn report(
     row.duration_ms = Some(now - issued_at);
     let request_id = walk.trail.request_id.clone();
     let usage = report.usage.unwrap_or_default();
+    let trusted = settings.config.agents.get(&name).is_some_and(|a| a.trusted);
+    // The remaining quota the provider's headers reported: an agent's claim, so its reset may
+    // order the profile last for no longer than a claimed cooldown (`cooldown.max`).
+    let cooldown = &settings.config.cooldown;
+    let max_wait = if trusted { cooldown.hint_max } else { cooldown.max }.as_millis() as Millis;
+    let pairs = report.headers.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+    if let Some(quota) = crate::engine::quota::read(pairs, &attempt.cand.model, now, max_wait) {
+        book.record_quota(&attempt.pid, quota);
+    }
     if report.outcome == ReportOutcome::Success {
         walk.succeeded(book, row, report.http_status.unwrap_or(200), (usage.input_tokens, usage.output_tokens), now);
         let recorded = Recorded { outcome: "success".into(), reason: None };
@@ -397,7 +406,7 @@ async fn report(
     };
     let mut class = settings.classifier.classify(&observed, now);
     class.message = redact(&class.message, &secrets);
-    if !settings.config.agents.get(&name).is_some_and(|a| a.trusted) {
+    if !trusted {
         weigh_claim(runtime, &state.upstream, &settings, &attempt, &mut class).await;
     }
     let verdict =

@@ -97,6 +97,7 @@ impl Gateway {
             Ok(Ok(r)) => r,
         };
         let status = resp.status().as_u16();
+        self.observe_quota(settings, att, resp.headers());
         if (200..300).contains(&status) && inc.stream {
             let called = match self.open(settings, inc, plan, resp, &echoed, first_byte, sent, &mut ttfb_ms).await {
                 Ok(opened) => Called::Stream(Box::new(opened)),
@@ -139,6 +140,17 @@ impl Gateway {
         }
         let redacted = Bytes::from(redact(&text, &secrets));
         done(fail(class, Some(status), Some(redacted)), ttfb_ms)
+    }
+
+    /// Keeps what the answer's rate-limit headers say of the profile's remaining quota for the
+    /// model (rota's own evidence: the answer to its own call), so that the next request can
+    /// rotate before the 429.
+    fn observe_quota(&self, settings: &Settings, att: &Attempt, headers: &http::HeaderMap) {
+        let max_wait = settings.config.cooldown.hint_max.as_millis() as Millis;
+        let pairs = headers.iter().filter_map(|(k, v)| Some((k.as_str(), v.to_str().ok()?)));
+        if let Some(quota) = crate::engine::quota::read(pairs, &att.cand.model, self.runtime.now(), max_wait) {
+            self.runtime.book.record_quota(&att.pid, quota);
+        }
     }
 
     /// Reads a 2xx stream up to its first content event (SPEC §6): what came before it is

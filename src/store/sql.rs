@@ -91,7 +91,51 @@ macro_rules! sql_store {
                 .execute(&mut **tx)
                 .await?;
             }
+            for q in &s.quotas {
+                let window = |w: Option<Window>| (w.map(|w| w.remaining), w.and_then(|w| w.limit), w.and_then(|w| w.reset_at));
+                let (requests, tokens) = (window(q.requests), window(q.tokens));
+                sqlx::query(
+                    "INSERT INTO profile_quota (profile_id, model, quota_remaining_requests, quota_limit_requests,
+                         quota_reset_at, quota_remaining_tokens, quota_limit_tokens, quota_tokens_reset_at, quota_seen_at)
+                     SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9 WHERE EXISTS (SELECT 1 FROM profiles WHERE id = $10)
+                     ON CONFLICT (profile_id, model) DO UPDATE SET
+                         quota_remaining_requests = excluded.quota_remaining_requests,
+                         quota_limit_requests = excluded.quota_limit_requests, quota_reset_at = excluded.quota_reset_at,
+                         quota_remaining_tokens = excluded.quota_remaining_tokens,
+                         quota_limit_tokens = excluded.quota_limit_tokens,
+                         quota_tokens_reset_at = excluded.quota_tokens_reset_at, quota_seen_at = excluded.quota_seen_at
+                     WHERE excluded.quota_seen_at >= profile_quota.quota_seen_at",
+                )
+                .bind(id.as_str())
+                .bind(&q.model)
+                .bind(requests.0)
+                .bind(requests.1)
+                .bind(requests.2)
+                .bind(tokens.0)
+                .bind(tokens.1)
+                .bind(tokens.2)
+                .bind(q.seen_at)
+                .bind(id.as_str())
+                .execute(&mut **tx)
+                .await?;
+            }
             Ok(())
+        }
+
+        fn quota_from_row(row: &$row) -> Result<Quota, StoreError> {
+            let window = |remaining: &str, limit: &str, reset: &str| -> Result<Option<Window>, StoreError> {
+                let remaining: Option<i64> = row.try_get(remaining)?;
+                Ok(match remaining {
+                    Some(remaining) => Some(Window { remaining, limit: row.try_get(limit)?, reset_at: row.try_get(reset)? }),
+                    None => None,
+                })
+            };
+            Ok(Quota {
+                model: row.try_get("model")?,
+                requests: window("quota_remaining_requests", "quota_limit_requests", "quota_reset_at")?,
+                tokens: window("quota_remaining_tokens", "quota_limit_tokens", "quota_tokens_reset_at")?,
+                seen_at: row.try_get("quota_seen_at")?,
+            })
         }
 
         fn sealed_row(row: &$row) -> Result<Sealed, StoreError> {
@@ -191,6 +235,7 @@ macro_rules! sql_store {
                 failure_total: row.try_get::<i64, _>("failure_total")? as u64,
                 billing_step: row.try_get::<i64, _>("billing_step")? as u32,
                 cleared_at: row.try_get("cleared_at")?,
+                quotas: Vec::new(),
             })
         }
 
@@ -223,6 +268,13 @@ macro_rules! sql_store {
             .await?
             {
                 stats.cooldowns.push(window_from_row(&row)?);
+            }
+            for row in sqlx::query("SELECT * FROM profile_quota WHERE profile_id = $1")
+                .bind(id.as_str())
+                .fetch_all(&mut *conn)
+                .await?
+            {
+                stats.quotas.push(quota_from_row(&row)?);
             }
             Ok(Some(stats))
         }
@@ -393,6 +445,11 @@ macro_rules! sql_store {
                     let id: String = row.try_get("profile_id")?;
                     let id: ProfileId = id.parse().map_err(|e| corrupt("profile_cooldowns", e))?;
                     snap.stats.entry(id).or_default().cooldowns.push(window_from_row(&row)?);
+                }
+                for row in sqlx::query("SELECT * FROM profile_quota").fetch_all(&mut *conn).await? {
+                    let id: String = row.try_get("profile_id")?;
+                    let id: ProfileId = id.parse().map_err(|e| corrupt("profile_quota", e))?;
+                    snap.stats.entry(id).or_default().quotas.push(quota_from_row(&row)?);
                 }
                 for row in sqlx::query("SELECT provider, profile_ids FROM profile_order").fetch_all(&mut *conn).await? {
                     let ids: String = row.try_get("profile_ids")?;

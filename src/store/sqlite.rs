@@ -8,6 +8,7 @@ use super::{
     SeriesRows, Snapshot, Store, StoreError, StoredProfile,
 };
 use crate::agents::Agent;
+use crate::engine::quota::{Quota, Window};
 use crate::engine::{
     Change, Cooldown, CooldownPolicy, Disabled, Millis, ModelChange, ModelCooldown, ProfileId, Reason, UsageStats,
 };

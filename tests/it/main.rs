@@ -15,5 +15,6 @@ mod gateway;
 mod hostile;
 mod layers;
 mod leases;
+mod quota;
 mod store;
 mod translation;

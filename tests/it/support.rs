@@ -526,6 +526,25 @@ pub struct Scenario<'a> {
     /// OAuth profiles, `(id, access token, refresh token)`, the access token valid for a day.
     pub oauth: &'a [(&'a str, &'a str, &'a str)],
     pub db: Db,
+    /// The clock rota runs on (the system's when `None`).
+    pub clock: Option<Arc<Skewed>>,
+}
+
+/// The system clock, moved on by the test (`advance`): a window that ends a minute from now
+/// ends without waiting a minute.
+#[derive(Default)]
+pub struct Skewed(std::sync::atomic::AtomicI64);
+
+impl Skewed {
+    pub fn advance(&self, by: Duration) {
+        self.0.fetch_add(by.as_millis() as i64, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl rota::engine::Clock for Skewed {
+    fn now(&self) -> rota::engine::Millis {
+        chrono::Utc::now().timestamp_millis() + self.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
 
 /// rota, in-process, as the scenario says, with an agent `tester` and an admin agent `admin`.
@@ -604,7 +623,7 @@ pub struct Rota {
 }
 
 impl Rota {
-    async fn start(Scenario { config, keys: profiles, oauth, db }: Scenario<'_>) -> Rota {
+    async fn start(Scenario { config, keys: profiles, oauth, db, clock }: Scenario<'_>) -> Rota {
         let dir = tempfile::tempdir().unwrap();
         let text = match db {
             Db::Sqlite => format!("[database]\nurl = \"sqlite://{}\"\n{config}", dir.path().join("rota.db").display()),
@@ -650,7 +669,7 @@ impl Rota {
             secrecy::ExposeSecret::expose_secret(&agent_key).to_string(),
             secrecy::ExposeSecret::expose_secret(&admin_key).to_string(),
         );
-        Self::serve(Arc::new(dir), keys, store).await
+        Self::serve(Arc::new(dir), keys, store, clock).await
     }
 
     /// A second instance on the same database and config file, as a load balancer's second
@@ -658,7 +677,7 @@ impl Rota {
     pub async fn another(&self) -> Rota {
         let (config, _) = Config::load(Some(&self.dir.path().join("rota.toml"))).unwrap();
         let store = rota::store::open(&config.database().unwrap()).await.unwrap();
-        Self::serve(self.dir.clone(), (self.agent_key.clone(), self.admin_key.clone()), store).await
+        Self::serve(self.dir.clone(), (self.agent_key.clone(), self.admin_key.clone()), store, None).await
     }
 
     /// rota serving the `rota.toml` in `dir` (its database already set up), with these agent
@@ -666,13 +685,14 @@ impl Rota {
     pub async fn on_config(dir: tempfile::TempDir, keys: (String, String)) -> Rota {
         let (config, _) = Config::load(Some(&dir.path().join("rota.toml"))).unwrap();
         let store = rota::store::open(&config.database().unwrap()).await.unwrap();
-        Self::serve(Arc::new(dir), keys, store).await
+        Self::serve(Arc::new(dir), keys, store, None).await
     }
 
     async fn serve(
         dir: Arc<tempfile::TempDir>,
         (agent_key, admin_key): (String, String),
         store: Arc<dyn Store>,
+        clock: Option<Arc<Skewed>>,
     ) -> Rota {
         let share = Share::take();
         let file = dir.path().join("rota.toml");
@@ -685,7 +705,11 @@ impl Rota {
             }
             rota::config::DatabaseTarget::Postgres(_) => None,
         };
-        let app = App::build(config, Some(file)).await.unwrap();
+        let clock: Arc<dyn rota::engine::Clock> = match clock {
+            Some(c) => c,
+            None => Arc::new(rota::engine::SystemClock),
+        };
+        let app = App::build_on(config, Some(file), clock).await.unwrap();
         let app_flush = (app.book.clone(), app.audit.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());

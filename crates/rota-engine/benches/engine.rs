@@ -57,6 +57,7 @@ fn request<'a>(ids: &'a [ProfileId]) -> OrderRequest<'a> {
         rotation: Rotation::Lru,
         sticky: None,
         pin: None,
+        quota_floor: Default::default(),
     }
 }
 
@@ -74,7 +75,7 @@ fn first_usable_from_the_index(bencher: divan::Bencher, n: usize) {
     let mut index = RotationIndex::new(&ids, &views, Rotation::Lru);
     let mut now = NOW;
     bencher.bench_local(|| {
-        let first = index.first(divan::black_box(("openai", "gpt-4.1")), NOW, &views, &[], 8);
+        let first = index.first(divan::black_box(("openai", "gpt-4.1")), NOW, &views, &[], (8, Default::default()));
         now += 1;
         if let Some(v) = views.get_mut(&first[0]) {
             v.stats.mark_used(now);

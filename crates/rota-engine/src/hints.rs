@@ -98,7 +98,7 @@ fn reset_headers(headers: &[(String, String)], now: Millis) -> Option<Hint> {
 
 /// A reset value: a Go-style duration, an RFC 3339 time, Unix seconds or Unix milliseconds,
 /// or a small number of seconds to wait.
-fn reset_value(value: &str, now: Millis) -> Option<Millis> {
+pub(crate) fn reset_value(value: &str, now: Millis) -> Option<Millis> {
     if let Ok(n) = value.parse::<f64>() {
         let at = if n >= 1e12 {
             n as Millis

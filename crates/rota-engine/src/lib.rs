@@ -9,6 +9,7 @@ pub mod gate;
 pub mod hints;
 pub mod order;
 pub mod profile;
+pub mod quota;
 pub mod reason;
 pub mod recent;
 pub mod stats;

@@ -1,6 +1,7 @@
 //! Stage 1: the order in which a provider's profiles are tried (SPEC §2).
 
 use super::Views;
+use super::quota::Floor;
 use super::{Millis, ProfileId, ProfileView, Reason, Until, Unusable};
 use serde::Deserialize;
 
@@ -33,6 +34,8 @@ pub struct OrderRequest<'a> {
     pub sticky: Option<&'a ProfileId>,
     /// `x-rota-profile`: used even when cooled, never rotated. Ignored for another provider.
     pub pin: Option<&'a ProfileId>,
+    /// `rotation.quota_floor`: profiles at it for this model go after those with quota.
+    pub quota_floor: Floor,
 }
 
 /// One profile in the order, with the window that blocks it for this model, if any.
@@ -136,10 +139,15 @@ pub fn order(req: &OrderRequest<'_>, profiles: &Views) -> Result<Ordered, PinErr
         keyed.sort_unstable_by_key(|(k, _)| *k);
         usable = keyed.into_iter().map(|(_, v)| v).collect();
     }
+    // Rotate before the 429: profiles known to be out of quota for this model follow the ones
+    // with quota (unknown quota counts as available); a session does not stick to one.
+    let low: Vec<&ProfileView>;
+    (usable, low) = usable.into_iter().partition(|v| !low_on_quota(v, req.model, req.quota_floor, req.now));
     if let Some(pos) = req.sticky.and_then(|s| usable.iter().position(|v| &v.id == s)) {
         let v = usable.remove(pos);
         usable.insert(0, v);
     }
+    usable.extend(low);
     cooled.sort_by_key(|(_, (until, _))| *until);
 
     let slots = usable
@@ -213,20 +221,22 @@ impl RotationIndex {
 
     /// The first `k` profiles of the order of `provider`'s profiles for `model` that are
     /// usable at `now`, less `exclude`: what `order` puts first without an explicit order, a
-    /// sticky session or a pin, found without looking at the rest. Empty when none is usable
-    /// (then `order` tells why: cooling, or no profile).
+    /// sticky session or a pin, found without looking at the rest (the profiles low on quota
+    /// only when fewer than `k` others are usable). Empty when none is usable (then `order`
+    /// tells why: cooling, or no profile).
     pub fn first(
         &self,
         (provider, model): (&str, &str),
         now: Millis,
         profiles: &Views,
         exclude: &[ProfileId],
-        k: usize,
+        (k, floor): (usize, Floor),
     ) -> Vec<ProfileId> {
         let mut out = Vec::with_capacity(k.min(self.ids.len()));
+        let mut low = Vec::new();
         for &(_, _, pos) in &self.keys {
             if out.len() == k {
-                break;
+                return out;
             }
             let id = &self.ids[pos];
             let Some(view) = profiles.get(id) else { continue };
@@ -237,10 +247,21 @@ impl RotationIndex {
             {
                 continue;
             }
+            if low_on_quota(view, model, floor, now) {
+                if low.len() < k {
+                    low.push(id.clone());
+                }
+                continue;
+            }
             out.push(id.clone());
         }
+        out.extend(low.into_iter().take(k - out.len()));
         out
     }
+}
+
+fn low_on_quota(view: &ProfileView, model: &str, floor: Floor, now: Millis) -> bool {
+    view.stats.quota_low_until(model, floor, now).is_some()
 }
 
 fn blocked(view: &ProfileView, req: &OrderRequest<'_>) -> Option<(Until, Reason)> {
@@ -251,6 +272,7 @@ fn blocked(view: &ProfileView, req: &OrderRequest<'_>) -> Option<(Until, Reason)
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::quota::{Quota, Window};
     use crate::{Cooldown, Disabled, ProfileType, UsageStats};
 
     const NOW: Millis = 10_000_000;
@@ -291,6 +313,7 @@ mod tests {
             rotation: Rotation::Lru,
             sticky: None,
             pin: None,
+            quota_floor: Floor::default(),
         }
     }
 
@@ -542,6 +565,56 @@ mod tests {
         assert_eq!(order(&r, &b), Err(PinError::Unknown(ghost.clone())));
         r.pin = Some(&off);
         assert_eq!(order(&r, &b), Err(PinError::Unusable(off.clone(), Unusable::DisabledByAdmin)));
+    }
+
+    fn out_of_quota(v: &mut ProfileView, model: &str, reset_at: Millis) {
+        let window = Window { remaining: 0, limit: Some(3), reset_at: Some(reset_at) };
+        v.stats.quotas.push(Quota { model: model.into(), requests: Some(window), tokens: None, seen_at: NOW - 1 });
+    }
+
+    #[test]
+    fn profiles_out_of_quota_go_after_those_with_quota_and_before_cooled_ones() {
+        let all = ids(&["openai:a", "openai:b", "openai:c", "openai:d"]);
+        let mut a = view("openai:a", ProfileType::ApiKey, Some(1));
+        let b = view("openai:b", ProfileType::ApiKey, Some(2));
+        let mut c = view("openai:c", ProfileType::ApiKey, Some(3));
+        let mut d = view("openai:d", ProfileType::ApiKey, None);
+        out_of_quota(&mut a, "gpt-4.1", NOW + 60_000);
+        cool(&mut c, NOW + 5_000, None);
+        out_of_quota(&mut d, "gpt-4.1-mini", NOW + 60_000);
+        let bk = book(vec![a, b, c, d]);
+        let out = order(&req(&all), &bk).unwrap();
+        assert_eq!(out.ids(), ["openai:d", "openai:b", "openai:a", "openai:c"], "d is out of another model's quota");
+        assert_eq!(out.slots[2].blocked, None, "out of quota is not a window: still usable, only later");
+        let mut later = req(&all);
+        later.now = NOW + 60_000;
+        assert_eq!(order(&later, &bk).unwrap().ids()[..3], ["openai:d", "openai:a", "openai:b"], "after the reset");
+        let index = RotationIndex::new(&all, &bk, Rotation::Lru);
+        for k in 1..4 {
+            let want: Vec<ProfileId> =
+                out.slots.iter().filter(|s| s.blocked.is_none()).take(k).map(|s| s.id.clone()).collect();
+            assert_eq!(index.first(("openai", "gpt-4.1"), NOW, &bk, &[], (k, Floor::default())), want);
+        }
+    }
+
+    #[test]
+    fn explicit_order_and_sessions_yield_to_quota() {
+        let all = ids(&["openai:a", "openai:b", "openai:c"]);
+        let explicit = ids(&["openai:a", "openai:b", "openai:c"]);
+        let mut a = view("openai:a", ProfileType::ApiKey, Some(1));
+        out_of_quota(&mut a, "gpt-4.1", NOW + 1);
+        let bk =
+            book(vec![a, view("openai:b", ProfileType::ApiKey, None), view("openai:c", ProfileType::ApiKey, None)]);
+        let mut r = req(&all);
+        r.config_order = Some(&explicit);
+        assert_eq!(order(&r, &bk).unwrap().ids(), ["openai:b", "openai:c", "openai:a"]);
+        r.config_order = None;
+        let sticky = id("openai:a");
+        r.sticky = Some(&sticky);
+        assert_eq!(order(&r, &bk).unwrap().ids(), ["openai:b", "openai:c", "openai:a"], "the session moves on");
+        let pin = id("openai:a");
+        r.pin = Some(&pin);
+        assert_eq!(order(&r, &bk).unwrap().ids(), ["openai:a"], "a pin is used whatever its quota");
     }
 
     #[test]

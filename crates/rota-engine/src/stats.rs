@@ -3,6 +3,7 @@
 //!
 //! Everything here is a pure function of the current stats, the failure and `now`.
 
+use super::quota::{self, Floor, Quota};
 use super::{Mark, Millis, Reason};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -204,6 +205,11 @@ pub struct UsageStats {
     /// When an admin last cleared the profile (or an account logged in again): failures from
     /// before it open no window, whenever their write lands.
     pub cleared_at: Option<Millis>,
+    /// What the provider's answers last said of the remaining quota, one entry per model
+    /// (`profile_quota`): observations, not failures; they never open a window. Not serialized
+    /// here: the API shows them with what they mean now (`quota`).
+    #[serde(default, skip_serializing)]
+    pub quotas: Vec<Quota>,
 }
 
 /// One change of a profile's usage stats. The book applies it at once; the store replays it on
@@ -225,6 +231,8 @@ pub enum Change {
     Cleared(Millis),
     /// The sweep: windows that have ended go.
     Expired(Millis),
+    /// An answer reported the remaining quota for a model: the latest report wins.
+    Quota(Quota),
 }
 
 /// A profile's changes waiting to be written, coalesced so that what waits for a slow
@@ -236,12 +244,15 @@ pub enum Change {
 pub struct Unwritten {
     used: Option<Millis>,
     changes: Vec<Change>,
+    /// The latest quota report of each model (only the latest of a model counts).
+    quotas: Vec<Quota>,
 }
 
 impl Unwritten {
     pub fn push(&mut self, change: Change) {
         match (change, self.changes.last_mut()) {
             (Change::Used(t), _) => self.used = self.used.max(Some(t)),
+            (Change::Quota(q), _) => quota::keep_latest(&mut self.quotas, q),
             (Change::Served(m, t, n), Some(Change::Served(last, at, times))) if *last == m => {
                 *at = (*at).max(t);
                 *times += n;
@@ -252,11 +263,13 @@ impl Unwritten {
 
     /// The changes to replay, in order.
     pub fn replay(&self) -> impl Iterator<Item = Change> + '_ {
-        self.changes.iter().cloned().chain(self.used.map(Change::Used))
+        let quotas = self.quotas.iter().cloned().map(Change::Quota);
+        self.changes.iter().cloned().chain(quotas).chain(self.used.map(Change::Used))
     }
 
     pub fn into_changes(self) -> Vec<Change> {
         let mut v = self.changes;
+        v.extend(self.quotas.into_iter().map(Change::Quota));
         v.extend(self.used.map(Change::Used));
         v
     }
@@ -333,8 +346,17 @@ impl UsageStats {
             Change::Expired(now) => {
                 self.expire(*now, policy);
             }
+            Change::Quota(q) => quota::keep_latest(&mut self.quotas, q.clone()),
         }
         None
+    }
+
+    /// Until when the profile is low on quota for `model` (`Quota::low_until`).
+    pub fn quota_low_until(&self, model: &str, floor: Floor, now: Millis) -> Option<Millis> {
+        if self.quotas.is_empty() {
+            return None;
+        }
+        self.quotas.iter().find(|q| q.model == model)?.low_until(floor, now)
     }
 
     /// The profile was chosen for an attempt (set at selection, so concurrent requests spread).

@@ -7,6 +7,7 @@
 use proptest::prelude::*;
 use proptest::test_runner::Config as ProptestConfig;
 use rota_engine::order::{OrderRequest, Ordered, Rotation, RotationIndex, Slot, order};
+use rota_engine::quota::{Floor, Quota, Window};
 use rota_engine::{
     Change, Cooldown, CooldownLane, CooldownPolicy, Disabled, Failure, Millis, ProfileId, ProfileType, ProfileView,
     Reason, Until, Unwritten, UsageStats,
@@ -183,6 +184,7 @@ struct World {
     stored_order: Option<Vec<ProfileId>>,
     config_order: Option<Vec<ProfileId>>,
     sticky: Option<ProfileId>,
+    floor: Floor,
 }
 
 impl World {
@@ -208,7 +210,38 @@ impl World {
             config_order: sc.config_order.as_ref().map(pick),
             sticky: sc.sticky.map(|i| ids[i].clone()),
             book,
+            floor: Floor::default(),
         }
+    }
+
+    /// Gives the own profiles the quota reports of `specs` (by position; `None`: never seen).
+    fn with_quotas(mut self, specs: &[Option<QuotaSpec>], floor: Floor) -> World {
+        for (i, spec) in specs.iter().enumerate() {
+            let (Some(q), Some(v)) = (spec, self.book.get_mut(&own(i))) else { continue };
+            let window = |remaining: Option<i64>| {
+                remaining.map(|remaining| Window { remaining, limit: None, reset_at: q.reset.map(|r| NOW + r) })
+            };
+            v.stats.quotas.push(Quota {
+                model: MODELS[q.model].to_string(),
+                requests: window(q.requests),
+                tokens: window(q.tokens),
+                seen_at: NOW - q.seen_back,
+            });
+        }
+        self.floor = floor;
+        self
+    }
+
+    /// Low on quota for `model`, restated: a known remaining count at or below its floor, in
+    /// a window that has not reset (a window with no reset time lasts a minute after it was
+    /// seen).
+    fn low(&self, id: &ProfileId, model: &str) -> bool {
+        self.book[id].stats.quotas.iter().filter(|q| q.model == model).any(|q| {
+            let low = |w: &Option<Window>, floor: i64| {
+                w.is_some_and(|w| w.remaining <= floor && NOW < w.reset_at.unwrap_or(q.seen_at + MIN))
+            };
+            low(&q.requests, self.floor.requests) || low(&q.tokens, self.floor.tokens)
+        })
     }
 
     fn request(&self, sc: &Scenario) -> OrderRequest<'_> {
@@ -223,6 +256,7 @@ impl World {
             rotation: sc.rotation,
             sticky: self.sticky.as_ref(),
             pin: None,
+            quota_floor: self.floor,
         }
     }
 
@@ -268,6 +302,40 @@ impl World {
         let cool = s.cooldowns.iter().any(|c| NOW < c.until && c.model.as_deref().is_none_or(|m| m == model));
         dis || cool
     }
+}
+
+/// One profile's quota report: remaining requests and tokens (either may be unknown), the reset
+/// relative to NOW (past, future, or not given), and how long ago it was seen.
+#[derive(Clone, Debug)]
+struct QuotaSpec {
+    model: usize,
+    requests: Option<i64>,
+    tokens: Option<i64>,
+    reset: Option<Millis>,
+    seen_back: Millis,
+}
+
+fn quota_specs() -> impl Strategy<Value = Vec<Option<QuotaSpec>>> {
+    let spec = (
+        0usize..MODELS.len(),
+        proptest::option::of(0i64..4),
+        proptest::option::of(prop_oneof![Just(0i64), 0i64..3000]),
+        proptest::option::of(offset(-2, 4, 30_000)),
+        offset(0, 3, 30_000),
+    )
+        .prop_map(|(model, requests, tokens, reset, seen_back)| QuotaSpec {
+            model,
+            requests,
+            tokens,
+            reset,
+            seen_back,
+        });
+    proptest::collection::vec(proptest::option::weighted(0.6, spec), 12)
+}
+
+fn floors() -> impl Strategy<Value = Floor> {
+    (prop_oneof![Just(0i64), 0i64..3], prop_oneof![Just(0i64), 0i64..2000])
+        .prop_map(|(requests, tokens)| Floor { requests, tokens })
 }
 
 fn run_order(w: &World, sc: &Scenario) -> Ordered {
@@ -655,7 +723,7 @@ proptest! {
 /// One server's changes, in the order it made them: (advance, kind, model, hint, started_back).
 fn server_changes() -> impl Strategy<Value = Vec<(Millis, u8, usize, Option<Millis>, Millis)>> {
     proptest::collection::vec(
-        (0..2 * MIN, 0u8..4, 0usize..MODELS.len(), proptest::option::weighted(0.3, 1000..2 * HOUR), 0..MIN),
+        (0..2 * MIN, 0u8..5, 0usize..MODELS.len(), proptest::option::weighted(0.3, 1000..2 * HOUR), 0..MIN),
         0..12,
     )
 }
@@ -678,6 +746,12 @@ fn changes_of(server: &[(Millis, u8, usize, Option<Millis>, Millis)]) -> Vec<Cha
                 0 => Change::Used(now),
                 1 => Change::Counted(Reason::ServerError, now),
                 2 => Change::Served(MODELS[model].into(), now, 1),
+                3 => Change::Quota(Quota {
+                    model: MODELS[model].into(),
+                    requests: Some(Window { remaining: now % 5, limit: None, reset_at: Some(now + MIN) }),
+                    tokens: None,
+                    seen_at: now,
+                }),
                 _ => Change::Failed(f, now),
             }
         })
@@ -717,6 +791,7 @@ proptest! {
         let landed = replay(&interleave(&a, &b, &picks), &pol);
         let at = |c: &Change| match c {
             Change::Used(t) | Change::Counted(_, t) | Change::Served(_, t, _) | Change::Failed(_, t) | Change::Cleared(t) | Change::Expired(t) => *t,
+            Change::Quota(q) => q.seen_at,
         };
         let mut in_time = [a.clone(), b.clone()].concat();
         in_time.sort_by_key(at);
@@ -725,6 +800,8 @@ proptest! {
             (landed.failure_total, landed.success_count, landed.last_used, landed.last_success_at, landed.last_failure_at),
             (ordered.failure_total, ordered.success_count, ordered.last_used, ordered.last_success_at, ordered.last_failure_at)
         );
+        let by_model = |mut q: Vec<Quota>| { q.sort_by(|x, y| x.model.cmp(&y.model)); q };
+        prop_assert_eq!(by_model(landed.quotas), by_model(ordered.quotas), "the latest quota report of each model wins");
     }
 
     /// Changes waiting for the writer coalesce (successes in a row, uses) without changing what
@@ -754,18 +831,50 @@ proptest! {
         prop_assert_eq!(one_by_one, at_once);
     }
 
+    /// Rotate before the 429: with any mix of known and unknown quota, no profile known to be
+    /// out of quota for the model comes before a usable one that has quota (or whose quota is
+    /// unknown), so the chosen profile is never one at its floor while another has quota; the
+    /// order still holds every usable profile, and out of quota is never a window.
+    #[test]
+    fn a_profile_out_of_quota_is_never_chosen_while_another_usable_one_has_quota(
+        sc in scenario(),
+        quotas in quota_specs(),
+        floor in floors(),
+    ) {
+        let model = MODELS[sc.model];
+        let w = World::new(&sc).with_quotas(&quotas, floor);
+        let out = run_order(&w, &sc);
+        let cut = first_blocked(&out.slots);
+        let usable = &out.slots[..cut];
+        let with_quota = usable.iter().filter(|s| !w.low(&s.id, model)).count();
+        prop_assert!(usable[..with_quota].iter().all(|s| !w.low(&s.id, model)), "out of quota before one with quota: {:?}", usable);
+        if let Some(first) = usable.first() {
+            prop_assert!(!w.low(&first.id, model) || with_quota == 0, "chose {} out of quota while another has some", first.id);
+        }
+        let plain = World::new(&sc);
+        let plain = run_order(&plain, &sc);
+        let mut without: Vec<&str> = plain.slots[..cut].iter().map(|s| s.id.as_str()).collect();
+        let mut with: Vec<&str> = usable.iter().map(|s| s.id.as_str()).collect();
+        without.sort_unstable();
+        with.sort_unstable();
+        prop_assert_eq!(with, without, "quota reorders the usable profiles, never drops or blocks one");
+    }
+
     /// The rotation index gives what `order` gives first, without an explicit order or a
-    /// sticky session: the first k usable profiles, less those excluded, and again after each
-    /// of a series of uses (which move a profile to the end).
+    /// sticky session: the first k usable profiles, less those excluded (the ones out of quota
+    /// after the others), and again after each of a series of uses (which move a profile to
+    /// the end).
     #[test]
     fn the_rotation_index_gives_the_first_usable_profiles_of_the_order(
         sc in scenario(),
         k in 1usize..6,
         exclude in proptest::collection::vec(0usize..14, 0..3),
         uses in proptest::collection::vec(0usize..14, 0..8),
+        quotas in quota_specs(),
+        floor in floors(),
     ) {
         let sc = Scenario { stored_order: None, config_order: None, sticky: None, ..sc };
-        let mut w = World::new(&sc);
+        let mut w = World::new(&sc).with_quotas(&quotas, floor);
         let base = w.base().0;
         let mut index = RotationIndex::new(&base, &w.book, sc.rotation);
         let ids = universe(sc.specs.len());
@@ -779,7 +888,7 @@ proptest! {
                 .map(|s| s.id)
                 .take(k)
                 .collect();
-            prop_assert_eq!(index.first((PROVIDER, MODELS[sc.model]), NOW, &w.book, &exclude, k), want, "after {} uses", step);
+            prop_assert_eq!(index.first((PROVIDER, MODELS[sc.model]), NOW, &w.book, &exclude, (k, floor)), want, "after {} uses", step);
             let Some(used) = uses.get(step).and_then(|&i| ids.get(i)) else { continue };
             now += 1;
             if let Some(v) = w.book.get_mut(used) {

@@ -6,7 +6,7 @@ use crate::book::{Credential, Roster};
 use crate::config::Config;
 use crate::engine::{Millis, ProfileId, ProfileType, Reason, UsageStats};
 use crate::profiles::{self as rules, Changes};
-use crate::status::{Status, time};
+use crate::status::{QuotaInfo, Status, time};
 use crate::store::{Origin, StoredProfile};
 use axum::Json;
 use axum::extract::{Path, State};
@@ -48,6 +48,9 @@ pub struct ProfileInfo {
     pub status: Status,
     /// The state in words.
     pub status_text: String,
+    /// What the provider's answers last said of the remaining quota, per model
+    /// (`profile_quota`), and whether that orders the profile after the others now.
+    pub quota: Vec<QuotaInfo>,
     /// usageStats (docs/schema.md, `usage_stats`).
     #[schema(value_type = Object)]
     pub usage_stats: UsageStats,
@@ -72,6 +75,7 @@ pub(super) fn info(config: &Config, roster: &Roster, id: &ProfileId, now: Millis
             other => other.display(now),
         },
         status,
+        quota: QuotaInfo::of(&v.stats, config.rotation.floor(), now),
         usage_stats: v.stats.clone(),
     })
 }
