@@ -6,7 +6,7 @@ use crate::book::Roster;
 use crate::config::{Config, DatabaseTarget};
 use crate::engine::chain::{ChainError, ChainRequest, FallbackOverride};
 use crate::secrets::{check_key, find_key_with, key_file_for};
-use crate::status::Status;
+use crate::status::{QuotaInfo, Status};
 use crate::store::Snapshot;
 use anyhow::Result;
 use serde::Serialize;
@@ -48,6 +48,8 @@ struct ProfileLine {
     kind: String,
     status: Status,
     display: String,
+    /// What the provider last reported of the profile's quota for this model.
+    quota: Option<QuotaInfo>,
 }
 
 pub async fn run(config_path: Option<&Path>, as_json: bool) -> Result<ExitCode> {
@@ -126,11 +128,13 @@ async fn build(config: &Config, file: Option<&Path>) -> Report {
                         let line = |id: &crate::engine::ProfileId, note: &str| {
                             let v = &roster.views[id];
                             let status = Status::for_model(v, &c.model, now);
+                            let quota = QuotaInfo::of(&v.stats, config.rotation.floor(), now);
                             ProfileLine {
                                 id: id.to_string(),
                                 kind: v.kind.to_string(),
                                 display: format!("{}{note}", status.display(now)),
                                 status,
+                                quota: quota.into_iter().find(|q| q.model == c.model),
                             }
                         };
                         let mut profiles: Vec<ProfileLine> = slots.iter().map(|s| line(&s.id, "")).collect();
@@ -220,6 +224,7 @@ async fn inspect_database(target: &DatabaseTarget, config: &Config, report: &mut
 }
 
 fn print_text(r: &Report) {
+    let now = chrono::Utc::now().timestamp_millis();
     if let Some(f) = &r.config_file {
         println!("config:   {f}");
     }
@@ -244,6 +249,9 @@ fn print_text(r: &Report) {
             }
             for p in &step.profiles {
                 println!("       {:<32} {:<8} {}", p.id, p.kind, p.display);
+                if let Some(q) = &p.quota {
+                    println!("       {:<32} {:<8} quota {}", "", "", q.display(now));
+                }
             }
         }
     }

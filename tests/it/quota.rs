@@ -115,8 +115,31 @@ async fn rotates_before_the_429(anthropic: bool) {
     assert!((reset - reset_at).abs() <= 1_000, "reset {reset} is 60 s after the answer ({reset_at})");
     assert!(seen <= clock.now() && seen >= reset_at - 61_000);
 
-    // Another instance on the same database orders from what the database says.
+    // Another instance on the same database orders from what the database says, and `doctor`
+    // tells the operator.
     if !anthropic {
+        let out = rota_command()
+            .args(["--config", rota.dir.path().join("rota.toml").to_str().unwrap(), "doctor"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text.lines().find(|l| l.contains("quota gpt-4.1:")).unwrap_or_else(|| panic!("{text}"));
+        assert!(
+            line.contains("0 of 3 requests left (resets in") && line.contains("after the profiles with quota until"),
+            "{line}"
+        );
+        let json: serde_json::Value = serde_json::from_slice(
+            &rota_command()
+                .args(["--config", rota.dir.path().join("rota.toml").to_str().unwrap(), "doctor", "--json"])
+                .output()
+                .unwrap()
+                .stdout,
+        )
+        .unwrap();
+        let profiles = &json["agents"][0]["chain"][0]["profiles"];
+        assert_eq!(profiles[0]["id"], b, "doctor's order puts A last: {profiles}");
+        assert_eq!(profiles[1]["quota"]["remaining_requests"], 0, "{profiles}");
+
         let second = rota.another().await;
         assert_eq!(served(&second, false).await, b, "the second instance knows A is out of quota");
     }

@@ -81,6 +81,7 @@ function profileRow(p, provider, rows, index) {
   tr.append(el("td", { className: "state-cell" }, el("span", {
     className: "state", tabIndex: 0, "data-state": p.status.state, "data-detail": detail, title: detail, "aria-label": `${short}: ${detail}`,
   }, short)));
+  tr.append(quotaCell(p, provider));
   tr.append(el("td", { className: "type" }, p.type));
   tr.append(el("td", { className: "expires", title: p.expires_at || "" }, p.expires_at ? until(Date.parse(p.expires_at)) : "—"));
   tr.append(el("td", { className: "last-used" }, ago(p.usage_stats.last_used)));
@@ -103,6 +104,26 @@ function profileRow(p, provider, rows, index) {
   if (p.source === "stored") button("delete", "Delete");
   tr.append(el("td", { className: "actions-cell" }, actions));
   return tr;
+}
+
+/** What the provider last reported of the profile's quota for the model rotation is shown for
+ * (else the latest report), and whether that puts the profile after the others now. */
+function quotaCell(p, provider) {
+  const model = (provider.rotation_model || "").split("/").slice(1).join("/");
+  const q = (p.quota || []).find((x) => x.model === model) || (p.quota || [])[0];
+  if (!q) return el("td", { className: "quota muted", title: "no rate-limit headers seen yet" }, "—");
+  const part = (left, limit, what) => (left == null ? null : `${left}${limit == null ? "" : `/${limit}`} ${what}`);
+  const short = [part(q.remaining_requests, q.limit_requests, "req"), part(q.remaining_tokens, q.limit_tokens, "tok")]
+    .filter(Boolean)
+    .join(" · ");
+  const resets = [q.requests_reset_at, q.tokens_reset_at].filter((t) => t && t > Date.now());
+  const detail = `${q.model}: ${short} left${resets.length ? `, resets ${until(Math.min(...resets))}` : ""}, reported ${ago(q.seen_at)}`;
+  const td = el("td", { className: "quota", title: detail }, el("span", { "aria-label": detail }, short));
+  if (q.low_until) {
+    const why = `at its quota floor: tried after the profiles with quota, ${until(q.low_until)}`;
+    td.append(" ", el("span", { className: "badge low", title: why, "aria-label": why }, "last until reset"));
+  }
+  return td;
 }
 
 async function rowAction(action, p, provider, rows, index) {
