@@ -186,3 +186,45 @@ async fn round_robin_passes_over_a_profile_below_its_token_floor() {
     assert!(quota["low_until"].as_i64().is_some_and(|t| t > quota["seen_at"].as_i64().unwrap()), "{k1}");
     assert_eq!(k1["status"]["state"], "usable", "out of quota is not a state of its own: {k1}");
 }
+
+/// A streamed answer's headers count as a buffered one's: they arrive before the first event.
+#[tokio::test]
+async fn a_streamed_answer_reports_quota_too() {
+    let (mock, base) = Mock::started().await;
+    let cfg = format!("{}[auth.order]\nopenai = [\"openai:k1\", \"openai:k2\"]\n", config(&base));
+    let rota = spawn(Scenario { config: &cfg, keys: &KEYS[..2], ..Scenario::default() }).await;
+    let spent =
+        vec![("x-ratelimit-remaining-requests", "0".to_string()), ("x-ratelimit-reset-requests", "5m".to_string())];
+    mock.script(KEYS[0].1, vec![Reply::Headed(spent, Box::new(Reply::Stream(3)))]);
+    let mut body = chat();
+    body["stream"] = json!(true);
+    let r = rota.chat(body, &[]).await;
+    assert_eq!(r.headers()["x-rota-profile"], KEYS[0].0);
+    assert!(r.text().await.unwrap().contains("[DONE]"), "the stream is whole");
+    assert_eq!(served(&rota, false).await, KEYS[1].0, "k1 said it has no request left");
+}
+
+/// A lease report's headers are the agent's claim: they order the profile last too, but for no
+/// longer than `cooldown.max` (1 h), whatever reset they name.
+#[tokio::test]
+async fn a_lease_report_claims_quota_for_no_longer_than_the_cooldown_max() {
+    let (_mock, base) = Mock::started().await;
+    let cfg = format!("{}[auth.order]\nopenai = [\"openai:k1\", \"openai:k2\"]\n", config(&base));
+    let rota = spawn(Scenario { config: &cfg, keys: &KEYS[..2], ..Scenario::default() }).await;
+    let (_, lease) = rota.api("POST", "/api/v1/leases", Some(&rota.agent_key), Some(json!({}))).await;
+    assert_eq!(lease["profile_id"], KEYS[0].0);
+    let report = json!({"outcome": "success", "http_status": 200,
+        "headers": {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "9999h"}});
+    let path = format!("/api/v1/leases/{}/report", lease["lease_id"].as_str().unwrap());
+    let (code, _) = rota.api("POST", &path, Some(&rota.agent_key), Some(report)).await;
+    assert_eq!(code, 200);
+    let (_, next) = rota.api("POST", "/api/v1/leases", Some(&rota.agent_key), Some(json!({}))).await;
+    assert_eq!(next["profile_id"], KEYS[1].0, "k1 was reported out of requests");
+    rota.flush().await;
+    let (reset, seen): (i64, i64) =
+        sqlx::query_as("SELECT quota_reset_at, quota_seen_at FROM profile_quota WHERE profile_id = 'openai:k1'")
+            .fetch_one(rota.pool())
+            .await
+            .unwrap();
+    assert_eq!(reset - seen, 3_600_000, "a claim's reset is held to cooldown.max");
+}

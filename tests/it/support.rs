@@ -63,6 +63,8 @@ pub enum Reply {
     StreamStallAfterFirst,
     /// No answer for this long.
     Delay(Duration),
+    /// That reply with these headers too (a provider's rate-limit headers on a stream, say).
+    Headed(Vec<(&'static str, String)>, Box<Reply>),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -171,7 +173,11 @@ async fn answer(State(mock): State<Mock>, uri: axum::http::Uri, headers: HeaderM
         }
         other => other,
     };
-    match reply {
+    let (reply, extra) = match reply {
+        Reply::Headed(headers, reply) => (*reply, headers),
+        other => (other, Vec::new()),
+    };
+    let mut response = match reply {
         Reply::Ok if anthropic => axum::Json(json!({
             "id": "msg_1", "type": "message", "role": "assistant", "model": model,
             "content": [{"type": "text", "text": "served"}], "stop_reason": "end_turn",
@@ -208,7 +214,11 @@ async fn answer(State(mock): State<Mock>, uri: axum::http::Uri, headers: HeaderM
             (StatusCode::from_u16(code).unwrap(), axum::Json(body)).into_response()
         }
         stream => sse(stream, anthropic, mock.clone()),
+    };
+    for (k, v) in extra {
+        response.headers_mut().insert(k, v.parse().unwrap());
     }
+    response
 }
 
 /// The events of a realistic stream of `n` text deltas (`t0`, `t1`, …), in order: a keep-alive,
