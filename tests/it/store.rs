@@ -193,6 +193,57 @@ async fn three_instances_times_two_hundred_failures(target: DatabaseTarget) {
     }
 }
 
+#[tokio::test]
+async fn the_latest_quota_report_wins_across_instances_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    latest_quota_report_wins(DatabaseTarget::Sqlite(dir.path().join("rota.db"))).await;
+}
+
+#[tokio::test]
+async fn the_latest_quota_report_wins_across_instances_on_postgres() {
+    latest_quota_report_wins(DatabaseTarget::Postgres(crate::support::postgres_database().await)).await;
+}
+
+/// Two instances report the quota of one profile: the report seen last is kept, whichever write
+/// lands last, every model keeps its own row, and both books come to hold what the database does.
+async fn latest_quota_report_wins(target: DatabaseTarget) {
+    use rota::engine::quota::{Quota, Window};
+    let config = Config::from_toml(CONFIG).unwrap();
+    let first = rota::store::open(&target).await.unwrap();
+    add_key(first.as_ref(), &key(), "openai:q", "sk-q").await;
+    let (a, b) = (
+        Book::load(rota::store::open(&target).await.unwrap(), &config, Arc::new(key()), T0).await.unwrap(),
+        Book::load(rota::store::open(&target).await.unwrap(), &config, Arc::new(key()), T0).await.unwrap(),
+    );
+    let q = id("openai:q");
+    let report = |model: &str, remaining: i64, seen_at: i64| Quota {
+        model: model.into(),
+        requests: Some(Window { remaining, limit: Some(60), reset_at: Some(seen_at + 30_000) }),
+        tokens: Some(Window { remaining: remaining * 100, limit: None, reset_at: None }),
+        seen_at,
+    };
+    a.record_quota(&q, report("gpt-4.1", 0, T0 + 200));
+    a.flush().await;
+    b.record_quota(&q, report("gpt-4.1", 5, T0 + 100));
+    b.record_quota(&q, report("o3", 7, T0 + 150));
+    b.flush().await;
+    let mut stored = first.snapshot().await.unwrap().stats[&q].quotas.clone();
+    stored.sort_by(|x, y| x.model.cmp(&y.model));
+    assert_eq!(stored, [report("gpt-4.1", 0, T0 + 200), report("o3", 7, T0 + 150)]);
+    let started = std::time::Instant::now();
+    for book in [&a, &b] {
+        loop {
+            let mut held = book.stats(&q).unwrap().quotas;
+            held.sort_by(|x, y| x.model.cmp(&y.model));
+            if held == stored {
+                break;
+            }
+            assert!(started.elapsed() < std::time::Duration::from_secs(2), "{held:?} vs {stored:?}");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_snapshot_is_one_state_while_tokens_are_refreshed_on_sqlite() {
     let dir = tempfile::tempdir().unwrap();
