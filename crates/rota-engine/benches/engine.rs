@@ -1,6 +1,7 @@
 //! Micro-benchmarks of the engine (divan): ordering 10 to 10,000 profiles (whole, and the
 //! first usable ones through the rotation index, with a use moving one to the end), the index's
-//! update per mark, classifying a provider error, and one whole failover decision.
+//! update per mark, classifying a provider error, one whole failover decision, and reading the
+//! remaining quota of an answer.
 //! `cargo bench -p rota-engine`.
 
 use rota_engine::classify::{Classifier, Observed};
@@ -145,5 +146,29 @@ fn failover_decision(bencher: divan::Bencher) {
         };
         stats.record_failure(&f, NOW, &policy);
         order(&request(&ids), divan::black_box(&views)).unwrap()
+    });
+}
+
+/// Rotate before the 429: reading the quota of an OpenAI answer's headers (what every answer
+/// of such a provider costs the gateway).
+#[divan::bench]
+fn read_quota_of_an_answer(bencher: divan::Bencher) {
+    let headers: Vec<(&str, &str)> = vec![
+        ("date", "Wed, 02 Dec 2026 07:00:00 GMT"),
+        ("content-type", "application/json"),
+        ("openai-organization", "org-x"),
+        ("openai-processing-ms", "412"),
+        ("openai-version", "2020-10-01"),
+        ("x-ratelimit-limit-requests", "10000"),
+        ("x-ratelimit-limit-tokens", "2000000"),
+        ("x-ratelimit-remaining-requests", "9999"),
+        ("x-ratelimit-remaining-tokens", "1999984"),
+        ("x-ratelimit-reset-requests", "6ms"),
+        ("x-ratelimit-reset-tokens", "0s"),
+        ("x-request-id", "req_0123456789abcdef"),
+        ("cf-cache-status", "DYNAMIC"),
+    ];
+    bencher.bench_local(|| {
+        rota_engine::quota::read(divan::black_box(headers.iter().copied()), "gpt-4.1", NOW, 21_600_000)
     });
 }
