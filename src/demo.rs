@@ -4,6 +4,7 @@
 //! The simulated providers: `alpha` (OpenAI wire) with three keys — `steady`, `flaky` (every
 //! third call answers 429 with `Retry-After: 20`) and `down` (always 503) — `gamma` whose only
 //! key is down, and `beta` (OpenAI wire) and `claude` (Anthropic wire) with one steady key each.
+//! Every key may make 10 requests a minute, and its successful answers say how many are left.
 //! The virtual model `smart` tries `gamma` first, so it shows the fallback to `beta`.
 //!
 //! Its config is a file, `rota-demo.toml` beside the database, written at each start and then
@@ -136,7 +137,9 @@ pub async fn run(listen: &str, db: &Path) -> Result<()> {
         )
     };
     println!("rota demo listening on {url} (simulated upstreams at {upstream}, database {})", db.display());
-    println!("providers: alpha (keys steady, flaky: 429 every 3rd call, down: always 503), gamma (down), beta, claude");
+    println!(
+        "providers: alpha (keys steady, flaky: 429 every 3rd call, down: always 503), gamma (down), beta, claude; each key 10 requests a minute, its answers say how many are left"
+    );
     println!("models: alpha/sim-large (default chain: then beta/sim-small), smart = gamma/sim-xl then beta/sim-small");
     println!();
     println!("console: {url}/ui/");
@@ -163,7 +166,20 @@ pub async fn run(listen: &str, db: &Path) -> Result<()> {
 }
 
 #[derive(Clone, Default)]
-struct Sim(Arc<Mutex<HashMap<String, u64>>>);
+struct Sim(Arc<Mutex<HashMap<String, Calls>>>);
+
+/// The requests a simulated key may make per minute, as a provider's rate limit counts them: its
+/// successful answers say how many are left (`x-ratelimit-*`, `anthropic-ratelimit-*`), so rota rotates away
+/// from a key that has none left before it would answer 429.
+const PER_MINUTE: u64 = 10;
+
+/// One simulated key's calls: all of them, and those of the current minute.
+#[derive(Default)]
+struct Calls {
+    total: u64,
+    minute: i64,
+    in_minute: u64,
+}
 
 async fn start_simulator() -> Result<String> {
     let app = axum::Router::new()
@@ -187,12 +203,48 @@ async fn simulate(State(sim): State<Sim>, uri: Uri, headers: HeaderMap, body: By
         .and_then(|v| v.to_str().ok())
         .map(|v| v.trim_start_matches("Bearer ").to_string())
         .unwrap_or_default();
-    let calls = {
+    let now = chrono::Utc::now().timestamp_millis();
+    let (calls, left) = {
         let mut m = sim.0.lock().unwrap_or_else(|e| e.into_inner());
-        let n = m.entry(key.clone()).or_default();
-        *n += 1;
-        *n
+        let c = m.entry(key.clone()).or_default();
+        if c.minute != now / 60_000 {
+            (c.minute, c.in_minute) = (now / 60_000, 0);
+        }
+        c.total += 1;
+        c.in_minute += 1;
+        (c.total, PER_MINUTE.saturating_sub(c.in_minute))
     };
+    let anthropic = uri.path() == "/v1/messages";
+    let mut response = answer(&key, calls, anthropic, &body);
+    if !response.status().is_success() {
+        return response;
+    }
+    let reset_at = (now / 60_000 + 1) * 60_000;
+    let limits = if anthropic {
+        let reset = crate::status::time(reset_at);
+        [
+            ("anthropic-ratelimit-requests-limit", PER_MINUTE.to_string()),
+            ("anthropic-ratelimit-requests-remaining", left.to_string()),
+            ("anthropic-ratelimit-requests-reset", reset),
+        ]
+    } else {
+        [
+            ("x-ratelimit-limit-requests", PER_MINUTE.to_string()),
+            ("x-ratelimit-remaining-requests", left.to_string()),
+            ("x-ratelimit-reset-requests", format!("{}ms", reset_at - now)),
+        ]
+    };
+    for (name, value) in limits {
+        if let Ok(value) = value.parse() {
+            response.headers_mut().insert(name, value);
+        }
+    }
+    response
+}
+
+/// The simulated provider's answer to one call: a 503 from a `-down` key, a 429 from a `-flaky`
+/// key every third call, else the model's greeting (streamed when asked).
+fn answer(key: &str, calls: u64, anthropic: bool, body: &[u8]) -> Response {
     if key.ends_with("-down") {
         let body = json!({"error": {"message": "The server is overloaded, try later", "type": "server_error"}});
         return (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response();
@@ -201,10 +253,9 @@ async fn simulate(State(sim): State<Sim>, uri: Uri, headers: HeaderMap, body: By
         let body = json!({"error": {"message": "Rate limit reached for requests", "type": "rate_limit_error"}});
         return (StatusCode::TOO_MANY_REQUESTS, [("retry-after", "20")], axum::Json(body)).into_response();
     }
-    let req: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let req: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
     let model = req["model"].as_str().unwrap_or("sim").to_string();
     let text = format!("Hello from the simulated {model}.");
-    let anthropic = uri.path() == "/v1/messages";
     if req["stream"].as_bool() == Some(true) {
         // A whole answer in one write, as a fast server sends a short one.
         let events = if anthropic {

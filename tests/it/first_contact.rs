@@ -120,6 +120,14 @@ async fn the_demo_prints_the_console_and_an_admin_key_and_its_config_reaches_its
     let doctor = rota(dir.path(), &["--config", "rota-demo.toml", "doctor"]);
     assert!(doctor.status.success(), "{}", text(&doctor.stdout));
     assert!(text(&doctor.stdout).contains("1. alpha/sim-large\n       alpha:"), "{}", text(&doctor.stdout));
+    // The simulated keys' answers say how many of their 10 requests a minute are left.
+    assert!(
+        text(&doctor.stdout)
+            .lines()
+            .any(|l| l.trim_start().starts_with("quota sim-large: ") && l.contains(" of 10 requests left")),
+        "{}",
+        text(&doctor.stdout)
+    );
     let created = rota(dir.path(), &["--config", "rota-demo.toml", "agents", "create", "ops", "--admin"]);
     assert!(created.status.success(), "{}", text(&created.stderr));
     let ops = text(&created.stdout).lines().last().unwrap().to_string();
