@@ -353,9 +353,6 @@ impl UsageStats {
 
     /// Until when the profile is low on quota for `model` (`Quota::low_until`).
     pub fn quota_low_until(&self, model: &str, floor: Floor, now: Millis) -> Option<Millis> {
-        if self.quotas.is_empty() {
-            return None;
-        }
         self.quotas.iter().find(|q| q.model == model)?.low_until(floor, now)
     }
 
