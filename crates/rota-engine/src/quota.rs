@@ -83,27 +83,26 @@ enum Part {
     Reset,
 }
 
-/// Which limit a rate-limit header describes (`requests`, or a token family), and which part.
+impl Part {
+    fn of(word: &str) -> Option<Part> {
+        match word {
+            "limit" => Some(Part::Limit),
+            "remaining" => Some(Part::Remaining),
+            "reset" => Some(Part::Reset),
+            _ => None,
+        }
+    }
+}
+
+/// Which limit a rate-limit header describes (`requests`, or a token family), and which part:
+/// `x-ratelimit-{part}-{limit}`, `anthropic-ratelimit-{limit}-{part}`.
 fn classify(name: &str) -> Option<(&str, Part)> {
     if let Some(rest) = name.strip_prefix("x-ratelimit-") {
         let (part, limit) = rest.split_once('-')?;
-        let part = match part {
-            "limit" => Part::Limit,
-            "remaining" => Part::Remaining,
-            "reset" => Part::Reset,
-            _ => return None,
-        };
-        return matches!(limit, "requests" | "tokens").then_some((limit, part));
+        return matches!(limit, "requests" | "tokens").then_some((limit, Part::of(part)?));
     }
-    let rest = name.strip_prefix("anthropic-ratelimit-")?;
-    let (limit, part) = rest.rsplit_once('-')?;
-    let part = match part {
-        "limit" => Part::Limit,
-        "remaining" => Part::Remaining,
-        "reset" => Part::Reset,
-        _ => return None,
-    };
-    matches!(limit, "requests" | "tokens" | "input-tokens" | "output-tokens").then_some((limit, part))
+    let (limit, part) = name.strip_prefix("anthropic-ratelimit-")?.rsplit_once('-')?;
+    matches!(limit, "requests" | "tokens" | "input-tokens" | "output-tokens").then_some((limit, Part::of(part)?))
 }
 
 #[derive(Default)]
