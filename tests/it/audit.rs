@@ -522,6 +522,7 @@ fn attempt_at(
         error: None,
         tokens_in: None,
         tokens_out: None,
+        cost: None,
     }
 }
 
@@ -589,6 +590,7 @@ async fn usage_series_counts_match_the_tables(db: Db) {
             tokens_in: None,
             tokens_out: None,
             error: None,
+            cost: None,
         });
     }
     // The windows: k1 cools from before the hour into it (timeout), then twice (rate_limit,
