@@ -1774,4 +1774,9 @@ async fn each_answer_is_priced(db: Db) {
     assert_eq!((page["items"][0]["cost"].clone(), page["items"][1]["cost"].as_f64()), (Value::Null, Some(0.000007)));
     let (_, page) = rota.api("GET", "/api/v1/attempts?limit=2", admin, None).await;
     assert_eq!(page["items"][1]["cost"].as_f64(), Some(0.000007));
+    let (_, doc) = rota.api("GET", "/api/v1/openapi.json", None, None).await;
+    for schema in ["RequestRecord", "AttemptRecord"] {
+        let cost = &doc["components"]["schemas"][schema]["properties"]["cost"];
+        assert!(cost["description"].as_str().is_some_and(|d| d.contains("micro-dollar")), "{schema}: {cost}");
+    }
 }
