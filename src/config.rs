@@ -9,6 +9,7 @@ use crate::engine::duration::deserialize as duration;
 use crate::engine::order::Rotation;
 use crate::engine::profile::valid_provider_name;
 use crate::engine::{BillingLane, CooldownLane, CooldownPolicy, Millis, ProfileId, ProfileType, RefreshWindow};
+use crate::prices::Price;
 use figment::Figment;
 use figment::providers::{Env, Format, Toml};
 use secrecy::{ExposeSecret, SecretString};
@@ -39,7 +40,7 @@ pub fn demo_hint(config_read: Option<&Path>) -> Option<String> {
 
 /// The top-level sections a `ROTA_` variable may override (`ROTA_SECTION__KEY`). Other `ROTA_`
 /// variables (`ROTA_CONFIG`, `ROTA_MASTER_KEY`, `ROTA_LOG`, an operator's own) are not config.
-const SECTIONS: [&str; 19] = [
+const SECTIONS: [&str; 20] = [
     "server",
     "audit",
     "database",
@@ -59,6 +60,7 @@ const SECTIONS: [&str; 19] = [
     "leases",
     "refresh",
     "secrets",
+    "prices",
 ];
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -104,6 +106,9 @@ pub struct Config {
     pub refresh: Refresh,
     #[serde(default)]
     pub secrets: Secrets,
+    /// Prices by `"provider/model"` or `"model"`, over the shipped table (`src/prices.toml`).
+    #[serde(default)]
+    pub prices: BTreeMap<String, Price>,
 }
 
 /// Where the master key lives (SPEC §8, Secrets).
@@ -1174,6 +1179,42 @@ expires = "tomorrow"
         assert_eq!(did_you_mean("apu", &names), Some("api"));
         assert_eq!(did_you_mean("oatuh", &names), Some("oauth"));
         assert_eq!(did_you_mean("model", &names), None);
+    }
+
+    #[test]
+    fn prices_are_checked_at_load_each_with_its_key() {
+        let text = r#"
+[prices]
+"gpt-4.1" = { input = -1, output = 8 }
+"openai/o3" = { input = 2, output = nan }
+"local" = { input = 0, output = 0 }
+[prices.mine]
+input = 1
+output = inf
+cached_inpt = 0.1
+[prices.half]
+input = 1
+"#;
+        let err = Config::from_toml(text).unwrap_err();
+        let lines: Vec<&str> = err.0.iter().map(|l| l.strip_prefix("TOML source string: ").unwrap_or(l)).collect();
+        let invalid = "a price is USD per million tokens, a finite number of 0 or more";
+        assert_eq!(lines.len(), 5, "{lines:#?}");
+        for (key, says) in [
+            ("prices.\"gpt-4.1\".input", "invalid price `-1`"),
+            ("prices.\"openai/o3\".output", "invalid price `NaN`"),
+            ("prices.mine.output", "invalid price `inf`"),
+            ("prices.mine.cached_inpt", "unknown key; did you mean `cached_input`?"),
+            ("prices.half", "missing `output`, which is required"),
+        ] {
+            let line = format!("key `{key}`: {says}");
+            assert!(lines.iter().any(|l| l.starts_with(&line)), "{line}\nnot in {lines:#?}");
+        }
+        assert!(lines.iter().filter(|l| l.contains("invalid price")).all(|l| l.ends_with(invalid)), "{lines:#?}");
+        let c = parse(
+            "[prices]\n\"anthropic/claude-sonnet-4-5\" = { input = 3, output = 15, cached_input = 0.3, cache_write = 3.75 }",
+        );
+        assert_eq!(c.prices["anthropic/claude-sonnet-4-5"].cache_write, Some(3.75));
+        assert!(c.problems().is_empty());
     }
 
     #[test]

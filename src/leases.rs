@@ -7,7 +7,7 @@ use crate::engine::recent::Recent;
 use crate::engine::{Clock, Millis, Reason};
 use crate::settings::Settings;
 use crate::store::AttemptRow;
-use crate::walk::{Attempt, Walk};
+use crate::walk::{Attempt, Spent, Walk};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -127,5 +127,5 @@ pub fn expire_one(mut live: Live, now: Millis, why: &str) {
     live.row.duration_ms = Some(now.min(live.expires_at) - live.issued_at);
     live.row.error = Some(format!("{why}; no stats changed"));
     live.walk.trail.record(live.row);
-    live.walk.trail.finish(499, None, (None, None));
+    live.walk.trail.finish(499, None, Spent::default());
 }

@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod middleware;
 pub mod oauth;
 pub mod openclaw;
+pub mod prices;
 pub mod profiles;
 pub mod redact;
 pub mod refresh;

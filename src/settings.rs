@@ -6,6 +6,7 @@
 
 use crate::config::Config;
 use crate::engine::classify::Classifier;
+use crate::prices::Prices;
 use std::sync::Arc;
 use tokio::sync::watch;
 
@@ -13,12 +14,15 @@ use tokio::sync::watch;
 pub struct Settings {
     pub config: Config,
     pub classifier: Classifier,
+    /// `[prices]` over the shipped table: what an attempt's tokens cost.
+    pub prices: Arc<Prices>,
 }
 
 impl Settings {
     pub fn new(config: Config) -> Settings {
         let classifier = Classifier::with_overrides(config.classification.rules.clone());
-        Settings { config, classifier }
+        let prices = Arc::new(Prices::new(config.prices.clone()));
+        Settings { config, classifier, prices }
     }
 }
 

@@ -16,9 +16,10 @@ use crate::engine::{Millis, ProfileId, Reason};
 use crate::gateway::upstream::Upstream;
 use crate::leases::{Ended, Leases, Live, MAX_LIVE, expire_one};
 use crate::middleware::RequestId;
+use crate::prices::Tokens;
 use crate::redact::redact;
 use crate::settings::Settings;
-use crate::walk::{Attempt, Runtime, Step, Trail, Verdict, Walk};
+use crate::walk::{Attempt, Runtime, Spent, Step, Trail, Verdict, Walk};
 use axum::Json;
 use axum::extract::{Path, State};
 use secrecy::ExposeSecret;
@@ -109,11 +110,19 @@ pub struct Report {
     pub usage: Option<Usage>,
 }
 
+/// The provider's token counts, for the attempt's and the request's rows and their cost.
 #[derive(Deserialize, ToSchema, Clone, Copy, Default)]
 #[serde(deny_unknown_fields)]
 pub struct Usage {
+    /// The whole prompt, cached and cache-written tokens included.
     pub input_tokens: Option<i64>,
     pub output_tokens: Option<i64>,
+    /// Of the prompt, tokens read from the provider's cache (OpenAI `cached_tokens`, Anthropic
+    /// `cache_read_input_tokens`).
+    pub cached_input_tokens: Option<i64>,
+    /// Of the prompt, tokens written to the cache for 5 minutes (Anthropic
+    /// `cache_creation_input_tokens`).
+    pub cache_write_tokens: Option<i64>,
 }
 
 /// What a report came to.
@@ -151,13 +160,13 @@ async fn issue(
             Step::Try(att) => att,
             Step::Refuse(message) => {
                 if walk.trail.seq > 0 {
-                    walk.trail.finish(400, None, (None, None));
+                    walk.trail.finish(400, None, Spent::default());
                 }
                 return Err(ApiError::BadRequest(message));
             }
             Step::Exhausted(out) => {
                 tracing::warn!(request_id = %walk.trail.request_id, status = out.status, "{}", out.message);
-                walk.trail.finish(out.status, None, (None, None));
+                walk.trail.finish(out.status, None, Spent::default());
                 let (status, message, retry_after) = (out.status, out.message, out.retry_after_secs);
                 return Err(ApiError::AllModelsFailed { status, message, retry_after });
             }
@@ -165,7 +174,7 @@ async fn issue(
         match runtime.ready(&mut walk, &settings.config, att).await {
             Ok(att) => break att,
             Err((Verdict::Stop, message)) => {
-                walk.trail.finish(502, None, (None, None));
+                walk.trail.finish(502, None, Spent::default());
                 return Err(ApiError::NotRetryable { status: 502, message, reason: None });
             }
             Err(_) => {}
@@ -178,7 +187,7 @@ async fn issue(
         (table.live.len(), table.held.get(agent).copied().unwrap_or(0))
     };
     if mine >= cap {
-        walk.trail.finish(429, None, (None, None));
+        walk.trail.finish(429, None, Spent::default());
         return Err(ApiError::TooManyLeases {
             status: 429,
             message: format!(
@@ -187,7 +196,7 @@ async fn issue(
         });
     }
     if total >= MAX_LIVE {
-        walk.trail.finish(503, None, (None, None));
+        walk.trail.finish(503, None, Spent::default());
         return Err(ApiError::TooManyLeases {
             status: 503,
             message: format!("{MAX_LIVE} leases are outstanding: report them first"),
@@ -269,6 +278,7 @@ async fn create(
     let trail = Trail::new(
         runtime.audit.clone(),
         runtime.metrics.clone(),
+        settings.prices.clone(),
         request_id,
         agent.name.clone(),
         "lease",
@@ -385,7 +395,14 @@ async fn report(
         book.record_quota(&attempt.pid, quota);
     }
     if report.outcome == ReportOutcome::Success {
-        walk.succeeded(book, row, report.http_status.unwrap_or(200), (usage.input_tokens, usage.output_tokens), now);
+        let tokens = Tokens {
+            input: usage.input_tokens,
+            output: usage.output_tokens,
+            cached: usage.cached_input_tokens,
+            cache_write: usage.cache_write_tokens,
+            cache_write_1h: None,
+        };
+        walk.succeeded(book, row, report.http_status.unwrap_or(200), tokens, now);
         let recorded = Recorded { outcome: "success".into(), reason: None };
         return Ok(Json(ReportAnswer { request_id, recorded, next: None }));
     }
@@ -417,7 +434,7 @@ async fn report(
     match verdict {
         Verdict::Stop => {
             let status = report.http_status.unwrap_or(502);
-            walk.trail.finish(status, None, (None, None));
+            walk.trail.finish(status, None, Spent::default());
             let why = if settings.config.failover.enabled {
                 format!("{reason} does not fail over")
             } else {

@@ -7,6 +7,7 @@ use super::relay::{Phase, Relay};
 use super::serve::{Gateway, Incoming};
 use crate::engine::classify::{Classified, Observed};
 use crate::engine::{Millis, Reason};
+use crate::prices::Tokens;
 use crate::redact::error_text;
 use crate::redact::redact;
 use crate::settings::Settings;
@@ -22,7 +23,7 @@ use tokio::time::{Instant, timeout_at};
 
 /// What one upstream call came to.
 pub enum Called {
-    Served(Response, (Option<i64>, Option<i64>)),
+    Served(Response, Tokens),
     /// A stream whose first content event arrived: ready to commit.
     Stream(Box<Opened>),
     Failed(Box<CallFailure>),

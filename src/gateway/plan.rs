@@ -3,6 +3,7 @@
 
 use super::wire::{self, Api};
 use crate::config::Api as WireFormat;
+use crate::prices::Tokens;
 use crate::translate::{self, StreamTranslator};
 use bytes::Bytes;
 use serde::ser::{Serialize, SerializeMap, Serializer};
@@ -53,9 +54,9 @@ impl Plan {
         translated.map(Some).map_err(|e| e.to_string())
     }
 
-    /// A buffered 2xx answer in the client's format, with its token counts (input, output).
-    /// `None` when the answer is not a JSON object.
-    pub fn response(self, raw: Bytes) -> Option<(Bytes, (Option<i64>, Option<i64>))> {
+    /// A buffered 2xx answer in the client's format, with its token counts. `None` when the
+    /// answer is not a JSON object.
+    pub fn response(self, raw: Bytes) -> Option<(Bytes, Tokens)> {
         let translate: fn(&Value) -> Value = match self {
             Plan::Passthrough(_) => return wire::usage_of(&raw).map(|tokens| (raw, tokens)),
             Plan::ChatToMessages => translate::messages_response_to_chat,

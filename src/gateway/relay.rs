@@ -11,6 +11,7 @@ use super::wire::{self, Api, Glance, Seen};
 use crate::book::Credential;
 use crate::engine::classify::{Classified, Observed};
 use crate::engine::{Millis, Reason};
+use crate::prices::Tokens;
 use crate::redact::redact;
 use crate::settings::Settings;
 use crate::store::AttemptRow;
@@ -25,9 +26,6 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use std::sync::Arc;
 use tokio::time::{Instant, timeout_at};
-
-/// Token usage seen so far, as (input, output).
-pub type Tokens = (Option<i64>, Option<i64>);
 
 /// Where a stream stands.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,6 +50,7 @@ pub struct Relay {
     out: Vec<u8>,
     phase: Phase,
     received: bool,
+    /// Token usage seen so far.
     pub tokens: Tokens,
 }
 
@@ -65,7 +64,7 @@ impl Relay {
             out: Vec::new(),
             phase: Phase::Held,
             received: false,
-            tokens: (None, None),
+            tokens: Tokens::default(),
         }
     }
 
@@ -85,8 +84,7 @@ impl Relay {
             data |= !ev.is_keepalive();
             let glance = if ev.is_keepalive() || ev.data.trim() == "[DONE]" { None } else { Glance::of(&ev.data) };
             if let Some(g) = &glance {
-                let (i, o) = g.tokens;
-                self.tokens = (i.or(self.tokens.0), o.or(self.tokens.1));
+                self.tokens = self.tokens.and(g.tokens);
             }
             let seen = wire::classify_event(self.upstream, &ev, glance.as_ref());
             let committed = self.phase == Phase::Flowing;

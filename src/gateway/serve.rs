@@ -16,7 +16,7 @@ use crate::engine::chain::{Candidate, FallbackOverride};
 use crate::engine::{Millis, ProfileId, Reason};
 use crate::settings::Settings;
 use crate::store::AttemptRow;
-use crate::walk::{Runtime, Step, Trail, Verdict, Walk};
+use crate::walk::{Runtime, Spent, Step, Trail, Verdict, Walk};
 use axum::http::HeaderMap;
 use axum::response::Response;
 use serde_json::Value;
@@ -67,7 +67,7 @@ impl Drop for InFlight {
             row.reason = Some(Reason::Cancelled);
             row.error = Some("the client went away; the upstream call was aborted".into());
             self.trail.record(row);
-            self.trail.finish(499, None, (None, None));
+            self.trail.finish(499, None, Spent::default());
         }
     }
 }
@@ -122,7 +122,7 @@ impl Gateway {
                 Step::Exhausted(out) => {
                     self.runtime.durable(&walk).await;
                     tracing::warn!(status = out.status, "{}", out.message);
-                    walk.trail.finish(out.status, None, (None, None));
+                    walk.trail.finish(out.status, None, Spent::default());
                     let (status, message, retry_after) = (out.status, out.message, out.retry_after_secs);
                     return Err(GatewayError::Failed { status, message, retry_after });
                 }
@@ -188,7 +188,7 @@ impl Gateway {
                         Verdict::Stop => {
                             self.runtime.durable(&walk).await;
                             let status = f.status.unwrap_or(502);
-                            walk.trail.finish(status, None, (None, None));
+                            walk.trail.finish(status, None, Spent::default());
                             let resp = match f.body {
                                 Some(body) if f.status.is_some() && !plan.translates() => {
                                     answer::upstream_error(status, body)
@@ -209,6 +209,7 @@ impl Gateway {
         Trail::new(
             self.runtime.audit.clone(),
             self.runtime.metrics.clone(),
+            self.runtime.settings().prices.clone(),
             request_id.to_string(),
             agent.name.clone(),
             api.as_str(),

@@ -2,6 +2,7 @@
 //! key and token usage live, and which event commits a stream.
 
 use crate::config::Api as WireFormat;
+use crate::prices::Tokens;
 use crate::translate::sse::Event;
 use serde_json::{Value, json};
 
@@ -110,15 +111,15 @@ fn anthropic_type(status: u16) -> &'static str {
     }
 }
 
-/// Token usage in a response body or stream event, as (input, output), either possibly unknown.
-pub fn usage(v: &Value) -> (Option<i64>, Option<i64>) {
+/// Token usage in a response body or stream event, each count possibly unknown.
+pub fn usage(v: &Value) -> Tokens {
     usage_in(v.get("usage"), v.get("message"), v.get("response"))
 }
 
 /// The token counts of a buffered answer passed through as is, read without building the whole
 /// document: only `usage` (and `message`/`response`, which may hold it) are kept. `None` when the
 /// body is not a JSON object.
-pub fn usage_of(body: &[u8]) -> Option<(Option<i64>, Option<i64>)> {
+pub fn usage_of(body: &[u8]) -> Option<Tokens> {
     /// The fields [`usage`] reads; the rest of the answer is skipped, not built.
     #[derive(serde::Deserialize)]
     struct Envelope {
@@ -140,14 +141,24 @@ pub fn usage_of(body: &[u8]) -> Option<(Option<i64>, Option<i64>)> {
     }
 }
 
-fn usage_in(usage: Option<&Value>, message: Option<&Value>, response: Option<&Value>) -> (Option<i64>, Option<i64>) {
+fn usage_in(usage: Option<&Value>, message: Option<&Value>, response: Option<&Value>) -> Tokens {
     let u = usage.or_else(|| message.and_then(|m| m.get("usage"))).or_else(|| response.and_then(|r| r.get("usage")));
-    let Some(u) = u.filter(|u| u.is_object()) else { return (None, None) };
-    let field = |names: &[&str]| names.iter().find_map(|n| u.get(*n).and_then(Value::as_i64));
+    let Some(u) = u.filter(|u| u.is_object()) else { return Tokens::default() };
+    let field = |names: &[&str]| names.iter().find_map(|n| u.pointer(n).and_then(Value::as_i64));
     // Anthropic leaves cached prompt tokens out of `input_tokens`; they count as input here.
-    let input = field(&["prompt_tokens"])
+    let input = field(&["/prompt_tokens"])
         .or_else(|| u.get("input_tokens").map(|_| crate::translate::response::prompt_tokens(u)));
-    (input, field(&["completion_tokens", "output_tokens"]))
+    Tokens {
+        input,
+        output: field(&["/completion_tokens", "/output_tokens"]),
+        cached: field(&[
+            "/cache_read_input_tokens",
+            "/prompt_tokens_details/cached_tokens",
+            "/input_tokens_details/cached_tokens",
+        ]),
+        cache_write: field(&["/cache_creation_input_tokens"]),
+        cache_write_1h: field(&["/cache_creation/ephemeral_1h_input_tokens"]),
+    }
 }
 
 /// What a streamed event means to the relay (SPEC §6).
@@ -184,7 +195,7 @@ pub struct Glance {
     pub kind: Option<String>,
     pub error: bool,
     pub content: bool,
-    pub tokens: (Option<i64>, Option<i64>),
+    pub tokens: Tokens,
 }
 
 impl Glance {
@@ -270,6 +281,10 @@ mod tests {
         Splitter::default().push(raw.as_bytes()).remove(0)
     }
 
+    fn io(input: i64, output: i64) -> Tokens {
+        Tokens { input: Some(input), output: Some(output), ..Tokens::default() }
+    }
+
     fn seen(api: Api, raw: &str) -> Seen {
         let e = ev(raw);
         classify_event(api, &e, Glance::of(&e.data).as_ref())
@@ -278,14 +293,17 @@ mod tests {
     #[test]
     fn usage_of_a_passed_through_answer_reads_what_the_whole_document_says() {
         let answer = br#"{"id":"c","choices":[{"message":{"content":"hi"}}],"usage":{"prompt_tokens":12,"completion_tokens":7}}"#;
-        assert_eq!(usage_of(answer), Some((Some(12), Some(7))));
+        assert_eq!(usage_of(answer), Some(io(12, 7)));
         let messages = br#" {"type":"message","content":[],"usage":{"input_tokens":5,"cache_read_input_tokens":2,"output_tokens":3}}"#;
         let whole: Value = serde_json::from_slice(messages).unwrap();
         assert_eq!(usage_of(messages), Some(usage(&whole)));
-        assert_eq!(usage_of(br#"{"id":"c"}"#), Some((None, None)));
+        assert_eq!(usage_of(br#"{"id":"c"}"#), Some(Tokens::default()));
         // A repeated key, or bytes that are not UTF-8 in a string: still a JSON object, served.
-        assert_eq!(usage_of(br#"{"usage":1,"usage":{"prompt_tokens":4}}"#), Some((Some(4), None)));
-        assert_eq!(usage_of(b"{\"text\":\"\xff\"}"), Some((None, None)));
+        assert_eq!(
+            usage_of(br#"{"usage":1,"usage":{"prompt_tokens":4}}"#),
+            Some(Tokens { input: Some(4), ..Tokens::default() })
+        );
+        assert_eq!(usage_of(b"{\"text\":\"\xff\"}"), Some(Tokens::default()));
         assert_eq!(usage_of(b"[1]"), None);
         assert_eq!(usage_of(b"not json"), None);
     }
@@ -295,11 +313,11 @@ mod tests {
         let chunk = r#"{"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"hi"}}],
             "usage":{"prompt_tokens":3,"completion_tokens":5}}"#;
         let g = Glance::of(chunk).unwrap();
-        assert_eq!(g, Glance { kind: None, error: false, content: true, tokens: (Some(3), Some(5)) });
+        assert_eq!(g, Glance { kind: None, error: false, content: true, tokens: io(3, 5) });
         let start = r#"{"type":"message_start","message":{"id":"m","usage":{"input_tokens":7,"output_tokens":1}}}"#;
         assert_eq!(
             Glance::of(start).unwrap(),
-            Glance { kind: Some("message_start".into()), tokens: (Some(7), Some(1)), ..Glance::default() }
+            Glance { kind: Some("message_start".into()), tokens: io(7, 1), ..Glance::default() }
         );
         assert!(Glance::of(r#"{"error":null}"#).unwrap().error, "an `error` key, whatever its value");
         assert!(!Glance::of(r#"{"choices":[]}"#).unwrap().content);
@@ -359,15 +377,30 @@ mod tests {
 
     #[test]
     fn usage_is_read_from_each_format() {
-        assert_eq!(usage(&json!({"usage": {"prompt_tokens": 3, "completion_tokens": 5}})), (Some(3), Some(5)));
-        assert_eq!(usage(&json!({"usage": {"input_tokens": 7, "output_tokens": 2}})), (Some(7), Some(2)));
+        assert_eq!(usage(&json!({"usage": {"prompt_tokens": 3, "completion_tokens": 5}})), io(3, 5));
+        assert_eq!(usage(&json!({"usage": {"input_tokens": 7, "output_tokens": 2}})), io(7, 2));
         assert_eq!(
             usage(&json!({"type": "message_start", "message": {"usage": {"input_tokens": 9}}})),
-            (Some(9), None)
+            Tokens { input: Some(9), ..Tokens::default() }
         );
-        assert_eq!(usage(&json!({"usage": null})), (None, None));
-        let cached = json!({"usage": {"input_tokens": 5, "cache_read_input_tokens": 100, "cache_creation_input_tokens": 20, "output_tokens": 1}});
-        assert_eq!(usage(&cached), (Some(125), Some(1)));
+        assert_eq!(usage(&json!({"usage": null})), Tokens::default());
+    }
+
+    #[test]
+    fn cached_and_cache_written_tokens_are_read_from_each_format() {
+        // Anthropic: `input_tokens` leaves out the cache reads and writes; rota's input holds them.
+        let anthropic = json!({"usage": {"input_tokens": 5, "cache_read_input_tokens": 100,
+            "cache_creation_input_tokens": 20, "output_tokens": 1,
+            "cache_creation": {"ephemeral_5m_input_tokens": 12, "ephemeral_1h_input_tokens": 8}}});
+        let want = Tokens { cached: Some(100), cache_write: Some(20), cache_write_1h: Some(8), ..io(125, 1) };
+        assert_eq!(usage(&anthropic), want);
+        let chat = json!({"usage": {"prompt_tokens": 2006, "completion_tokens": 300, "total_tokens": 2306,
+            "prompt_tokens_details": {"cached_tokens": 1920, "audio_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": 128}}});
+        assert_eq!(usage(&chat), Tokens { cached: Some(1920), ..io(2006, 300) });
+        let responses = json!({"type": "response.completed", "response": {"usage": {"input_tokens": 37,
+            "input_tokens_details": {"cached_tokens": 32}, "output_tokens": 11, "total_tokens": 48}}});
+        assert_eq!(usage(&responses), Tokens { cached: Some(32), ..io(37, 11) });
     }
 
     #[test]

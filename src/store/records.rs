@@ -48,7 +48,7 @@ impl Outcome {
 }
 
 /// One `attempts` row as the request path records it: an upstream call or a skipped candidate.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct AttemptRow {
     pub request_id: String,
     pub seq: u32,
@@ -69,10 +69,12 @@ pub struct AttemptRow {
     pub error: Option<String>,
     pub tokens_in: Option<i64>,
     pub tokens_out: Option<i64>,
+    /// USD, rounded to the micro-dollar; None where no price is known (docs/schema.md).
+    pub cost: Option<f64>,
 }
 
 /// One `requests` row as the request path records it, once the request is answered.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct RequestRow {
     pub id: String,
     pub agent: Option<String>,
@@ -90,6 +92,8 @@ pub struct RequestRow {
     /// rota's own message when it answered with an error of its own; already redacted and at
     /// most 500 characters.
     pub error: Option<String>,
+    /// USD, rounded to the micro-dollar; None where no price is known (docs/schema.md).
+    pub cost: Option<f64>,
 }
 
 impl From<AttemptRow> for AttemptRecord {
@@ -113,6 +117,7 @@ impl From<AttemptRow> for AttemptRecord {
             error: a.error,
             tokens_in: a.tokens_in,
             tokens_out: a.tokens_out,
+            cost: a.cost,
         }
     }
 }
@@ -134,12 +139,13 @@ impl From<RequestRow> for RequestRecord {
             tokens_in: r.tokens_in,
             tokens_out: r.tokens_out,
             error: r.error,
+            cost: r.cost,
         }
     }
 }
 
 /// One `attempts` row as stored (docs/schema.md).
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, sqlx::FromRow, utoipa::ToSchema)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct AttemptRecord {
     pub request_id: String,
     pub seq: i64,
@@ -159,10 +165,12 @@ pub struct AttemptRecord {
     pub error: Option<String>,
     pub tokens_in: Option<i64>,
     pub tokens_out: Option<i64>,
+    /// USD, rounded to the micro-dollar; None where no price is known (docs/schema.md).
+    pub cost: Option<f64>,
 }
 
 /// One `requests` row as stored (docs/schema.md).
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, sqlx::FromRow, utoipa::ToSchema)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, sqlx::FromRow, utoipa::ToSchema)]
 pub struct RequestRecord {
     pub id: String,
     pub agent: Option<String>,
@@ -180,4 +188,6 @@ pub struct RequestRecord {
     /// rota's own message when it answered with an error of its own (a refusal, an exhausted
     /// walk, a timeout); NULL when it relayed an answer (an upstream's error included).
     pub error: Option<String>,
+    /// USD, rounded to the micro-dollar; None where no price is known (docs/schema.md).
+    pub cost: Option<f64>,
 }

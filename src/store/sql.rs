@@ -888,7 +888,8 @@ macro_rules! sql_store {
             async fn attempts(&self, q: &AuditQuery) -> Result<Vec<AttemptRecord>, StoreError> {
                 let mut qb = sqlx::QueryBuilder::new(
                     "SELECT request_id, seq, kind, agent, provider, model, profile_id, started_at, duration_ms, ttfb_ms,
-                            http_status, outcome, reason, retry_after_ms, cooldown_until, error, tokens_in, tokens_out
+                            http_status, outcome, reason, retry_after_ms, cooldown_until, error, tokens_in, tokens_out,
+                            cost
                      FROM attempts WHERE TRUE",
                 );
                 push_filters(&mut qb, q, "request_id");
@@ -906,7 +907,7 @@ macro_rules! sql_store {
             async fn requests(&self, q: &AuditQuery) -> Result<Vec<RequestRecord>, StoreError> {
                 let mut qb = sqlx::QueryBuilder::new(
                     "SELECT id, agent, api, requested_model, served_model, served_profile, status, attempts, started_at,
-                            duration_ms, stream, tokens_in, tokens_out, error
+                            duration_ms, stream, tokens_in, tokens_out, error, cost
                      FROM requests r WHERE TRUE",
                 );
                 push_filters(&mut qb, q, "id");
@@ -1074,7 +1075,8 @@ macro_rules! sql_store {
                             .bind(a.cooldown_until)
                             .bind(&a.error)
                             .bind(a.tokens_in)
-                            .bind(a.tokens_out);
+                            .bind(a.tokens_out)
+                            .bind(a.cost);
                     }
                     let inserted = q.execute(&mut *tx).await?.rows_affected();
                     hourly.add(chunk, inserted);
@@ -1134,7 +1136,8 @@ macro_rules! sql_store {
                             .bind(r.stream)
                             .bind(r.tokens_in)
                             .bind(r.tokens_out)
-                            .bind(&r.error);
+                            .bind(&r.error)
+                            .bind(r.cost);
                     }
                     q.execute(&mut *tx).await?;
                 }
@@ -1301,8 +1304,8 @@ impl Shapes {
     pub(super) fn attempts(numbered: bool) -> Shapes {
         Shapes::new(
             "attempts (request_id, seq, kind, agent, provider, model, profile_id, started_at, duration_ms, ttfb_ms,
-             http_status, outcome, reason, retry_after_ms, cooldown_until, error, tokens_in, tokens_out)",
-            18,
+             http_status, outcome, reason, retry_after_ms, cooldown_until, error, tokens_in, tokens_out, cost)",
+            19,
             numbered,
         )
     }
@@ -1311,8 +1314,8 @@ impl Shapes {
     pub(super) fn requests(numbered: bool) -> Shapes {
         Shapes::new(
             "requests (id, agent, api, requested_model, served_model, served_profile, status, attempts, started_at,
-             duration_ms, stream, tokens_in, tokens_out, error)",
-            14,
+             duration_ms, stream, tokens_in, tokens_out, error, cost)",
+            15,
             numbered,
         )
     }

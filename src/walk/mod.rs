@@ -18,6 +18,7 @@ use crate::engine::classify::Classified;
 use crate::engine::gate::{Availability, Gate, Position};
 use crate::engine::{Failure, Millis, Next as After, ProfileId, Reason, Until};
 use crate::metrics::Metrics;
+use crate::prices::{Prices, Tokens};
 use crate::redact::truncate;
 use crate::status::until_ms;
 use crate::store::{AttemptRow, Kind, Outcome, RequestRow};
@@ -30,6 +31,8 @@ use tokio::time::Instant;
 pub struct Trail {
     audit: Audit,
     metrics: Arc<Metrics>,
+    /// The prices in force when the request arrived.
+    prices: Arc<Prices>,
     /// `provider/model` of the first attempt or skip, to tell a failover.
     first_candidate: Option<String>,
     /// Time spent in upstream calls, to tell rota's own overhead.
@@ -61,6 +64,7 @@ impl Trail {
     pub fn new(
         audit: Audit,
         metrics: Arc<Metrics>,
+        prices: Arc<Prices>,
         request_id: String,
         agent: String,
         api: &'static str,
@@ -71,6 +75,7 @@ impl Trail {
         Trail {
             audit,
             metrics,
+            prices,
             first_candidate: None,
             upstream_ms: 0,
             tried: Vec::new(),
@@ -108,7 +113,15 @@ impl Trail {
             error: None,
             tokens_in: None,
             tokens_out: None,
+            cost: None,
         }
+    }
+
+    /// Sets the row's token counts and, when `priced` (the counts are final), what they cost.
+    fn spend(&self, row: &mut AttemptRow, tokens: Tokens, priced: bool) -> Spent {
+        (row.tokens_in, row.tokens_out) = (tokens.input, tokens.output);
+        row.cost = priced.then(|| self.prices.cost(&row.provider, &row.model, tokens)).flatten();
+        Spent { tokens_in: row.tokens_in, tokens_out: row.tokens_out, cost: row.cost }
     }
 
     /// Audits one attempt or skip (and counts it in the metrics).
@@ -132,25 +145,19 @@ impl Trail {
         &self.tried
     }
 
-    /// Writes the `requests` row.
-    pub fn finish(&self, status: u16, served: Option<(&Candidate, &ProfileId)>, tokens: (Option<i64>, Option<i64>)) {
-        self.write(status, served, tokens, self.error.clone());
+    /// Writes the `requests` row; `spent`: what the serving attempt used.
+    pub fn finish(&self, status: u16, served: Option<(&Candidate, &ProfileId)>, spent: Spent) {
+        self.write(status, served, spent, self.error.clone());
     }
 
     /// Writes the `requests` row of a request rota answered with an error of its own: a
     /// refusal (an unknown model, a bad request, a pin it cannot serve), a timeout, a refresh
     /// that failed. `message` is what the client was told.
     pub fn refuse(&self, status: u16, message: &str) {
-        self.write(status, None, (None, None), Some(request_error(message)));
+        self.write(status, None, Spent::default(), Some(request_error(message)));
     }
 
-    fn write(
-        &self,
-        status: u16,
-        served: Option<(&Candidate, &ProfileId)>,
-        tokens: (Option<i64>, Option<i64>),
-        error: Option<String>,
-    ) {
+    fn write(&self, status: u16, served: Option<(&Candidate, &ProfileId)>, spent: Spent, error: Option<String>) {
         let duration_ms = self.started.elapsed().as_millis() as Millis;
         let row = RequestRow {
             id: self.request_id.clone(),
@@ -164,9 +171,10 @@ impl Trail {
             started_at: self.started_at,
             duration_ms,
             stream: self.stream,
-            tokens_in: tokens.0,
-            tokens_out: tokens.1,
+            tokens_in: spent.tokens_in,
+            tokens_out: spent.tokens_out,
             error,
+            cost: spent.cost,
         };
         // Only a buffered gateway answer tells rota's own share of the time; a stream's or a
         // lease's time is the client's.
@@ -174,6 +182,14 @@ impl Trail {
         self.metrics.observe_request(&row, self.first_candidate.as_deref(), overhead);
         self.audit.request(row);
     }
+}
+
+/// What the attempt that served a request used: the request row's tokens and cost.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Spent {
+    pub tokens_in: Option<i64>,
+    pub tokens_out: Option<i64>,
+    pub cost: Option<f64>,
 }
 
 /// The next upstream call to make.
@@ -544,15 +560,9 @@ impl Walk {
 
     /// The committed stream of the attempt under way ended: it served the request, or failed
     /// after commit (no failover then: the client has the in-band error).
-    pub fn stream_ended(
-        &mut self,
-        book: &Book,
-        mut row: AttemptRow,
-        ended: Ended,
-        tokens: (Option<i64>, Option<i64>),
-        now: Millis,
-    ) {
-        (row.tokens_in, row.tokens_out) = tokens;
+    pub fn stream_ended(&mut self, book: &Book, mut row: AttemptRow, ended: Ended, tokens: Tokens, now: Millis) {
+        // Only a whole stream's usage is final: a cut one's cost is not known.
+        let spent = self.trail.spend(&mut row, tokens, matches!(ended, Ended::Whole));
         let pid = {
             let cur = self.cur.as_ref().expect("a stream is reported for an attempt under way");
             cur.slots[cur.j].clone()
@@ -573,7 +583,7 @@ impl Walk {
                 self.trail.record(row);
             }
         }
-        self.trail.finish(200, Some((&self.chain[self.index], &pid)), tokens);
+        self.trail.finish(200, Some((&self.chain[self.index], &pid)), spent);
     }
 
     /// Whether the attempt under way is the profile's first try in this request, and another
@@ -594,14 +604,7 @@ impl Walk {
     }
 
     /// The attempt under way was served: records it and the request.
-    pub fn succeeded(
-        &mut self,
-        book: &Book,
-        mut row: AttemptRow,
-        status: u16,
-        tokens: (Option<i64>, Option<i64>),
-        now: Millis,
-    ) {
+    pub fn succeeded(&mut self, book: &Book, mut row: AttemptRow, status: u16, tokens: Tokens, now: Millis) {
         let att_pid = {
             let cur = self.cur.as_ref().expect("a success is reported for an attempt under way");
             cur.slots[cur.j].clone()
@@ -609,9 +612,9 @@ impl Walk {
         book.record_success(&att_pid, &self.chain[self.index].model, now);
         row.outcome = Outcome::Success;
         row.http_status = Some(status);
-        (row.tokens_in, row.tokens_out) = tokens;
+        let spent = self.trail.spend(&mut row, tokens, true);
         self.trail.record(row);
-        self.trail.finish(status, Some((&self.chain[self.index], &att_pid)), tokens);
+        self.trail.finish(status, Some((&self.chain[self.index], &att_pid)), spent);
         self.log_fallback(&self.chain[self.index]);
     }
 

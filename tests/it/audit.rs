@@ -29,12 +29,13 @@ fn render(row: &sqlx::sqlite::SqliteRow) -> Vec<String> {
 }
 
 /// A PostgreSQL row read through the simple query protocol (every value as text), written as
-/// `render` writes SQLite's: a decimal like `2.00` as the number it is (`2`).
+/// `render` writes SQLite's: a decimal like `2.00` or `8e-06` as the number it is (`2`,
+/// `0.000008`).
 fn render_pg(row: &sqlx::postgres::PgRow) -> Vec<String> {
     (0..row.columns().len())
         .map(|i| match row.try_get_unchecked::<Option<String>, _>(i).unwrap() {
             None => "NULL".into(),
-            Some(v) if v.contains('.') => v.parse::<f64>().map_or(v, |f| f.to_string()),
+            Some(v) if v.contains(['.', 'e']) => v.parse::<f64>().map_or(v, |f| f.to_string()),
             Some(v) => v,
         })
         .collect()
@@ -78,9 +79,13 @@ async fn every_query_in_the_audit_guide_returns_the_same_rows_on_postgres() {
 
 /// Five requests through rota on `db`, flushed to the database: R1 is served by k1; R2 by k1
 /// after k2's 429; R3 by the fallback model after k1 is overloaded three times; R4 by the
-/// fallback after k2 says gpt-9 does not exist; R5 fails: the Anthropic key has no credits; R6
-/// names a model nothing serves.
+/// fallback after k2 says gpt-9 does not exist; R5 fails: the Anthropic key has no credits. They
+/// are moved to yesterday. R6, today, names a model nothing serves.
 async fn traffic(db: Db) -> Rota {
+    let pg = match &db {
+        Db::Postgres(url) => Some(url.clone()),
+        Db::Sqlite => None,
+    };
     let (mock, base) = Mock::started().await;
     let config = format!("{}{}", support::config_with_backup(&base), support::anthropic_provider(&base));
     let rota = spawn(Scenario { config: &config, keys: &KEYS, db, ..Scenario::default() }).await;
@@ -115,6 +120,20 @@ async fn traffic(db: Db) -> Rota {
         .await
         .unwrap();
     assert_eq!(r5.status(), 402);
+    // R1–R5 were yesterday's: their rows move a day back, as if the guide were read the day after.
+    rota.flush().await;
+    for table in ["requests", "attempts"] {
+        let shift = format!("UPDATE {table} SET started_at = started_at - 86400000");
+        match &pg {
+            Some(url) => {
+                let pool = sqlx::PgPool::connect(url).await.unwrap();
+                sqlx::query(sqlx::AssertSqlSafe(shift)).execute(&pool).await.unwrap();
+            }
+            None => {
+                sqlx::query(sqlx::AssertSqlSafe(shift)).execute(rota.pool()).await.unwrap();
+            }
+        }
+    }
     // R6: a model nothing names, refused with no attempt.
     assert_eq!(rota.chat(chat("nope"), &[]).await.status(), 404);
     rota.flush().await;
@@ -173,6 +192,15 @@ fn expected() -> Vec<Vec<Vec<String>>> {
         rows(&[
             &["402", "1", "anthropic/claude-sonnet-4-5", "Your credit balance is too low"],
             &["404", "0", "nope", "unknown model `nope`: not an alias, a virtual model or `provider/model`"],
+        ]),
+        // R1 and R2 on gpt-4.1: 3 × $2 + 2 × $8 per million, 22 micro-dollars each; R3 and R4 on
+        // gpt-4.1-mini: 3 × $0.40 + 2 × $1.60 = 4.4, so 4; R5 failed (NULL). R6 is today's.
+        rows(&[&["tester", "5", "0.000052"]]),
+        rows(&[
+            &["openai", "openai:k1", "5", "0.000044"],
+            &["backup", "backup:b1", "2", "0.000008"],
+            &["anthropic", "anthropic:main", "1", "NULL"],
+            &["openai", "openai:k2", "2", "NULL"],
         ]),
     ]
 }
@@ -522,6 +550,7 @@ fn attempt_at(
         error: None,
         tokens_in: None,
         tokens_out: None,
+        cost: None,
     }
 }
 
@@ -589,6 +618,7 @@ async fn usage_series_counts_match_the_tables(db: Db) {
             tokens_in: None,
             tokens_out: None,
             error: None,
+            cost: None,
         });
     }
     // The windows: k1 cools from before the hour into it (timeout), then twice (rate_limit,

@@ -1,7 +1,7 @@
 //! The gateway end to end: a real HTTP client, rota in-process on a real SQLite file, and a
 //! fault-injecting upstream that answers per API key.
 
-use crate::support::{self, ANTHROPIC_KEY, KEYS, Mock, Reply, Rota, Scenario, Writes, recorded, row, spawn};
+use crate::support::{self, ANTHROPIC_KEY, Db, KEYS, Mock, Reply, Rota, Scenario, Writes, recorded, row, spawn};
 use serde_json::{Value, json};
 
 /// The base config with its fallback and the `anthropic` provider, and short timeouts; `extra`
@@ -1657,4 +1657,126 @@ async fn context_overflow_moves_to_the_context_fallbacks_instead_of_the_chain() 
     assert_eq!(r.status(), 400);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["error"]["message"], "This model's maximum context length is 200000 tokens");
+}
+
+#[tokio::test]
+async fn each_answer_is_priced_to_the_micro_dollar_and_an_unpriced_one_is_null_on_sqlite() {
+    each_answer_is_priced(Db::Sqlite).await;
+}
+
+#[tokio::test]
+async fn each_answer_is_priced_to_the_micro_dollar_and_an_unpriced_one_is_null_on_postgres() {
+    each_answer_is_priced(Db::Postgres(support::postgres_database().await)).await;
+}
+
+/// Each answer's tokens priced as the upstream reported them, in the bytes OpenAI and Anthropic
+/// send (buffered and streamed, with cache reads and writes): the rows' cost is price × tokens
+/// to the micro-dollar; a failed attempt, a cut stream and a model with no price cost NULL.
+async fn each_answer_is_priced(db: Db) {
+    let (mock, base) = Mock::started().await;
+    let pg = match &db {
+        Db::Postgres(url) => Some(sqlx::PgPool::connect(url).await.unwrap()),
+        Db::Sqlite => None,
+    };
+    let prices = "[prices]\n\"backup/gpt-4.1-mini\" = { input = 1, output = 2 }\n";
+    let keys = [KEYS[0], KEYS[1], KEYS[3], ANTHROPIC_KEY];
+    let rota = spawn(Scenario { config: &config(&base, prices), keys: &keys, db, ..Scenario::default() }).await;
+    let limited = Reply::Status(429, vec![], r#"{"error":{"message":"Rate limit reached"}}"#.into());
+    let chat_answer = r#"{"id":"chatcmpl-2","object":"chat.completion","created":1741569952,"model":"gpt-4.1-2025-04-14","choices":[{"index":0,"message":{"role":"assistant","content":"Hi","refusal":null,"annotations":[]},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":2006,"completion_tokens":300,"total_tokens":2306,"prompt_tokens_details":{"cached_tokens":1920,"audio_tokens":0},"completion_tokens_details":{"reasoning_tokens":0,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}},"service_tier":"default","system_fingerprint":"fp_b8bc95a0ac"}"#;
+    let chunk = |choices: &str| {
+        format!(
+            "data: {{\"id\":\"chatcmpl-3\",\"object\":\"chat.completion.chunk\",\"created\":1741569952,\"model\":\"gpt-4.1-2025-04-14\",\"service_tier\":\"default\",\"system_fingerprint\":\"fp_b8bc95a0ac\",\"choices\":{choices},\"usage\":null}}\n\n"
+        )
+    };
+    let chat_stream = [
+        chunk(r#"[{"index":0,"delta":{"role":"assistant","content":"","refusal":null},"logprobs":null,"finish_reason":null}]"#),
+        chunk(r#"[{"index":0,"delta":{"content":"Hi"},"logprobs":null,"finish_reason":null}]"#),
+        chunk(r#"[{"index":0,"delta":{},"logprobs":null,"finish_reason":"stop"}]"#),
+        "data: {\"id\":\"chatcmpl-3\",\"object\":\"chat.completion.chunk\",\"created\":1741569952,\"model\":\"gpt-4.1-2025-04-14\",\"service_tier\":\"default\",\"system_fingerprint\":\"fp_b8bc95a0ac\",\"choices\":[],\"usage\":{\"prompt_tokens\":1200,\"completion_tokens\":50,\"total_tokens\":1250,\"prompt_tokens_details\":{\"cached_tokens\":1024,\"audio_tokens\":0},\"completion_tokens_details\":{\"reasoning_tokens\":0,\"audio_tokens\":0,\"accepted_prediction_tokens\":0,\"rejected_prediction_tokens\":0}}}\n\n".into(),
+        "data: [DONE]\n\n".into(),
+    ]
+    .concat();
+    let messages_answer = r#"{"id":"msg_01","type":"message","role":"assistant","model":"claude-sonnet-4-5-20250929","content":[{"type":"text","text":"Hi"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":50,"cache_creation_input_tokens":1000,"cache_read_input_tokens":2000,"cache_creation":{"ephemeral_5m_input_tokens":1000,"ephemeral_1h_input_tokens":0},"output_tokens":120,"service_tier":"standard"}}"#;
+    let messages_stream = concat!(
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_02\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-haiku-4-5-20251001\",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":7,\"cache_creation_input_tokens\":0,\"cache_read_input_tokens\":4000,\"cache_creation\":{\"ephemeral_5m_input_tokens\":0,\"ephemeral_1h_input_tokens\":0},\"output_tokens\":1,\"service_tier\":\"standard\"}}}\n\n",
+        "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+        "event: ping\ndata: {\"type\": \"ping\"}\n\n",
+        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n",
+        "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+        "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":33}}\n\n",
+        "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+    );
+    let ok = |body: &str| Reply::Status(200, vec![], body.to_string());
+    mock.script(KEYS[0].1, vec![limited]);
+    mock.script(KEYS[1].1, vec![ok(chat_answer), Reply::Raw(chat_stream, Writes::PerEvent)]);
+    mock.script(
+        ANTHROPIC_KEY.1,
+        vec![ok(messages_answer), Reply::Raw(messages_stream.into(), Writes::Bytes(7)), Reply::StreamBreakAfterFirst],
+    );
+
+    let chat = |model: &str| json!({"model": model, "messages": [{"role": "user", "content": "hi"}]});
+    // 1. k1 answers 429, k2 serves: 86 × $2 + 1,920 cached × $0.50 + 300 × $8 = 3,532 µ$.
+    assert_eq!(rota.chat(chat("openai/gpt-4.1"), &[]).await.status(), 200);
+    // 2. A dated name, streamed with its usage: 176 × $2 + 1,024 × $0.50 + 50 × $8 = 1,264 µ$.
+    let mut stream = streaming(chat("openai/gpt-4.1-2025-04-14"), "openai/gpt-4.1-2025-04-14");
+    stream["stream_options"] = json!({"include_usage": true});
+    let text = rota.chat(stream, &[("x-rota-profile", "openai:k2")]).await.text().await.unwrap();
+    assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+    // 3. Anthropic, dated: 50 × $3 + 1,000 written × $3.75 + 2,000 read × $0.30 + 120 × $15 = 6,300 µ$.
+    let messages =
+        |model: &str| json!({"model": model, "max_tokens": 200, "messages": [{"role": "user", "content": "hi"}]});
+    assert_eq!(rota.messages(messages("anthropic/claude-sonnet-4-5-20250929")).await.status(), 200);
+    // 4. Streamed, in 7-byte writes: 7 × $1 + 4,000 read × $0.10 + 33 × $5 = 572 µ$.
+    let text = rota.messages(streaming(messages(""), "anthropic/claude-haiku-4-5")).await.text().await.unwrap();
+    assert!(text.ends_with("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"), "{text}");
+    // 5. No price for gpt-9; 6. the config's price for backup/gpt-4.1-mini: 3 × $1 + 2 × $2.
+    assert_eq!(rota.chat(chat("openai/gpt-9"), &[]).await.status(), 200);
+    assert_eq!(rota.chat(chat("backup/gpt-4.1-mini"), &[]).await.status(), 200);
+    // 7. A stream cut after its first content: its usage is not final, its cost unknown.
+    let text = rota.messages(streaming(messages(""), "anthropic/claude-sonnet-4-5")).await.text().await.unwrap();
+    assert!(text.contains("upstream stream failed"), "{text}");
+    rota.flush().await;
+
+    type Spent = (String, String, Option<i64>, Option<i64>, Option<f64>);
+    let sql = "SELECT provider || '/' || model, outcome, tokens_in, tokens_out, cost FROM attempts
+               ORDER BY started_at, request_id, seq";
+    let attempts: Vec<Spent> = match &pg {
+        Some(pool) => sqlx::query_as(sql).fetch_all(pool).await.unwrap(),
+        None => sqlx::query_as(sql).fetch_all(rota.pool()).await.unwrap(),
+    };
+    let spent = |model: &str, outcome: &str, io: Option<(i64, i64)>, cost: Option<f64>| {
+        (model.to_string(), outcome.to_string(), io.map(|t| t.0), io.map(|t| t.1), cost)
+    };
+    assert_eq!(
+        attempts,
+        [
+            spent("openai/gpt-4.1", "failure", None, None),
+            spent("openai/gpt-4.1", "success", Some((2006, 300)), Some(0.003532)),
+            spent("openai/gpt-4.1-2025-04-14", "success", Some((1200, 50)), Some(0.001264)),
+            spent("anthropic/claude-sonnet-4-5-20250929", "success", Some((3050, 120)), Some(0.0063)),
+            spent("anthropic/claude-haiku-4-5", "success", Some((4007, 33)), Some(0.000572)),
+            spent("openai/gpt-9", "success", Some((3, 2)), None),
+            spent("backup/gpt-4.1-mini", "success", Some((3, 2)), Some(0.000007)),
+            spent("anthropic/claude-sonnet-4-5", "failure", Some((11, 1)), None),
+        ]
+    );
+    let sql = "SELECT cost FROM requests ORDER BY started_at";
+    let requests: Vec<(Option<f64>,)> = match &pg {
+        Some(pool) => sqlx::query_as(sql).fetch_all(pool).await.unwrap(),
+        None => sqlx::query_as(sql).fetch_all(rota.pool()).await.unwrap(),
+    };
+    let costs: Vec<Option<f64>> = requests.into_iter().map(|r| r.0).collect();
+    assert_eq!(costs, [Some(0.003532), Some(0.001264), Some(0.0063), Some(0.000572), None, Some(0.000007), None]);
+
+    // The admin API lists the cost of each request and attempt.
+    let admin = Some(rota.admin_key.as_str());
+    let (_, page) = rota.api("GET", "/api/v1/requests?limit=2", admin, None).await;
+    assert_eq!((page["items"][0]["cost"].clone(), page["items"][1]["cost"].as_f64()), (Value::Null, Some(0.000007)));
+    let (_, page) = rota.api("GET", "/api/v1/attempts?limit=2", admin, None).await;
+    assert_eq!(page["items"][1]["cost"].as_f64(), Some(0.000007));
+    let (_, doc) = rota.api("GET", "/api/v1/openapi.json", None, None).await;
+    for schema in ["RequestRecord", "AttemptRecord"] {
+        let cost = &doc["components"]["schemas"][schema]["properties"]["cost"];
+        assert!(cost["description"].as_str().is_some_and(|d| d.contains("micro-dollar")), "{schema}: {cost}");
+    }
 }

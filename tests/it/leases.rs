@@ -97,8 +97,8 @@ struct Trace {
     /// (key, model) of every upstream call.
     upstream: Vec<(String, String)>,
     attempts: Vec<AttemptLine>,
-    /// (served_model, served_profile, status, attempts) of the request.
-    request: (Option<String>, Option<String>, i64, i64),
+    /// (served_model, served_profile, status, attempts, cost) of the request.
+    request: (Option<String>, Option<String>, i64, i64, Option<f64>),
     /// (profile, error_count, failure_counts, success_count, cooling reason) per profile.
     stats: Vec<(String, i64, String, i64, Option<String>)>,
     /// The status the client saw at the end.
@@ -116,7 +116,7 @@ async fn trace(rota: &Rota, mock: &Mock, final_status: u16) -> Trace {
     .fetch_all(pool)
     .await
     .unwrap();
-    let request = sqlx::query_as("SELECT served_model, served_profile, status, attempts FROM requests")
+    let request = sqlx::query_as("SELECT served_model, served_profile, status, attempts, cost FROM requests")
         .fetch_one(pool)
         .await
         .unwrap();
@@ -223,6 +223,35 @@ async fn an_agent_loop_over_leases_walks_and_records_exactly_what_the_gateway_do
             assert!(retry_after.is_some(), "the gateway says when to come back");
         }
     }
+}
+
+/// A lease's reported usage is priced as the gateway prices an answer: the cached tokens at their
+/// own price; tokens of a kind the model has no price for leave the cost NULL.
+#[tokio::test]
+async fn a_reported_usage_is_priced_to_the_micro_dollar() {
+    let (_mock, base) = Mock::started().await;
+    let rota =
+        spawn(support::Scenario { config: &config(&base, ""), keys: &KEYS, ..support::Scenario::default() }).await;
+    let agent = Some(rota.agent_key.as_str());
+    for usage in [
+        json!({"input_tokens": 2006, "output_tokens": 300, "cached_input_tokens": 1920}),
+        json!({"input_tokens": 2006, "output_tokens": 300, "cache_write_tokens": 1000}),
+    ] {
+        let (code, lease) = rota.api("POST", "/api/v1/leases", agent, Some(json!({"model": "openai/gpt-4.1"}))).await;
+        assert_eq!(code, 201, "{lease}");
+        let path = format!("/api/v1/leases/{}/report", lease["lease_id"].as_str().unwrap());
+        let report = json!({"outcome": "success", "http_status": 200, "usage": usage});
+        assert_eq!(rota.api("POST", &path, agent, Some(report)).await.0, 200);
+    }
+    rota.flush().await;
+    let costs: Vec<(Option<i64>, Option<f64>, Option<f64>)> = sqlx::query_as(
+        "SELECT r.tokens_in, r.cost, a.cost FROM requests r JOIN attempts a ON a.request_id = r.id ORDER BY r.started_at",
+    )
+    .fetch_all(rota.pool())
+    .await
+    .unwrap();
+    // 86 × $2 + 1,920 cached × $0.50 + 300 × $8 = 3,532 micro-dollars; gpt-4.1 has no cache-write price.
+    assert_eq!(costs, [(Some(2006), Some(0.003532), Some(0.003532)), (Some(2006), None, None)]);
 }
 
 #[tokio::test]

@@ -515,6 +515,7 @@ fn attempt(
         error: None,
         tokens_in: tokens.map(|t| t.0),
         tokens_out: tokens.map(|t| t.1),
+        cost: None,
     }
 }
 
@@ -534,6 +535,7 @@ fn request(id: &str, attempts: i64, at: i64) -> RequestRecord {
         tokens_in: None,
         tokens_out: None,
         error: None,
+        cost: None,
     }
 }
 
