@@ -6,18 +6,87 @@ use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use chacha20poly1305::aead::{OsRng, rand_core::RngCore};
 use secrecy::{ExposeSecret, SecretString};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 pub const KEY_PREFIX: &str = "rk_";
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Agent {
     pub id: String,
     pub name: String,
     pub admin: bool,
     pub created_at: Millis,
     pub revoked_at: Option<Millis>,
+    /// The limits stored with the agent (admin API); a key of `[agents.NAME]` in the config
+    /// file wins over the stored value ([`Limits::over`]).
+    pub limits: Limits,
+}
+
+/// The limits' windows: clock-aligned minutes, and UTC days.
+pub const MINUTE: Millis = 60_000;
+pub const DAY: Millis = 86_400_000;
+
+/// The start of the clock-aligned minute `t` falls in.
+pub fn minute_start(t: Millis) -> Millis {
+    t.div_euclid(MINUTE) * MINUTE
+}
+
+/// The start (00:00 UTC) of the day `t` falls in.
+pub fn day_start(t: Millis) -> Millis {
+    t.div_euclid(DAY) * DAY
+}
+
+/// An agent's budgets (docs/config.md): `None` = no limit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Limits {
+    /// Requests admitted per clock-aligned minute, counted across every server (at least 1).
+    pub requests_per_minute: Option<i64>,
+    /// Input and output tokens per UTC day (at least 1).
+    pub tokens_per_day: Option<i64>,
+    /// USD per UTC day (more than 0).
+    pub cost_per_day: Option<f64>,
+}
+
+impl Limits {
+    /// These limits with each key `config` sets replacing the stored one.
+    pub fn over(self, config: &Limits) -> Limits {
+        Limits {
+            requests_per_minute: config.requests_per_minute.or(self.requests_per_minute),
+            tokens_per_day: config.tokens_per_day.or(self.tokens_per_day),
+            cost_per_day: config.cost_per_day.or(self.cost_per_day),
+        }
+    }
+
+    /// Each limit that is set and out of range, as `key: why` (`at` prefixes the key).
+    pub fn problems(&self, at: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.requests_per_minute.is_some_and(|n| n < 1) {
+            out.push(format!("{at}requests_per_minute: must be an integer of at least 1"));
+        }
+        if self.tokens_per_day.is_some_and(|n| n < 1) {
+            out.push(format!("{at}tokens_per_day: must be an integer of at least 1"));
+        }
+        if self.cost_per_day.is_some_and(|c| !(c.is_finite() && c > 0.0)) {
+            out.push(format!("{at}cost_per_day: must be a number of USD above 0"));
+        }
+        out
+    }
+
+    /// The names of the limits that are set.
+    pub fn keys(&self) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        if self.requests_per_minute.is_some() {
+            out.push("requests_per_minute");
+        }
+        if self.tokens_per_day.is_some() {
+            out.push("tokens_per_day");
+        }
+        if self.cost_per_day.is_some() {
+            out.push("cost_per_day");
+        }
+        out
+    }
 }
 
 /// A new random agent key: `rk_` and 32 random bytes in URL-safe base64.

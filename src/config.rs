@@ -507,6 +507,23 @@ pub struct Agent {
     /// without rota's confirming call.
     #[serde(default)]
     pub trusted: bool,
+    /// Requests admitted per minute (clock-aligned, across every server); over it, 429.
+    pub requests_per_minute: Option<i64>,
+    /// Input plus output tokens per UTC day; over it, 429 until midnight UTC.
+    pub tokens_per_day: Option<i64>,
+    /// USD per UTC day (from the requests' `cost`); over it, 429 until midnight UTC.
+    pub cost_per_day: Option<f64>,
+}
+
+impl Agent {
+    /// The limits this section sets (each wins over the agent's stored value).
+    pub fn limits(&self) -> crate::agents::Limits {
+        crate::agents::Limits {
+            requests_per_minute: self.requests_per_minute,
+            tokens_per_day: self.tokens_per_day,
+            cost_per_day: self.cost_per_day,
+        }
+    }
 }
 
 fn d60s() -> Duration {
@@ -745,8 +762,20 @@ impl Config {
         {
             out.push(format!("server.metrics_token_file: {why}"));
         }
+        for (name, a) in &self.agents {
+            out.extend(a.limits().problems(&format!("agents.{name}.")));
+        }
         self.routing_problems(&mut out);
         out
+    }
+
+    /// The limits in force for `agent`: each key of its `[agents.NAME]` section, else the
+    /// stored value.
+    pub fn agent_limits(&self, agent: &crate::agents::Agent) -> crate::agents::Limits {
+        match self.agents.get(&agent.name) {
+            Some(section) => agent.limits.over(&section.limits()),
+            None => agent.limits,
+        }
     }
 
     fn routing_problems(&self, out: &mut Vec<String>) {
@@ -1285,6 +1314,44 @@ input = 1
         let c = parse(&format!("{BASE}\n[agents.planner]\nfallbacks = [\"nope/x\"]"));
         assert_eq!(c.problems().len(), 1);
         assert!(c.problems()[0].starts_with("agents.planner.fallbacks[0]"));
+    }
+
+    #[test]
+    fn agent_limits_are_checked_all_at_once() {
+        let c = parse(&format!(
+            "{BASE}\n[agents.planner]\nrequests_per_minute = 0\ntokens_per_day = -5\ncost_per_day = 0.0\n\
+             [agents.ok]\nrequests_per_minute = 5\ntokens_per_day = 1000\ncost_per_day = 2.5"
+        ));
+        assert_eq!(
+            c.problems(),
+            [
+                "agents.planner.requests_per_minute: must be an integer of at least 1",
+                "agents.planner.tokens_per_day: must be an integer of at least 1",
+                "agents.planner.cost_per_day: must be a number of USD above 0",
+            ]
+        );
+        assert_eq!(c.agents["ok"].limits().requests_per_minute, Some(5));
+        let wrong = Config::from_toml("[agents.planner]\nrequests_per_minute = \"five\"").unwrap_err().to_string();
+        assert!(wrong.contains("requests_per_minute"), "{wrong}");
+    }
+
+    #[test]
+    fn a_limit_in_the_config_file_wins_over_the_stored_one_key_by_key() {
+        let c = parse(&format!("{BASE}\n[agents.planner]\nrequests_per_minute = 5"));
+        let stored =
+            crate::agents::Limits { requests_per_minute: Some(50), tokens_per_day: Some(9), cost_per_day: None };
+        let agent = crate::agents::Agent {
+            id: "1".into(),
+            name: "planner".into(),
+            admin: false,
+            created_at: 0,
+            revoked_at: None,
+            limits: stored,
+        };
+        let l = c.agent_limits(&agent);
+        assert_eq!((l.requests_per_minute, l.tokens_per_day, l.cost_per_day), (Some(5), Some(9), None));
+        let other = crate::agents::Agent { name: "other".into(), ..agent };
+        assert_eq!(c.agent_limits(&other), stored);
     }
 
     #[test]

@@ -124,7 +124,15 @@ pub async fn run(listen: &str, db: &Path) -> Result<()> {
         store.add_profile(&row, &[sealed]).await?;
     }
     let admin_key = crate::agents::new_key();
-    store.create_agent("demo", &crate::agents::digest(&admin_key), true, chrono::Utc::now().timestamp_millis()).await?;
+    store
+        .create_agent(
+            "demo",
+            &crate::agents::digest(&admin_key),
+            true,
+            &Default::default(),
+            chrono::Utc::now().timestamp_millis(),
+        )
+        .await?;
     store.close().await;
 
     let app = App::build(config, None).await?;

@@ -1,5 +1,6 @@
-//! The database's upkeep, in the background: the SQLite write-ahead log kept small, and audit
-//! rows past `audit.retention` rolled up into `usage_daily` and deleted (docs/audit.md).
+//! The database's upkeep, in the background: the SQLite write-ahead log kept small, audit rows
+//! past `audit.retention` rolled up into `usage_daily` and deleted (docs/audit.md), and the
+//! agents' old usage counters deleted.
 
 use crate::engine::Clock;
 use crate::settings::Live;
@@ -33,6 +34,20 @@ async fn checkpoints(store: Arc<dyn Store>, settings: Live) {
     }
 }
 
+/// The agents' counters (`agent_usage`, crate::limits): minute rows once an hour old, day rows
+/// with the audit log (`audit.retention`, never today's or yesterday's; kept when retention is
+/// off).
+async fn prune_agent_usage(store: &dyn Store, retention: Duration, now: i64) {
+    use crate::agents::{DAY, day_start};
+    let days_before =
+        (!retention.is_zero()).then(|| day_start(now - retention.as_millis() as i64).min(day_start(now) - DAY));
+    match store.prune_agent_usage(now - 3_600_000, days_before).await {
+        Ok(0) => {}
+        Ok(n) => tracing::debug!(rows = n, "old agent usage counters deleted"),
+        Err(e) => tracing::warn!(error = %e, "pruning the agents' usage counters failed; trying again next time"),
+    }
+}
+
 /// Shortly after start and then every `audit.prune_every`: rows older than `audit.retention`
 /// go, in batches, each rolled up first.
 async fn retention(store: Arc<dyn Store>, settings: Live, clock: Arc<dyn Clock>) {
@@ -41,6 +56,7 @@ async fn retention(store: Arc<dyn Store>, settings: Live, clock: Arc<dyn Clock>)
         tokio::time::sleep(wait).await;
         let (audit, now) = (settings.get().config.audit.clone(), clock.now());
         wait = audit.prune_every;
+        prune_agent_usage(store.as_ref(), audit.retention, now).await;
         if audit.retention.is_zero() {
             continue;
         }

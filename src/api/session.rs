@@ -173,7 +173,14 @@ mod tests {
     #[test]
     fn an_idle_session_ends_and_each_use_extends_it() {
         let s = Sessions::default();
-        let agent = Agent { id: "1".into(), name: "ops".into(), admin: true, created_at: 0, revoked_at: None };
+        let agent = Agent {
+            id: "1".into(),
+            name: "ops".into(),
+            admin: true,
+            created_at: 0,
+            revoked_at: None,
+            limits: Default::default(),
+        };
         let (token, _) = s.create(agent, 0, std::time::Duration::from_secs(60));
         let mut h = HeaderMap::new();
         h.insert(header::COOKIE, HeaderValue::from_str(&format!("{COOKIE}={token}")).unwrap());
@@ -188,7 +195,14 @@ mod tests {
     #[test]
     fn sessions_expire_and_end() {
         let s = Sessions::default();
-        let agent = Agent { id: "1".into(), name: "ops".into(), admin: true, created_at: 0, revoked_at: None };
+        let agent = Agent {
+            id: "1".into(),
+            name: "ops".into(),
+            admin: true,
+            created_at: 0,
+            revoked_at: None,
+            limits: Default::default(),
+        };
         let forever = std::time::Duration::from_millis(SESSION_TTL as u64 * 2);
         let (token, session) = s.create(agent.clone(), 1_000, forever);
         let mut h = HeaderMap::new();

@@ -36,12 +36,15 @@ pub async fn run(config: &Config, cmd: AgentsCommand) -> Result<()> {
                 bail!("invalid agent name `{name}`: use a-z, 0-9, `-` and `_` (at most 64)");
             }
             let key = new_key();
-            let agent = open().await?.create_agent(&name, &digest(&key), admin, now).await.map_err(|e| match e {
-                StoreError::AgentExists(n) => {
-                    anyhow::anyhow!("agent {n} already exists; revoke it first to issue a new key")
-                }
-                other => other.into(),
-            })?;
+            let agent =
+                open().await?.create_agent(&name, &digest(&key), admin, &Default::default(), now).await.map_err(
+                    |e| match e {
+                        StoreError::AgentExists(n) => {
+                            anyhow::anyhow!("agent {n} already exists; revoke it first to issue a new key")
+                        }
+                        other => other.into(),
+                    },
+                )?;
             println!("created agent {}{}; its key is shown only now:", agent.name, if admin { " (admin)" } else { "" });
             println!("{}", key.expose_secret());
         }

@@ -37,7 +37,7 @@ pub async fn open(target: &DatabaseTarget) -> Result<Arc<dyn Store>, StoreError>
     })
 }
 
-use crate::agents::Agent;
+use crate::agents::{Agent, Limits};
 use crate::engine::{Change, CooldownPolicy, Millis, ModelChange, ModelCooldown, ProfileId, ProfileType, UsageStats};
 use crate::secrets::Sealed;
 use async_trait::async_trait;
@@ -119,6 +119,24 @@ pub struct FeedEntry {
     /// The profile id, provider, agent name or `provider/model`.
     pub key: String,
     pub seq: i64,
+}
+
+/// An agent's use of its limits (`agent_usage`): the requests admitted in one minute (counted
+/// only while the agent has `requests_per_minute`), and the tokens and cost of one UTC day.
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, utoipa::ToSchema)]
+pub struct AgentUsage {
+    pub requests_this_minute: i64,
+    pub tokens_today: i64,
+    /// USD.
+    pub cost_today: f64,
+}
+
+/// A change of an agent's stored limits: `None` leaves a limit as it is, `Some(None)` clears it.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LimitsPatch {
+    pub requests_per_minute: Option<Option<i64>>,
+    pub tokens_per_day: Option<Option<i64>>,
+    pub cost_per_day: Option<Option<f64>>,
 }
 
 /// Filters of the audit log listings; each is optional, all must hold.
@@ -273,7 +291,32 @@ pub trait Store: Send + Sync {
     /// Creates an agent with the digest of its key. A revoked agent of the same name gets the
     /// new key and becomes active again (its audit rows keep their name); an active one is a
     /// conflict.
-    async fn create_agent(&self, name: &str, key_digest: &str, admin: bool, now: Millis) -> Result<Agent, StoreError>;
+    async fn create_agent(
+        &self,
+        name: &str,
+        key_digest: &str,
+        admin: bool,
+        limits: &Limits,
+        now: Millis,
+    ) -> Result<Agent, StoreError>;
+    /// Changes an active agent's stored limits; the agent as it now is (`NoAgent` when there is
+    /// no active agent of that name).
+    async fn set_agent_limits(&self, name: &str, patch: &LimitsPatch) -> Result<Agent, StoreError>;
+    /// Counts one request of `agent` in the minute that starts at `minute`, if fewer than
+    /// `limit` were counted: the count with it, or `None` (nothing counted). One atomic
+    /// statement, so the servers sharing the database admit at most `limit` together.
+    async fn count_request(&self, agent: &str, minute: Millis, limit: i64) -> Result<Option<i64>, StoreError>;
+    /// Each agent's use (of `agent` alone, when given) in the minute that starts at `minute`
+    /// and the UTC day that starts at `day`; agents with no row are left out.
+    async fn agent_usage(
+        &self,
+        agent: Option<&str>,
+        minute: Millis,
+        day: Millis,
+    ) -> Result<HashMap<String, AgentUsage>, StoreError>;
+    /// Deletes the minute counters started before `minutes_before` and, when given, the day
+    /// counters started before `days_before`; how many went.
+    async fn prune_agent_usage(&self, minutes_before: Millis, days_before: Option<Millis>) -> Result<u64, StoreError>;
     async fn agents(&self) -> Result<Vec<Agent>, StoreError>;
     /// Every active agent with the digest of its key.
     async fn active_agents(&self) -> Result<Vec<(String, Agent)>, StoreError>;

@@ -1,13 +1,14 @@
 //! The PostgreSQL store, for a fleet of instances sharing one state (docs/scale.md).
 
 use super::sql::{
-    Hourly, SELECTIVE, Shapes, attempt_filters, corrupt, count_attempt, now, shaped, sql_store, whole_hours,
+    AGENT_COLUMNS, Hourly, SELECTIVE, Shapes, agent_days, attempt_filters, corrupt, count_attempt, now, shaped,
+    sql_store, whole_hours,
 };
 use super::{
-    Applied, AttemptRecord, AuditQuery, FailureWindow, FeedEntry, Origin, ProfileUsage, Pruned, RequestRecord,
-    SeriesRows, Snapshot, Store, StoreError, StoredProfile,
+    AgentUsage, Applied, AttemptRecord, AuditQuery, FailureWindow, FeedEntry, LimitsPatch, Origin, ProfileUsage,
+    Pruned, RequestRecord, SeriesRows, Snapshot, Store, StoreError, StoredProfile,
 };
-use crate::agents::Agent;
+use crate::agents::{Agent, Limits};
 use crate::engine::quota::{Quota, Window};
 use crate::engine::{
     Change, Cooldown, CooldownPolicy, Disabled, Millis, ModelChange, ModelCooldown, ProfileId, Reason, UsageStats,
@@ -16,7 +17,7 @@ use crate::secrets::{Sealed, SecretField};
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgListener, PgPool, PgPoolOptions, PgRow};
 use sqlx::{Postgres, Row};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::str::FromStr;
 use std::sync::OnceLock;
 use std::time::Duration;

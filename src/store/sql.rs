@@ -209,6 +209,11 @@ macro_rules! sql_store {
                 admin: row.try_get("admin")?,
                 created_at: row.try_get("created_at")?,
                 revoked_at: row.try_get("revoked_at")?,
+                limits: Limits {
+                    requests_per_minute: row.try_get("requests_per_minute")?,
+                    tokens_per_day: row.try_get("tokens_per_day")?,
+                    cost_per_day: row.try_get("cost_per_day")?,
+                },
             })
         }
 
@@ -674,20 +679,33 @@ macro_rules! sql_store {
                 Ok(())
             }
 
-            async fn create_agent(&self, name: &str, key_digest: &str, admin: bool, now: Millis) -> Result<Agent, StoreError> {
+            async fn create_agent(
+                &self,
+                name: &str,
+                key_digest: &str,
+                admin: bool,
+                limits: &Limits,
+                now: Millis,
+            ) -> Result<Agent, StoreError> {
                 let mut tx = self.write_tx().await?;
                 let row = sqlx::query(
-                    "INSERT INTO agents (id, name, key_digest, admin, created_at) VALUES ($1, $2, $3, $4, $5)
+                    "INSERT INTO agents (id, name, key_digest, admin, created_at, requests_per_minute, tokens_per_day,
+                         cost_per_day) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
                      ON CONFLICT (name) DO UPDATE SET key_digest = excluded.key_digest, admin = excluded.admin,
-                         created_at = excluded.created_at, revoked_at = NULL
+                         created_at = excluded.created_at, revoked_at = NULL,
+                         requests_per_minute = excluded.requests_per_minute, tokens_per_day = excluded.tokens_per_day,
+                         cost_per_day = excluded.cost_per_day
                      WHERE agents.revoked_at IS NOT NULL
-                     RETURNING id, name, admin, created_at, revoked_at",
+                     RETURNING id, name, admin, created_at, revoked_at, requests_per_minute, tokens_per_day, cost_per_day",
                 )
                 .bind(uuid::Uuid::new_v4().to_string())
                 .bind(name)
                 .bind(key_digest)
                 .bind(admin)
                 .bind(now)
+                .bind(limits.requests_per_minute)
+                .bind(limits.tokens_per_day)
+                .bind(limits.cost_per_day)
                 .fetch_optional(&mut *tx)
                 .await?;
                 let Some(row) = row else { return Err(StoreError::AgentExists(name.to_string())) };
@@ -697,23 +715,24 @@ macro_rules! sql_store {
             }
 
             async fn agents(&self) -> Result<Vec<Agent>, StoreError> {
-                let rows = sqlx::query("SELECT id, name, admin, created_at, revoked_at FROM agents ORDER BY name")
+                let rows = sqlx::query(sqlx::AssertSqlSafe(format!("SELECT {AGENT_COLUMNS} FROM agents ORDER BY name")))
                     .fetch_all(&self.pool)
                     .await?;
                 rows.iter().map(agent_from_row).collect()
             }
 
             async fn active_agents(&self) -> Result<Vec<(String, Agent)>, StoreError> {
-                let rows = sqlx::query(
-                    "SELECT id, name, key_digest, admin, created_at, revoked_at FROM agents WHERE revoked_at IS NULL",
-                )
+                let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "SELECT key_digest, {AGENT_COLUMNS} FROM agents WHERE revoked_at IS NULL"
+                )))
                 .fetch_all(&self.pool)
                 .await?;
                 rows.iter().map(|r| Ok((r.try_get("key_digest")?, agent_from_row(r)?))).collect()
             }
 
             async fn all_agents(&self) -> Result<Vec<(String, Agent)>, StoreError> {
-                let rows = sqlx::query("SELECT id, name, key_digest, admin, created_at, revoked_at FROM agents ORDER BY name")
+                let rows =
+                    sqlx::query(sqlx::AssertSqlSafe(format!("SELECT key_digest, {AGENT_COLUMNS} FROM agents ORDER BY name")))
                     .fetch_all(&self.pool)
                     .await?;
                 rows.iter().map(|r| Ok((r.try_get("key_digest")?, agent_from_row(r)?))).collect()
@@ -723,7 +742,8 @@ macro_rules! sql_store {
                 let mut tx = self.write_tx().await?;
                 for (digest, a) in agents {
                     sqlx::query(
-                        "INSERT INTO agents (id, name, key_digest, admin, created_at, revoked_at) VALUES ($1, $2, $3, $4, $5, $6)",
+                        "INSERT INTO agents (id, name, key_digest, admin, created_at, revoked_at, requests_per_minute,
+                             tokens_per_day, cost_per_day) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
                     )
                     .bind(&a.id)
                     .bind(&a.name)
@@ -731,6 +751,9 @@ macro_rules! sql_store {
                     .bind(a.admin)
                     .bind(a.created_at)
                     .bind(a.revoked_at)
+                    .bind(a.limits.requests_per_minute)
+                    .bind(a.limits.tokens_per_day)
+                    .bind(a.limits.cost_per_day)
                     .execute(&mut *tx)
                     .await?;
                 }
@@ -750,6 +773,95 @@ macro_rules! sql_store {
                 }
                 tx.commit().await?;
                 Ok(())
+            }
+
+            async fn set_agent_limits(&self, name: &str, patch: &LimitsPatch) -> Result<Agent, StoreError> {
+                let mut tx = self.write_tx().await?;
+                let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "UPDATE agents SET
+                         requests_per_minute = CASE WHEN $2 THEN $3 ELSE requests_per_minute END,
+                         tokens_per_day = CASE WHEN $4 THEN $5 ELSE tokens_per_day END,
+                         cost_per_day = CASE WHEN $6 THEN $7 ELSE cost_per_day END
+                     WHERE name = $1 AND revoked_at IS NULL
+                     RETURNING {AGENT_COLUMNS}"
+                )))
+                .bind(name)
+                .bind(patch.requests_per_minute.is_some())
+                .bind(patch.requests_per_minute.flatten())
+                .bind(patch.tokens_per_day.is_some())
+                .bind(patch.tokens_per_day.flatten())
+                .bind(patch.cost_per_day.is_some())
+                .bind(patch.cost_per_day.flatten())
+                .fetch_optional(&mut *tx)
+                .await?;
+                let Some(row) = row else { return Err(StoreError::NoAgent(name.to_string())) };
+                let agent = agent_from_row(&row)?;
+                tx.commit().await?;
+                Ok(agent)
+            }
+
+            async fn count_request(&self, agent: &str, minute: Millis, limit: i64) -> Result<Option<i64>, StoreError> {
+                // One statement: the row of the minute is created with this request, or counts it
+                // while under the limit. Concurrent servers wait on the row (its lock, or SQLite's
+                // write lock) and each sees the others' counts, so together they admit `limit`.
+                let mut tx = self.audit_tx().await?;
+                let count: Option<i64> = sqlx::query_scalar(
+                    "INSERT INTO agent_usage (agent, period, period_start, requests) VALUES ($1, 'minute', $2, 1)
+                     ON CONFLICT (agent, period, period_start) DO UPDATE SET requests = agent_usage.requests + 1
+                     WHERE agent_usage.requests < $3
+                     RETURNING requests",
+                )
+                .bind(agent)
+                .bind(minute)
+                .bind(limit)
+                .fetch_optional(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok(count)
+            }
+
+            async fn agent_usage(
+                &self,
+                agent: Option<&str>,
+                minute: Millis,
+                day: Millis,
+            ) -> Result<HashMap<String, AgentUsage>, StoreError> {
+                let rows = sqlx::query(
+                    "SELECT agent, period, requests, tokens, cost FROM agent_usage
+                     WHERE ((period = 'minute' AND period_start = $1) OR (period = 'day' AND period_start = $2))
+                       AND ($3 IS NULL OR agent = $3)",
+                )
+                .bind(minute)
+                .bind(day)
+                .bind(agent)
+                .fetch_all(&self.pool)
+                .await?;
+                let mut out: HashMap<String, AgentUsage> = HashMap::new();
+                for r in &rows {
+                    let use_ = out.entry(r.try_get("agent")?).or_default();
+                    if r.try_get::<String, _>("period")? == "minute" {
+                        use_.requests_this_minute = r.try_get("requests")?;
+                    } else {
+                        use_.tokens_today = r.try_get("tokens")?;
+                        use_.cost_today = r.try_get("cost")?;
+                    }
+                }
+                Ok(out)
+            }
+
+            async fn prune_agent_usage(&self, minutes_before: Millis, days_before: Option<Millis>) -> Result<u64, StoreError> {
+                let mut tx = self.audit_tx().await?;
+                let gone = sqlx::query(
+                    "DELETE FROM agent_usage WHERE (period = 'minute' AND period_start < $1)
+                        OR (period = 'day' AND period_start < $2)",
+                )
+                .bind(minutes_before)
+                .bind(days_before.unwrap_or(Millis::MIN))
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+                tx.commit().await?;
+                Ok(gone)
             }
 
             async fn login_profile(&self, provider: &str, subject: &str) -> Result<Option<ProfileId>, StoreError> {
@@ -1119,8 +1231,9 @@ macro_rules! sql_store {
                     .execute(&mut *tx)
                     .await?;
                 }
+                let mut inserted: HashSet<String> = HashSet::new();
                 for chunk in shaped(requests) {
-                    let mut q = sqlx::query(REQUESTS.sql(chunk.len()));
+                    let mut q = sqlx::query_scalar::<_, String>(REQUESTS.sql(chunk.len()));
                     for r in chunk {
                         q = q
                             .bind(&r.id)
@@ -1139,7 +1252,23 @@ macro_rules! sql_store {
                             .bind(&r.error)
                             .bind(r.cost);
                     }
-                    q.execute(&mut *tx).await?;
+                    inserted.extend(q.fetch_all(&mut *tx).await?);
+                }
+                // Each agent's day (`agent_usage`) takes the tokens and cost of its requests
+                // written now (not those of a retried batch's rows that had landed).
+                let days = agent_days(requests.iter().filter(|r| inserted.contains(&r.id)));
+                for ((agent, day), (tokens, cost)) in &days {
+                    sqlx::query(
+                        "INSERT INTO agent_usage (agent, period, period_start, tokens, cost) VALUES ($1, 'day', $2, $3, $4)
+                         ON CONFLICT (agent, period, period_start) DO UPDATE SET
+                             tokens = agent_usage.tokens + excluded.tokens, cost = agent_usage.cost + excluded.cost",
+                    )
+                    .bind(*agent)
+                    .bind(day)
+                    .bind(tokens)
+                    .bind(cost)
+                    .execute(&mut *tx)
+                    .await?;
                 }
                 tx.commit().await?;
                 Ok(())
@@ -1221,6 +1350,24 @@ macro_rules! sql_store {
 pub(crate) use sql_store;
 
 const HOUR: Millis = 3_600_000;
+
+/// The columns `agent_from_row` reads.
+pub(super) const AGENT_COLUMNS: &str =
+    "id, name, admin, created_at, revoked_at, requests_per_minute, tokens_per_day, cost_per_day";
+
+/// The tokens (in and out) and cost of requests, summed per agent and UTC day (its start).
+pub(super) fn agent_days<'a>(
+    requests: impl Iterator<Item = &'a crate::store::RequestRecord>,
+) -> BTreeMap<(&'a str, Millis), (i64, f64)> {
+    let mut days: BTreeMap<(&str, Millis), (i64, f64)> = BTreeMap::new();
+    for r in requests {
+        let Some(agent) = r.agent.as_deref() else { continue };
+        let sums = days.entry((agent, crate::agents::day_start(r.started_at))).or_default();
+        sums.0 += r.tokens_in.unwrap_or(0) + r.tokens_out.unwrap_or(0);
+        sums.1 += r.cost.unwrap_or(0.0);
+    }
+    days
+}
 
 /// Fewer matching attempts than this, and a requests listing filtered on attempts looks its
 /// requests up from them; more, and it walks the requests (see `requests`).
@@ -1318,6 +1465,7 @@ impl Shapes {
             15,
             numbered,
         )
+        .returning("id")
     }
 
     fn new(table: &str, columns: usize, numbered: bool) -> Shapes {
@@ -1332,6 +1480,11 @@ impl Shapes {
                 .collect();
             format!("INSERT INTO {table} VALUES {} ON CONFLICT DO NOTHING", values.join(", "))
         }))
+    }
+
+    /// The same INSERTs answering with `column` of each row they inserted.
+    fn returning(self, column: &str) -> Shapes {
+        Shapes(self.0.map(|sql| format!("{sql} RETURNING {column}")))
     }
 
     pub(super) fn sql(&self, rows: usize) -> &str {

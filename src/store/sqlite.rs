@@ -1,13 +1,14 @@
 //! The embedded SQLite store (WAL, busy timeout, migrations applied at open).
 
 use super::sql::{
-    Hourly, SELECTIVE, Shapes, attempt_filters, corrupt, count_attempt, now, shaped, sql_store, whole_hours,
+    AGENT_COLUMNS, Hourly, SELECTIVE, Shapes, agent_days, attempt_filters, corrupt, count_attempt, now, shaped,
+    sql_store, whole_hours,
 };
 use super::{
-    Applied, AttemptRecord, AuditQuery, FailureWindow, FeedEntry, Origin, ProfileUsage, Pruned, RequestRecord,
-    SeriesRows, Snapshot, Store, StoreError, StoredProfile,
+    AgentUsage, Applied, AttemptRecord, AuditQuery, FailureWindow, FeedEntry, LimitsPatch, Origin, ProfileUsage,
+    Pruned, RequestRecord, SeriesRows, Snapshot, Store, StoreError, StoredProfile,
 };
-use crate::agents::Agent;
+use crate::agents::{Agent, Limits};
 use crate::engine::quota::{Quota, Window};
 use crate::engine::{
     Change, Cooldown, CooldownPolicy, Disabled, Millis, ModelChange, ModelCooldown, ProfileId, Reason, UsageStats,
@@ -18,7 +19,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
 };
 use sqlx::{Row, Sqlite, SqlitePool};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

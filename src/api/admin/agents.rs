@@ -69,7 +69,7 @@ async fn create_agent(
     let now = state.runtime.clock.now();
     let agent = state
         .store
-        .create_agent(&req.name, &crate::agents::digest(&key), req.admin, now)
+        .create_agent(&req.name, &crate::agents::digest(&key), req.admin, &Default::default(), now)
         .await
         .map_err(ApiError::from)?;
     state.agents.reload(state.store.as_ref()).await.map_err(ApiError::internal)?;
