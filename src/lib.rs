@@ -16,6 +16,7 @@ pub use rota_engine as engine;
 pub mod gateway;
 pub mod keyring;
 pub mod leases;
+pub mod limits;
 pub mod metrics;
 pub mod middleware;
 pub mod oauth;

@@ -58,7 +58,12 @@ impl App {
         let leases = Leases::start(clock, runtime.tasks());
         let agents = AgentCache::load(store.clone()).await?;
         let (sessions, logins) = (Arc::new(Sessions::default()), Arc::new(Logins::default()));
-        let gateway = Gateway { runtime: runtime.clone(), upstream: upstream.clone(), agents: agents.clone() };
+        let gateway = Gateway {
+            runtime: runtime.clone(),
+            upstream: upstream.clone(),
+            agents: agents.clone(),
+            store: store.clone(),
+        };
         let api = ApiState { runtime, upstream, agents, leases, store, key, sessions, logins };
         let state = AppState { gateway, api };
         Ok(App { state, book, audit })

@@ -253,7 +253,7 @@ async fn issue(
         (status = 400, description = "Bad input (unknown field, malformed profile id, bad pin)", body = super::ErrorBody),
         (status = 401, description = "Missing or invalid agent key", body = super::ErrorBody),
         (status = 404, description = "Unknown model", body = super::ErrorBody),
-        (status = 429, description = "Every candidate is cooling (`Retry-After` says until when), or the agent holds `leases.max_live_per_agent` leases (`too_many_leases`)", body = super::ErrorBody),
+        (status = 429, description = "Every candidate is cooling (`Retry-After` says until when), the agent holds `leases.max_live_per_agent` leases (`too_many_leases`), or it is over one of its limits (`over_limit`, with `Retry-After`)", body = super::ErrorBody),
         (status = 502, description = "No candidate can be tried", body = super::ErrorBody),
     )
 )]
@@ -292,6 +292,12 @@ async fn create(
         trail.refuse(e.status_code().as_u16(), &e.to_string());
         e
     })?;
+    let limits = settings.config.agent_limits(&agent);
+    if let Err(over) = crate::limits::admit(state.store.as_ref(), &agent.name, &limits, runtime.clock.now()).await {
+        tracing::info!(agent = %agent.name, "{}", over.message);
+        trail.refuse(429, &over.message);
+        return Err(ApiError::OverLimit { message: over.message, retry_after: over.retry_after });
+    }
     let walk = Walk::new(chain, req.session, pin, trail).excluding(exclude).failover(settings.config.failover.enabled);
     let lease = issue(runtime, &state.leases, &agent.name, settings, walk, Duration::ZERO).await?;
     Ok((axum::http::StatusCode::CREATED, Json(lease)))

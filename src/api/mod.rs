@@ -161,6 +161,10 @@ pub enum ApiError {
     /// 429 `too_many_failure_reports`, with `Retry-After`.
     #[error("{message}")]
     TooManyFailureReports { message: String, retry_after: u64 },
+    /// 429 `over_limit`: the agent is over `requests_per_minute`, `tokens_per_day` or
+    /// `cost_per_day`, with `Retry-After` to the end of the limit's window.
+    #[error("{message}")]
+    OverLimit { message: String, retry_after: u64 },
     /// The walk's status (429 with `Retry-After`, 502, 503…) `all_models_failed`.
     #[error("{message}")]
     AllModelsFailed { status: u16, message: String, retry_after: Option<u64> },
@@ -197,7 +201,7 @@ impl ApiError {
             }
             ApiError::Conflict(_) | ApiError::LeaseReported(_) => 409,
             ApiError::LeaseExpired(_) => 410,
-            ApiError::TooManyFailureReports { .. } => 429,
+            ApiError::TooManyFailureReports { .. } | ApiError::OverLimit { .. } => 429,
             ApiError::TooManyLeases { status, .. }
             | ApiError::AllModelsFailed { status, .. }
             | ApiError::NotRetryable { status, .. } => *status,
@@ -221,6 +225,7 @@ impl ApiError {
             ApiError::LeaseExpired(_) => "lease_expired",
             ApiError::TooManyLeases { .. } => "too_many_leases",
             ApiError::TooManyFailureReports { .. } => "too_many_failure_reports",
+            ApiError::OverLimit { .. } => "over_limit",
             ApiError::AllModelsFailed { .. } => "all_models_failed",
             ApiError::NotRetryable { .. } => "not_retryable",
             ApiError::ProviderUnreachable(_) => "provider_unreachable",
@@ -232,7 +237,9 @@ impl ApiError {
 
     pub fn retry_after(&self) -> Option<u64> {
         match self {
-            ApiError::TooManyFailureReports { retry_after, .. } => Some(*retry_after),
+            ApiError::TooManyFailureReports { retry_after, .. } | ApiError::OverLimit { retry_after, .. } => {
+                Some(*retry_after)
+            }
             ApiError::AllModelsFailed { retry_after, .. } => *retry_after,
             _ => None,
         }

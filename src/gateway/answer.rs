@@ -37,6 +37,10 @@ pub enum GatewayError {
     /// 504: the request's deadline (`timeouts.total`) passed.
     #[error("{0}")]
     TimedOut(String),
+    /// 429: the agent is over one of its limits (`requests_per_minute`, `tokens_per_day`,
+    /// `cost_per_day`), with `Retry-After` to the end of the limit's window.
+    #[error("{message}")]
+    OverLimit { message: String, retry_after: u64 },
 }
 
 impl GatewayError {
@@ -49,13 +53,16 @@ impl GatewayError {
             GatewayError::UnknownModel(_) => StatusCode::NOT_FOUND,
             GatewayError::Failed { status, .. } => StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_GATEWAY),
             GatewayError::TimedOut(_) => StatusCode::GATEWAY_TIMEOUT,
+            GatewayError::OverLimit { .. } => StatusCode::TOO_MANY_REQUESTS,
         }
     }
 
-    /// Seconds until a cooling candidate can serve again, for `Retry-After`.
+    /// Seconds until a cooling candidate can serve again, or the agent's limit resets, for
+    /// `Retry-After`.
     pub fn retry_after(&self) -> Option<u64> {
         match self {
             GatewayError::Failed { retry_after, .. } => *retry_after,
+            GatewayError::OverLimit { retry_after, .. } => Some(*retry_after),
             _ => None,
         }
     }

@@ -15,7 +15,7 @@ use crate::agents::Agent;
 use crate::engine::chain::{Candidate, FallbackOverride};
 use crate::engine::{Millis, ProfileId, Reason};
 use crate::settings::Settings;
-use crate::store::AttemptRow;
+use crate::store::{AttemptRow, Store};
 use crate::walk::{Runtime, Spent, Step, Trail, Verdict, Walk};
 use axum::http::HeaderMap;
 use axum::response::Response;
@@ -23,13 +23,14 @@ use serde_json::Value;
 use std::sync::Arc;
 use tokio::time::Instant;
 
-/// The gateway's state: the runtime its walks share, the client that calls upstreams and the
-/// agents it serves.
+/// The gateway's state: the runtime its walks share, the client that calls upstreams, the
+/// agents it serves and the store that counts their use of their limits.
 #[derive(Clone)]
 pub struct Gateway {
     pub runtime: Arc<Runtime>,
     pub upstream: Upstream,
     pub agents: Arc<AgentCache>,
+    pub store: Arc<dyn Store>,
 }
 
 /// One client request, parsed.
@@ -96,6 +97,13 @@ impl Gateway {
                 return Err(e);
             }
         };
+        let limits = config.agent_limits(&inc.agent);
+        if let Err(over) = crate::limits::admit(self.store.as_ref(), &inc.agent.name, &limits, self.runtime.now()).await
+        {
+            tracing::info!(agent = %inc.agent.name, "{}", over.message);
+            trail.refuse(429, &over.message);
+            return Err(GatewayError::OverLimit { message: over.message, retry_after: over.retry_after });
+        }
         let mut walk = Walk::new(chain, inc.session.clone(), inc.pin.clone(), trail).failover(config.failover.enabled);
         let mut planned: Option<Prepared> = None;
         loop {
