@@ -1,17 +1,21 @@
-//! `/api/v1/agents`: list, create (the key is shown once) and revoke agent keys.
+//! `/api/v1/agents`: list (with each agent's limits and its use of them), create (the key is
+//! shown once), change the limits of, and revoke agent keys.
 
+use crate::agents::{Agent, Limits};
 use crate::api::{Admin, ApiError, ApiState, Body};
+use crate::config::Config;
 use crate::status::time;
+use crate::store::{AgentUsage, LimitsPatch};
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 pub fn routes() -> OpenApiRouter<ApiState> {
-    OpenApiRouter::new().routes(routes!(list_agents, create_agent)).routes(routes!(revoke_agent))
+    OpenApiRouter::new().routes(routes!(list_agents, create_agent)).routes(routes!(revoke_agent, change_limits))
 }
 
 #[derive(Serialize, ToSchema)]
@@ -20,20 +24,57 @@ pub struct AgentInfo {
     pub admin: bool,
     pub created_at: String,
     pub revoked_at: Option<String>,
+    /// The limits in force: each key of the config file's `[agents.NAME]`, else the stored value.
+    pub limits: Limits,
+    /// The limits the config file sets (they win over the stored ones, which `PATCH` changes).
+    pub limits_from_config: Vec<String>,
+    /// This minute's admitted requests (counted only while `requests_per_minute` is set) and
+    /// today's (UTC) tokens and cost, shared by every server on the database.
+    pub usage: AgentUsage,
 }
 
-impl From<crate::agents::Agent> for AgentInfo {
-    fn from(a: crate::agents::Agent) -> AgentInfo {
-        AgentInfo { name: a.name, admin: a.admin, created_at: time(a.created_at), revoked_at: a.revoked_at.map(time) }
+impl AgentInfo {
+    fn new(a: Agent, config: &Config, usage: AgentUsage) -> AgentInfo {
+        let limits = config.agent_limits(&a);
+        let from_config = config.agents.get(&a.name).map(|s| s.limits().keys()).unwrap_or_default();
+        AgentInfo {
+            limits,
+            limits_from_config: from_config.into_iter().map(str::to_string).collect(),
+            usage,
+            name: a.name,
+            admin: a.admin,
+            created_at: time(a.created_at),
+            revoked_at: a.revoked_at.map(time),
+        }
     }
 }
 
-/// List agents (never their keys)
+/// The agents' use of their limits now.
+async fn usage(
+    state: &ApiState,
+    agent: Option<&str>,
+) -> Result<std::collections::HashMap<String, AgentUsage>, ApiError> {
+    let now = state.runtime.clock.now();
+    let (minute, day) = (crate::agents::minute_start(now), crate::agents::day_start(now));
+    state.store.agent_usage(agent, minute, day).await.map_err(ApiError::from)
+}
+
+/// List agents (never their keys), with their limits and use
 #[utoipa::path(get, path = "/api/v1/agents", tag = "admin",
     responses((status = 200, body = Vec<AgentInfo>), (status = 401, body = crate::api::ErrorBody), (status = 403, body = crate::api::ErrorBody)))]
 async fn list_agents(State(state): State<ApiState>, _: Admin) -> Result<Json<Vec<AgentInfo>>, ApiError> {
     let agents = state.store.agents().await.map_err(ApiError::from)?;
-    Ok(Json(agents.into_iter().map(AgentInfo::from).collect()))
+    let mut used = usage(&state, None).await?;
+    let settings = state.runtime.settings();
+    Ok(Json(
+        agents
+            .into_iter()
+            .map(|a| {
+                let u = used.remove(&a.name).unwrap_or_default();
+                AgentInfo::new(a, &settings.config, u)
+            })
+            .collect(),
+    ))
 }
 
 #[derive(Deserialize, ToSchema)]
@@ -42,6 +83,12 @@ pub struct NewAgentRequest {
     pub name: String,
     #[serde(default)]
     pub admin: bool,
+    /// Requests per clock-aligned minute, at least 1.
+    pub requests_per_minute: Option<i64>,
+    /// Input plus output tokens per UTC day, at least 1.
+    pub tokens_per_day: Option<i64>,
+    /// USD per UTC day, above 0.
+    pub cost_per_day: Option<f64>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -49,6 +96,12 @@ pub struct NewAgent {
     pub agent: AgentInfo,
     /// The agent's key, shown this once: only its digest is stored.
     pub key: String,
+}
+
+/// Every limit out of range, as one bad request.
+fn checked(limits: Limits) -> Result<Limits, ApiError> {
+    let problems = limits.problems("");
+    if problems.is_empty() { Ok(limits) } else { Err(ApiError::BadRequest(problems.join("; "))) }
 }
 
 /// Create an agent and its key
@@ -65,17 +118,73 @@ async fn create_agent(
             req.name
         )));
     }
+    let limits = checked(Limits {
+        requests_per_minute: req.requests_per_minute,
+        tokens_per_day: req.tokens_per_day,
+        cost_per_day: req.cost_per_day,
+    })?;
     let key = crate::agents::new_key();
     let now = state.runtime.clock.now();
     let agent = state
         .store
-        .create_agent(&req.name, &crate::agents::digest(&key), req.admin, &Default::default(), now)
+        .create_agent(&req.name, &crate::agents::digest(&key), req.admin, &limits, now)
         .await
         .map_err(ApiError::from)?;
     state.agents.reload(state.store.as_ref()).await.map_err(ApiError::internal)?;
     tracing::info!(agent = %agent.name, admin = agent.admin, "agent created through the admin API");
     let key = secrecy::ExposeSecret::expose_secret(&key).to_string();
-    Ok((StatusCode::CREATED, Json(NewAgent { agent: agent.into(), key })))
+    let used = usage(&state, Some(&agent.name)).await?.remove(&agent.name).unwrap_or_default();
+    let agent = AgentInfo::new(agent, &state.runtime.settings().config, used);
+    Ok((StatusCode::CREATED, Json(NewAgent { agent, key })))
+}
+
+/// A field that may be absent (`None`), `null` (`Some(None)`) or a value.
+fn present<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<Option<T>>, D::Error> {
+    Option::<T>::deserialize(d).map(Some)
+}
+
+/// The stored limits to change: a field left out stays as it is, `null` removes the limit.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsChange {
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<i64>)]
+    pub requests_per_minute: Option<Option<i64>>,
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<i64>)]
+    pub tokens_per_day: Option<Option<i64>>,
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<f64>)]
+    pub cost_per_day: Option<Option<f64>>,
+}
+
+/// Change an agent's stored limits
+///
+/// A limit the config file's `[agents.NAME]` sets stays in force over the stored one
+/// (`limits_from_config` lists them). Every server applies the change within a second.
+#[utoipa::path(patch, path = "/api/v1/agents/{name}", tag = "admin", params(("name" = String, Path)), request_body = LimitsChange,
+    responses((status = 200, body = AgentInfo), (status = 400, body = crate::api::ErrorBody), (status = 404, body = crate::api::ErrorBody)))]
+async fn change_limits(
+    State(state): State<ApiState>,
+    _: Admin,
+    Path(name): Path<String>,
+    Body(req): Body<LimitsChange>,
+) -> Result<Json<AgentInfo>, ApiError> {
+    checked(Limits {
+        requests_per_minute: req.requests_per_minute.flatten(),
+        tokens_per_day: req.tokens_per_day.flatten(),
+        cost_per_day: req.cost_per_day.flatten(),
+    })?;
+    let patch = LimitsPatch {
+        requests_per_minute: req.requests_per_minute,
+        tokens_per_day: req.tokens_per_day,
+        cost_per_day: req.cost_per_day,
+    };
+    let agent = state.store.set_agent_limits(&name, &patch).await.map_err(ApiError::from)?;
+    state.agents.reload(state.store.as_ref()).await.map_err(ApiError::internal)?;
+    tracing::info!(agent = %agent.name, "agent's limits changed through the admin API");
+    let used = usage(&state, Some(&agent.name)).await?.remove(&agent.name).unwrap_or_default();
+    Ok(Json(AgentInfo::new(agent, &state.runtime.settings().config, used)))
 }
 
 /// Revoke an agent's key
