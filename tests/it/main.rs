@@ -15,6 +15,7 @@ mod gateway;
 mod hostile;
 mod layers;
 mod leases;
+mod limits;
 mod quota;
 mod store;
 mod translation;

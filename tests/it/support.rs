@@ -629,6 +629,9 @@ pub struct Rota {
     pub dir: Arc<tempfile::TempDir>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     done: Option<tokio::task::JoinHandle<()>>,
+    /// The clock the instance runs on, when the test moves it (`Scenario::clock`); another
+    /// instance of the same database runs on it too.
+    pub clock: Option<Arc<Skewed>>,
     _share: Share,
 }
 
@@ -672,9 +675,9 @@ impl Rota {
                 .unwrap();
         }
         let agent_key = rota::agents::new_key();
-        store.create_agent("tester", &rota::agents::digest(&agent_key), false, 0).await.unwrap();
+        store.create_agent("tester", &rota::agents::digest(&agent_key), false, &Default::default(), 0).await.unwrap();
         let admin_key = rota::agents::new_key();
-        store.create_agent("admin", &rota::agents::digest(&admin_key), true, 0).await.unwrap();
+        store.create_agent("admin", &rota::agents::digest(&admin_key), true, &Default::default(), 0).await.unwrap();
         let keys = (
             secrecy::ExposeSecret::expose_secret(&agent_key).to_string(),
             secrecy::ExposeSecret::expose_secret(&admin_key).to_string(),
@@ -687,7 +690,7 @@ impl Rota {
     pub async fn another(&self) -> Rota {
         let (config, _) = Config::load(Some(&self.dir.path().join("rota.toml"))).unwrap();
         let store = rota::store::open(&config.database().unwrap()).await.unwrap();
-        Self::serve(self.dir.clone(), (self.agent_key.clone(), self.admin_key.clone()), store, None).await
+        Self::serve(self.dir.clone(), (self.agent_key.clone(), self.admin_key.clone()), store, self.clock.clone()).await
     }
 
     /// rota serving the `rota.toml` in `dir` (its database already set up), with these agent
@@ -715,11 +718,11 @@ impl Rota {
             }
             rota::config::DatabaseTarget::Postgres(_) => None,
         };
-        let clock: Arc<dyn rota::engine::Clock> = match clock {
-            Some(c) => c,
+        let on: Arc<dyn rota::engine::Clock> = match &clock {
+            Some(c) => c.clone(),
             None => Arc::new(rota::engine::SystemClock),
         };
-        let app = App::build_on(config, Some(file), clock).await.unwrap();
+        let app = App::build_on(config, Some(file), on).await.unwrap();
         let app_flush = (app.book.clone(), app.audit.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
@@ -741,6 +744,7 @@ impl Rota {
             dir,
             stop: Some(stop),
             done: Some(done),
+            clock,
             _share: share,
         }
     }
