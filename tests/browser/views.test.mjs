@@ -299,6 +299,24 @@ e2e('console profiles: engine order, next, fixed order and back, tokens with exp
   await bot.waitFor();
   assert.match(await bot.innerText(), /agent[\s\S]*active/);
   assert.equal((await rota.chat({ key })).status, 200, 'the new key works');
+  // Limits set through the admin API: the row shows the use against each. (The minute is the
+  // clock's: not in its last ten seconds, so the three requests and the view share it.)
+  const inMinute = new Date().getUTCSeconds();
+  if (inMinute >= 50) await new Promise((resolve) => setTimeout(resolve, (61 - inMinute) * 1000));
+  const limited = await rota.api('PATCH', '/api/v1/agents/bot', { body: { requests_per_minute: 2, tokens_per_day: 100000 } });
+  assert.equal(limited.status, 200, limited.text);
+  for (let i = 0; i < 2; i += 1) assert.equal((await rota.chat({ key })).status, 200);
+  const over = await rota.chat({ key });
+  assert.equal(over.status, 429, over.text);
+  assert.ok(Number(over.headers.get('retry-after')) >= 1);
+  assert.match(over.text, /agent bot is over its limit requests_per_minute = 2/);
+  await page.locator('#tab-profiles').click();
+  await page.locator('#tab-agents').click();
+  const rpm = bot.locator('li[data-limit="requests_per_minute"]');
+  await waitUntil(async () => (await rpm.count()) === 1 && (await rpm.innerText()).includes('2 / 2 requests this minute'), { message: 'the use against the limit' });
+  assert.equal(await rpm.getAttribute('data-state'), 'over');
+  assert.equal(await rpm.locator('meter').getAttribute('aria-label'), 'bot: 2 / 2 requests this minute');
+  assert.match(await bot.locator('li[data-limit="tokens_per_day"]').innerText(), /\/ 100000 tokens today/);
   await bot.locator('[data-action="revoke"]').click();
   await waitUntil(async () => (await bot.getAttribute('data-revoked')) === 'true', { message: 'bot revoked' });
   await page.locator('#agent-key button.link').click();
@@ -313,6 +331,9 @@ e2e('console at 1440 and 390 px: buttons inside their cards, state first on phon
   const { rota } = env;
   await traffic(env);
   await rota.api('POST', `/api/v1/profiles/${encodeURIComponent(SPARE)}/disable`);
+  // The agents view with limits and their meters, scanned too.
+  const limited = await rota.api('PATCH', '/api/v1/agents/ops', { body: { requests_per_minute: 1000, tokens_per_day: 1000000, cost_per_day: 25 } });
+  assert.equal(limited.status, 200, limited.text);
   for (const width of [1440, 390]) {
     const page = await newPage(env.browser, { width, height: 900, bypassCSP: true });
     await signIn(page, rota);
@@ -329,7 +350,7 @@ e2e('console at 1440 and 390 px: buttons inside their cards, state first on phon
       if (view === 'profiles') await page.locator('#providers tr[data-profile]').first().waitFor();
       if (view === 'requests') await page.locator('#requests tr.request').first().waitFor();
       if (view === 'chains') await page.locator('#chains .chain').first().waitFor();
-      if (view === 'agents') await page.locator('#agents tr[data-agent]').first().waitFor();
+      if (view === 'agents') await page.locator('#agents tr[data-agent] li[data-limit] meter').first().waitFor();
       await page.waitForTimeout(300);
       const wide = await page.evaluate(() => document.documentElement.scrollWidth);
       assert.ok(wide <= width, `${view} at ${width} px: the page is ${wide} px wide`);

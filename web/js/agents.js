@@ -1,5 +1,6 @@
-// The Agents view: the agent keys (GET /api/v1/agents), a new one (its key shown once, with a
-// copy button) and revoking one.
+// The Agents view: the agent keys (GET /api/v1/agents) with their limits and their use of each
+// (this minute's requests, today's tokens and cost, shared by every server), a new one (its key
+// shown once, with a copy button) and revoking one.
 
 import { $, api, el, guarded, localTime, notify, session } from "./core.js";
 
@@ -13,6 +14,7 @@ export async function loadAgents() {
     const tr = el("tr", { "data-agent": a.name, "data-revoked": String(Boolean(a.revoked_at)) });
     tr.append(el("td", { className: "id" }, a.name, a.name === session.agent ? el("span", { className: "muted" }, " (you)") : null));
     tr.append(el("td", {}, a.admin ? "admin" : "agent"));
+    tr.append(el("td", { className: "limits-cell" }, limits(a)));
     tr.append(el("td", {}, localTime(Date.parse(a.created_at))));
     tr.append(el("td", { className: "agent-state" }, a.revoked_at ? `revoked ${localTime(Date.parse(a.revoked_at))}` : "active"));
     const actions = el("td", { className: "actions-cell" });
@@ -24,7 +26,43 @@ export async function loadAgents() {
     tr.append(actions);
     tbody.append(tr);
   }
-  if (!agents.length) tbody.append(el("tr", {}, el("td", { colSpan: 5, className: "muted" }, "No agents yet.")));
+  if (!agents.length) tbody.append(el("tr", {}, el("td", { colSpan: 6, className: "muted" }, "No agents yet.")));
+}
+
+const usd = (x) => `$${x > 0 && x < 0.01 ? x.toFixed(4) : x.toFixed(2)}`;
+
+// Each limit in force with the agent's use of it: "3 / 5 requests this minute", a meter, and
+// "(config)" for a limit the config file sets (the admin API cannot change it).
+const LIMITS = [
+  { key: "requests_per_minute", use: (u) => u.requests_this_minute, text: (used, cap) => `${used} / ${cap} requests this minute` },
+  { key: "tokens_per_day", use: (u) => u.tokens_today, text: (used, cap) => `${used} / ${cap} tokens today (UTC)` },
+  { key: "cost_per_day", use: (u) => u.cost_today, text: (used, cap) => `${usd(used)} / ${usd(cap)} today (UTC)` },
+];
+
+function limits(a) {
+  const set = LIMITS.filter((l) => a.limits[l.key] != null);
+  if (!set.length) return el("span", { className: "muted" }, `no limits · ${a.usage.tokens_today} tokens today`);
+  const list = el("ul", { className: "limits" });
+  for (const l of set) {
+    const cap = a.limits[l.key];
+    const used = l.use(a.usage);
+    const state = used >= cap ? "over" : used >= 0.8 * cap ? "near" : "ok";
+    const text = l.text(used, cap);
+    const config = a.limits_from_config.includes(l.key) ? el("span", { className: "muted", title: `${l.key} is set in the config file` }, " (config)") : null;
+    list.append(
+      el(
+        "li",
+        { "data-limit": l.key, "data-state": state },
+        // Green below 80 %, amber from there, red at the limit.
+        el("meter", { min: 0, max: cap, low: 0.8 * cap, high: 0.99 * cap, optimum: 0, value: Math.min(used, cap), "aria-label": `${a.name}: ${text}` }),
+        " ",
+        el("span", { className: "use" }, text),
+        state === "over" ? el("strong", { className: "over" }, " · at the limit") : null,
+        config,
+      ),
+    );
+  }
+  return list;
 }
 
 async function revoke(a) {
