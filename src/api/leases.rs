@@ -294,7 +294,7 @@ async fn create(
     })?;
     let limits = settings.config.agent_limits(&agent);
     if let Err(over) = crate::limits::admit(state.store.as_ref(), &agent.name, &limits, runtime.clock.now()).await {
-        tracing::info!(agent = %agent.name, "{}", over.message);
+        tracing::debug!(agent = %agent.name, "{}", over.message);
         trail.refuse(429, &over.message);
         return Err(ApiError::OverLimit { message: over.message, retry_after: over.retry_after });
     }

@@ -100,7 +100,7 @@ impl Gateway {
         let limits = config.agent_limits(&inc.agent);
         if let Err(over) = crate::limits::admit(self.store.as_ref(), &inc.agent.name, &limits, self.runtime.now()).await
         {
-            tracing::info!(agent = %inc.agent.name, "{}", over.message);
+            tracing::debug!(agent = %inc.agent.name, "{}", over.message);
             trail.refuse(429, &over.message);
             return Err(GatewayError::OverLimit { message: over.message, retry_after: over.retry_after });
         }

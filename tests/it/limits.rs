@@ -277,3 +277,39 @@ async fn limits_are_created_and_changed_through_the_admin_api_and_the_config_fil
     assert_eq!(chat_as(&rota, &rota.agent_key).await.0, 200);
     assert_eq!(chat_as(&rota, &rota.agent_key).await.0, 200);
 }
+
+/// The store's counters: a minute admits exactly its limit, however many ask at once; a day
+/// sums its requests' tokens and cost; old minutes and days are pruned.
+async fn counters_count_exactly_and_old_ones_go(target: rota::config::DatabaseTarget) {
+    let store = rota::store::open(&target).await.unwrap();
+    let minute = 1_764_633_600_000;
+    let asks = (0..20).map(|_| store.count_request("planner", minute, 7));
+    let counted: Vec<Option<i64>> =
+        futures_util::future::join_all(asks).await.into_iter().map(Result::unwrap).collect();
+    let mut admitted: Vec<i64> = counted.iter().flatten().copied().collect();
+    admitted.sort();
+    assert_eq!(admitted, (1..=7).collect::<Vec<_>>(), "{counted:?}");
+    assert_eq!(store.count_request("planner", minute + MINUTE, 7).await.unwrap(), Some(1), "a new minute");
+    store.insert_audit(&[costly("planner", minute + 5, 0.1), costly("planner", minute - 5, 0.2)], &[]).await.unwrap();
+    let used = store.agent_usage(None, minute, minute).await.unwrap();
+    let planner = used["planner"];
+    assert_eq!((planner.requests_this_minute, planner.tokens_today), (7, 120));
+    assert!((planner.cost_today - 0.1).abs() < 1e-9, "{planner:?}");
+    assert_eq!(store.agent_usage(Some("planner"), minute, minute - DAY).await.unwrap()["planner"].tokens_today, 120);
+    // Minutes before the second one, and the day before, go.
+    assert_eq!(store.prune_agent_usage(minute + MINUTE, Some(minute)).await.unwrap(), 2);
+    let left = store.agent_usage(None, minute + MINUTE, minute).await.unwrap();
+    assert_eq!((left["planner"].requests_this_minute, left["planner"].tokens_today), (1, 120));
+}
+
+#[tokio::test]
+async fn counters_in_sqlite_count_exactly_and_old_ones_go() {
+    let dir = tempfile::tempdir().unwrap();
+    counters_count_exactly_and_old_ones_go(rota::config::DatabaseTarget::Sqlite(dir.path().join("rota.db"))).await;
+}
+
+#[tokio::test]
+async fn counters_in_postgres_count_exactly_and_old_ones_go() {
+    let url = support::postgres_database().await;
+    counters_count_exactly_and_old_ones_go(rota::config::DatabaseTarget::Postgres(url)).await;
+}
