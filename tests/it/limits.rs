@@ -197,10 +197,7 @@ async fn cost_per_day_refuses_the_gateway_and_the_lease_api() {
     let (status, retry, body) = chat_as(&rota, &rota.agent_key).await;
     assert_eq!((status, retry.is_some()), (429, true), "{body}");
     let message = body["error"]["message"].as_str().unwrap();
-    assert!(
-        message.starts_with("agent tester is over its limit cost_per_day = 0.5 USD (0.75 used today; resets in "),
-        "{message}"
-    );
+    assert!(message.starts_with("agent tester is over its limit cost_per_day = 0.5 USD (0.75"), "{message}");
     let (status, retry, body) =
         send(&rota, &rota.agent_key, "/api/v1/leases", json!({"model": "openai/gpt-4.1"})).await;
     assert_eq!((status, retry.is_some()), (429, true), "{body}");
@@ -219,9 +216,31 @@ async fn cost_per_day_refuses_the_gateway_and_the_lease_api() {
     let tester = agents.as_array().unwrap().iter().find(|a| a["name"] == "tester").unwrap();
     assert_eq!(tester["limits"], json!({"requests_per_minute": null, "tokens_per_day": null, "cost_per_day": 0.5}));
     assert_eq!(tester["limits_from_config"], json!(["cost_per_day"]));
-    assert_eq!(tester["usage"]["cost_today"], 0.75);
+    // 0.75, and the list price of the first chat's five tokens.
+    let cost = tester["usage"]["cost_today"].as_f64().unwrap();
+    assert!((0.75..0.751).contains(&cost), "{cost}");
     assert_eq!(tester["usage"]["tokens_today"], 5 + 240);
     assert_eq!(chat_as(&rota, &rota.admin_key).await.0, 200);
+}
+
+#[tokio::test]
+async fn cost_per_day_follows_the_priced_answers() {
+    // 5 tokens an answer at 100 000 USD per million: 0.50 USD a request.
+    let clock = clock_at(early_in_a_minute());
+    let (_mock, base) = Mock::started().await;
+    let config = format!(
+        "{}[prices]\n\"openai/gpt-4.1\" = {{ input = 100000, output = 100000 }}\n[agents.tester]\ncost_per_day = 1.0\n",
+        support::config(&base)
+    );
+    let rota = spawn(Scenario { config: &config, keys: &KEYS[..1], clock: Some(clock), ..Scenario::default() }).await;
+    for n in 1..=2 {
+        assert_eq!(chat_as(&rota, &rota.agent_key).await.0, 200, "request {n}");
+        rota.flush().await;
+    }
+    let (status, retry, body) = chat_as(&rota, &rota.agent_key).await;
+    assert_eq!((status, retry.is_some()), (429, true), "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.starts_with("agent tester is over its limit cost_per_day = 1 USD (1 used today; "), "{message}");
 }
 
 #[tokio::test]
