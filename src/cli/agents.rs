@@ -1,6 +1,6 @@
 //! `rota agents create|list|revoke`.
 
-use crate::agents::{digest, new_key, valid_name};
+use crate::agents::{Limits, digest, new_key, valid_name};
 use crate::config::Config;
 use crate::status::time;
 use crate::store::StoreError;
@@ -36,15 +36,15 @@ pub async fn run(config: &Config, cmd: AgentsCommand) -> Result<()> {
                 bail!("invalid agent name `{name}`: use a-z, 0-9, `-` and `_` (at most 64)");
             }
             let key = new_key();
+            let taken = |e| match e {
+                StoreError::AgentExists(n) => {
+                    anyhow::anyhow!("agent {n} already exists; revoke it first to issue a new key")
+                }
+                other => anyhow::Error::from(other),
+            };
+            let store = open().await?;
             let agent =
-                open().await?.create_agent(&name, &digest(&key), admin, &Default::default(), now).await.map_err(
-                    |e| match e {
-                        StoreError::AgentExists(n) => {
-                            anyhow::anyhow!("agent {n} already exists; revoke it first to issue a new key")
-                        }
-                        other => other.into(),
-                    },
-                )?;
+                store.create_agent(&name, &digest(&key), admin, &Limits::default(), now).await.map_err(taken)?;
             println!("created agent {}{}; its key is shown only now:", agent.name, if admin { " (admin)" } else { "" });
             println!("{}", key.expose_secret());
         }
