@@ -257,7 +257,7 @@ fn answer(key: &str, calls: u64, anthropic: bool, body: &[u8]) -> Response {
         let body = json!({"error": {"message": "The server is overloaded, try later", "type": "server_error"}});
         return (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response();
     }
-    if key.ends_with("-flaky") && calls % 3 == 0 {
+    if key.ends_with("-flaky") && calls.is_multiple_of(3) {
         let body = json!({"error": {"message": "Rate limit reached for requests", "type": "rate_limit_error"}});
         return (StatusCode::TOO_MANY_REQUESTS, [("retry-after", "20")], axum::Json(body)).into_response();
     }
