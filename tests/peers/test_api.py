@@ -48,7 +48,7 @@ ROUTES: dict[str, set[str]] = {
     "/api/v1/models": {"GET"},
     "/api/v1/models/clear": {"POST"},
     "/api/v1/agents": {"GET", "POST"},
-    "/api/v1/agents/{name}": {"DELETE"},
+    "/api/v1/agents/{name}": {"DELETE", "PATCH"},
     "/api/v1/usage": {"GET"},
     "/api/v1/usage/series": {"GET"},
     "/api/v1/attempts": {"GET"},
