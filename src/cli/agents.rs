@@ -16,6 +16,15 @@ pub enum AgentsCommand {
         /// The agent may use the admin API.
         #[arg(long)]
         admin: bool,
+        /// Requests it may make per clock-aligned minute, across every server (docs/config.md).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(i64).range(1..))]
+        requests_per_minute: Option<i64>,
+        /// Input plus output tokens it may use per UTC day.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(i64).range(1..))]
+        tokens_per_day: Option<i64>,
+        /// USD it may spend per UTC day.
+        #[arg(long, value_name = "USD", value_parser = usd_above_zero)]
+        cost_per_day: Option<f64>,
     },
     /// List agents (never their keys).
     List {
@@ -26,15 +35,24 @@ pub enum AgentsCommand {
     Revoke { name: String },
 }
 
+/// `--cost-per-day`: USD, a finite number above 0.
+fn usd_above_zero(raw: &str) -> Result<f64, String> {
+    match raw.parse::<f64>() {
+        Ok(usd) if usd.is_finite() && usd > 0.0 => Ok(usd),
+        _ => Err(format!("`{raw}` is not a number of USD above 0")),
+    }
+}
+
 pub async fn run(config: &Config, cmd: AgentsCommand) -> Result<()> {
     let open = || super::open_store(config);
     let existing = || super::open_existing(config);
     let now = chrono::Utc::now().timestamp_millis();
     match cmd {
-        AgentsCommand::Create { name, admin } => {
+        AgentsCommand::Create { name, admin, requests_per_minute, tokens_per_day, cost_per_day } => {
             if !valid_name(&name) {
                 bail!("invalid agent name `{name}`: use a-z, 0-9, `-` and `_` (at most 64)");
             }
+            let limits = Limits { requests_per_minute, tokens_per_day, cost_per_day };
             let key = new_key();
             let taken = |e| match e {
                 StoreError::AgentExists(n) => {
@@ -43,8 +61,7 @@ pub async fn run(config: &Config, cmd: AgentsCommand) -> Result<()> {
                 other => anyhow::Error::from(other),
             };
             let store = open().await?;
-            let agent =
-                store.create_agent(&name, &digest(&key), admin, &Limits::default(), now).await.map_err(taken)?;
+            let agent = store.create_agent(&name, &digest(&key), admin, &limits, now).await.map_err(taken)?;
             println!("created agent {}{}; its key is shown only now:", agent.name, if admin { " (admin)" } else { "" });
             println!("{}", key.expose_secret());
         }
@@ -55,11 +72,17 @@ pub async fn run(config: &Config, cmd: AgentsCommand) -> Result<()> {
             } else if agents.is_empty() {
                 println!("no agents (create one with `rota agents create <name>`)");
             } else {
-                println!("{:<24} {:<6} {:<20} STATE", "NAME", "ADMIN", "CREATED");
+                println!("{:<24} {:<6} {:<20} {:<24} LIMITS", "NAME", "ADMIN", "CREATED", "STATE");
                 for a in agents {
                     let state = a.revoked_at.map_or("active".to_string(), |t| format!("revoked {}", time(t)));
+                    let limits = config.agent_limits(&a);
+                    let mut text = Vec::new();
+                    text.extend(limits.requests_per_minute.map(|n| format!("{n} requests/min")));
+                    text.extend(limits.tokens_per_day.map(|n| format!("{n} tokens/day")));
+                    text.extend(limits.cost_per_day.map(|c| format!("{c} USD/day")));
+                    let limits = if text.is_empty() { "none".to_string() } else { text.join(", ") };
                     println!(
-                        "{:<24} {:<6} {:<20} {state}",
+                        "{:<24} {:<6} {:<20} {state:<24} {limits}",
                         a.name,
                         if a.admin { "yes" } else { "no" },
                         time(a.created_at)

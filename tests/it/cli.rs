@@ -371,6 +371,29 @@ fn missing_explicit_config_file_is_an_error() {
 }
 
 #[test]
+fn agents_are_created_with_limits_and_listed_with_those_in_force() {
+    let env = Env::new(&format!("{BASE}requests_per_minute = 7\n"));
+    assert_ok(&env.run(&["agents", "create", "capped", "--requests-per-minute", "5", "--cost-per-day", "2.5"]));
+    assert_ok(&env.run(&["agents", "create", "planner", "--requests-per-minute", "50", "--tokens-per-day", "9000"]));
+    for (flag, value) in [("--requests-per-minute", "0"), ("--tokens-per-day", "-3"), ("--cost-per-day", "nan")] {
+        let out = env.run(&["agents", "create", "bad", &format!("{flag}={value}")]);
+        assert!(!out.status.success() && text(&out.stderr).contains(flag), "{flag} {value}: {}", text(&out.stderr));
+    }
+    let human = text(&env.run(&["agents", "list"]).stdout);
+    let line =
+        |name: &str| human.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("{human}")).to_string();
+    assert!(line("capped").ends_with("5 requests/min, 2.5 USD/day"), "{human}");
+    assert!(line("planner").ends_with("7 requests/min, 9000 tokens/day"), "the config file's key wins: {human}");
+    assert!(!human.contains("bad"), "{human}");
+    let json: serde_json::Value = serde_json::from_slice(&env.run(&["agents", "list", "--json"]).stdout).unwrap();
+    let capped = json.as_array().unwrap().iter().find(|a| a["name"] == "capped").unwrap();
+    assert_eq!(
+        (capped["limits"]["requests_per_minute"].as_i64(), capped["limits"]["cost_per_day"].as_f64()),
+        (Some(5), Some(2.5))
+    );
+}
+
+#[test]
 fn agents_get_a_key_once_stored_only_as_a_digest_and_can_be_revoked() {
     let env = Env::new(BASE);
     let out = env.run(&["agents", "create", "planner"]);
