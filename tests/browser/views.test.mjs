@@ -116,6 +116,8 @@ e2e('console views: overview charts match the API, requests with their attempts,
   const smartRow = page.locator('#requests tr.request', { hasText: 'smart' });
   assert.equal((await smartRow.locator('.attempts').innerText()).trim(), '3');
   assert.match(await smartRow.innerText(), /smart → spare\/gpt-4o-mini/);
+  // gpt-4o-mini's list price: 7 tokens in at $0.15/M and 3 out at $0.60/M = 2.85 µ$, stored as 3 µ$.
+  assert.equal((await smartRow.locator('.cost').innerText()).trim(), '$0.000003');
   await smartRow.locator('button.expand').click();
   const attempts = page.locator('#requests tr.attempts-of tr.attempt');
   await waitUntil(async () => (await attempts.count()) === 3, { message: 'three attempts under the smart request' });
@@ -129,6 +131,7 @@ e2e('console views: overview charts match the API, requests with their attempts,
   const refused = page.locator('#requests tr.request[data-outcome="refused"]');
   assert.equal(await refused.count(), 1, 'the unknown-model request is listed');
   assert.match(await refused.innerText(), /nope\/missing[\s\S]*404 refused/);
+  assert.equal((await refused.locator('.cost').innerText()).trim(), '—', 'nothing served, no cost');
   await refused.locator('button.expand').click();
   assert.match(await page.locator('#requests tr.attempts-of .request-error').last().innerText(), /404.*nope/);
   await docShot(page, 'requests-1440');

@@ -56,7 +56,7 @@ export async function loadRequests(more = false) {
 }
 
 function emptyRow(text) {
-  return el("tr", {}, el("td", { colSpan: 8, className: "muted" }, text));
+  return el("tr", {}, el("td", { colSpan: 9, className: "muted" }, text));
 }
 
 /** served, failed or refused (no attempt was made). */
@@ -78,6 +78,8 @@ function requestRow(r) {
   tr.append(el("td", { className: "status" }, el("span", { className: "outcome", "data-outcome": verdict(r) }, `${r.status ?? "—"} ${verdict(r)}`)));
   const tokens = r.tokens_in == null && r.tokens_out == null ? "—" : `${r.tokens_in ?? "—"} · ${r.tokens_out ?? "—"}`;
   tr.append(el("td", { className: "num" }, tokens));
+  // USD to the micro-dollar as stored; "—" where no price is known (never a guess).
+  tr.append(el("td", { className: "num cost", title: r.cost == null ? "no price known for this model, or nothing served" : `${r.cost} USD` }, r.cost == null ? "—" : `$${r.cost.toFixed(r.cost < 0.01 ? 6 : 4)}`));
   tr.append(el("td", { className: "num" }, r.duration_ms == null ? "—" : String(r.duration_ms)));
   let detail = null;
   toggle.addEventListener("click", async () => {
@@ -89,7 +91,7 @@ function requestRow(r) {
       detail = null;
       return;
     }
-    detail = el("tr", { className: "attempts-of", "data-request": r.id }, el("td", { colSpan: 8 }, el("p", { className: "muted" }, "Loading…")));
+    detail = el("tr", { className: "attempts-of", "data-request": r.id }, el("td", { colSpan: 9 }, el("p", { className: "muted" }, "Loading…")));
     tr.after(detail);
     const cell = detail.firstElementChild;
     try {
