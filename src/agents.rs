@@ -73,6 +73,16 @@ impl Limits {
         out
     }
 
+    /// The limits that are set, as people read them (`5 requests/min, 2.5 USD/day`); `None`
+    /// when there is none.
+    pub fn describe(&self) -> Option<String> {
+        let mut text = Vec::new();
+        text.extend(self.requests_per_minute.map(|n| format!("{n} requests/min")));
+        text.extend(self.tokens_per_day.map(|n| format!("{n} tokens/day")));
+        text.extend(self.cost_per_day.map(|c| format!("{c} USD/day")));
+        (!text.is_empty()).then(|| text.join(", "))
+    }
+
     /// The names of the limits that are set.
     pub fn keys(&self) -> Vec<&'static str> {
         let mut out = Vec::new();

@@ -2,6 +2,7 @@
 //! each agent's chain do right now, profile by profile. Creates no database and no key
 //! (opening an existing database applies pending migrations).
 
+use crate::agents::{Agent, Limits};
 use crate::book::Roster;
 use crate::config::{Config, DatabaseTarget};
 use crate::engine::chain::{ChainError, ChainRequest, FallbackOverride};
@@ -31,6 +32,9 @@ struct Report {
 #[derive(Serialize)]
 struct AgentChain {
     agent: String,
+    /// The limits in force (`[agents.NAME]` over those stored with the agent); absent: none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    limits: Option<Limits>,
     chain: Vec<ChainStep>,
     error: Option<String>,
 }
@@ -71,6 +75,7 @@ async fn build(config: &Config, file: Option<&Path>) -> Report {
         problems: config.problems(),
         ..Default::default()
     };
+    let mut stored_agents = Vec::new();
     let snapshot = match config.database() {
         Err(e) => {
             report.problems.extend(e.0);
@@ -85,7 +90,10 @@ async fn build(config: &Config, file: Option<&Path>) -> Report {
             Snapshot::default()
         }
         Ok(target) => match inspect_database(&target, config, &mut report).await {
-            Ok(s) => s,
+            Ok((s, agents)) => {
+                stored_agents = agents;
+                s
+            }
             Err(e) => {
                 report.problems.push(format!("database {target}: {e:#}"));
                 Snapshot::default()
@@ -98,6 +106,13 @@ async fn build(config: &Config, file: Option<&Path>) -> Report {
     agents.insert(0, "(default)".into());
     for agent in agents {
         let fallbacks = config.agents.get(&agent).and_then(|a| a.fallbacks.as_deref());
+        let stored = stored_agents.iter().find(|a| a.name == agent && a.revoked_at.is_none());
+        let limits = match (stored, config.agents.get(&agent)) {
+            (Some(a), _) => config.agent_limits(a),
+            (None, Some(section)) => section.limits(),
+            (None, None) => Limits::default(),
+        };
+        let limits = limits.describe().is_some().then_some(limits);
         let req = ChainRequest {
             model: None,
             agent_fallbacks: fallbacks,
@@ -166,7 +181,7 @@ async fn build(config: &Config, file: Option<&Path>) -> Report {
                         ChainStep { model: c.label(), profiles }
                     })
                     .collect();
-                AgentChain { agent, chain: steps, error: None }
+                AgentChain { agent, limits, chain: steps, error: None }
             }
             Err(e) => {
                 let no_model = matches!(e, ChainError::NoModel);
@@ -179,7 +194,7 @@ async fn build(config: &Config, file: Option<&Path>) -> Report {
                         format!("agent {agent}: the chain cannot be resolved: {error}")
                     });
                 }
-                AgentChain { agent, chain: vec![], error: Some(error) }
+                AgentChain { agent, limits, chain: vec![], error: Some(error) }
             }
         };
         report.agents.push(entry);
@@ -189,7 +204,11 @@ async fn build(config: &Config, file: Option<&Path>) -> Report {
 
 /// Opens the existing database (applying pending migrations), and checks the key against its
 /// secrets.
-async fn inspect_database(target: &DatabaseTarget, config: &Config, report: &mut Report) -> Result<Snapshot> {
+async fn inspect_database(
+    target: &DatabaseTarget,
+    config: &Config,
+    report: &mut Report,
+) -> Result<(Snapshot, Vec<Agent>)> {
     let keyring = config.secrets.keyring;
     let store = crate::store::open(target).await?;
     let applied = store.applied_migrations().await?;
@@ -219,8 +238,9 @@ async fn inspect_database(target: &DatabaseTarget, config: &Config, report: &mut
         },
     });
     let snapshot = store.snapshot().await?;
+    let agents = store.agents().await?;
     store.close().await;
-    Ok(snapshot)
+    Ok((snapshot, agents))
 }
 
 fn print_text(r: &Report) {
@@ -235,7 +255,10 @@ fn print_text(r: &Report) {
         println!("key:      {k}");
     }
     for a in &r.agents {
-        println!("\nagent {}:", a.agent);
+        match a.limits.as_ref().and_then(Limits::describe) {
+            Some(limits) => println!("\nagent {} (limits: {limits}):", a.agent),
+            None => println!("\nagent {}:", a.agent),
+        }
         if let Some(e) = &a.error {
             println!("  no chain: {e}");
         }

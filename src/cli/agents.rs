@@ -75,12 +75,7 @@ pub async fn run(config: &Config, cmd: AgentsCommand) -> Result<()> {
                 println!("{:<24} {:<6} {:<20} {:<24} LIMITS", "NAME", "ADMIN", "CREATED", "STATE");
                 for a in agents {
                     let state = a.revoked_at.map_or("active".to_string(), |t| format!("revoked {}", time(t)));
-                    let limits = config.agent_limits(&a);
-                    let mut text = Vec::new();
-                    text.extend(limits.requests_per_minute.map(|n| format!("{n} requests/min")));
-                    text.extend(limits.tokens_per_day.map(|n| format!("{n} tokens/day")));
-                    text.extend(limits.cost_per_day.map(|c| format!("{c} USD/day")));
-                    let limits = if text.is_empty() { "none".to_string() } else { text.join(", ") };
+                    let limits = config.agent_limits(&a).describe().unwrap_or_else(|| "none".into());
                     println!(
                         "{:<24} {:<6} {:<20} {state:<24} {limits}",
                         a.name,

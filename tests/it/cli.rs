@@ -371,7 +371,7 @@ fn missing_explicit_config_file_is_an_error() {
 }
 
 #[test]
-fn agents_are_created_with_limits_and_listed_with_those_in_force() {
+fn agents_are_created_with_limits_and_listed_with_those_in_force_by_list_and_doctor() {
     let env = Env::new(&format!("{BASE}requests_per_minute = 7\n"));
     assert_ok(&env.run(&["agents", "create", "capped", "--requests-per-minute", "5", "--cost-per-day", "2.5"]));
     assert_ok(&env.run(&["agents", "create", "planner", "--requests-per-minute", "50", "--tokens-per-day", "9000"]));
@@ -391,6 +391,12 @@ fn agents_are_created_with_limits_and_listed_with_those_in_force() {
         (capped["limits"]["requests_per_minute"].as_i64(), capped["limits"]["cost_per_day"].as_f64()),
         (Some(5), Some(2.5))
     );
+    let doctor = text(&env.run(&["doctor"]).stdout);
+    assert!(doctor.contains("\nagent planner (limits: 7 requests/min, 9000 tokens/day):\n"), "{doctor}");
+    let json: serde_json::Value = serde_json::from_slice(&env.run(&["doctor", "--json"]).stdout).unwrap();
+    let planner = json["agents"].as_array().unwrap().iter().find(|a| a["agent"] == "planner").unwrap();
+    assert_eq!(planner["limits"]["tokens_per_day"], 9000);
+    assert!(json["agents"][0].get("limits").is_none(), "the default chain has no limits");
 }
 
 #[test]
