@@ -269,13 +269,15 @@ impl Load {
     }
 }
 
-/// `chattr +i` on the database's files and directory until dropped.
+/// `chattr +i` on the database's files and directory until dropped. Not on `rota.db-shm`: SQLite
+/// maps it shared, and the first write to a page of a mapping whose file became immutable is a
+/// SIGBUS (seen once), a fault of the test's making rather than of a failing disk.
 struct Immutable(Vec<PathBuf>);
 
 impl Immutable {
     fn set(dir: &Path) -> Immutable {
         let mut files: Vec<PathBuf> =
-            ["rota.db", "rota.db-wal", "rota.db-shm"].iter().map(|f| dir.join(f)).filter(|p| p.exists()).collect();
+            ["rota.db", "rota.db-wal"].iter().map(|f| dir.join(f)).filter(|p| p.exists()).collect();
         files.push(dir.to_path_buf());
         let out = Command::new("chattr").arg("+i").args(&files).output().expect("chattr (e2fsprogs) is installed");
         assert!(
