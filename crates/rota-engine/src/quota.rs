@@ -118,6 +118,12 @@ impl Seen {
     }
 }
 
+/// A count as providers send it: a whole number, 0 or more. Anything else (`NaN`, `-1`, `1e3`,
+/// words) is no report, so it can never make a profile look spent.
+fn count(value: &str) -> Option<i64> {
+    value.parse::<u64>().ok().map(|n| n.min(i64::MAX as u64) as i64)
+}
+
 /// Reads the quota an answer reports for `model`, from its headers (names in any case). Reset
 /// times are clamped to `max_wait` after `now`: a header cannot order a profile last for
 /// longer than a provider's reset hint may cool it (`cooldown.hint_max`). `None` when the answer
@@ -150,10 +156,10 @@ pub fn read<'a>(
         let s = &mut seen[slot];
         match part {
             Part::Remaining => {
-                s.remaining = value.parse::<i64>().ok().or_else(|| value.parse::<f64>().ok().map(|f| f.floor() as i64));
+                s.remaining = count(value);
                 any |= s.remaining.is_some();
             }
-            Part::Limit => s.limit = value.parse().ok(),
+            Part::Limit => s.limit = count(value),
             Part::Reset => {
                 s.reset_at = crate::hints::reset_value(value, now).map(|wait| now + wait.clamp(0, max_wait.max(0)));
             }
@@ -224,6 +230,17 @@ mod tests {
         assert_eq!(q(&[("x-ratelimit-remaining-requests", "many")]), None);
         assert_eq!(q(&[("anthropic-ratelimit-unified-status", "allowed"), ("x-request-id", "1")]), None);
         assert_eq!(q(&[]), None);
+    }
+
+    #[test]
+    fn counts_that_are_not_whole_numbers_are_no_report() {
+        for bad in ["NaN", "-1", "-0.5", "inf", "1e3", "0.5", "zero", ""] {
+            assert_eq!(q(&[("x-ratelimit-remaining-requests", bad)]), None, "{bad:?}");
+        }
+        let huge = q(&[("x-ratelimit-remaining-requests", "18000000000000000000")]).unwrap();
+        assert_eq!(huge.requests.unwrap().remaining, i64::MAX, "more than anyone can spend, not zero");
+        let limit = q(&[("x-ratelimit-remaining-requests", "4"), ("x-ratelimit-limit-requests", "-9")]).unwrap();
+        assert_eq!(limit.requests.unwrap().limit, None);
     }
 
     #[test]
