@@ -117,13 +117,14 @@ impl Prices {
     /// The price of `model` on `provider`: `[prices]."provider/model"`, then `[prices]."model"`,
     /// then the shipped `"model"`; at each step a dated name also takes its undated entry.
     pub fn price(&self, provider: &str, model: &str) -> Option<&Price> {
-        let names: Vec<&str> = [Some(model), undated(model)].into_iter().flatten().collect();
-        let configured = |key: &str| self.overrides.get(key);
-        names
-            .iter()
-            .find_map(|name| configured(&format!("{provider}/{name}")))
-            .or_else(|| names.iter().find_map(|name| configured(name)))
-            .or_else(|| names.iter().find_map(|name| SHIPPED.get(*name)))
+        let names = [Some(model), undated(model)];
+        let names = || names.iter().flatten();
+        // Without `[prices]` (the common case) a request's lookup allocates nothing.
+        let configured = || {
+            let by_provider = names().find_map(|name| self.overrides.get(&format!("{provider}/{name}")));
+            by_provider.or_else(|| names().find_map(|name| self.overrides.get(*name)))
+        };
+        (!self.overrides.is_empty()).then(configured).flatten().or_else(|| names().find_map(|name| SHIPPED.get(*name)))
     }
 
     /// What `tokens` of `model` on `provider` cost (see `Price::cost`); `None` without a price.
