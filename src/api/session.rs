@@ -170,17 +170,22 @@ mod tests {
     use super::*;
     use axum::http::HeaderValue;
 
-    #[test]
-    fn an_idle_session_ends_and_each_use_extends_it() {
-        let s = Sessions::default();
-        let agent = Agent {
+    /// An admin agent `ops`.
+    fn ops() -> Agent {
+        Agent {
             id: "1".into(),
             name: "ops".into(),
             admin: true,
             created_at: 0,
             revoked_at: None,
             limits: Default::default(),
-        };
+        }
+    }
+
+    #[test]
+    fn an_idle_session_ends_and_each_use_extends_it() {
+        let s = Sessions::default();
+        let agent = ops();
         let (token, _) = s.create(agent, 0, std::time::Duration::from_secs(60));
         let mut h = HeaderMap::new();
         h.insert(header::COOKIE, HeaderValue::from_str(&format!("{COOKIE}={token}")).unwrap());
@@ -195,14 +200,7 @@ mod tests {
     #[test]
     fn sessions_expire_and_end() {
         let s = Sessions::default();
-        let agent = Agent {
-            id: "1".into(),
-            name: "ops".into(),
-            admin: true,
-            created_at: 0,
-            revoked_at: None,
-            limits: Default::default(),
-        };
+        let agent = ops();
         let forever = std::time::Duration::from_millis(SESSION_TTL as u64 * 2);
         let (token, session) = s.create(agent.clone(), 1_000, forever);
         let mut h = HeaderMap::new();
