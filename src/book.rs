@@ -397,11 +397,12 @@ impl Book {
         }
     }
 
-    /// The profile served `model`: its error state goes, and so does the model's own cooldown
-    /// on that provider (the model exists after all).
-    pub fn record_success(&self, id: &ProfileId, model: &str, now: Millis) {
-        self.update(id, Change::Served(model.to_string(), now, 1));
-        self.end_model_cooldown(id.provider(), model, now);
+    /// The profile served `model` with a call sent at `sent`: the error state it proves over
+    /// goes (what opened since the call was sent stays: `UsageStats::record_success`), and so
+    /// does the model's own cooldown on that provider if it began before (the model exists).
+    pub fn record_success(&self, id: &ProfileId, model: &str, sent: Millis, now: Millis) {
+        self.update(id, Change::Served { model: model.to_string(), sent, at: now, times: 1 });
+        self.end_model_cooldown(id.provider(), model, sent);
     }
 
     /// Ends the model's cooldown on the provider (an admin's clear); whether one was active.

@@ -45,8 +45,8 @@ macro_rules! sql_store {
             sqlx::query(
                 "INSERT INTO usage_stats (profile_id, last_used, last_success_at, cooldown_until, cooldown_reason,
                      cooldown_model, disabled_until, disabled_reason, error_count, failure_counts, last_failure_at,
-                     window_opened_at, success_count, failure_total, billing_step, cleared_at)
-                 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16 WHERE EXISTS (SELECT 1 FROM profiles WHERE id = $17)
+                     window_opened_at, success_count, failure_total, billing_step, cleared_at, last_success_sent_at)
+                 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $18 WHERE EXISTS (SELECT 1 FROM profiles WHERE id = $17)
                  ON CONFLICT (profile_id) DO UPDATE SET last_used = excluded.last_used,
                      last_success_at = excluded.last_success_at, cooldown_until = excluded.cooldown_until,
                      cooldown_reason = excluded.cooldown_reason, cooldown_model = excluded.cooldown_model,
@@ -54,7 +54,8 @@ macro_rules! sql_store {
                      error_count = excluded.error_count, failure_counts = excluded.failure_counts,
                      last_failure_at = excluded.last_failure_at, window_opened_at = excluded.window_opened_at,
                      success_count = excluded.success_count, failure_total = excluded.failure_total,
-                     billing_step = excluded.billing_step, cleared_at = excluded.cleared_at",
+                     billing_step = excluded.billing_step, cleared_at = excluded.cleared_at,
+                     last_success_sent_at = excluded.last_success_sent_at",
             )
             .bind(id.as_str())
             .bind(s.last_used)
@@ -73,6 +74,7 @@ macro_rules! sql_store {
             .bind(i64::from(s.billing_step))
             .bind(s.cleared_at)
             .bind(id.as_str())
+            .bind(s.last_success_sent_at)
             .execute(&mut **tx)
             .await?;
             sqlx::query("DELETE FROM profile_cooldowns WHERE profile_id = $1").bind(id.as_str()).execute(&mut **tx).await?;
@@ -230,6 +232,7 @@ macro_rules! sql_store {
             Ok(UsageStats {
                 last_used: row.try_get("last_used")?,
                 last_success_at: row.try_get("last_success_at")?,
+                last_success_sent_at: row.try_get("last_success_sent_at")?,
                 cooldowns: Vec::new(),
                 disabled,
                 error_count: row.try_get::<i64, _>("error_count")? as u32,

@@ -569,7 +569,7 @@ impl Walk {
         };
         match ended {
             Ended::Whole => {
-                book.record_success(&pid, &self.chain[self.index].model, now);
+                book.record_success(&pid, &self.chain[self.index].model, row.started_at, now);
                 row.outcome = Outcome::Success;
                 self.trail.record(row);
             }
@@ -609,7 +609,7 @@ impl Walk {
             let cur = self.cur.as_ref().expect("a success is reported for an attempt under way");
             cur.slots[cur.j].clone()
         };
-        book.record_success(&att_pid, &self.chain[self.index].model, now);
+        book.record_success(&att_pid, &self.chain[self.index].model, row.started_at, now);
         row.outcome = Outcome::Success;
         row.http_status = Some(status);
         let spent = self.trail.spend(&mut row, tokens, true);

@@ -60,7 +60,7 @@ async fn usage_stats_survive_a_restart_exactly() {
         book.record_failure(&a, &failure(Reason::Billing, "gpt-4.1", T0 + 30), T0 + 30);
         let b = id("openai:b");
         book.mark_used(&b, None, T0 + 40);
-        book.record_success(&b, "gpt-4.1", T0 + 50);
+        book.record_success(&b, "gpt-4.1", T0 + 50, T0 + 50);
         book.record_model_not_found("openai", "gpt-9", T0 + 60, T0 + 55);
         book.flush().await;
         before = (book.stats(&a).unwrap(), book.stats(&b).unwrap());

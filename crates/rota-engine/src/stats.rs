@@ -184,6 +184,10 @@ impl Until {
 pub struct UsageStats {
     pub last_used: Option<Millis>,
     pub last_success_at: Option<Millis>,
+    /// When the latest-sent call that succeeded was sent: what a success proves is dated then
+    /// (a failure that arrives later ends nothing it proved, a window opened since it was sent
+    /// outlives it).
+    pub last_success_sent_at: Option<Millis>,
     /// The cooldown lane: at most one window per scope (a model, or `None` for every model).
     /// Two models cooling on one profile are two windows; a third model is not blocked.
     pub cooldowns: Vec<Cooldown>,
@@ -224,9 +228,10 @@ pub enum Change {
     Failed(Failure, Millis),
     /// A failed call that is retried on the same profile (`count_failure`).
     Counted(Reason, Millis),
-    /// Served this model, this many times (successes in a row coalesce while they wait to be
-    /// written: the latest time with the count is the same change as each in turn).
-    Served(String, Millis, u32),
+    /// Served this model, this many times, by calls sent at `sent` and answered at `at`
+    /// (successes in a row coalesce while they wait to be written: the latest times with the
+    /// count are the same change as each in turn).
+    Served { model: String, sent: Millis, at: Millis, times: u32 },
     /// An admin cleared the profile, or its account logged in again.
     Cleared(Millis),
     /// The sweep: windows that have ended go.
@@ -253,8 +258,12 @@ impl Unwritten {
         match (change, self.changes.last_mut()) {
             (Change::Used(t), _) => self.used = self.used.max(Some(t)),
             (Change::Quota(q), _) => quota::keep_latest(&mut self.quotas, q),
-            (Change::Served(m, t, n), Some(Change::Served(last, at, times))) if *last == m => {
-                *at = (*at).max(t);
+            (
+                Change::Served { model, sent, at, times: n },
+                Some(Change::Served { model: last, sent: last_sent, at: last_at, times }),
+            ) if *last == model => {
+                *last_sent = (*last_sent).max(sent);
+                *last_at = (*last_at).max(at);
                 *times += n;
             }
             (c, _) => self.changes.push(c),
@@ -338,8 +347,8 @@ impl UsageStats {
             Change::Counted(reason, now) => {
                 self.count_failure(*reason, *now, policy);
             }
-            Change::Served(model, now, times) => {
-                self.record_success(model, *now);
+            Change::Served { model, sent, at, times } => {
+                self.record_success(model, *sent, *at);
                 self.success_count += u64::from(times.saturating_sub(1));
             }
             Change::Cleared(now) => self.clear_errors(*now),
@@ -362,18 +371,24 @@ impl UsageStats {
         self.last_used = self.last_used.max(Some(now));
     }
 
-    /// The profile served `model`: the disabled lane, the windows that cover `model`, the
-    /// counters and the billing step go. Another model's window stays: it is that model's own
-    /// evidence, and runs out on its own. A success whose write lands after a later failure's
-    /// (another server's) ends nothing: that failure is the newer evidence.
-    pub fn record_success(&mut self, model: &str, now: Millis) {
-        if self.last_failure_at.is_none_or(|t| t <= now) {
-            self.cooldowns.retain(|c| c.active(now) && !c.applies_to(model));
+    /// The profile served `model` with a call sent at `sent`, answered at `now`. What it proves
+    /// is dated when it was sent: the windows that cover `model` and opened at or before `sent`
+    /// end, and so does the disabled lane when no window opened since; the counters and the
+    /// billing step reset when no failure was recorded since. A window opened after the call
+    /// was sent (a 429 answered while it was in flight, or another server's failure) stays:
+    /// it is the newer evidence. Another model's window stays too: it is that model's own
+    /// evidence, and runs out on its own.
+    pub fn record_success(&mut self, model: &str, sent: Millis, now: Millis) {
+        self.cooldowns.retain(|c| c.active(now) && !(c.applies_to(model) && c.opened_at <= sent));
+        if self.window_opened_at.is_none_or(|o| o <= sent) {
             self.disabled = None;
+        }
+        if self.last_failure_at.is_none_or(|t| t <= sent) {
             self.reset_counters();
             self.billing_step = 0;
         }
         self.last_success_at = self.last_success_at.max(Some(now));
+        self.last_success_sent_at = self.last_success_sent_at.max(Some(sent));
         self.success_count += 1;
     }
 
@@ -450,8 +465,9 @@ impl UsageStats {
         if !matches!(mark, Mark::CooldownModel | Mark::CooldownProfile | Mark::Disabled) {
             return None;
         }
-        // The account served after this failure (its write landed late): nothing profile-wide.
-        let served_since = self.last_success_at.is_some_and(|t| t > now);
+        // A call sent at or after this failure served (the failure's write landed late): that
+        // success is the newer evidence, and it would have ended a profile-wide window.
+        let served_since = self.last_success_sent_at.is_some_and(|t| t >= now);
         let model_scoped = mark == Mark::CooldownModel && !f.account_wide;
         if served_since && !model_scoped {
             return self.blocked_until(&f.model, now);
@@ -816,7 +832,7 @@ mod tests {
         s.record_failure(&fail(Reason::RateLimit, T0), T0, &p());
         s.record_failure(&Failure { model: "m2".into(), ..fail(Reason::RateLimit, T0 + 1) }, T0 + 1, &p());
         s.record_failure(&Failure { account_wide: true, ..fail(Reason::Network, T0 + 2) }, T0 + 2, &p());
-        s.record_success("m1", T0 + 3);
+        s.record_success("m1", T0 + 3, T0 + 3);
         assert_eq!(s.blocked_until("m1", T0 + 3), None);
         assert_eq!(s.blocked_until("m2", T0 + 3), Some(Until::At(T0 + 1 + MIN)), "m2's own window runs out");
         assert_eq!(s.cooldowns.len(), 1);
@@ -857,7 +873,7 @@ mod tests {
         }
         assert_eq!(waits, [1, 2, 4, 8, 16, 24]);
         assert_eq!(s.error_count, 1, "the counters reset on expiry; the step does not");
-        s.record_success("m1", t);
+        s.record_success("m1", t, t);
         let end = s.record_failure(&fail(Reason::Billing, t + 1), t + 1, &p());
         assert_eq!(end, Some(Until::At(t + 1 + HOUR)), "a success starts the ladder again");
     }
@@ -977,15 +993,58 @@ mod tests {
     }
 
     #[test]
+    fn calls_in_flight_when_a_429_arrived_never_end_the_window_it_opened() {
+        // Five calls sent at T0 are in flight on the account when a sixth, sent at T0 + 100, is
+        // answered 429 with a 10-minute hint at T0 + 200. The five succeed after it.
+        let mut s = UsageStats::default();
+        let until = s.record_failure(&fail_hint(Reason::RateLimit, T0 + 100, 10 * MIN), T0 + 200, &p());
+        assert_eq!(until, Some(Until::At(T0 + 200 + 10 * MIN)));
+        for i in 0..5 {
+            s.record_success("m1", T0, T0 + 2_000 + i);
+        }
+        // Nor does one sent after the failing call, but before its 429 arrived.
+        s.record_success("m1", T0 + 150, T0 + 2_100);
+        assert_eq!(s.blocked_until("m1", T0 + 3_000), Some(Until::At(T0 + 200 + 10 * MIN)), "the window holds");
+        assert_eq!((s.error_count, s.success_count, s.last_success_at), (1, 6, Some(T0 + 2_100)));
+        // A call sent after the 429 arrived that succeeds is newer evidence: it ends the window.
+        s.record_success("m1", T0 + 201, T0 + 3_000);
+        assert_eq!((s.blocked_until("m1", T0 + 3_000), s.error_count), (None, 0));
+    }
+
+    #[test]
+    fn a_success_sent_before_a_billing_window_opened_leaves_the_disabled_lane() {
+        let mut s = UsageStats::default();
+        s.record_failure(&fail(Reason::Billing, T0 + 10), T0 + 10, &p());
+        s.record_success("m1", T0, T0 + 20);
+        assert_eq!(s.blocked_until("m1", T0 + 20), Some(Until::At(T0 + 10 + HOUR)));
+        assert_eq!(s.billing_step, 1);
+        s.record_success("m1", T0 + 11, T0 + 30);
+        assert_eq!((s.disabled.clone(), s.billing_step), (None, 0));
+    }
+
+    #[test]
+    fn a_profile_wide_failure_that_lands_after_a_later_sent_success_opens_nothing() {
+        // The success was sent after the 401 arrived: landing first, it still ends what the 401
+        // would open, as it would have in time order.
+        let mut s = UsageStats::default();
+        s.record_success("m1", T0 + 10, T0 + 500);
+        assert_eq!(s.record_failure(&fail(Reason::Auth, T0 + 5), T0 + 5, &p()), None);
+        // One sent before the 401 arrived ends nothing it opened, whichever lands first.
+        let mut s = UsageStats::default();
+        s.record_success("m1", T0, T0 + 500);
+        assert_eq!(s.record_failure(&fail(Reason::Auth, T0 + 5), T0 + 5, &p()), Some(Until::At(T0 + 5 + MIN)));
+    }
+
+    #[test]
     fn a_success_that_lands_after_a_later_failure_ends_nothing() {
         let mut s = UsageStats::default();
         s.record_failure(&fail(Reason::RateLimit, T0 + 10), T0 + 10, &p());
-        s.record_success("m1", T0 + 5);
+        s.record_success("m1", T0 + 5, T0 + 5);
         assert_eq!(s.blocked_until("m1", T0 + 11), Some(Until::At(T0 + 10 + MIN)));
         assert_eq!((s.error_count, s.last_success_at, s.success_count), (1, Some(T0 + 5), 1));
         // A profile-wide failure from before a success lands late: the account served since.
         let mut s = UsageStats::default();
-        s.record_success("m1", T0 + 10);
+        s.record_success("m1", T0 + 10, T0 + 10);
         assert_eq!(s.record_failure(&fail(Reason::Auth, T0 + 5), T0 + 5, &p()), None);
         assert_eq!(s.failure_total, 1);
     }
@@ -1077,7 +1136,7 @@ mod tests {
         let mut s = UsageStats::default();
         s.record_failure(&fail(Reason::Billing, T0), T0, &p());
         s.record_failure(&fail(Reason::RateLimit, T0 + 1), T0 + 1, &p());
-        s.record_success("m1", T0 + 2);
+        s.record_success("m1", T0 + 2, T0 + 2);
         assert_eq!((s.cooldowns.len(), s.disabled.clone(), s.error_count), (0, None, 0));
         assert!(s.failure_counts.is_empty());
         assert_eq!((s.success_count, s.failure_total, s.last_success_at), (1, 2, Some(T0 + 2)));

@@ -668,7 +668,7 @@ proptest! {
         }
         now += gap;
         let before = s.clone();
-        s.record_success(MODELS[0], now);
+        s.record_success(MODELS[0], now, now);
         prop_assert_eq!(&s.disabled, &None);
         prop_assert_eq!(s.error_count, 0);
         prop_assert!(s.failure_counts.is_empty(), "failure_counts left: {:?}", s.failure_counts);
@@ -745,7 +745,8 @@ fn changes_of(server: &[(Millis, u8, usize, Option<Millis>, Millis)]) -> Vec<Cha
             match kind {
                 0 => Change::Used(now),
                 1 => Change::Counted(Reason::ServerError, now),
-                2 => Change::Served(MODELS[model].into(), now, 1),
+                // Sent `back` before it was answered: in flight while other changes landed.
+                2 => Change::Served { model: MODELS[model].into(), sent: now - back, at: now, times: 1 },
                 3 => Change::Quota(Quota {
                     model: MODELS[model].into(),
                     requests: Some(Window { remaining: now % 5, limit: None, reset_at: Some(now + MIN) }),
@@ -790,15 +791,15 @@ proptest! {
         let (a, b) = (changes_of(&a), changes_of(&b));
         let landed = replay(&interleave(&a, &b, &picks), &pol);
         let at = |c: &Change| match c {
-            Change::Used(t) | Change::Counted(_, t) | Change::Served(_, t, _) | Change::Failed(_, t) | Change::Cleared(t) | Change::Expired(t) => *t,
+            Change::Used(t) | Change::Counted(_, t) | Change::Served { at: t, .. } | Change::Failed(_, t) | Change::Cleared(t) | Change::Expired(t) => *t,
             Change::Quota(q) => q.seen_at,
         };
         let mut in_time = [a.clone(), b.clone()].concat();
         in_time.sort_by_key(at);
         let ordered = replay(&in_time, &pol);
         prop_assert_eq!(
-            (landed.failure_total, landed.success_count, landed.last_used, landed.last_success_at, landed.last_failure_at),
-            (ordered.failure_total, ordered.success_count, ordered.last_used, ordered.last_success_at, ordered.last_failure_at)
+            (landed.failure_total, landed.success_count, landed.last_used, landed.last_success_at, landed.last_success_sent_at, landed.last_failure_at),
+            (ordered.failure_total, ordered.success_count, ordered.last_used, ordered.last_success_at, ordered.last_success_sent_at, ordered.last_failure_at)
         );
         let by_model = |mut q: Vec<Quota>| { q.sort_by(|x, y| x.model.cmp(&y.model)); q };
         prop_assert_eq!(by_model(landed.quotas), by_model(ordered.quotas), "the latest quota report of each model wins");
@@ -902,9 +903,49 @@ proptest! {
         }
     }
 
-    /// No server undoes what another learned: after both servers' failures land, in any order,
-    /// each model stays blocked at least as long as any single failure of it (with no success of
-    /// it after that failure) made it on its own.
+    /// Calls in flight when a failure arrived never end the window it opened: after any history,
+    /// one failure, then successes of any models whose calls were sent before the failing call
+    /// (answered any time after it, in any number), leave the failing model blocked at least
+    /// until that failure alone blocks it.
+    #[test]
+    fn no_success_sent_before_a_window_opened_ends_it(
+        history in proptest::collection::vec(step(), 0..12),
+        st in step(),
+        in_flight in proptest::collection::vec((0usize..MODELS.len(), 1..10 * MIN, 0..10 * MIN), 1..8),
+        pol in policy(),
+    ) {
+        let mut s = UsageStats::default();
+        let mut now = NOW;
+        for h in &history {
+            now += h.advance;
+            s.record_failure(&failure(h, now), now, &pol);
+        }
+        now += st.advance;
+        let f = failure(&st, now);
+        let Some(alone) = UsageStats::default().record_failure(&f, now, &pol) else { return Ok(()) };
+        s.record_failure(&f, now, &pol);
+        let model = MODELS[st.model];
+        let mut last = now;
+        for &(m, sent_back, answered_after) in &in_flight {
+            last = last.max(now + answered_after);
+            let sent = f.started_at - sent_back;
+            s.apply(&Change::Served { model: MODELS[m].into(), sent, at: now + answered_after, times: 1 }, &pol);
+        }
+        if end_rank(alone) <= (0, last) {
+            return Ok(()); // over before the last success: nothing to keep
+        }
+        let kept = s.blocked_until(model, last);
+        prop_assert!(
+            kept.is_some_and(|k| end_rank(k) >= end_rank(alone)),
+            "{:?} alone blocks {} until {:?}; after the successes in flight: {:?}\n{:?}", f, model, alone, kept, s
+        );
+    }
+
+    /// No server undoes what another learned, and no success older than a window ends it: after
+    /// both servers' changes land, in any order, each model stays blocked at least as long as
+    /// any single failure of it made it on its own, unless a call of it sent after the failing
+    /// call succeeded (a success is dated when its call was sent: calls sent before prove
+    /// nothing newer, however late they are answered).
     #[test]
     fn no_server_undoes_what_another_learned(
         a in server_changes(),
@@ -915,7 +956,7 @@ proptest! {
         let (a, b) = (changes_of(&a), changes_of(&b));
         let all = interleave(&a, &b, &picks);
         let landed = replay(&all, &pol);
-        let last = all.iter().filter_map(|c| match c { Change::Failed(_, t) | Change::Used(t) | Change::Counted(_, t) | Change::Served(_, t, _) => Some(*t), _ => None }).max().unwrap_or(NOW);
+        let last = all.iter().filter_map(|c| match c { Change::Failed(_, t) | Change::Used(t) | Change::Counted(_, t) | Change::Served { at: t, .. } => Some(*t), _ => None }).max().unwrap_or(NOW);
         for c in &all {
             let Change::Failed(f, now) = c else { continue };
             // A hint past cooldown.max is an exhausted quota: the disabled lane, which a success of
@@ -923,7 +964,7 @@ proptest! {
             let max = pol.cooldown.max.as_millis() as Millis;
             let quota = f.hint_ms.is_some_and(|h| h.clamp(1000, (pol.cooldown.hint_max.as_millis() as Millis).max(1000)) > max);
             let served_after =
-                all.iter().any(|x| matches!(x, Change::Served(m, t, _) if (quota || *m == f.model) && t >= now));
+                all.iter().any(|x| matches!(x, Change::Served { model, sent, .. } if (quota || *model == f.model) && *sent >= f.started_at));
             if served_after {
                 continue;
             }
