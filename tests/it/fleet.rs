@@ -296,3 +296,72 @@ async fn a_console_session_ends_when_the_cli_revokes_its_admin_key() {
     let page = client.get(format!("{}/ui/", rota.url)).header("cookie", &cookie).send().await.unwrap();
     assert!(page.text().await.unwrap().to_lowercase().contains("sign in"), "the console asks to sign in again");
 }
+
+/// Evidence is dated when its call was sent (docs/rotation.md): five 2-second calls are in
+/// flight on k1 when a sixth gets 429 with `Retry-After: 600`. Their successes arrive after the
+/// 429 and must not end the window it opened: not in memory, not in the database, on no
+/// instance; and no later call reaches k1. With two instances the five go through the second
+/// one, as a peer serving on the account would.
+async fn calls_in_flight_never_end_the_window_a_429_opened(db: Db, instances: usize) {
+    let (mock, base) = Mock::started().await;
+    let cfg = format!("{}[auth.order]\nopenai = [\"openai:k1\", \"openai:k2\"]\n", config(&base));
+    let a = spawn(Scenario { config: &cfg, keys: &KEYS[..2], db, ..Scenario::default() }).await;
+    let mut fleet = vec![a];
+    for _ in 1..instances {
+        let next = fleet[0].another().await;
+        fleet.push(next);
+    }
+    let (first, slow) = (&fleet[0], fleet.last().unwrap());
+    let agent = first.agent_key.clone();
+    let k1_calls = || mock.keys().iter().filter(|k| *k == KEYS[0].1).count();
+
+    mock.script(KEYS[0].1, vec![Reply::After(Duration::from_secs(2), Box::new(Reply::Ok)); 5]);
+    let five = futures_util::future::join_all((0..5).map(|_| served_by(slow, &agent)));
+    let sixth = async {
+        let t = Instant::now();
+        while k1_calls() < 5 {
+            assert!(t.elapsed() < Duration::from_secs(5), "the five calls never reached k1");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        mock.script(KEYS[0].1, vec![limited_for_ten_minutes()]);
+        served_by(first, &agent).await
+    };
+    let (five, sixth) = tokio::join!(five, sixth);
+    assert_eq!(sixth.as_deref(), Ok("openai:k2"), "the sixth call got the 429 on k1 and moved on");
+    assert!(five.iter().all(|r| r.as_deref() == Ok("openai:k1")), "the five in flight were served by k1: {five:?}");
+    assert_eq!(k1_calls(), 6);
+
+    // Every write landed and every instance read the others' (the change feed's period, twice).
+    for r in &fleet {
+        r.flush().await;
+    }
+    tokio::time::sleep(rota::book::FEED_EVERY * 2).await;
+    let k1: rota::engine::ProfileId = "openai:k1".parse().unwrap();
+    let now = chrono::Utc::now().timestamp_millis();
+    for (i, r) in fleet.iter().enumerate() {
+        let held = r.app_flush.0.stats(&k1).unwrap().blocked_until("gpt-4.1", now);
+        let left = held.map(|u| u.key() - now);
+        assert!(left.is_some_and(|l| l > 590_000 && l <= 600_000), "instance {i}: k1's window in memory: {held:?}");
+    }
+    let stored = first.store.stats_of(std::slice::from_ref(&k1)).await.unwrap()[0].1.clone().unwrap();
+    let windows: Vec<i64> = stored.cooldowns.iter().map(|c| c.until - c.opened_at).collect();
+    assert_eq!(windows, [600_000], "the window in the database");
+    assert_eq!((stored.success_count, stored.error_count), (5, 1), "the five successes counted, the 429 kept");
+
+    for i in 0..10 {
+        let r = &fleet[i % fleet.len()];
+        assert_eq!(served_by(r, &agent).await.as_deref(), Ok("openai:k2"), "request {i} after the five");
+    }
+    assert_eq!(k1_calls(), 6, "no call reached the throttled account after the five");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_in_flight_never_end_the_window_a_429_opened_on_one_instance() {
+    calls_in_flight_never_end_the_window_a_429_opened(Db::Sqlite, 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_in_flight_on_a_peer_never_end_the_window_a_429_opened_on_postgres() {
+    calls_in_flight_never_end_the_window_a_429_opened(Db::Postgres(crate::support::postgres_database().await), 2)
+        .await;
+}
