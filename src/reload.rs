@@ -1,39 +1,66 @@
-//! Config reload (SPEC §8): a changed config file applies to the next request; a broken edit is
-//! rejected and logged, and the last good config stays in force.
+//! Config reload (docs/config.md, "Reload"): a changed config file applies to the next request
+//! once it has stopped changing; a broken edit is rejected and logged, and the last good config
+//! stays in force.
 
 use crate::book::Book;
 use crate::config::Config;
 use crate::settings::Settings;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-/// How often the file is checked.
-pub const EVERY: Duration = Duration::from_secs(1);
+/// How often the file is looked at.
+pub const EVERY: Duration = Duration::from_millis(250);
 
-type Stamp = Option<(SystemTime, u64)>;
+/// How long a changed file must stay unchanged before it is read: a file written in place
+/// (truncated, then filled) is read only once its writer is done (docs/config.md, "Reload").
+pub const SETTLE: Duration = Duration::from_secs(1);
+
+/// What tells one version of the file from another without reading it: its inode (a rename
+/// over it is a new file), its modification time and its length.
+type Stamp = Option<(u64, SystemTime, u64)>;
 
 fn stamp(path: &Path) -> Stamp {
     let m = std::fs::metadata(path).ok()?;
-    Some((m.modified().ok()?, m.len()))
+    #[cfg(unix)]
+    let ino = std::os::unix::fs::MetadataExt::ino(&m);
+    #[cfg(not(unix))]
+    let ino = 0;
+    Some((ino, m.modified().ok()?, m.len()))
 }
 
-/// Watches `path` until `tasks` is cancelled, and puts each good change in force: the book
-/// takes its profiles and orders, then `settings` sends it to every reader.
+/// The file as last seen, and since when it has looked so.
+struct Seen {
+    stamp: Stamp,
+    since: Instant,
+}
+
+/// Watches `path` until `tasks` is cancelled, and puts each good change in force once the file
+/// has settled (`SETTLE`): the book takes its profiles and orders, then `settings` sends it to
+/// every reader.
 pub fn watch(path: PathBuf, settings: watch::Sender<Arc<Settings>>, book: Arc<Book>, tasks: CancellationToken) {
     tokio::spawn(tasks.run_until_cancelled_owned(async move {
-        let mut last = stamp(&path);
+        let mut read = stamp(&path);
+        let mut seen = Seen { stamp: read, since: Instant::now() };
         loop {
             tokio::time::sleep(EVERY).await;
             let now = stamp(&path);
-            if now == last {
+            if now != seen.stamp {
+                seen = Seen { stamp: now, since: Instant::now() };
                 continue;
             }
-            last = now;
+            if now == read || seen.since.elapsed() < SETTLE {
+                continue;
+            }
             let current = settings.borrow().clone();
-            match load(&path, &current.config) {
+            let loaded = load(&path, &current.config);
+            if stamp(&path) != now {
+                continue; // written again while it was read: wait for it to settle again
+            }
+            read = now;
+            match loaded {
                 Ok(config) => {
                     book.set_config(&config);
                     settings.send_replace(Arc::new(Settings::new(config)));

@@ -18,7 +18,7 @@ use crate::store::AttemptRow;
 use crate::translate::StreamTranslator;
 use crate::translate::sse::Splitter;
 use crate::walk::Runtime;
-use crate::walk::{Ended, Walk};
+use crate::walk::{Ended, STOPPING, Walk};
 use axum::body::Body;
 use axum::http::HeaderValue;
 use axum::response::Response;
@@ -183,7 +183,7 @@ pub fn respond(
             let next = tokio::select! {
                 _ = tx.closed() => { gone = true; break }
                 _ = stopping.cancelled() => {
-                    cut = Some(Ended::Stopped("rota is shutting down (server.shutdown_grace is over)".into()));
+                    cut = Some(Ended::Stopped(STOPPING.into()));
                     break;
                 }
                 next = timeout_at(idle_deadline.min(deadline), upstream.next()) => next,

@@ -16,7 +16,7 @@ use crate::engine::chain::{Candidate, FallbackOverride};
 use crate::engine::{Millis, ProfileId, Reason};
 use crate::settings::Settings;
 use crate::store::{AttemptRow, Store};
-use crate::walk::{Runtime, Spent, Step, Trail, Verdict, Walk};
+use crate::walk::{Runtime, STOPPING, Spent, Step, Trail, Verdict, Walk};
 use axum::http::HeaderMap;
 use axum::response::Response;
 use serde_json::Value;
@@ -73,6 +73,14 @@ impl Drop for InFlight {
     }
 }
 
+/// rota's answer to a request cut by the shutdown (503, the client may try another instance),
+/// its `requests` row written with it.
+fn stopped(walk: &Walk) -> GatewayError {
+    let message = format!("{STOPPING}: try again");
+    walk.trail.refuse(503, &message);
+    GatewayError::Failed { status: 503, message, retry_after: None }
+}
+
 impl Gateway {
     /// Answers one request: the upstream's answer, or rota's error in the client's format.
     #[tracing::instrument(skip_all, fields(request_id = %inc.request_id, api = inc.api.as_str(), agent = %inc.agent.name))]
@@ -109,6 +117,9 @@ impl Gateway {
         loop {
             if Instant::now() >= deadline {
                 return Err(self.timed_out(&inc, &walk));
+            }
+            if self.runtime.stopping.is_cancelled() {
+                return Err(stopped(&walk));
             }
             let admit = |index: usize, cand: &Candidate| {
                 if planned.as_ref().is_none_or(|p| p.index != index) {
@@ -150,7 +161,17 @@ impl Gateway {
             let started_at = self.runtime.now();
             let row = walk.trail.row(att.kind, cand, Some(pid), started_at);
             let guard = InFlight { row: Some(row), trail: walk.trail.clone(), started: Instant::now() };
-            let Call { called, sent, ttfb_ms } = self.call(&inc, &att, plan, body, deadline).await;
+            let call = tokio::select! {
+                call = self.call(&inc, &att, plan, body, deadline) => Some(call),
+                _ = self.runtime.stopping.cancelled() => None,
+            };
+            let Some(Call { called, sent, ttfb_ms }) = call else {
+                let mut row = guard.done();
+                row.duration_ms = Some(self.runtime.now().saturating_sub(row.started_at).max(0));
+                walk.stopped(row, STOPPING);
+                self.runtime.durable(&walk).await;
+                return Err(stopped(&walk));
+            };
             let mut row = guard.done();
             row.ttfb_ms = ttfb_ms;
             row.duration_ms = Some(sent.elapsed().as_millis() as Millis);

@@ -26,6 +26,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
+/// Why an attempt still under way when `server.shutdown_grace` ran out was cut.
+pub const STOPPING: &str = "rota is shutting down (server.shutdown_grace is over)";
+
 /// The request-level audit state: the attempt sequence and the `requests` row.
 #[derive(Clone)]
 pub struct Trail {
@@ -546,6 +549,14 @@ impl Walk {
         self.trail.record(row);
     }
 
+    /// rota is shutting down and its grace is over: the attempt under way is cut, a failed row
+    /// (`cancelled`) that leaves no mark on the profile.
+    pub fn stopped(&mut self, mut row: AttemptRow, message: &str) {
+        row.reason = Some(Reason::Cancelled);
+        row.error = Some(truncate(message, 500));
+        self.trail.record(row);
+    }
+
     /// The answer when the request's deadline (`timeouts.total`) stopped the walk: what was
     /// tried, in order. No further candidate is tried and nothing else is recorded.
     pub fn timed_out(&self, limit: Duration) -> String {
@@ -577,11 +588,7 @@ impl Walk {
                 self.mark(book, row, &class, now);
             }
             Ended::Deadline(message) => self.abandoned(row, &message),
-            Ended::Stopped(message) => {
-                row.reason = Some(Reason::Cancelled);
-                row.error = Some(truncate(&message, 500));
-                self.trail.record(row);
-            }
+            Ended::Stopped(message) => self.stopped(row, &message),
         }
         self.trail.finish(200, Some((&self.chain[self.index], &pid)), spent);
     }

@@ -1066,10 +1066,10 @@ async fn a_changed_config_file_applies_to_the_next_request_and_a_broken_edit_is_
     served_by("backup").await;
     // A broken edit (an unknown provider) is rejected: the last good config stays.
     std::fs::write(&file, original.replace("fast = \"openai/gpt-4.1\"", "fast = \"nowhere/x\"")).unwrap();
-    tokio::time::sleep(rota::reload::EVERY * 3).await;
+    tokio::time::sleep(rota::reload::SETTLE + rota::reload::EVERY * 3).await;
     assert_eq!(fast().await.headers()["x-rota-provider"], "backup");
     std::fs::write(&file, "this is not toml [").unwrap();
-    tokio::time::sleep(rota::reload::EVERY * 3).await;
+    tokio::time::sleep(rota::reload::SETTLE + rota::reload::EVERY * 3).await;
     let r = fast().await;
     assert_eq!((r.status().as_u16(), r.headers()["x-rota-provider"].to_str().unwrap()), (200, "backup"));
 }

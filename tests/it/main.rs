@@ -17,5 +17,6 @@ mod layers;
 mod leases;
 mod limits;
 mod quota;
+mod reload;
 mod store;
 mod translation;
