@@ -70,8 +70,9 @@ impl App {
     }
 
     /// Serves until `shutdown` completes. Then: no new connection is accepted; requests in
-    /// flight have `server.shutdown_grace` to finish; streams still open are then cut with the
-    /// in-band error (audited `cancelled`), and what still runs `CUT_WAIT` later is abandoned.
+    /// flight have `server.shutdown_grace` to finish; then requests still waiting on an upstream
+    /// are answered 503 and streams still open are cut with the in-band error (both audited
+    /// `cancelled`), and what still runs `CUT_WAIT` later is abandoned.
     /// Last, pending stats and audit writes get `FLUSH_WAIT` to reach the database; what is
     /// left is logged.
     pub async fn serve(
@@ -126,7 +127,7 @@ impl App {
         let finished = graceful.shutdown();
         tokio::pin!(finished);
         if tokio::time::timeout(server.shutdown_grace, &mut finished).await.is_err() {
-            tracing::warn!(connections = open(&limit), "shutdown grace over: cutting open streams");
+            tracing::warn!(connections = open(&limit), "shutdown grace over: answering the requests still waiting and cutting open streams");
             runtime.stopping.cancel();
             if tokio::time::timeout(CUT_WAIT, &mut finished).await.is_err() {
                 tracing::error!(connections = open(&limit), "abandoning requests still running");

@@ -521,6 +521,78 @@ async fn sigterm_cuts_an_endless_stream_after_the_grace_and_audits_it_cancelled(
     assert_eq!(cancelled, 1, "the stream's attempt is audited cancelled");
 }
 
+/// Shutdown answers everyone (docs/gateway.md, "Shutdown"): 500 requests, half OpenAI chat and
+/// half Anthropic messages, waiting on an upstream that accepts and never answers when SIGTERM
+/// comes, each get rota's 503 in their own wire format once the grace is over, and each has its
+/// `requests` row and its `cancelled` attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_answers_every_request_waiting_on_a_silent_upstream_and_audits_it() {
+    let _one = SERIAL.lock().await;
+    let _alone = crate::support::Alone::take();
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = format!("http://{}", silent.local_addr().unwrap());
+    let held = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let holder = {
+        let held = held.clone();
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = silent.accept().await {
+                held.lock().unwrap().push(socket);
+            }
+        })
+    };
+    let site = Site::new(&upstream, "[server]\nshutdown_grace = \"1s\"\n").await;
+    let mut server = site.serve();
+    const N: usize = 500;
+    let client = client();
+    let calls: Vec<_> = (0..N)
+        .map(|i| {
+            let (client, url, agent) = (client.clone(), server.url.clone(), site.agent.clone());
+            tokio::spawn(async move {
+                let messages = json!([{"role": "user", "content": "hi"}]);
+                let req = if i % 2 == 0 {
+                    client
+                        .post(format!("{url}/v1/chat/completions"))
+                        .json(&json!({"model": "openai/gpt-4.1-mini", "messages": messages}))
+                } else {
+                    client
+                        .post(format!("{url}/v1/messages"))
+                        .header("anthropic-version", "2023-06-01")
+                        .json(&json!({"model": "openai/gpt-4.1-mini", "max_tokens": 16, "messages": messages}))
+                };
+                let r = req.bearer_auth(agent).send().await.unwrap();
+                (i, r.status().as_u16(), r.json::<Value>().await.unwrap())
+            })
+        })
+        .collect();
+    let t = Instant::now();
+    while held.lock().unwrap().len() < N {
+        assert!(t.elapsed() < Duration::from_secs(30), "{} of {N} calls reached the upstream", held.lock().unwrap().len());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    server.signal("-TERM");
+    let took = tokio::task::spawn_blocking(move || server.exited_within(Duration::from_secs(15))).await.unwrap();
+    let mut answered = 0;
+    for call in calls {
+        let (i, status, body) = call.await.unwrap();
+        let message = if i % 2 == 0 {
+            body["error"]["message"].as_str()
+        } else {
+            assert_eq!(body["type"], "error", "request {i}: an Anthropic error: {body}");
+            body["error"]["message"].as_str()
+        };
+        assert_eq!(status, 503, "request {i}: {body}");
+        assert!(message.is_some_and(|m| m.contains("rota is shutting down")), "request {i}: {body}");
+        answered += 1;
+    }
+    holder.abort();
+    eprintln!("SIGTERM with {N} requests waiting on a silent upstream: {answered} answered, exited after {took:?}");
+    let rows = site.count("SELECT count(*) FROM requests WHERE status = 503 AND error LIKE 'rota is shutting down%'").await;
+    let attempts = site.count("SELECT count(*) FROM attempts WHERE outcome = 'failure' AND reason = 'cancelled' AND error LIKE 'rota is shutting down%'").await;
+    assert_eq!((answered, rows, attempts), (N, N as i64, N as i64), "every request answered, with its rows");
+    let marked = site.count("SELECT count(*) FROM usage_stats WHERE error_count > 0 OR cooldown_until IS NOT NULL").await;
+    assert_eq!(marked, 0, "a cut call leaves no mark on its profile");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_doors_close_on_slow_and_idle_clients_and_healthz_still_answers() {
     let _one = SERIAL.lock().await;
