@@ -7,6 +7,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Debian packages the tests need, installed when missing.
+apt_install() {
+    local sudo=""
+    [[ $(id -u) -eq 0 ]] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+# The clock-jump test runs rota under libfaketime (tests/it/clock.rs).
+[[ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ]] || apt_install libfaketime
+
 pg=$(mktemp -d)
 trap 'scripts/postgres.sh stop "$pg" || true; rm -rf "$pg"' EXIT
 eval "$(scripts/postgres.sh start "$pg")"
@@ -38,10 +49,5 @@ python3 scripts/audit_scale.py --smoke --bin "$target_dir/debug" --throughput 0 
 
 # Browser and OAuth end-to-end tests: Debian Chromium (installed here when missing), a real
 # OpenID provider and playwright-core from npm (tests/browser/run.sh installs node_modules).
-if [[ ! -x /usr/bin/chromium ]]; then
-    sudo=""
-    [[ $(id -u) -eq 0 ]] || sudo="sudo"
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends chromium >/dev/null
-fi
+[[ -x /usr/bin/chromium ]] || apt_install chromium
 tests/browser/run.sh

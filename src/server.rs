@@ -9,7 +9,7 @@ use crate::app::AppState;
 use crate::audit::Audit;
 use crate::book::Book;
 use crate::config::Config;
-use crate::engine::{Clock, SystemClock};
+use crate::engine::{Clock, SteadyClock};
 use crate::gateway::Gateway;
 use crate::gateway::upstream::Upstream;
 use crate::leases::Leases;
@@ -31,7 +31,7 @@ pub struct App {
 impl App {
     /// `watched`: the config file to reload on change (SPEC §8), if the config came from one.
     pub async fn build(config: Config, watched: Option<std::path::PathBuf>) -> Result<App> {
-        App::build_on(config, watched, Arc::new(SystemClock)).await
+        App::build_on(config, watched, Arc::new(SteadyClock::new())).await
     }
 
     /// [`App::build`] on `clock` (tests move time on).

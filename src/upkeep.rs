@@ -1,6 +1,6 @@
-//! The database's upkeep, in the background: the SQLite write-ahead log kept small, audit rows
-//! past `audit.retention` rolled up into `usage_daily` and deleted (docs/audit.md), and the
-//! agents' old usage counters deleted.
+//! The server's upkeep, in the background: the SQLite write-ahead log kept small, audit rows
+//! past `audit.retention` rolled up into `usage_daily` and deleted (docs/audit.md), the agents'
+//! old usage counters deleted, and a jump of the system clock logged (docs/rotation.md, "Time").
 
 use crate::engine::Clock;
 use crate::settings::Live;
@@ -12,10 +12,36 @@ use tokio_util::sync::CancellationToken;
 /// Rows deleted per transaction: short enough not to hold up the audit writer.
 const PRUNE_BATCH: usize = 5_000;
 
-/// Runs both tasks until `tasks` is cancelled.
+/// Runs the three tasks until `tasks` is cancelled.
 pub fn start(store: Arc<dyn Store>, settings: Live, clock: Arc<dyn Clock>, tasks: CancellationToken) {
     tokio::spawn(tasks.clone().run_until_cancelled_owned(checkpoints(store.clone(), settings.clone())));
+    tokio::spawn(tasks.clone().run_until_cancelled_owned(jumps(clock.clone())));
     tokio::spawn(tasks.run_until_cancelled_owned(retention(store, settings, clock)));
+}
+
+/// How often the system clock is compared with the server's, and how far apart they may move
+/// before it is logged.
+const JUMP_EVERY: Duration = Duration::from_secs(5);
+const JUMP: i64 = 1_000;
+
+/// Logs each jump of the system clock: the server keeps its own time (`SteadyClock`), so a
+/// jump changes no window and no retention, but the operator should know that the machine's
+/// clock and the times rota writes now disagree, until rota restarts.
+async fn jumps(clock: Arc<dyn Clock>) {
+    let mut told = 0;
+    loop {
+        tokio::time::sleep(JUMP_EVERY).await;
+        let drift = clock.drift();
+        if (drift - told).abs() > JUMP {
+            tracing::warn!(
+                jump_ms = drift - told,
+                system_minus_rota_ms = drift,
+                "the system clock jumped; rota keeps its own time (cooldown windows and audit retention \
+                 are unchanged) and takes the system's time again at its next start"
+            );
+            told = drift;
+        }
+    }
 }
 
 /// Every `database.checkpoint_every` the log is copied into the database beside the writers,
@@ -48,8 +74,33 @@ async fn prune_agent_usage(store: &dyn Store, retention: Duration, now: i64) {
     }
 }
 
+/// Where a prune stops: rows that started `retention` before the newest request go, and never a
+/// row the clock alone would condemn. By rota's clock alone, a clock that is wrong at start (a
+/// restart after a jump) would delete rows the true time keeps; the newest row bounds it. An
+/// audit log whose newest row is older than the retention (an idle gateway, or such a clock) is
+/// left alone until the next request, and said once.
+async fn cutoff(store: &dyn Store, retention: Duration, now: i64) -> Option<i64> {
+    static TOLD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let newest = match store.newest_audit().await {
+        Ok(newest) => newest?,
+        Err(e) => {
+            tracing::warn!(error = %e, "reading the newest audit row failed; pruning next time");
+            return None;
+        }
+    };
+    let retention = retention.as_millis() as i64;
+    if now - newest > retention && !TOLD.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        tracing::warn!(
+            newest_row_age_ms = now - newest,
+            "the newest audit row is older than audit.retention by rota's clock (nothing served for that \
+             long, or the clock is wrong): rows are kept until they are that much older than a newer one"
+        );
+    }
+    Some(now.min(newest) - retention)
+}
+
 /// Shortly after start and then every `audit.prune_every`: rows older than `audit.retention`
-/// go, in batches, each rolled up first.
+/// (before the newest row: `cutoff`) go, in batches, each rolled up first.
 async fn retention(store: Arc<dyn Store>, settings: Live, clock: Arc<dyn Clock>) {
     let mut wait = Duration::from_secs(1);
     loop {
@@ -60,7 +111,7 @@ async fn retention(store: Arc<dyn Store>, settings: Live, clock: Arc<dyn Clock>)
         if audit.retention.is_zero() {
             continue;
         }
-        let before = now - audit.retention.as_millis() as i64;
+        let Some(before) = cutoff(store.as_ref(), audit.retention, now).await else { continue };
         let mut total = Pruned::default();
         loop {
             match store.prune_audit(before, PRUNE_BATCH).await {

@@ -379,6 +379,8 @@ pub trait Store: Send + Sync {
     /// Deletes up to about `batch` of the oldest attempts started before `before`, and the
     /// requests as old, in one transaction, adding the attempts to the `usage_daily` roll-up.
     async fn prune_audit(&self, before: Millis, batch: usize) -> Result<Pruned, StoreError>;
+    /// When the newest request of the audit log started, if there is one.
+    async fn newest_audit(&self) -> Result<Option<Millis>, StoreError>;
     /// Copies the write-ahead log into the database (SQLite), and with `truncate` empties it;
     /// whether all of it was copied (emptied). Nothing to do elsewhere.
     async fn checkpoint(&self, truncate: bool) -> Result<bool, StoreError>;

@@ -1277,6 +1277,11 @@ macro_rules! sql_store {
                 Ok(())
             }
 
+            async fn newest_audit(&self) -> Result<Option<Millis>, StoreError> {
+                let mut conn = self.pool.acquire().await?;
+                Ok(sqlx::query_scalar("SELECT max(started_at) FROM requests").fetch_one(&mut *conn).await?)
+            }
+
             async fn prune_audit(&self, before: Millis, batch: usize) -> Result<Pruned, StoreError> {
                 let mut tx = self.audit_tx().await?;
                 // The batch ends at the `batch`-th oldest attempt (all of its millisecond go too).

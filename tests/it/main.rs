@@ -7,6 +7,7 @@ mod admin;
 mod audit;
 mod classification_samples;
 mod cli;
+mod clock;
 mod doors;
 mod faults;
 mod first_contact;
