@@ -64,15 +64,18 @@ async fn metrics(State(runtime): State<Arc<Runtime>>, headers: http::HeaderMap) 
 }
 
 /// Always 200 while rota serves (a load balancer keeps sending: requests are answered even
-/// when the database fails); `status` is `degraded` while a writer fails or the audit queue is
-/// over half full, with the details (docs/api.md).
+/// when the database fails); `status` is `degraded` while a writer fails, the audit queue is
+/// over half full or the database has not answered for `watchdog::TIMEOUT`, with the details
+/// (docs/api.md).
 async fn healthz(State(runtime): State<Arc<Runtime>>) -> Json<Value> {
     let audit = runtime.audit.health();
     let (stats_failing, stats_waiting) = runtime.book.writer_state();
-    let degraded = audit.degraded() || stats_failing;
+    let answering = runtime.watchdog.answering();
+    let degraded = audit.degraded() || stats_failing || !answering;
     Json(json!({
         "status": if degraded { "degraded" } else { "ok" },
         "version": env!("CARGO_PKG_VERSION"),
+        "database": { "answering": answering, "silent_ms": runtime.watchdog.silent_for().as_millis() as u64 },
         "audit": {
             "queued": audit.queued,
             "capacity": audit.capacity,

@@ -34,4 +34,5 @@ pub mod store;
 pub mod translate;
 pub mod upkeep;
 pub mod walk;
+pub mod watchdog;
 pub mod web;

@@ -48,7 +48,7 @@ impl App {
         let refresher = Arc::new(Refresher::new(book.clone(), store.clone(), key.clone(), clock.clone()));
         let (sender, live) = crate::settings::channel(Settings::new(config));
         let runtime =
-            Arc::new(Runtime::new(live.clone(), book.clone(), audit.clone(), clock.clone(), refresher.clone()));
+            Arc::new(Runtime::new(live.clone(), (book.clone(), store.clone()), audit.clone(), clock.clone(), refresher.clone()));
         // The background tasks end when the runtime is dropped.
         refresher.sweep(live.clone(), runtime.tasks());
         crate::upkeep::start(store.clone(), live, clock.clone(), runtime.tasks());

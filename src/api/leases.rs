@@ -275,17 +275,7 @@ async fn create(
         Some(list) => FallbackOverride::List(list),
     };
     let chain = runtime.chain(&settings.config, &agent.name, req.model.as_deref(), fallbacks);
-    let trail = Trail::new(
-        runtime.audit.clone(),
-        runtime.metrics.clone(),
-        settings.prices.clone(),
-        request_id,
-        agent.name.clone(),
-        "lease",
-        req.model.clone(),
-        false,
-        runtime.clock.now(),
-    );
+    let trail = Trail::new(runtime, settings.prices.clone(), request_id, agent.name.clone(), ("lease", req.model.clone(), false));
     let chain = chain.map_err(|e| {
         // Refused before any attempt, like the gateway's unknown model: a `requests` row with none.
         let e = ApiError::UnknownModel { named: req.model.is_some(), message: e.to_string() };
@@ -293,7 +283,7 @@ async fn create(
         e
     })?;
     let limits = settings.config.agent_limits(&agent);
-    if let Err(over) = crate::limits::admit(state.store.as_ref(), &agent.name, &limits, runtime.clock.now()).await {
+    if let Err(over) = runtime.limits.admit(&agent.name, &limits, runtime.clock.now()).await {
         tracing::debug!(agent = %agent.name, "{}", over.message);
         trail.refuse(429, &over.message);
         return Err(ApiError::OverLimit { message: over.message, retry_after: over.retry_after });

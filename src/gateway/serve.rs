@@ -106,8 +106,7 @@ impl Gateway {
             }
         };
         let limits = config.agent_limits(&inc.agent);
-        if let Err(over) = crate::limits::admit(self.store.as_ref(), &inc.agent.name, &limits, self.runtime.now()).await
-        {
+        if let Err(over) = self.runtime.limits.admit(&inc.agent.name, &limits, self.runtime.now()).await {
             tracing::debug!(agent = %inc.agent.name, "{}", over.message);
             trail.refuse(429, &over.message);
             return Err(GatewayError::OverLimit { message: over.message, retry_after: over.retry_after });
@@ -236,15 +235,11 @@ impl Gateway {
     /// The audit trail of one request, from its arrival.
     fn trail(&self, request_id: &str, api: Api, agent: &Agent, requested: Option<String>, stream: bool) -> Trail {
         Trail::new(
-            self.runtime.audit.clone(),
-            self.runtime.metrics.clone(),
+            &self.runtime,
             self.runtime.settings().prices.clone(),
             request_id.to_string(),
             agent.name.clone(),
-            api.as_str(),
-            requested,
-            stream,
-            self.runtime.now(),
+            (api.as_str(), requested, stream),
         )
     }
 

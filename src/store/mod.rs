@@ -235,6 +235,11 @@ impl StoreError {
     }
 }
 
+/// How long a request may wait on the database (docs/gateway.md, "Audit, health and
+/// shutdown"): the pools' acquire timeout, the per-agent limits' claims, and how long the
+/// database may stay silent before `/healthz` says so (crate::watchdog).
+pub const TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
 #[async_trait]
 pub trait Store: Send + Sync {
     /// The database, as an operator names it (a file, or a URL without its password).
@@ -302,10 +307,12 @@ pub trait Store: Send + Sync {
     /// Changes an active agent's stored limits; the agent as it now is (`NoAgent` when there is
     /// no active agent of that name).
     async fn set_agent_limits(&self, name: &str, patch: &LimitsPatch) -> Result<Agent, StoreError>;
-    /// Counts one request of `agent` in the minute that starts at `minute`, if fewer than
-    /// `limit` were counted: the count with it, or `None` (nothing counted). One atomic
-    /// statement, so the servers sharing the database admit at most `limit` together.
-    async fn count_request(&self, agent: &str, minute: Millis, limit: i64) -> Result<Option<i64>, StoreError>;
+    /// Claims `slots` requests of `agent` in the minute that starts at `minute`, if the count
+    /// stays at or under `limit` with them: the count with them, or `None` (nothing claimed).
+    /// One atomic statement, so the servers sharing the database claim at most `limit`
+    /// together (crate::limits admits from what its server claimed). `slots` is at most `limit`.
+    async fn claim_requests(&self, agent: &str, minute: Millis, slots: i64, limit: i64)
+    -> Result<Option<i64>, StoreError>;
     /// Each agent's use (of `agent` alone, when given) in the minute that starts at `minute`
     /// and the UTC day that starts at `day`; agents with no row are left out.
     async fn agent_usage(
@@ -379,6 +386,8 @@ pub trait Store: Send + Sync {
     /// Deletes up to about `batch` of the oldest attempts started before `before`, and the
     /// requests as old, in one transaction, adding the attempts to the `usage_daily` roll-up.
     async fn prune_audit(&self, before: Millis, batch: usize) -> Result<Pruned, StoreError>;
+    /// One trivial round trip: whether the database answers.
+    async fn ping(&self) -> Result<(), StoreError>;
     /// When the newest request of the audit log started, if there is one.
     async fn newest_audit(&self) -> Result<Option<Millis>, StoreError>;
     /// Copies the write-ahead log into the database (SQLite), and with `truncate` empties it;

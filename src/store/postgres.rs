@@ -25,6 +25,11 @@ use tokio::sync::watch;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
 
+/// PostgreSQL's `statement_timeout`: a statement (or a lock it waits for) that takes longer is
+/// cancelled by the server, so a stuck one frees its connection. Generous: audit listings and
+/// roll-ups over large tables stay well under it.
+const STATEMENT_TIMEOUT: &str = "30s";
+
 /// The channel the change feed's trigger notifies (migrations/postgres).
 const CHANNEL: &str = "rota_changes";
 
@@ -39,10 +44,12 @@ impl PgStore {
     /// Connects and applies pending migrations (sqlx holds an advisory lock meanwhile, so
     /// instances that start together migrate once).
     pub async fn open(url: &str) -> Result<PgStore, StoreError> {
-        let opts = PgConnectOptions::from_str(url)?.application_name("rota");
+        let opts = PgConnectOptions::from_str(url)?
+            .application_name("rota")
+            .options([("statement_timeout", STATEMENT_TIMEOUT)]);
         let pool = PgPoolOptions::new()
             .max_connections(8)
-            .acquire_timeout(Duration::from_secs(10))
+            .acquire_timeout(super::TIMEOUT)
             .before_acquire(|conn, _| Box::pin(async move { Ok(super::sql::usable(conn)) }))
             .connect_with(opts)
             .await?;

@@ -803,19 +803,27 @@ macro_rules! sql_store {
                 Ok(agent)
             }
 
-            async fn count_request(&self, agent: &str, minute: Millis, limit: i64) -> Result<Option<i64>, StoreError> {
-                // One statement: the row of the minute is created with this request, or counts it
-                // while under the limit. Concurrent servers wait on the row (its lock, or SQLite's
-                // write lock) and each sees the others' counts, so together they admit `limit`.
+            async fn claim_requests(
+                &self,
+                agent: &str,
+                minute: Millis,
+                slots: i64,
+                limit: i64,
+            ) -> Result<Option<i64>, StoreError> {
+                // One statement: the row of the minute is created with these slots, or takes them
+                // while they fit under the limit. Concurrent servers wait on the row (its lock, or
+                // SQLite's write lock) and each sees the others' claims, so together they claim at
+                // most `limit`.
                 let mut tx = self.audit_tx().await?;
                 let count: Option<i64> = sqlx::query_scalar(
-                    "INSERT INTO agent_usage (agent, period, period_start, requests) VALUES ($1, 'minute', $2, 1)
-                     ON CONFLICT (agent, period, period_start) DO UPDATE SET requests = agent_usage.requests + 1
-                     WHERE agent_usage.requests < $3
+                    "INSERT INTO agent_usage (agent, period, period_start, requests) VALUES ($1, 'minute', $2, $3)
+                     ON CONFLICT (agent, period, period_start) DO UPDATE SET requests = agent_usage.requests + $3
+                     WHERE agent_usage.requests + $3 <= $4
                      RETURNING requests",
                 )
                 .bind(agent)
                 .bind(minute)
+                .bind(slots.clamp(1, limit.max(1)))
                 .bind(limit)
                 .fetch_optional(&mut *tx)
                 .await?;
@@ -1274,6 +1282,12 @@ macro_rules! sql_store {
                     .await?;
                 }
                 tx.commit().await?;
+                Ok(())
+            }
+
+            async fn ping(&self) -> Result<(), StoreError> {
+                let mut conn = self.pool.acquire().await?;
+                sqlx::query("SELECT 1").execute(&mut *conn).await?;
                 Ok(())
             }
 

@@ -99,6 +99,7 @@ impl SqliteStore {
         let seen = failures.clone();
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
+            .acquire_timeout(super::TIMEOUT)
             .before_acquire(move |conn, meta| {
                 let fresh = !seen.outlived(meta.age);
                 Box::pin(async move { Ok(fresh && super::sql::usable(conn)) })

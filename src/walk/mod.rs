@@ -17,6 +17,7 @@ use crate::engine::chain::Candidate;
 use crate::engine::classify::Classified;
 use crate::engine::gate::{Availability, Gate, Position};
 use crate::engine::{Failure, Millis, Next as After, ProfileId, Reason, Until};
+use crate::limits::Limiter;
 use crate::metrics::Metrics;
 use crate::prices::{Prices, Tokens};
 use crate::redact::truncate;
@@ -34,6 +35,8 @@ pub const STOPPING: &str = "rota is shutting down (server.shutdown_grace is over
 pub struct Trail {
     audit: Audit,
     metrics: Arc<Metrics>,
+    /// Told what the request spent (its agent's day).
+    limits: Arc<Limiter>,
     /// The prices in force when the request arrived.
     prices: Arc<Prices>,
     /// `provider/model` of the first attempt or skip, to tell a failover.
@@ -63,21 +66,19 @@ fn request_error(message: &str) -> String {
 }
 
 impl Trail {
-    #[allow(clippy::too_many_arguments)]
+    /// The trail of a request of `agent` arriving now, written through `runtime`'s audit
+    /// writer and metrics, priced with `prices`.
     pub fn new(
-        audit: Audit,
-        metrics: Arc<Metrics>,
+        runtime: &Runtime,
         prices: Arc<Prices>,
         request_id: String,
         agent: String,
-        api: &'static str,
-        requested_model: Option<String>,
-        stream: bool,
-        started_at: Millis,
+        (api, requested_model, stream): (&'static str, Option<String>, bool),
     ) -> Trail {
         Trail {
-            audit,
-            metrics,
+            audit: runtime.audit.clone(),
+            metrics: runtime.metrics.clone(),
+            limits: runtime.limits.clone(),
             prices,
             first_candidate: None,
             upstream_ms: 0,
@@ -87,7 +88,7 @@ impl Trail {
             api,
             requested_model,
             stream,
-            started_at,
+            started_at: runtime.now(),
             started: Instant::now(),
             seq: 0,
             error: None,
@@ -183,6 +184,10 @@ impl Trail {
         // lease's time is the client's.
         let overhead = (!self.stream && self.api != "lease").then(|| duration_ms - self.upstream_ms);
         self.metrics.observe_request(&row, self.first_candidate.as_deref(), overhead);
+        let tokens = row.tokens_in.unwrap_or(0) + row.tokens_out.unwrap_or(0);
+        if tokens > 0 || row.cost.is_some() {
+            self.limits.spent(&self.agent, self.started_at, tokens, row.cost.unwrap_or(0.0));
+        }
         self.audit.request(row);
     }
 }

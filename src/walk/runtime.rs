@@ -9,10 +9,12 @@ use crate::config::Config;
 use crate::engine::chain::{Candidate, ChainRequest, FallbackOverride};
 use crate::engine::classify::Classified;
 use crate::engine::{Clock, Millis, Reason};
+use crate::limits::Limiter;
 use crate::metrics::Metrics;
 use crate::refresh::{Refresher, access_of};
 use crate::settings::{Live, Settings};
-use crate::store::AttemptRow;
+use crate::store::{AttemptRow, Store};
+use crate::watchdog::Watchdog;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::{CancellationToken, DropGuard};
@@ -28,6 +30,10 @@ pub struct Runtime {
     pub metrics: Arc<Metrics>,
     pub clock: Arc<dyn Clock>,
     pub refresher: Arc<Refresher>,
+    /// Whether the database answers (`/healthz`, the limits).
+    pub watchdog: Arc<Watchdog>,
+    /// The agents' limits, admitted in memory.
+    pub limits: Arc<Limiter>,
     /// Cancelled when the shutdown grace (`server.shutdown_grace`) is over: open streams end
     /// with the in-band error.
     pub stopping: CancellationToken,
@@ -39,12 +45,13 @@ pub struct Runtime {
 impl Runtime {
     pub fn new(
         settings: Live,
-        book: Arc<Book>,
+        (book, store): (Arc<Book>, Arc<dyn Store>),
         audit: Audit,
         clock: Arc<dyn Clock>,
         refresher: Arc<Refresher>,
     ) -> Runtime {
         let tasks = CancellationToken::new();
+        let watchdog = Watchdog::start(store.clone(), tasks.clone());
         Runtime {
             settings,
             book,
@@ -52,6 +59,8 @@ impl Runtime {
             metrics: Arc::new(Metrics::default()),
             clock,
             refresher,
+            limits: Limiter::new(store, watchdog.clone()),
+            watchdog,
             stopping: CancellationToken::new(),
             _tasks: tasks.clone().drop_guard(),
             tasks,

@@ -194,6 +194,8 @@ async fn cost_per_day_refuses_the_gateway_and_the_lease_api() {
     let spent = [costly("tester", now, 0.25), costly("tester", now, 0.5), costly("admin", now, 9.0)];
     rota.store.insert_audit(&spent, &[]).await.unwrap();
     rota.store.insert_audit(&spent, &[]).await.unwrap();
+    // What another writer spent counts within `limits::FRESH`.
+    tokio::time::sleep(rota::limits::FRESH).await;
     let (status, retry, body) = chat_as(&rota, &rota.agent_key).await;
     assert_eq!((status, retry.is_some()), (429, true), "{body}");
     let message = body["error"]["message"].as_str().unwrap();
@@ -297,18 +299,30 @@ async fn limits_are_created_and_changed_through_the_admin_api_and_the_config_fil
     assert_eq!(chat_as(&rota, &rota.agent_key).await.0, 200);
 }
 
-/// The store's counters: a minute admits exactly its limit, however many ask at once; a day
-/// sums its requests' tokens and cost; old minutes and days are pruned.
+/// The store's counters: a minute's claims never pass its limit, however many ask at once and
+/// whatever they ask for; a day sums its requests' tokens and cost; old minutes and days are
+/// pruned.
 async fn counters_count_exactly_and_old_ones_go(target: rota::config::DatabaseTarget) {
     let store = rota::store::open(&target).await.unwrap();
     let minute = 1_764_633_600_000;
-    let asks = (0..20).map(|_| store.count_request("planner", minute, 7));
+    let asks = (0..20).map(|_| store.claim_requests("planner", minute, 1, 7));
     let counted: Vec<Option<i64>> =
         futures_util::future::join_all(asks).await.into_iter().map(Result::unwrap).collect();
     let mut admitted: Vec<i64> = counted.iter().flatten().copied().collect();
     admitted.sort();
     assert_eq!(admitted, (1..=7).collect::<Vec<_>>(), "{counted:?}");
-    assert_eq!(store.count_request("planner", minute + MINUTE, 7).await.unwrap(), Some(1), "a new minute");
+    assert_eq!(store.claim_requests("planner", minute + MINUTE, 1, 7).await.unwrap(), Some(1), "a new minute");
+    // Chunks: claimed whole while they fit, never past the limit (a new minute's row takes one).
+    let other = minute + 2 * MINUTE;
+    assert_eq!(store.claim_requests("planner", other, 4, 10).await.unwrap(), Some(4));
+    assert_eq!(store.claim_requests("planner", other, 4, 10).await.unwrap(), Some(8));
+    assert_eq!(store.claim_requests("planner", other, 4, 10).await.unwrap(), None, "12 would pass 10");
+    assert_eq!(store.claim_requests("planner", other, 2, 10).await.unwrap(), Some(10));
+    assert_eq!(store.claim_requests("planner", other, 1, 10).await.unwrap(), None);
+    let asks = (0..20).map(|i| store.claim_requests("planner", minute + 3 * MINUTE, 1 + i % 3, 9));
+    let counted: Vec<Option<i64>> =
+        futures_util::future::join_all(asks).await.into_iter().map(Result::unwrap).collect();
+    assert!(counted.iter().flatten().all(|&c| c <= 9), "{counted:?}");
     store.insert_audit(&[costly("planner", minute + 5, 0.1), costly("planner", minute - 5, 0.2)], &[]).await.unwrap();
     let used = store.agent_usage(None, minute, minute).await.unwrap();
     let planner = used["planner"];
