@@ -256,6 +256,11 @@ def run(a, b: Bench) -> int:
                    env={**os.environ, **env}, check=True, capture_output=True)
     agent = subprocess.run([rota_bin, "--config", "rota.toml", "agents", "create", "bench"], text=True, cwd=b.dir,
                            env={**os.environ, **env}, check=True, capture_output=True).stdout.strip().splitlines()[-1]
+    # An agent with limits it never reaches: what admitting under limits costs (docs/config.md).
+    limited = subprocess.run([rota_bin, "--config", "rota.toml", "agents", "create", "limited",
+                              "--requests-per-minute", "100000000", "--tokens-per-day", "1000000000000"], text=True,
+                             cwd=b.dir, env={**os.environ, **env}, check=True,
+                             capture_output=True).stdout.strip().splitlines()[-1]
     pg_env = None
     if a.postgres:
         # The same profiles and agent, copied into a database of their own; the same key.
@@ -280,6 +285,7 @@ def run(a, b: Bench) -> int:
 
     direct_h = {"Authorization": "Bearer sk-ok-1"}
     rota_h = {"Authorization": f"Bearer {agent}"}
+    limited_h = {"Authorization": f"Bearer {limited}"}
     chat = lambda model, stream=False: {**CHAT, "model": model, **({"stream": True} if stream else {})}  # noqa: E731
     up = f"{mock.url}/v1/chat/completions"
     gw = f"{rota.url}/v1/chat/completions"
@@ -290,18 +296,19 @@ def run(a, b: Bench) -> int:
     hey(fl, chat("m"), 200, 8, direct_h)
 
     scenarios = [
-        ("chat, 1 concurrent", chat("m"), chat("bench/m"), 1, b.n(4000)),
-        ("chat, 32 concurrent", chat("m"), chat("bench/m"), 32, b.n(40000)),
-        ("stream, 32 concurrent", chat("m", True), chat("bench/m", True), 32, b.n(20000)),
-        ("failover mix, 32 concurrent", chat("m"), chat("mix/m"), 32, b.n(40000)),
-        (f"chat, 32 concurrent, {MANY:,} profiles", chat("m"), chat("many/m"), 32, b.n(40000)),
+        ("chat, 1 concurrent", chat("m"), chat("bench/m"), 1, b.n(4000), rota_h),
+        ("chat, 32 concurrent", chat("m"), chat("bench/m"), 32, b.n(40000), rota_h),
+        (LIMITED, chat("m"), chat("bench/m"), 32, b.n(40000), limited_h),
+        ("stream, 32 concurrent", chat("m", True), chat("bench/m", True), 32, b.n(20000), rota_h),
+        ("failover mix, 32 concurrent", chat("m"), chat("mix/m"), 32, b.n(40000), rota_h),
+        (f"chat, 32 concurrent, {MANY:,} profiles", chat("m"), chat("many/m"), 32, b.n(40000), rota_h),
     ]
     results = []
     floors = {}  # scenario: the floor's run (the direct request, through the bare proxy)
-    for name, direct_body, rota_body, c, n in scenarios:
+    for name, direct_body, rota_body, c, n, headers in scenarios:
         d = hey(up, direct_body, n, c, direct_h)
         floors[name] = hey(fl, direct_body, n, c, direct_h, pid=floor.pid)
-        r = hey(gw, rota_body, n, c, rota_h, pid=rota.pid)
+        r = hey(gw, rota_body, n, c, headers, pid=rota.pid)
         results.append((name, d, r))
         progress(name, r)
 
@@ -364,6 +371,9 @@ def run(a, b: Bench) -> int:
 
 # Profiles of the `many` provider.
 MANY = 2000
+
+# The scenario of the agent with limits (requests a minute and tokens a day it never reaches).
+LIMITED = "chat, 32 concurrent, agent with limits"
 
 # The scenarios run again with rota on PostgreSQL: (model, concurrency, full request count).
 SHARED_SCENARIOS = {
@@ -544,9 +554,11 @@ def render(results, floors, peers, startup_ms, idle_mb, rotated, smoke) -> str:
     out.append("")
     two = next(r for n, _, r in results if n == "chat, 32 concurrent")
     many = next(r for n, _, r in results if n.endswith(" profiles"))
+    limited = next(r for n, _, r in results if n == LIMITED)
     out.append(f"rota start-up to ready: {startup_ms:.0f} ms; idle RSS: {idle_mb:.1f} MB; "
                f"failover mix: {rotated}; "
-               f"{MANY:,} profiles on one provider: {many.rps / two.rps:.0%} of the req/s with 2")
+               f"{MANY:,} profiles on one provider: {many.rps / two.rps:.0%} of the req/s with 2; "
+               f"an agent with limits: {limited.rps / two.rps:.0%} of the req/s of one without")
     out.append("")
     out.append("| scenario | rota ÷ floor: CPU ms/req | req/s | added p50 ms (rota, floor) |")
     out.append("|---|---:|---:|---:|")

@@ -105,6 +105,14 @@ struct Gate {
     day: Day,
 }
 
+/// `agent`'s gate, made on its first request (the lookup allocates nothing after that).
+fn gate<'a>(gates: &'a mut HashMap<String, Gate>, agent: &str) -> &'a mut Gate {
+    if !gates.contains_key(agent) {
+        gates.insert(agent.to_string(), Gate::default());
+    }
+    gates.get_mut(agent).expect("inserted above")
+}
+
 /// The admission of every agent with a limit, shared by the gateway and the lease API.
 pub struct Limiter {
     store: Arc<dyn Store>,
@@ -151,7 +159,7 @@ impl Limiter {
         let day = day_start(now);
         let stale = {
             let mut gates = self.gates.lock();
-            let d = &mut gates.entry(agent.to_string()).or_default().day;
+            let d = &mut gate(&mut gates, agent).day;
             if d.start != day {
                 *d = Day { start: day, ..Day::default() };
             }
@@ -217,7 +225,7 @@ impl Limiter {
         loop {
             let mut claim = {
                 let mut gates = self.gates.lock();
-                let m = &mut gates.entry(agent.to_string()).or_default().minute;
+                let m = &mut gate(&mut gates, agent).minute;
                 if (m.start, m.cap) != (minute, cap) {
                     // A new minute, or a changed limit: what was claimed under the old one goes.
                     *m = Minute { start: minute, cap, ..Minute::default() };

@@ -346,3 +346,99 @@ async fn counters_in_postgres_count_exactly_and_old_ones_go() {
     let url = support::postgres_database().await;
     counters_count_exactly_and_old_ones_go(rota::config::DatabaseTarget::Postgres(url)).await;
 }
+
+/// A PostgreSQL server of the test's own (`scripts/postgres.sh`), which it may freeze: the
+/// others' tests share `ROTA_TEST_PG`. Thawed and stopped when dropped.
+struct OwnPostgres {
+    dir: tempfile::TempDir,
+    url: String,
+}
+
+impl OwnPostgres {
+    fn start() -> OwnPostgres {
+        let dir = tempfile::tempdir().unwrap();
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/postgres.sh");
+        let out = std::process::Command::new(script).arg("start").arg(dir.path()).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let url = String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("export ROTA_TEST_PG=").map(str::to_string))
+            .unwrap();
+        OwnPostgres { dir, url }
+    }
+
+    /// SIGSTOP (or SIGCONT) to the server and every backend it started.
+    fn signal(&self, sig: &str) {
+        let pid = std::fs::read_to_string(self.dir.path().join("data/postmaster.pid")).unwrap();
+        let pid = pid.lines().next().unwrap().trim().to_string();
+        std::process::Command::new("pkill").args([sig, "-P", &pid]).status().unwrap();
+        assert!(std::process::Command::new("kill").args([sig, &pid]).status().unwrap().success());
+    }
+}
+
+impl Drop for OwnPostgres {
+    fn drop(&mut self) {
+        self.signal("-CONT");
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/postgres.sh");
+        let _ = std::process::Command::new(script).arg("stop").arg(self.dir.path()).output();
+    }
+}
+
+async fn healthz(rota: &Rota) -> Value {
+    Rota::client().get(format!("{}/healthz", rota.url)).send().await.unwrap().json().await.unwrap()
+}
+
+/// A frozen database (SIGSTOP to PostgreSQL) holds no request of a limited agent longer than
+/// `store::TIMEOUT`: each is admitted once the database has not answered in time, and
+/// `/healthz` says `degraded` within that timeout (plus a probe's period). Thawed, the limits
+/// count again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_database_holds_no_request_longer_than_the_timeout_and_healthz_says_so() {
+    let pg = OwnPostgres::start();
+    let (_mock, base) = Mock::started().await;
+    let config = format!(
+        "{}[agents.tester]\nrequests_per_minute = 5\ntokens_per_day = 1000000\n",
+        support::config(&base)
+    );
+    let rota = spawn(Scenario { config: &config, keys: &KEYS[..1], db: Db::Postgres(pg.url.clone()), ..Scenario::default() })
+        .await;
+    assert_eq!(chat_as(&rota, &rota.agent_key).await.0, 200);
+    assert_eq!(healthz(&rota).await["status"], "ok");
+
+    pg.signal("-STOP");
+    let frozen = std::time::Instant::now();
+    let limit = rota::store::TIMEOUT + Duration::from_millis(500);
+    let mut waits = Vec::new();
+    for i in 0..8 {
+        let t = std::time::Instant::now();
+        let (status, _, body) = chat_as(&rota, &rota.agent_key).await;
+        waits.push(t.elapsed());
+        assert_eq!(status, 200, "request {i} while the database is frozen: {body}");
+        assert!(t.elapsed() <= limit, "request {i} was held {:?} by a frozen database", t.elapsed());
+    }
+    let health = loop {
+        let h = healthz(&rota).await;
+        if h["status"] == "degraded" {
+            break h;
+        }
+        assert!(frozen.elapsed() <= limit, "/healthz still says ok {:?} after the freeze: {h}", frozen.elapsed());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let said = frozen.elapsed();
+    assert_eq!(health["database"]["answering"], false, "{health}");
+    eprintln!("frozen database: requests held {waits:?}; /healthz degraded after {said:?}");
+
+    pg.signal("-CONT");
+    let thawed = std::time::Instant::now();
+    while healthz(&rota).await["status"] != "ok" {
+        assert!(thawed.elapsed() < Duration::from_secs(10), "/healthz never recovered");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Counting again: the minute's limit refuses once five are counted.
+    let mut answers = Vec::new();
+    for _ in 0..6 {
+        answers.push(chat_as(&rota, &rota.agent_key).await.0);
+    }
+    assert_eq!(answers.last(), Some(&429), "the limit counts again after the thaw: {answers:?}");
+}
