@@ -180,7 +180,12 @@ impl Limiter {
         };
         let retry_after = seconds_until(day + DAY, now);
         if let Some(cap) = limits.tokens_per_day.filter(|&cap| used.0 >= cap) {
-            return Err(OverLimit::new(agent, format!("tokens_per_day = {cap}"), Some(used.0.to_string()), retry_after));
+            return Err(OverLimit::new(
+                agent,
+                format!("tokens_per_day = {cap}"),
+                Some(used.0.to_string()),
+                retry_after,
+            ));
         }
         if let Some(cap) = limits.cost_per_day.filter(|&cap| used.1 >= cap) {
             let (limit, used) = (format!("cost_per_day = {} USD", usd(cap)), Some(usd(used.1)));
@@ -207,7 +212,9 @@ impl Limiter {
                     d.base = spent;
                 }
                 Ok(Err(e)) => tracing::warn!(error = %e, agent, "reading the agent's use of its day failed; admitting"),
-                Err(_) => tracing::warn!(agent, "the database did not answer the agent's use of its day in time; admitting"),
+                Err(_) => {
+                    tracing::warn!(agent, "the database did not answer the agent's use of its day in time; admitting")
+                }
             }
             let _ = tx.send(true);
         });

@@ -47,8 +47,13 @@ impl App {
         let upstream = Upstream::new(&config.timeouts);
         let refresher = Arc::new(Refresher::new(book.clone(), store.clone(), key.clone(), clock.clone()));
         let (sender, live) = crate::settings::channel(Settings::new(config));
-        let runtime =
-            Arc::new(Runtime::new(live.clone(), (book.clone(), store.clone()), audit.clone(), clock.clone(), refresher.clone()));
+        let runtime = Arc::new(Runtime::new(
+            live.clone(),
+            (book.clone(), store.clone()),
+            audit.clone(),
+            clock.clone(),
+            refresher.clone(),
+        ));
         // The background tasks end when the runtime is dropped.
         refresher.sweep(live.clone(), runtime.tasks());
         crate::upkeep::start(store.clone(), live, clock.clone(), runtime.tasks());
@@ -127,7 +132,10 @@ impl App {
         let finished = graceful.shutdown();
         tokio::pin!(finished);
         if tokio::time::timeout(server.shutdown_grace, &mut finished).await.is_err() {
-            tracing::warn!(connections = open(&limit), "shutdown grace over: answering the requests still waiting and cutting open streams");
+            tracing::warn!(
+                connections = open(&limit),
+                "shutdown grace over: answering the requests still waiting and cutting open streams"
+            );
             runtime.stopping.cancel();
             if tokio::time::timeout(CUT_WAIT, &mut finished).await.is_err() {
                 tracing::error!(connections = open(&limit), "abandoning requests still running");

@@ -275,7 +275,13 @@ async fn create(
         Some(list) => FallbackOverride::List(list),
     };
     let chain = runtime.chain(&settings.config, &agent.name, req.model.as_deref(), fallbacks);
-    let trail = Trail::new(runtime, settings.prices.clone(), request_id, agent.name.clone(), ("lease", req.model.clone(), false));
+    let trail = Trail::new(
+        runtime,
+        settings.prices.clone(),
+        request_id,
+        agent.name.clone(),
+        ("lease", req.model.clone(), false),
+    );
     let chain = chain.map_err(|e| {
         // Refused before any attempt, like the gateway's unknown model: a `requests` row with none.
         let e = ApiError::UnknownModel { named: req.model.is_some(), message: e.to_string() };

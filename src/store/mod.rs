@@ -311,8 +311,13 @@ pub trait Store: Send + Sync {
     /// stays at or under `limit` with them: the count with them, or `None` (nothing claimed).
     /// One atomic statement, so the servers sharing the database claim at most `limit`
     /// together (crate::limits admits from what its server claimed). `slots` is at most `limit`.
-    async fn claim_requests(&self, agent: &str, minute: Millis, slots: i64, limit: i64)
-    -> Result<Option<i64>, StoreError>;
+    async fn claim_requests(
+        &self,
+        agent: &str,
+        minute: Millis,
+        slots: i64,
+        limit: i64,
+    ) -> Result<Option<i64>, StoreError>;
     /// Each agent's use (of `agent` alone, when given) in the minute that starts at `minute`
     /// and the UTC day that starts at `day`; agents with no row are left out.
     async fn agent_usage(

@@ -23,7 +23,10 @@ struct Faked {
 
 impl Faked {
     fn start(dir: &Path) -> Faked {
-        assert!(Path::new(FAKETIME).exists(), "{FAKETIME} is missing: apt-get install libfaketime (scripts/test.sh does)");
+        assert!(
+            Path::new(FAKETIME).exists(),
+            "{FAKETIME} is missing: apt-get install libfaketime (scripts/test.sh does)"
+        );
         let log = dir.join("rota.log");
         let mut child = crate::support::rota_command()
             .args(["serve", "--listen", "127.0.0.1:0"])

@@ -566,7 +566,11 @@ async fn sigterm_answers_every_request_waiting_on_a_silent_upstream_and_audits_i
         .collect();
     let t = Instant::now();
     while held.lock().unwrap().len() < N {
-        assert!(t.elapsed() < Duration::from_secs(30), "{} of {N} calls reached the upstream", held.lock().unwrap().len());
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "{} of {N} calls reached the upstream",
+            held.lock().unwrap().len()
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     server.signal("-TERM");
@@ -586,10 +590,12 @@ async fn sigterm_answers_every_request_waiting_on_a_silent_upstream_and_audits_i
     }
     holder.abort();
     eprintln!("SIGTERM with {N} requests waiting on a silent upstream: {answered} answered, exited after {took:?}");
-    let rows = site.count("SELECT count(*) FROM requests WHERE status = 503 AND error LIKE 'rota is shutting down%'").await;
+    let rows =
+        site.count("SELECT count(*) FROM requests WHERE status = 503 AND error LIKE 'rota is shutting down%'").await;
     let attempts = site.count("SELECT count(*) FROM attempts WHERE outcome = 'failure' AND reason = 'cancelled' AND error LIKE 'rota is shutting down%'").await;
     assert_eq!((answered, rows, attempts), (N, N as i64, N as i64), "every request answered, with its rows");
-    let marked = site.count("SELECT count(*) FROM usage_stats WHERE error_count > 0 OR cooldown_until IS NOT NULL").await;
+    let marked =
+        site.count("SELECT count(*) FROM usage_stats WHERE error_count > 0 OR cooldown_until IS NOT NULL").await;
     assert_eq!(marked, 0, "a cut call leaves no mark on its profile");
 }
 

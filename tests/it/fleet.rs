@@ -362,6 +362,5 @@ async fn calls_in_flight_never_end_the_window_a_429_opened_on_one_instance() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_in_flight_on_a_peer_never_end_the_window_a_429_opened_on_postgres() {
-    calls_in_flight_never_end_the_window_a_429_opened(Db::Postgres(crate::support::postgres_database().await), 2)
-        .await;
+    calls_in_flight_never_end_the_window_a_429_opened(Db::Postgres(crate::support::postgres_database().await), 2).await;
 }

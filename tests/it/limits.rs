@@ -397,12 +397,11 @@ async fn healthz(rota: &Rota) -> Value {
 async fn a_frozen_database_holds_no_request_longer_than_the_timeout_and_healthz_says_so() {
     let pg = OwnPostgres::start();
     let (_mock, base) = Mock::started().await;
-    let config = format!(
-        "{}[agents.tester]\nrequests_per_minute = 5\ntokens_per_day = 1000000\n",
-        support::config(&base)
-    );
-    let rota = spawn(Scenario { config: &config, keys: &KEYS[..1], db: Db::Postgres(pg.url.clone()), ..Scenario::default() })
-        .await;
+    let config =
+        format!("{}[agents.tester]\nrequests_per_minute = 5\ntokens_per_day = 1000000\n", support::config(&base));
+    let rota =
+        spawn(Scenario { config: &config, keys: &KEYS[..1], db: Db::Postgres(pg.url.clone()), ..Scenario::default() })
+            .await;
     assert_eq!(chat_as(&rota, &rota.agent_key).await.0, 200);
     assert_eq!(healthz(&rota).await["status"], "ok");
 

@@ -76,7 +76,12 @@ async fn a_config_file_caught_half_written_under_load_answers_no_request() {
         let statuses = task.await.unwrap();
         answered += statuses.len();
         let refused: Vec<_> = statuses.iter().filter(|s| **s != 200).collect();
-        assert!(refused.is_empty(), "{} of {} requests answered from the half-written file", refused.len(), statuses.len());
+        assert!(
+            refused.is_empty(),
+            "{} of {} requests answered from the half-written file",
+            refused.len(),
+            statuses.len()
+        );
     }
     assert!(answered > 100, "the load ran: {answered} requests");
     eprintln!("{answered} requests answered while the file was half written and after; none from the half");
