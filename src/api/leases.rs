@@ -11,7 +11,7 @@ use super::{ApiError, Body, Caller};
 use crate::book::Credential;
 use crate::config::Api as WireFormat;
 use crate::engine::chain::FallbackOverride;
-use crate::engine::classify::{Classified, Observed};
+use crate::engine::classify::{Classified, Echoed, Observed};
 use crate::engine::{Millis, ProfileId, Reason};
 use crate::gateway::upstream::Upstream;
 use crate::leases::{Ended, Leases, Live, MAX_LIVE, expire_one};
@@ -411,15 +411,14 @@ async fn report(
     let secrets = attempt.cred.secrets();
     let headers: Vec<(String, String)> = report.headers.into_iter().map(|(k, v)| (k.to_ascii_lowercase(), v)).collect();
     let text = redact(report.error.as_deref().unwrap_or(""), &secrets);
-    let echoed = [attempt.cand.model.as_str()];
+    let models = [attempt.cand.model.as_str()];
+    let echoed = Echoed::strings(&models);
     let observed = match report.http_status {
-        Some(status) => {
-            Observed { status: Some(status), headers: &headers, body: &text, transport: None, echoed: &echoed }
-        }
+        Some(status) => Observed { status: Some(status), headers: &headers, body: &text, transport: None, echoed },
         None => Observed {
             transport: Some(if text.is_empty() { "transport failure (no detail reported)" } else { &text }),
             headers: &headers,
-            echoed: &echoed,
+            echoed,
             ..Default::default()
         },
     };

@@ -5,7 +5,7 @@
 use super::plan::{Plan, WithModel};
 use super::relay::{Phase, Relay};
 use super::serve::{Gateway, Incoming};
-use crate::engine::classify::{Classified, Observed};
+use crate::engine::classify::{Classified, Echoed, Observed};
 use crate::engine::{Millis, Reason};
 use crate::prices::Tokens;
 use crate::redact::error_text;
@@ -19,6 +19,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use futures_util::stream::BoxStream;
 use serde_json::{Map, Value};
+use std::sync::Arc;
 use tokio::time::{Instant, timeout_at};
 
 /// What one upstream call came to.
@@ -33,8 +34,37 @@ pub enum Called {
 pub struct Opened {
     pub relay: Relay,
     pub rest: BoxStream<'static, reqwest::Result<Bytes>>,
-    /// The model names the client controls, which an error event may echo.
-    pub echoed: [String; 2],
+    /// What the client sent, which an error event may echo.
+    pub client: ClientText,
+}
+
+/// What the client sent, kept for reading what the upstream says of it (`Echoed`): the model it
+/// asked for and the one called, its header values and its body.
+pub struct ClientText {
+    models: [String; 2],
+    headers: http::HeaderMap,
+    body: Arc<Map<String, Value>>,
+}
+
+impl ClientText {
+    pub fn of(inc: &Incoming, called: &str) -> ClientText {
+        let requested = inc.body.get("model").and_then(Value::as_str).unwrap_or("");
+        ClientText {
+            models: [called.to_string(), requested.to_string()],
+            headers: inc.headers.clone(),
+            body: inc.body.clone(),
+        }
+    }
+
+    /// Its loose strings (for `Echoed::strings`): the models and the header values.
+    pub fn strings(&self) -> Vec<&str> {
+        let headers = self.headers.values().filter_map(|v| v.to_str().ok());
+        self.models.iter().map(String::as_str).chain(headers).collect()
+    }
+
+    pub fn echoed<'a>(&'a self, strings: &'a [&'a str]) -> Echoed<'a> {
+        Echoed { strings, body: Some(&self.body) }
+    }
 }
 
 pub struct CallFailure {
@@ -74,8 +104,6 @@ impl Gateway {
         let bytes = serde_json::to_vec(&WithModel { body, model: &att.cand.model }).expect("a JSON map serializes");
         let first_byte = deadline.min(Instant::now() + settings.config.timeouts.first_byte);
         let secrets = att.cred.secrets();
-        let requested = inc.body.get("model").and_then(Value::as_str).unwrap_or("");
-        let echoed = [att.cand.model.as_str(), requested];
         let now = self.runtime.now();
         let fail = |class: Classified, status: Option<u16>, body: Option<Bytes>| {
             let mut class = class;
@@ -100,7 +128,7 @@ impl Gateway {
         let status = resp.status().as_u16();
         self.observe_quota(settings, att, resp.headers());
         if (200..300).contains(&status) && inc.stream {
-            let called = match self.open(settings, inc, plan, resp, &echoed, first_byte, sent, &mut ttfb_ms).await {
+            let called = match self.open(settings, (inc, att), plan, resp, first_byte, sent, &mut ttfb_ms).await {
                 Ok(opened) => Called::Stream(Box::new(opened)),
                 Err(class) => fail(class, None, None),
             };
@@ -131,7 +159,10 @@ impl Gateway {
             .iter()
             .map(|(k, v)| (k.as_str().to_string(), v.to_str().unwrap_or("").to_string()))
             .collect();
-        let seen = Observed { status: Some(status), headers: &headers, body: &text, transport: None, echoed: &echoed };
+        let client = ClientText::of(inc, &att.cand.model);
+        let strings = client.strings();
+        let echoed = client.echoed(&strings);
+        let seen = Observed { status: Some(status), headers: &headers, body: &text, transport: None, echoed };
         let mut class = settings.classifier.classify(&seen, now);
         if (300..400).contains(&status) {
             let to = resp.headers().get("location").and_then(|v| v.to_str().ok()).unwrap_or("(no Location header)");
@@ -160,10 +191,9 @@ impl Gateway {
     async fn open(
         &self,
         settings: &Settings,
-        inc: &Incoming,
+        (inc, att): (&Incoming, &Attempt),
         plan: Plan,
         resp: reqwest::Response,
-        echoed: &[&str; 2],
         first_byte: Instant,
         sent: Instant,
         ttfb_ms: &mut Option<Millis>,
@@ -186,6 +216,9 @@ impl Gateway {
             match relay.phase() {
                 Phase::Held => {}
                 Phase::Failed { data, committed: false } => {
+                    let client = ClientText::of(inc, &att.cand.model);
+                    let strings = client.strings();
+                    let echoed = client.echoed(&strings);
                     let seen = Observed { status: Some(200), headers: &[], body: data, transport: None, echoed };
                     return Err(settings.classifier.classify(&seen, now));
                 }
@@ -194,7 +227,7 @@ impl Gateway {
                     return Err(Classified { reason, hint: None, account_wide: false, message, claim: false });
                 }
                 Phase::Flowing | Phase::Complete | Phase::Failed { committed: true, .. } => {
-                    return Ok(Opened { relay, rest, echoed: echoed.map(str::to_string) });
+                    return Ok(Opened { relay, rest, client: ClientText::of(inc, &att.cand.model) });
                 }
             }
         }

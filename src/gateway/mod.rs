@@ -137,7 +137,7 @@ async fn parse(
         api,
         stream: body.get("stream").and_then(Value::as_bool).unwrap_or(false),
         agent,
-        body,
+        body: std::sync::Arc::new(body),
         session,
         pin,
         fallbacks: header("x-rota-fallbacks").map(FallbackOverride::parse).unwrap_or_default(),

@@ -155,7 +155,7 @@ pub fn respond(
     timing: (Instant, Option<Millis>),
     deadline: Instant,
 ) -> Response {
-    let Opened { mut relay, rest: mut upstream, echoed } = opened;
+    let Opened { mut relay, rest: mut upstream, client: asked } = opened;
     let (sent, ttfb_ms) = timing;
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
     let book = runtime.book.clone();
@@ -211,8 +211,9 @@ pub fn respond(
             (true, ..) => failed(Reason::Cancelled, "the client went away; the upstream stream was aborted".into()),
             (false, Some(ended), _) => ended,
             (false, None, Phase::Failed { data, .. }) => {
-                let echoed = echoed.each_ref().map(String::as_str);
-                let seen = Observed { status: Some(200), headers: &[], body: data, transport: None, echoed: &echoed };
+                let strings = asked.strings();
+                let echoed = asked.echoed(&strings);
+                let seen = Observed { status: Some(200), headers: &[], body: data, transport: None, echoed };
                 let mut class = settings.classifier.classify(&seen, clock.now());
                 class.message = redact(&class.message, &secrets);
                 Ended::Failed { class, said: true }

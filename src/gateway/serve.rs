@@ -38,7 +38,8 @@ pub struct Incoming {
     pub settings: Arc<Settings>,
     pub api: Api,
     pub agent: Agent,
-    pub body: serde_json::Map<String, Value>,
+    /// Shared with a committed stream's relay, which reads what the upstream says of it.
+    pub body: Arc<serde_json::Map<String, Value>>,
     pub stream: bool,
     pub session: Option<String>,
     pub pin: Option<ProfileId>,
@@ -146,7 +147,7 @@ impl Gateway {
                 }
             };
             let prepared = planned.as_ref().expect("next admitted the candidate");
-            let (plan, body) = (prepared.plan, prepared.body.as_ref().unwrap_or(&inc.body));
+            let (plan, body) = (prepared.plan, prepared.body.as_ref().unwrap_or(&*inc.body));
             let att = match self.runtime.ready(&mut walk, config, att).await {
                 Ok(att) => att,
                 Err((Verdict::Stop, message)) => {

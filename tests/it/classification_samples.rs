@@ -10,7 +10,7 @@
 //!
 //! Date-based hints are computed against `NOW_MS` = 1_700_000_000_000 = 2023-11-14T22:13:20Z.
 
-use rota::engine::classify::{Classified, Classifier, Observed};
+use rota::engine::classify::{Classified, Classifier, Echoed, Observed};
 use rota::engine::reason::{Mark, Next, Reason};
 use std::collections::BTreeSet;
 
@@ -1253,7 +1253,13 @@ fn headers_of(s: &Sample) -> Vec<(String, String)> {
 
 fn run(s: &Sample) -> Classified {
     let headers = headers_of(s);
-    let seen = Observed { status: s.status, headers: &headers, body: s.body, transport: s.transport, echoed: &[] };
+    let seen = Observed {
+        status: s.status,
+        headers: &headers,
+        body: s.body,
+        transport: s.transport,
+        echoed: Default::default(),
+    };
     Classifier::default().classify(&seen, NOW_MS)
 }
 
@@ -1497,7 +1503,8 @@ const HOSTILE_MODELS: [&str; 5] =
 
 fn classify_echo(status: u16, body: &str, headers: &[(&str, &str)], echoed: &[&str]) -> Classified {
     let headers: Vec<(String, String)> = headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-    let seen = Observed { status: Some(status), headers: &headers, body, transport: None, echoed };
+    let seen =
+        Observed { status: Some(status), headers: &headers, body, transport: None, echoed: Echoed::strings(echoed) };
     Classifier::default().classify(&seen, NOW_MS)
 }
 
@@ -1657,8 +1664,16 @@ fn every_spec_section_4_trigger_has_a_sample() {
         // model_not_found
         ("404 + model", Some(404), r#"{"error":{"message":"The model `gpt-9` does not exist or you do not have access to it.","type":"invalid_request_error","param":null,"code":"model_not_found"}}"#.into(), ModelNotFound),
         ("model not found", Some(404), r#"{"error":"model 'llama9' not found, try pulling it first"}"#.into(), ModelNotFound),
-        ("does not exist", Some(400), openai("The requested engine does not exist", "invalid_request_error"), ModelNotFound),
-        ("unsupported model", Some(400), openai("Unsupported model: text-foo", "invalid_request_error"), ModelNotFound),
+        ("does not exist", Some(404), openai("The requested engine does not exist", "invalid_request_error"), ModelNotFound),
+        ("unsupported model", Some(404), openai("Unsupported model: text-foo", "invalid_request_error"), ModelNotFound),
+        // The status class decides first: a 400 or a 422 is the request's fault whatever it says,
+        // and a 5xx always fails over.
+        ("400 saying does not exist", Some(400), openai("Invalid parameter: tool_call_id call_9 does not exist", "invalid_request_error"), Format),
+        ("400 saying capacity", Some(400), openai("Invalid value for 'capacity': overloaded", "invalid_request_error"), Format),
+        ("400 saying rate limit", Some(400), openai("Unrecognized request argument supplied: rate_limit", "invalid_request_error"), Format),
+        ("422 saying too many requests", Some(422), r#"{"detail":[{"msg":"too many requests in field","type":"value_error"}]}"#.into(), Format),
+        ("502 saying malformed", Some(502), openai("Received malformed response from upstream", "server_error"), ServerError),
+        ("500 typed invalid_request_error", Some(500), openai("Something went wrong", "invalid_request_error"), ServerError),
         // unknown
         ("anything else", Some(418), r#"{"error":"I'm a teapot"}"#.into(), Unknown),
     ];

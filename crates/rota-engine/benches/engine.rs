@@ -119,7 +119,13 @@ fn classify_429(bencher: divan::Bencher) {
     let classifier = Classifier::with_overrides(vec![]);
     let headers = headers();
     bencher.bench_local(|| {
-        let seen = Observed { status: Some(429), headers: &headers, body: BODY, transport: None, echoed: &["gpt-4.1"] };
+        let seen = Observed {
+            status: Some(429),
+            headers: &headers,
+            body: BODY,
+            transport: None,
+            echoed: rota_engine::classify::Echoed::strings(&["gpt-4.1"]),
+        };
         classifier.classify(divan::black_box(&seen), NOW)
     });
 }
@@ -133,7 +139,13 @@ fn failover_decision(bencher: divan::Bencher) {
     let (ids, views) = profiles(100);
     let policy = CooldownPolicy::default();
     bencher.bench_local(|| {
-        let seen = Observed { status: Some(429), headers: &headers, body: BODY, transport: None, echoed: &["gpt-4.1"] };
+        let seen = Observed {
+            status: Some(429),
+            headers: &headers,
+            body: BODY,
+            transport: None,
+            echoed: rota_engine::classify::Echoed::strings(&["gpt-4.1"]),
+        };
         let class = classifier.classify(&seen, NOW);
         let mut stats = views[&ids[1]].stats.clone();
         let f = Failure {

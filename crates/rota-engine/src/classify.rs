@@ -78,29 +78,38 @@ fn rule(reason: Reason, status: &[(u16, u16)], any: &[&str]) -> Rule {
 
 /// The built-in table. Order matters: first match wins.
 ///
-/// Evidence comes in order of trust (SPEC §4): the status, then the structured fields, then
-/// wording — and wording only refines within what the status allows. Billing words count only
-/// with 402/403/429 (and Anthropic's 400 "credit balance is too low"), permanent-auth words only
-/// with 401/403 (or `invalid_grant`), and no word overrides a 404, which is `model_not_found` or
-/// nothing. A stream's error event is classified
+/// Evidence comes in order of trust (docs/rotation.md, "Classification"): the status, then the
+/// structured fields, then wording — and wording only refines within what the status allows. A
+/// 400 or a 422 is `format` or `context_overflow`, or one of the provider-documented 400s
+/// (Anthropic's "credit balance is too low" and "only authorized for use with", Google's
+/// `API_KEY_INVALID`, an identity provider's `invalid_grant`, a relay's "upstream error"); a
+/// 5xx always fails over
+/// (`server_error`, `overloaded`, `timeout` or `network`, never `format` or `unknown`). Billing
+/// words count only with 402/403/429, permanent-auth words only with 401/403, and no word
+/// overrides a 404, which is `model_not_found` or nothing. A stream's error event is classified
 /// with status 200; a transport failure has no status (`transport`).
 pub fn default_rules() -> Vec<Rule> {
     use Reason::*;
     const WORDLESS: &[&str] = &[];
     const AUTH: &[(u16, u16)] = &[(401, 401), (403, 403)];
-    // Every answer but a 404 (and a redirect): in-stream events (200), client and server errors.
-    const NOT_404: &[(u16, u16)] = &[(200, 299), (400, 403), (405, 599)];
+    // Where a throttle or an overload may be worded: in-stream events (200) and every error but
+    // a 404 and the invalid-request statuses 400 and 422, which only say the request was wrong
+    // (their wording is the client's business, and often its own words echoed).
+    const THROTTLE: &[(u16, u16)] = &[(200, 299), (401, 403), (405, 421), (423, 599)];
+    // What the request itself may be blamed for: never a 5xx, which always fails over.
+    const REQUEST: &[(u16, u16)] = &[(200, 299), (400, 403), (405, 499)];
     const TRANSPORT: (u16, u16) = (0, 0);
     vec![
         // rota never follows a redirect (a credential must not travel to another host): the
         // provider answered, but not with the answer.
         rule(ServerError, &[(300, 399)], WORDLESS),
-        // A structured `model_not_found` (OpenAI's `error.code`) wins over any wording.
-        rule(ModelNotFound, &[(200, 299), (400, 404), (422, 422)], &["model_not_found"]),
+        // A structured `model_not_found` (OpenAI's `error.code`) wins over any wording; never on
+        // a 400 or a 422, whose text may be the client's own.
+        rule(ModelNotFound, &[(200, 299), (401, 404)], &["model_not_found"]),
         // The prompt does not fit: another profile of the same model would fail the same way.
         rule(
             ContextOverflow,
-            NOT_404,
+            REQUEST,
             &[
                 "context_length_exceeded",
                 "prompt is too long",
@@ -135,7 +144,7 @@ pub fn default_rules() -> Vec<Rule> {
         rule(AuthPermanent, &[(400, 401)], &["invalid_grant"]),
         // Google says "exceeded your current quota" on per-minute throttles too; its status
         // word tells them apart from OpenAI's `insufficient_quota`.
-        rule(RateLimit, NOT_404, &["resource_exhausted"]),
+        rule(RateLimit, THROTTLE, &["resource_exhausted"]),
         rule(
             Billing,
             &[(402, 403), (429, 429)],
@@ -156,7 +165,7 @@ pub fn default_rules() -> Vec<Rule> {
         rule(Billing, &[(400, 400)], &["credit balance is too low"]),
         rule(
             Auth,
-            &[(400, 401), (403, 403)],
+            AUTH,
             &[
                 "authentication",
                 "unauthorized",
@@ -170,14 +179,17 @@ pub fn default_rules() -> Vec<Rule> {
                 "token expired",
                 "permission_error",
                 "permission denied",
-                // Anthropic answers a credential used outside its product with a 400: it cannot
-                // serve here, so rotate (a cooldown step), but a 400 is no proof of revocation.
-                "only authorized for use with",
             ],
         ),
+        // Anthropic answers a credential used outside its product with a 400 in exactly these
+        // words: it cannot serve here, so rotate (a cooldown step), but a 400 is no proof of
+        // revocation.
+        rule(Auth, &[(400, 400)], &["only authorized for use with"]),
+        // Google answers a key it does not know with a 400 whose structured reason says so.
+        rule(Auth, &[(400, 400)], &["api_key_invalid"]),
         rule(
             RateLimit,
-            NOT_404,
+            THROTTLE,
             &[
                 "rate limit",
                 "rate_limit",
@@ -188,15 +200,17 @@ pub fn default_rules() -> Vec<Rule> {
                 "tokens per minute",
             ],
         ),
-        rule(Overloaded, NOT_404, &["overloaded", "capacity", "unavailable"]),
+        rule(Overloaded, THROTTLE, &["overloaded", "capacity", "unavailable"]),
         rule(
             Timeout,
             &[TRANSPORT, (200, 299), (408, 408), (500, 599)],
             &["timeout", "timed out", "deadline exceeded", "deadline_exceeded", "etimedout"],
         ),
+        // rota's own connection failed (no answer), or a stream's error event says so. A 5xx
+        // is an answer: the connection to the provider works, whatever its text says.
         rule(
             Network,
-            &[TRANSPORT, (200, 299), (500, 599)],
+            &[TRANSPORT, (200, 299)],
             &[
                 "connection refused",
                 "econnrefused",
@@ -213,10 +227,11 @@ pub fn default_rules() -> Vec<Rule> {
         ),
         rule(ModelNotFound, &[(404, 404)], &["model"]),
         // A missing model in other words; never on an auth, throttle or server status (a 401
-        // "API key does not exist" is the key's problem, not the model's).
+        // "API key does not exist" is the key's problem, not the model's), nor on a 400 or a
+        // 422 ("tool_call_id … does not exist" is the request's).
         rule(
             ModelNotFound,
-            &[(200, 299), (400, 400), (404, 404), (422, 422)],
+            &[(200, 299), (404, 404)],
             &[
                 "model not found",
                 "does not exist",
@@ -235,7 +250,7 @@ pub fn default_rules() -> Vec<Rule> {
         rule(Overloaded, &[(503, 503), (529, 529)], WORDLESS),
         rule(Timeout, &[(408, 408), (504, 504)], WORDLESS),
         rule(Format, &[(400, 400), (422, 422)], WORDLESS),
-        rule(Format, NOT_404, &["invalid_request_error", "malformed", "tool_use_id", "tool_call_id"]),
+        rule(Format, REQUEST, &["invalid_request_error", "malformed", "tool_use_id", "tool_call_id"]),
         rule(ServerError, &[(500, 599)], WORDLESS),
         // A 2xx that reached the classifier is an empty or unusable successful reply.
         rule(ServerError, &[(200, 299)], WORDLESS),
@@ -253,10 +268,48 @@ pub struct Observed<'a> {
     pub body: &'a str,
     /// Transport error text (connection refused, timed out…), when there was no answer.
     pub transport: Option<&'a str>,
-    /// Text the client controls that the upstream may echo (the requested model): removed
-    /// before any word rule or hint reads the answer, so a model named `billing` or
-    /// `try again in 6h` cannot pick its own classification.
-    pub echoed: &'a [&'a str],
+    /// Text the client controls that the upstream may echo: removed before any word rule or
+    /// hint reads the answer, so a model, a field or a message saying `billing` or `try again
+    /// in 6h` cannot pick its own classification (`Echoed`).
+    pub echoed: Echoed<'a>,
+}
+
+/// What the client sent, which an upstream may repeat in its error (OpenAI names an unknown
+/// parameter, Anthropic an extra input, Gemini an unknown field, a relay the whole request):
+/// loose strings (the model asked for, header values) and the request's JSON body, every key
+/// and string value of it. Walked once per classified failure, never copied.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Echoed<'a> {
+    pub strings: &'a [&'a str],
+    pub body: Option<&'a serde_json::Map<String, Value>>,
+}
+
+impl<'a> Echoed<'a> {
+    /// Only these strings.
+    pub fn strings(strings: &'a [&'a str]) -> Echoed<'a> {
+        Echoed { strings, body: None }
+    }
+
+    fn each(&self, f: &mut impl FnMut(&str)) {
+        fn walk(v: &Value, f: &mut impl FnMut(&str)) {
+            match v {
+                Value::String(s) => f(s),
+                Value::Array(a) => a.iter().for_each(|v| walk(v, f)),
+                Value::Object(o) => o.iter().for_each(|(k, v)| {
+                    f(k);
+                    walk(v, f)
+                }),
+                _ => {}
+            }
+        }
+        self.strings.iter().for_each(|s| f(s));
+        if let Some(body) = self.body {
+            body.iter().for_each(|(k, v)| {
+                f(k);
+                walk(v, f)
+            });
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -300,12 +353,12 @@ impl Classifier {
     pub fn classify(&self, seen: &Observed<'_>, now: Millis) -> Classified {
         let json: Option<Value> = serde_json::from_str(seen.body).ok();
         let message = error_message(json.as_ref(), seen);
-        let text = without_echoes(&error_text(json.as_ref(), seen).to_lowercase(), seen.echoed);
+        let text = without_echoes(&error_text(json.as_ref(), seen).to_lowercase(), &seen.echoed);
         let reason = self.rules.iter().find(|r| r.matches(seen.status, &text)).map_or(Reason::Unknown, |r| r.reason);
         // A reset hint sets the window of a throttle or an empty balance only; other reasons
         // take the ladder whatever headers came with them (SPEC §3).
         let hint = matches!(reason, Reason::RateLimit | Reason::Overloaded | Reason::Billing)
-            .then(|| parse_hint(seen.headers, json.as_ref(), &without_echoes(&message, seen.echoed), now))
+            .then(|| parse_hint(seen.headers, json.as_ref(), &without_echoes(&message, &seen.echoed), now))
             .flatten();
         let account_wide =
             hint.is_some_and(|h| h.account_wide) || ACCOUNT_WORDS.iter().any(|w| contains_word(&text, w));
@@ -313,30 +366,88 @@ impl Classifier {
     }
 }
 
-/// `text` with every occurrence of the client's own strings (ASCII case-insensitive) blanked
-/// out. Strings shorter than 3 characters are left alone: blanking them would eat ordinary words.
-fn without_echoes(text: &str, echoed: &[&str]) -> String {
-    let mut out = text.to_string();
-    for e in echoed.iter().map(|e| e.trim()).filter(|e| e.chars().count() >= 3) {
-        let (hay, needle) = (out.as_bytes(), e.as_bytes());
-        let mut kept = String::with_capacity(out.len());
-        let (mut from, mut i) = (0, 0);
-        while i + needle.len() <= hay.len() {
-            if hay[i..i + needle.len()].eq_ignore_ascii_case(needle) {
-                // UTF-8 is self-synchronising: a match of a whole string starts and ends on
-                // character boundaries.
-                kept.push_str(&out[from..i]);
-                kept.push(' ');
-                i += needle.len();
-                from = i;
-            } else {
-                i += 1;
+/// The span of client text that counts as an echo: a string of the client's at least this long
+/// counts wherever `GRAM` bytes of it in a row appear in the answer (so a part of it counts too);
+/// a shorter one counts where it appears whole.
+const GRAM: usize = 8;
+
+/// The most of an answer's text the rules read.
+const TEXT_MAX: usize = 16 * 1024;
+
+/// `text` with every part that repeats the client's own text blanked out (ASCII
+/// case-insensitive): any run of `GRAM` bytes that also appears in one of the client's strings,
+/// any whole client string shorter than that, and any word of 3 to `GRAM - 1` letters and
+/// digits of a longer one (shorter ones would eat ordinary words). Client text can only remove words, so it can only make a
+/// classification milder. The cost is one pass over the client's strings, whatever their size;
+/// what is kept in memory is sized by `text` (at most `TEXT_MAX`).
+fn without_echoes(text: &str, echoed: &Echoed<'_>) -> String {
+    let mut end = text.len().min(TEXT_MAX);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let bytes = text[..end].as_bytes();
+    let lower: Vec<u8> = bytes.iter().map(u8::to_ascii_lowercase).collect();
+    // Each run of GRAM bytes of the answer, and each substring of 3 to GRAM - 1 bytes, as a key
+    // (its bytes, and its length above them) with where it starts, sorted for lookups.
+    let key = |b: &[u8]| gram(b) | (b.len() as u64) << 56;
+    let mut at: Vec<(u64, usize)> = Vec::with_capacity(lower.len() * (GRAM - 2));
+    for i in 0..lower.len() {
+        if i + GRAM <= lower.len() {
+            at.push((gram(&lower[i..i + GRAM]), i));
+        }
+        for n in 3..GRAM.min(lower.len() - i + 1) {
+            at.push((key(&lower[i..i + n]), i));
+        }
+    }
+    at.sort_unstable();
+    let mut blank = vec![false; lower.len()];
+    let mut mark = |k: u64, n: usize| {
+        let from = at.partition_point(|&(x, _)| x < k);
+        for &(_, p) in at[from..].iter().take_while(|&&(x, _)| x == k) {
+            blank[p..p + n].iter_mut().for_each(|b| *b = true);
+        }
+    };
+    echoed.each(&mut |s| {
+        let s = s.trim().as_bytes();
+        if s.len() < 3 || at.is_empty() {
+            return;
+        }
+        if s.len() < GRAM {
+            let lower: Vec<u8> = s.iter().map(u8::to_ascii_lowercase).collect();
+            mark(key(&lower), s.len());
+            return;
+        }
+        let (mut window, mut word) = (0u64, 0usize);
+        for (i, b) in s.iter().enumerate() {
+            window = (window << 8) | u64::from(b.to_ascii_lowercase());
+            if i + 1 >= GRAM {
+                mark(window, GRAM);
+            }
+            // And each of its short words: "quota" inside "Tell me about my quota".
+            if b.is_ascii_alphanumeric() {
+                word += 1;
+            }
+            let ends = !b.is_ascii_alphanumeric() || i + 1 == s.len();
+            if ends && (3..GRAM).contains(&word) {
+                let from = if b.is_ascii_alphanumeric() { i + 1 - word } else { i - word };
+                mark(key(&s[from..from + word].to_ascii_lowercase()), word);
+            }
+            if ends {
+                word = 0;
             }
         }
-        kept.push_str(&out[from..]);
-        out = kept;
+    });
+    if !blank.contains(&true) {
+        return text[..end].to_string();
     }
-    out
+    let kept: Vec<u8> = bytes.iter().zip(&blank).map(|(&b, &gone)| if gone { b' ' } else { b }).collect();
+    String::from_utf8_lossy(&kept).into_owned()
+}
+
+/// Up to `GRAM` bytes as one number (the rolling window of `without_echoes` builds the same for
+/// `GRAM` bytes; a shorter run's length goes above its bytes, so no two keys are equal).
+fn gram(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0, |w, &b| (w << 8) | u64::from(b))
 }
 
 /// `word` appears in `text` with no letter or digit right before or after it (so the
@@ -454,12 +565,39 @@ mod tests {
         assert!(!contains_word("see aka.ms/oai/quotaincrease", "quota"));
     }
 
+    fn blank(text: &str, echoed: &[&str]) -> String {
+        without_echoes(text, &Echoed::strings(echoed))
+    }
+
     #[test]
     fn echoes_are_blanked_whatever_their_case_and_nothing_else() {
-        assert_eq!(without_echoes("The model `Billing` and billing", &["billing"]), "The model ` ` and  ");
-        assert_eq!(without_echoes("ünïcode gpt-4.1 ünïcode", &["GPT-4.1"]), "ünïcode   ünïcode");
-        assert_eq!(without_echoes("an ab echo", &["ab"]), "an ab echo", "too short to blank");
-        assert_eq!(without_echoes("modèle modèle", &["modèle"]), "   ");
+        assert_eq!(blank("The model `Billing` and billing", &["billing"]), "The model `       ` and        ");
+        assert_eq!(blank("ünïcode gpt-4.1 ünïcode", &["GPT-4.1"]), "ünïcode         ünïcode");
+        assert_eq!(blank("an ab echo", &["ab"]), "an ab echo", "too short to blank");
+        assert_eq!(blank("modèle modèle", &["modèle"]), " ".repeat(15), "7 bytes each, and the space between");
+        assert_eq!(blank("no echo here", &[]), "no echo here");
+    }
+
+    #[test]
+    fn a_part_of_a_client_string_counts_as_its_echo() {
+        // OpenAI names an unknown parameter; a relay cuts a long value short.
+        let field = "rate limit, try again in 6h";
+        let text = format!("Unrecognized request argument supplied: {field}");
+        assert_eq!(blank(&text, &[field]), format!("Unrecognized request argument supplied: {}", " ".repeat(27)));
+        let cut = "the prompt said: rate limit, try again i…";
+        let left = blank(cut, &["please: rate limit, try again in 6h and more"]);
+        assert_eq!(left.split_whitespace().collect::<Vec<_>>(), ["the", "prompt", "said", "…"]);
+        // A string of the body, a key or a value, however deep.
+        let body: serde_json::Map<String, Value> =
+            serde_json::from_str(r#"{"model":"m","metadata":{"note":["insufficient credits"]},"billing":1}"#).unwrap();
+        let echoed = Echoed { strings: &[], body: Some(&body) };
+        assert_eq!(without_echoes("insufficient credits; billing", &echoed), format!("{};        ", " ".repeat(20)));
+    }
+
+    #[test]
+    fn the_answer_read_is_bounded_whatever_its_size() {
+        let long = "x".repeat(TEXT_MAX + 100) + "é";
+        assert_eq!(blank(&long, &["rate limit"]).len(), TEXT_MAX);
     }
 
     #[test]
