@@ -591,7 +591,32 @@ pub struct Source {
     pub file: Option<PathBuf>,
 }
 
+/// The models the config names, by provider (`Config::named_models`).
+pub type NamedModels = HashMap<String, std::collections::HashSet<String>>;
+
 impl Config {
+    /// Every concrete model the config names (the primary, fallbacks, context fallbacks,
+    /// aliases, virtual models' targets, agents' fallbacks), by provider: the models whose
+    /// names rota may use as metric labels, where any other is `other` (a client may name
+    /// models without end).
+    pub fn named_models(&self) -> NamedModels {
+        let m = &self.models;
+        let refs = m
+            .primary
+            .iter()
+            .chain(&m.fallbacks)
+            .chain(m.context_fallbacks.iter().flat_map(|(k, v)| std::iter::once(k).chain(v)))
+            .chain(self.aliases.values())
+            .chain(self.agents.values().flat_map(|a| a.fallbacks.iter().flatten()))
+            .map(String::as_str)
+            .chain(self.virtual_models.values().flat_map(|v| v.targets.iter().map(|t| t.model())));
+        let mut named = NamedModels::new();
+        for (provider, model) in refs.filter_map(crate::engine::chain::split_model_ref) {
+            named.entry(provider.to_string()).or_default().insert(model.to_string());
+        }
+        named
+    }
+
     /// Reads `path` (or `ROTA_CONFIG`, or `./rota.toml` when it exists), then the `ROTA_*`
     /// environment (`__` nests: `ROTA_SERVER__LISTEN`), then `DATABASE_URL`.
     pub fn load(path: Option<&Path>) -> Result<(Config, Source), ConfigError> {

@@ -1,6 +1,7 @@
 //! Prometheus metrics at `/metrics`. Counters and histograms are fed from the same rows the
 //! audit trail writes, so the two always agree; gauges are computed at each scrape.
 
+use crate::config::NamedModels;
 use crate::engine::{Millis, ProfileId};
 use crate::status::Status;
 use crate::store::{AttemptRow, RequestRow};
@@ -206,11 +207,14 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    pub fn observe_attempt(&self, row: &AttemptRow) {
+    /// `named`: the models the config names; any other model is labelled `other`, so that
+    /// models a client invents add no series.
+    pub fn observe_attempt(&self, row: &AttemptRow, named: &NamedModels) {
+        let known = named.get(&row.provider).is_some_and(|m| m.contains(&row.model));
         let labels = AttemptLabels {
             agent: row.agent.clone().unwrap_or_default(),
             provider: row.provider.clone(),
-            model: row.model.clone(),
+            model: if known { row.model.clone() } else { "other".to_string() },
             outcome: row.outcome.as_str().to_string(),
             reason: row.reason.map_or(String::new(), |r| r.as_str().to_string()),
         };

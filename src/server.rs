@@ -68,6 +68,7 @@ impl App {
             upstream: upstream.clone(),
             agents: agents.clone(),
             store: store.clone(),
+            bodies: Arc::new(crate::gateway::bodies::Bodies::default()),
         };
         let api = ApiState { runtime, upstream, agents, leases, store, key, sessions, logins };
         let state = AppState { gateway, api };

@@ -4,7 +4,7 @@
 //! changes a request half-way. Without a watched file the sender is dropped at start and the
 //! settings never change.
 
-use crate::config::Config;
+use crate::config::{Config, NamedModels};
 use crate::engine::classify::Classifier;
 use crate::prices::Prices;
 use std::sync::Arc;
@@ -16,13 +16,16 @@ pub struct Settings {
     pub classifier: Classifier,
     /// `[prices]` over the shipped table: what an attempt's tokens cost.
     pub prices: Arc<Prices>,
+    /// The models the config names: metric labels name only these (`Config::named_models`).
+    pub named: Arc<NamedModels>,
 }
 
 impl Settings {
     pub fn new(config: Config) -> Settings {
         let classifier = Classifier::with_overrides(config.classification.rules.clone());
         let prices = Arc::new(Prices::new(config.prices.clone()));
-        Settings { config, classifier, prices }
+        let named = Arc::new(config.named_models());
+        Settings { config, classifier, prices, named }
     }
 }
 

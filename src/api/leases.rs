@@ -10,7 +10,7 @@ use super::ApiState;
 use super::{ApiError, Body, Caller};
 use crate::book::Credential;
 use crate::config::Api as WireFormat;
-use crate::engine::chain::FallbackOverride;
+use crate::engine::chain::{FallbackOverride, bounded, check_names};
 use crate::engine::classify::{Classified, Echoed, Observed};
 use crate::engine::{Millis, ProfileId, Reason};
 use crate::gateway::upstream::Upstream;
@@ -274,14 +274,13 @@ async fn create(
         Some(list) if list.is_empty() => FallbackOverride::NoFallback,
         Some(list) => FallbackOverride::List(list),
     };
+    let model = req.model.as_deref().map(|m| bounded(m).to_string());
+    let trail = Trail::new(runtime, &settings, request_id, agent.name.clone(), ("lease", model, false));
+    if let Err(why) = check_names(req.model.as_deref(), &fallbacks) {
+        trail.refuse(400, &why);
+        return Err(ApiError::BadRequest(why));
+    }
     let chain = runtime.chain(&settings.config, &agent.name, req.model.as_deref(), fallbacks);
-    let trail = Trail::new(
-        runtime,
-        settings.prices.clone(),
-        request_id,
-        agent.name.clone(),
-        ("lease", req.model.clone(), false),
-    );
     let chain = chain.map_err(|e| {
         // Refused before any attempt, like the gateway's unknown model: a `requests` row with none.
         let e = ApiError::UnknownModel { named: req.model.is_some(), message: e.to_string() };
@@ -393,7 +392,11 @@ async fn report(
     let cooldown = &settings.config.cooldown;
     let max_wait = if trusted { cooldown.hint_max } else { cooldown.max }.as_millis() as Millis;
     let pairs = report.headers.iter().map(|(k, v)| (k.as_str(), v.as_str()));
-    if let Some(quota) = crate::engine::quota::read(pairs, &attempt.cand.model, now, max_wait) {
+    // As for rota's own calls: an answer the upstream served or throttled, not a missing model's.
+    let served_or_throttled = report.outcome == ReportOutcome::Success || report.http_status == Some(429);
+    if let Some(quota) =
+        crate::engine::quota::read(pairs, &attempt.cand.model, now, max_wait).filter(|_| served_or_throttled)
+    {
         book.record_quota(&attempt.pid, quota);
     }
     if report.outcome == ReportOutcome::Success {

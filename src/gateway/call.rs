@@ -126,7 +126,11 @@ impl Gateway {
             Ok(Ok(r)) => r,
         };
         let status = resp.status().as_u16();
-        self.observe_quota(settings, att, resp.headers());
+        // An answer for a model the upstream served or throttled: not one it does not know (a
+        // client may name models without end; each would be kept).
+        if (200..300).contains(&status) || status == 429 {
+            self.observe_quota(settings, att, resp.headers());
+        }
         if (200..300).contains(&status) && inc.stream {
             let called = match self.open(settings, (inc, att), plan, resp, first_byte, sent, &mut ttfb_ms).await {
                 Ok(opened) => Called::Stream(Box::new(opened)),

@@ -2,6 +2,7 @@
 //! calling the upstreams. The failover walk they drive lives in `crate::walk`.
 
 mod answer;
+pub mod bodies;
 mod call;
 mod plan;
 pub mod relay;
@@ -15,7 +16,7 @@ pub use serve::Gateway;
 use crate::access::{AgentCache, presented_key};
 use crate::agents::Agent;
 use crate::engine::ProfileId;
-use crate::engine::chain::FallbackOverride;
+use crate::engine::chain::{FallbackOverride, bounded, check_names};
 use crate::middleware::{BodyTimeout, RequestId};
 use axum::Router;
 use axum::body::Body;
@@ -95,13 +96,23 @@ async fn parse(
     request_id: String,
     agent: Agent,
 ) -> Result<Incoming, Refused> {
+    // What is kept of a refused request's model is bounded, whatever the client sent.
     let refused = |agent, model: Option<&Value>, error| Refused {
         agent: Some(agent),
-        model: model.and_then(Value::as_str).map(str::to_string),
+        model: model.and_then(Value::as_str).map(|m| bounded(m).to_string()),
         error,
     };
     let settings = gw.runtime.settings();
+    // The agent's limits come before its body is read: an agent over them costs no memory.
+    if let Err(over) =
+        gw.runtime.limits.admit(&agent.name, &settings.config.agent_limits(&agent), gw.runtime.now()).await
+    {
+        tracing::debug!(agent = %agent.name, "{}", over.message);
+        let error = GatewayError::OverLimit { message: over.message, retry_after: over.retry_after };
+        return Err(refused(agent, None, error));
+    }
     let limit = settings.config.limits.max_body_bytes;
+    let _reading = gw.bodies.admit(&headers, limit).await;
     let bytes = match axum::body::to_bytes(body, limit).await {
         Ok(bytes) => bytes,
         Err(e) => {
@@ -112,6 +123,9 @@ async fn parse(
             return Err(refused(agent, None, error));
         }
     };
+    if let Err(why) = bodies::values_within(&bytes, bodies::VALUES_MAX) {
+        return Err(refused(agent, None, GatewayError::BadRequest(why)));
+    }
     let body = match serde_json::from_slice::<Value>(&bytes) {
         Ok(Value::Object(m)) => m,
         Ok(_) => {
@@ -131,6 +145,10 @@ async fn parse(
             return Err(refused(agent, body.get("model"), error));
         }
     };
+    let fallbacks = header("x-rota-fallbacks").map(FallbackOverride::parse).unwrap_or_default();
+    if let Err(why) = check_names(body.get("model").and_then(Value::as_str), &fallbacks) {
+        return Err(refused(agent, body.get("model"), GatewayError::BadRequest(why)));
+    }
     let session = header("x-rota-session").map(str::to_string).or_else(|| api.body_session(&body));
     Ok(Incoming {
         settings,
@@ -140,7 +158,7 @@ async fn parse(
         body: std::sync::Arc::new(body),
         session,
         pin,
-        fallbacks: header("x-rota-fallbacks").map(FallbackOverride::parse).unwrap_or_default(),
+        fallbacks,
         headers,
         request_id,
     })

@@ -31,6 +31,8 @@ pub struct Gateway {
     pub upstream: Upstream,
     pub agents: Arc<AgentCache>,
     pub store: Arc<dyn Store>,
+    /// The memory request bodies may take while they are read and parsed.
+    pub bodies: Arc<super::bodies::Bodies>,
 }
 
 /// One client request, parsed.
@@ -106,12 +108,6 @@ impl Gateway {
                 return Err(e);
             }
         };
-        let limits = config.agent_limits(&inc.agent);
-        if let Err(over) = self.runtime.limits.admit(&inc.agent.name, &limits, self.runtime.now()).await {
-            tracing::debug!(agent = %inc.agent.name, "{}", over.message);
-            trail.refuse(429, &over.message);
-            return Err(GatewayError::OverLimit { message: over.message, retry_after: over.retry_after });
-        }
         let mut walk = Walk::new(chain, inc.session.clone(), inc.pin.clone(), trail).failover(config.failover.enabled);
         let mut planned: Option<Prepared> = None;
         loop {
@@ -237,7 +233,7 @@ impl Gateway {
     fn trail(&self, request_id: &str, api: Api, agent: &Agent, requested: Option<String>, stream: bool) -> Trail {
         Trail::new(
             &self.runtime,
-            self.runtime.settings().prices.clone(),
+            &self.runtime.settings(),
             request_id.to_string(),
             agent.name.clone(),
             (api.as_str(), requested, stream),

@@ -11,7 +11,7 @@ pub use runtime::Runtime;
 
 use crate::audit::Audit;
 use crate::book::{Book, Credential};
-use crate::config::Config;
+use crate::config::{Config, NamedModels};
 use crate::engine::aggregate::{Aggregated, ModelFailure, aggregate};
 use crate::engine::chain::Candidate;
 use crate::engine::classify::Classified;
@@ -21,6 +21,7 @@ use crate::limits::Limiter;
 use crate::metrics::Metrics;
 use crate::prices::{Prices, Tokens};
 use crate::redact::truncate;
+use crate::settings::Settings;
 use crate::status::until_ms;
 use crate::store::{AttemptRow, Kind, Outcome, RequestRow};
 use std::sync::Arc;
@@ -39,6 +40,8 @@ pub struct Trail {
     limits: Arc<Limiter>,
     /// The prices in force when the request arrived.
     prices: Arc<Prices>,
+    /// The models the config named then (metric labels).
+    named: Arc<NamedModels>,
     /// `provider/model` of the first attempt or skip, to tell a failover.
     first_candidate: Option<String>,
     /// Time spent in upstream calls, to tell rota's own overhead.
@@ -67,10 +70,10 @@ fn request_error(message: &str) -> String {
 
 impl Trail {
     /// The trail of a request of `agent` arriving now, written through `runtime`'s audit
-    /// writer and metrics, priced with `prices`.
+    /// writer and metrics, priced and labelled with `settings`.
     pub fn new(
         runtime: &Runtime,
-        prices: Arc<Prices>,
+        settings: &Settings,
         request_id: String,
         agent: String,
         (api, requested_model, stream): (&'static str, Option<String>, bool),
@@ -79,7 +82,8 @@ impl Trail {
             audit: runtime.audit.clone(),
             metrics: runtime.metrics.clone(),
             limits: runtime.limits.clone(),
-            prices,
+            prices: settings.prices.clone(),
+            named: settings.named.clone(),
             first_candidate: None,
             upstream_ms: 0,
             tried: Vec::new(),
@@ -93,6 +97,11 @@ impl Trail {
             seq: 0,
             error: None,
         }
+    }
+
+    /// Whether the config named `provider/model` when the request arrived.
+    pub fn names(&self, provider: &str, model: &str) -> bool {
+        self.named.get(provider).is_some_and(|m| m.contains(model))
     }
 
     /// A new attempt row with the next sequence number, outcome `failure` until told otherwise.
@@ -140,7 +149,7 @@ impl Trail {
                 self.tried.push(format!("{}/{} via {profile}: {reason}", row.provider, row.model));
             }
         }
-        self.metrics.observe_attempt(&row);
+        self.metrics.observe_attempt(&row, &self.named);
         self.audit.attempt(row);
     }
 
@@ -534,9 +543,12 @@ impl Walk {
         };
         let profile_until = book.record_failure(&cur.slots[cur.j], &failure, now);
         let until = match class.reason.next() {
-            After::NextModel => {
+            // A model the config names cools on its provider; any other is only moved past: a
+            // client may name models without end, and each would be kept and written.
+            After::NextModel if self.trail.names(&cand.provider, &cand.model) => {
                 Some(Until::At(book.record_model_not_found(&cand.provider, &cand.model, now, row.started_at)))
             }
+            After::NextModel => None,
             After::Stop | After::Rotate => profile_until,
         };
         describe(&mut row, class);

@@ -81,6 +81,42 @@ pub enum FallbackOverride {
     List(Vec<String>),
 }
 
+/// The longest model name a request may give (docs/gateway.md, "Bounds at the door"): a longer
+/// one is refused before anything is kept of it.
+pub const MODEL_NAME_MAX: usize = 256;
+
+/// The most models a request's own fallback list may name (`x-rota-fallbacks`, a lease's
+/// `fallbacks`): each one may cost an upstream call per profile.
+pub const FALLBACKS_MAX: usize = 16;
+
+/// Checks the names a request gives (its model and its own fallbacks) against those bounds;
+/// the error says which one it passes.
+pub fn check_names(model: Option<&str>, fallbacks: &FallbackOverride) -> Result<(), String> {
+    let long = |m: &str| m.len() > MODEL_NAME_MAX;
+    if model.is_some_and(long) {
+        return Err(format!("the model name is longer than {MODEL_NAME_MAX} bytes"));
+    }
+    if let FallbackOverride::List(list) = fallbacks {
+        if list.len() > FALLBACKS_MAX {
+            return Err(format!("{} fallbacks given: at most {FALLBACKS_MAX}", list.len()));
+        }
+        if list.iter().any(|m| long(m)) {
+            return Err(format!("a fallback's model name is longer than {MODEL_NAME_MAX} bytes"));
+        }
+    }
+    Ok(())
+}
+
+/// At most `MODEL_NAME_MAX` bytes of a name a client gave (cut on a character boundary): what
+/// rota keeps of a refused request's model.
+pub fn bounded(name: &str) -> &str {
+    let mut end = name.len().min(MODEL_NAME_MAX);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    &name[..end]
+}
+
 impl FallbackOverride {
     /// Parses the header value: `a/b,c/d` or `none`.
     pub fn parse(header: &str) -> FallbackOverride {
@@ -259,6 +295,21 @@ fn weighted_pick(targets: &[&Target], roll: u64) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_past_their_bounds_are_refused_saying_which() {
+        let none = FallbackOverride::Inherit;
+        let long = "m".repeat(MODEL_NAME_MAX + 1);
+        assert_eq!(check_names(Some(&"m".repeat(MODEL_NAME_MAX)), &none), Ok(()));
+        assert_eq!(check_names(Some(&long), &none), Err("the model name is longer than 256 bytes".into()));
+        let many = FallbackOverride::parse(&vec!["p/m"; FALLBACKS_MAX + 1].join(","));
+        assert_eq!(check_names(None, &many), Err("17 fallbacks given: at most 16".into()));
+        let one_long = FallbackOverride::List(vec![long.clone()]);
+        assert!(check_names(None, &one_long).unwrap_err().contains("fallback's model name"));
+        assert_eq!(bounded(&long).len(), MODEL_NAME_MAX);
+        assert_eq!(bounded(&"é".repeat(200)).len(), 256, "cut on a character boundary");
+        assert_eq!(bounded(&format!("{}é", "m".repeat(255))), "m".repeat(255));
+    }
 
     struct Fixture {
         aliases: HashMap<String, String>,

@@ -66,13 +66,21 @@ impl Quota {
     }
 }
 
+/// The most models whose quota one profile keeps: past it, the report seen longest ago goes.
+pub const MODELS_MAX: usize = 32;
+
 /// Keeps `q` as its model's report unless a newer one is already kept: a report that lands
-/// after a newer one (another server's) changes nothing.
+/// after a newer one (another server's) changes nothing. At most `MODELS_MAX` models are kept,
+/// the latest reports.
 pub fn keep_latest(quotas: &mut Vec<Quota>, q: Quota) {
     match quotas.iter_mut().find(|p| p.model == q.model) {
         Some(p) if p.seen_at <= q.seen_at => *p = q,
         Some(_) => {}
         None => quotas.push(q),
+    }
+    if quotas.len() > MODELS_MAX {
+        let oldest = quotas.iter().enumerate().min_by_key(|(_, q)| (q.seen_at, q.model.clone())).map(|(i, _)| i);
+        quotas.swap_remove(oldest.expect("more than MODELS_MAX"));
     }
 }
 
@@ -176,6 +184,22 @@ pub fn read<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_profile_keeps_the_latest_reports_of_at_most_models_max_models() {
+        let report = |i: usize| Quota {
+            model: format!("m{i}"),
+            requests: Some(Window { remaining: 1, limit: None, reset_at: None }),
+            tokens: None,
+            seen_at: i as Millis,
+        };
+        let mut kept = Vec::new();
+        for i in 0..MODELS_MAX + 10 {
+            keep_latest(&mut kept, report(i));
+        }
+        assert_eq!(kept.len(), MODELS_MAX);
+        assert!(kept.iter().all(|q| q.seen_at >= 10), "the ten seen longest ago went");
+    }
 
     const NOW: Millis = 1_700_000_000_000;
     const SIX_HOURS: Millis = 6 * 3_600_000;

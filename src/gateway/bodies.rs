@@ -1,0 +1,104 @@
+//! Request bodies, bounded before they are parsed whole (docs/gateway.md, "Bounds at the door"):
+//! the memory all bodies being read and parsed at once may take (`BUDGET`), and the number of
+//! JSON values one body may hold (`VALUES_MAX`), since a parsed value takes several times the
+//! bytes it was written in.
+
+use axum::http::HeaderMap;
+use tokio::sync::{Semaphore, SemaphorePermit};
+
+/// The bytes of request bodies read and parsed at once, across requests: more wait for their
+/// turn. A body of up to `SMALL` bytes never waits (requests are mostly small, and a slow
+/// client holding a large share must not stall them).
+pub const BUDGET: usize = 64 << 20;
+const SMALL: usize = 64 << 10;
+
+/// The most JSON values (objects, arrays, strings, numbers…) one body may hold: a parsed value
+/// takes 32 bytes and more, so this bounds a body's parsed size to tens of MB whatever its
+/// shape.
+pub const VALUES_MAX: usize = 500_000;
+
+/// The budget, in KiB.
+pub struct Bodies(Semaphore);
+
+impl Default for Bodies {
+    fn default() -> Self {
+        Bodies(Semaphore::new(BUDGET >> 10))
+    }
+}
+
+impl Bodies {
+    /// Waits until the body the request announces (`content-length`; `limit` when it announces
+    /// none) fits in the budget, and holds its share while the permit lives.
+    pub async fn admit(&self, headers: &HeaderMap, limit: usize) -> Option<SemaphorePermit<'_>> {
+        let announced = headers
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
+            .unwrap_or(limit)
+            .min(limit);
+        if announced <= SMALL {
+            return None;
+        }
+        let kib = announced.div_ceil(1024).min(BUDGET >> 10) as u32;
+        self.0.acquire_many(kib).await.ok()
+    }
+}
+
+/// Whether `json` holds at most `max` values, counted without parsing it: one per opening
+/// bracket and per separator outside strings (an upper bound of the values, near enough).
+pub fn values_within(json: &[u8], max: usize) -> Result<(), String> {
+    let (mut values, mut in_string, mut escaped) = (1usize, false, false);
+    for &b in json {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' | b',' | b':' => values += 1,
+            _ => {}
+        }
+        if values > max {
+            return Err(format!("the request body holds more than {max} JSON values"));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_are_counted_outside_strings_only() {
+        assert!(values_within(br#"{"a":[1,2,3]}"#, 7).is_ok());
+        assert!(values_within(br#"{"a":[1,2,3]}"#, 5).is_err());
+        assert!(values_within(br#"{"a":"[,,,,{:\"]"}"#, 3).is_ok(), "brackets and quotes inside a string");
+        let many = format!("[{}]", vec!["0"; 100].join(","));
+        assert_eq!(values_within(many.as_bytes(), 50), Err("the request body holds more than 50 JSON values".into()));
+    }
+
+    #[tokio::test]
+    async fn small_bodies_never_wait_and_large_ones_share_the_budget() {
+        let bodies = Bodies::default();
+        let with = |n: usize| {
+            let mut h = HeaderMap::new();
+            h.insert(http::header::CONTENT_LENGTH, n.to_string().parse().unwrap());
+            h
+        };
+        let big = bodies.admit(&with(BUDGET), usize::MAX).await;
+        assert!(big.is_some());
+        assert!(bodies.admit(&with(1000), usize::MAX).await.is_none(), "a small body does not wait");
+        let large = with(SMALL + 1);
+        let waiting = tokio::time::timeout(std::time::Duration::from_millis(50), bodies.admit(&large, usize::MAX));
+        assert!(waiting.await.is_err(), "a large one waits while the budget is taken");
+        drop(big);
+        assert!(bodies.admit(&with(SMALL + 1), usize::MAX).await.is_some());
+        let unannounced = bodies.admit(&HeaderMap::new(), 32 << 20).await.unwrap();
+        assert_eq!(unannounced.num_permits(), 32 << 10, "no content-length: the limit is reserved");
+    }
+}
