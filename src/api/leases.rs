@@ -114,7 +114,8 @@ pub struct Report {
 #[derive(Deserialize, ToSchema, Clone, Copy, Default)]
 #[serde(deny_unknown_fields)]
 pub struct Usage {
-    /// The whole prompt, cached and cache-written tokens included.
+    /// The whole prompt, cached and cache-written tokens included. Each count is 0 to
+    /// `TOKENS_MAX`.
     pub input_tokens: Option<i64>,
     pub output_tokens: Option<i64>,
     /// Of the prompt, tokens read from the provider's cache (OpenAI `cached_tokens`, Anthropic
@@ -126,6 +127,35 @@ pub struct Usage {
 }
 
 /// What a report came to.
+/// The most tokens one report may count of each kind: far above any model's window, far
+/// below what the audit's columns and the agents' day totals hold.
+pub const TOKENS_MAX: i64 = 100_000_000;
+
+impl Usage {
+    /// Every count within 0 to `TOKENS_MAX`, and the cached and cache-written tokens within
+    /// the prompt: the error names the field.
+    fn check(&self) -> Result<(), ApiError> {
+        let counts = [
+            ("input_tokens", self.input_tokens),
+            ("output_tokens", self.output_tokens),
+            ("cached_input_tokens", self.cached_input_tokens),
+            ("cache_write_tokens", self.cache_write_tokens),
+        ];
+        for (field, n) in counts {
+            if n.is_some_and(|n| !(0..=TOKENS_MAX).contains(&n)) {
+                return Err(ApiError::BadRequest(format!("usage.{field} must be a count from 0 to {TOKENS_MAX}")));
+            }
+        }
+        let within = self.cached_input_tokens.unwrap_or(0) + self.cache_write_tokens.unwrap_or(0);
+        if self.input_tokens.is_some_and(|input| within > input) {
+            return Err(ApiError::BadRequest(
+                "usage.cached_input_tokens and usage.cache_write_tokens are part of usage.input_tokens".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
 #[derive(Serialize, ToSchema)]
 pub struct ReportAnswer {
     pub request_id: String,
@@ -336,6 +366,9 @@ async fn report(
     }
     if report.http_status.is_some_and(|s| !(100..600).contains(&s)) {
         return Err(ApiError::BadRequest("http_status must be an HTTP status code (100-599)".into()));
+    }
+    if let Some(usage) = &report.usage {
+        usage.check()?;
     }
     let runtime = &state.runtime;
     let now = runtime.clock.now();

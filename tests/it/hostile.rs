@@ -196,3 +196,199 @@ async fn failure_reports_past_the_agents_rate_get_429_and_the_lease_stays_valid(
         "the lease is still valid"
     );
 }
+
+// -- client text chooses no reason, 5xx fail over, names and numbers bounded at the door -------
+
+/// OpenAI's answer to a body field it does not know: it names the field.
+const UNKNOWN_FIELD: &str = r#"{"error":{"message":"Unrecognized request argument supplied: {extra}","type":"invalid_request_error","param":null,"code":null}}"#;
+
+/// Profiles with a window or a disabled lane, and every `profile_cooldowns` row.
+async fn out_of_service(rota: &Rota) -> (Vec<String>, i64) {
+    rota.flush().await;
+    let lanes: Vec<String> = sqlx::query_scalar(
+        "SELECT profile_id FROM usage_stats WHERE disabled_until IS NOT NULL OR disabled_reason IS NOT NULL
+           OR cooldown_until IS NOT NULL",
+    )
+    .fetch_all(rota.pool())
+    .await
+    .unwrap();
+    (lanes, rota.scalar("SELECT count(*) FROM profile_cooldowns").await.unwrap())
+}
+
+/// Finding: one request with an extra field named `rate limit, try again in 6h`, echoed in the
+/// upstream's 400, put every profile in the disabled lane for 6 h; a field named `rate_limit`
+/// sent three times left every profile cooling. Now: the client's 400, one call, no mark.
+#[tokio::test]
+async fn a_field_named_like_a_throttle_and_echoed_in_a_400_marks_no_profile() {
+    let (mock, base) = Mock::started().await;
+    let rota = spawn(Scenario { config: &support::config(&base), keys: &KEYS[..3], ..Scenario::default() }).await;
+    for field in ["rate limit, try again in 6h", "rate_limit", "rate_limit", "rate_limit"] {
+        for (_, key) in &KEYS[..3] {
+            mock.script(key, vec![Reply::Echo(400, UNKNOWN_FIELD)]);
+        }
+        let mut body = chat();
+        body[field] = json!(true);
+        let r = rota.chat(body, &[]).await;
+        assert_eq!(r.status(), 400, "{field}");
+        assert_eq!(r.headers()["x-rota-attempts"], "1", "{field}: the request's own fault, no rotation");
+        mock.unscript();
+    }
+    assert_eq!(out_of_service(&rota).await, (vec![], 0), "no profile cooled or disabled");
+    let reasons: Vec<String> = sqlx::query_scalar("SELECT reason FROM attempts").fetch_all(rota.pool()).await.unwrap();
+    assert_eq!(reasons, ["format"; 4]);
+    assert_eq!(rota.chat(chat(), &[]).await.headers()["x-rota-attempts"], "1", "served at the first call");
+}
+
+/// Finding: a 400 saying "capacity" or "overloaded" was retried as `overloaded`; a 400
+/// "tool_call_id … does not exist" cooled the model as `model_not_found`. Both are the
+/// request's fault: one call, no mark, no model cooldown.
+#[tokio::test]
+async fn a_400_saying_capacity_or_a_missing_tool_call_is_the_requests_fault() {
+    let (mock, base) = Mock::started().await;
+    let rota = spawn(Scenario { config: &support::config(&base), keys: &KEYS[..2], ..Scenario::default() }).await;
+    let bodies = [
+        r#"{"error":{"message":"Invalid value: the model is overloaded at this capacity setting","type":"invalid_request_error"}}"#,
+        r#"{"error":{"message":"Invalid parameter: tool_call_id call_x does not exist","type":"invalid_request_error","param":"messages.[2].tool_call_id"}}"#,
+    ];
+    for body in bodies {
+        for (_, key) in &KEYS[..2] {
+            mock.script(key, vec![Reply::Status(400, vec![], body.into())]);
+        }
+        let r = rota.chat(chat(), &[]).await;
+        assert_eq!((r.status().as_u16(), r.headers()["x-rota-attempts"].to_str().unwrap()), (400, "1"), "{body}");
+        mock.unscript();
+    }
+    assert_eq!(out_of_service(&rota).await, (vec![], 0));
+    assert_eq!(rota.scalar("SELECT count(*) FROM model_cooldowns").await, Some(0), "no model cooled");
+    let reasons: Vec<String> = sqlx::query_scalar("SELECT reason FROM attempts").fetch_all(rota.pool()).await.unwrap();
+    assert_eq!(reasons, ["format", "format"]);
+}
+
+/// Finding: a 502 "Received malformed response from upstream" and a 500 typed
+/// `invalid_request_error` were `format`: one call, the 5xx to the client. A 5xx always fails
+/// over.
+#[tokio::test]
+async fn every_5xx_fails_over_whatever_it_says() {
+    let (mock, base) = Mock::started().await;
+    let rota = spawn(Scenario { config: &support::config(&base), keys: &KEYS[..2], ..Scenario::default() }).await;
+    let answers = [
+        (502, r#"{"error":{"message":"Received malformed response from upstream","type":"server_error"}}"#),
+        (500, r#"{"error":{"message":"The request was malformed","type":"invalid_request_error"}}"#),
+    ];
+    for (status, body) in answers {
+        mock.script(KEYS[0].1, vec![Reply::Status(status, vec![], body.into()); 2]);
+        let r = rota.chat(chat(), &[("x-rota-session", &format!("s{status}"))]).await;
+        assert_eq!(r.status(), 200, "{status}: {body}");
+        assert_eq!(r.headers()["x-rota-profile"], "openai:k2", "{status}: served by the next profile");
+        mock.unscript();
+        rota.api("POST", "/api/v1/profiles/openai:k1/clear", Some(&rota.admin_key), None).await;
+    }
+}
+
+/// Findings: model names were unbounded (20 requests with 4 MiB names: +355 MB RSS, an 84 MB
+/// `/metrics`, +650 MB of database), and each invented name became a label, a model cooldown and
+/// a quota row. Now: a name past 256 bytes is refused before anything is kept but a bounded
+/// prefix; an invented name that the upstream does not know leaves no label, no model cooldown,
+/// no quota row.
+#[tokio::test]
+async fn model_names_are_bounded_and_invented_ones_leave_nothing_behind() {
+    let (mock, base) = Mock::started().await;
+    let rota = spawn(Scenario { config: &support::config(&base), keys: &KEYS[..1], ..Scenario::default() }).await;
+    let long = format!("openai/{}", "x".repeat(4 << 20));
+    let r = rota.chat(json!({"model": long, "messages": [{"role": "user", "content": "hi"}]}), &[]).await;
+    assert_eq!(r.status(), 400);
+    let text = r.text().await.unwrap();
+    assert!(text.contains("the model name is longer than 256 bytes"), "{text}");
+    assert!(text.len() < 1024, "the answer does not repeat the name: {} bytes", text.len());
+    assert!(mock.seen().is_empty(), "no upstream call");
+    let kept = rota.scalar("SELECT max(length(requested_model)) FROM requests").await;
+    assert_eq!(kept, Some(256), "the refused request keeps a 256-byte prefix");
+
+    let limited = ("x-ratelimit-remaining-requests", "0".to_string());
+    for i in 0..50 {
+        mock.script(KEYS[0].1, vec![Reply::Headed(vec![limited.clone()], Box::new(Reply::Echo(404, NOT_FOUND)))]);
+        let r = rota
+            .chat(
+                json!({"model": format!("openai/invented-{i}"), "messages": [{"role": "user", "content": "hi"}]}),
+                &[],
+            )
+            .await;
+        assert_eq!(r.status(), 404);
+    }
+    let metrics = Rota::client().get(format!("{}/metrics", rota.url)).send().await.unwrap().text().await.unwrap();
+    assert!(!metrics.contains("invented"), "an invented name is no label");
+    assert!(metrics.contains(r#"model="other""#), "its attempts count as `other`");
+    assert_eq!(rota.scalar("SELECT count(*) FROM model_cooldowns").await, Some(0), "no model cooldown");
+    assert_eq!(rota.scalar("SELECT count(*) FROM profile_quota").await, Some(0), "no quota from a 404");
+}
+
+/// Finding: `x-rota-fallbacks` was unbounded: one request of an agent limited to one request a
+/// minute made 1,001 upstream calls. Now: more than 16 is refused before any call.
+#[tokio::test]
+async fn a_fallback_list_past_16_is_refused_before_any_call() {
+    let (mock, base) = Mock::started().await;
+    let config = format!("{}[agents.tester]\nrequests_per_minute = 1\n", support::config(&base));
+    let rota = spawn(Scenario { config: &config, keys: &KEYS[..1], ..Scenario::default() }).await;
+    let list: Vec<String> = (0..1001).map(|i| format!("openai/m{i}")).collect();
+    let r = rota.chat(chat(), &[("x-rota-fallbacks", &list.join(","))]).await;
+    assert_eq!(r.status(), 400);
+    assert!(r.text().await.unwrap().contains("1001 fallbacks given: at most 16"));
+    assert!(mock.seen().is_empty(), "no upstream call");
+}
+
+/// Finding: a body was parsed whole before any limit (three 32 MiB bodies of an agent already
+/// over its limit: ~2 GB RSS, though all three were answered 429). Now the limit comes first:
+/// an agent over it is refused whatever its body, even one that is not JSON.
+#[tokio::test]
+async fn an_agent_over_its_limit_is_refused_before_its_body_is_read() {
+    let (_mock, base) = Mock::started().await;
+    let config = format!("{}[agents.tester]\nrequests_per_minute = 1\n", support::config(&base));
+    let rota = spawn(Scenario { config: &config, keys: &KEYS[..1], ..Scenario::default() }).await;
+    assert_eq!(rota.chat(chat(), &[]).await.status(), 200);
+    let r = Rota::client()
+        .post(format!("{}/v1/chat/completions", rota.url))
+        .bearer_auth(&rota.agent_key)
+        .body("this is not JSON")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 429, "the limit, not the body");
+    assert!(r.headers().contains_key("retry-after"));
+}
+
+/// Finding: a lease report's `usage` was not checked: `input_tokens` = i64::MAX then 5 jammed
+/// PostgreSQL's audit writer (`bigint out of range`), and a negative count lowered the agent's
+/// day. Now each count is 0 to 100,000,000 and the cached tokens are within the prompt.
+async fn usage_out_of_range_is_refused(db: support::Db) {
+    let (_mock, base) = Mock::started().await;
+    let rota = spawn(Scenario { config: &support::config(&base), keys: &KEYS[..1], db, ..Scenario::default() }).await;
+    let bad = [
+        (json!({"input_tokens": i64::MAX}), "usage.input_tokens must be a count from 0 to 100000000"),
+        (json!({"output_tokens": -1_000_000_000}), "usage.output_tokens must be a count from 0 to 100000000"),
+        (json!({"input_tokens": 5, "cached_input_tokens": 9}), "are part of usage.input_tokens"),
+    ];
+    for (usage, said) in bad {
+        let (code, l) = lease(&rota, &rota.agent_key).await;
+        assert_eq!(code, 201, "{l}");
+        let (code, answer) = report(&rota, &rota.agent_key, &l, json!({"outcome": "success", "usage": usage})).await;
+        assert_eq!(code, 400, "{usage}: {answer}");
+        assert!(answer["error"]["message"].as_str().unwrap().contains(said), "{answer}");
+        // The lease is still open: a good report is taken.
+        let ok = json!({"outcome": "success", "usage": {"input_tokens": 5, "output_tokens": 2}});
+        assert_eq!(report(&rota, &rota.agent_key, &l, ok).await.0, 200);
+    }
+    rota.app_flush.1.flush().await;
+    let (_, agents) = rota.api("GET", "/api/v1/agents", Some(&rota.admin_key), None).await;
+    let tester = agents.as_array().unwrap().iter().find(|a| a["name"] == "tester").unwrap();
+    assert_eq!(tester["usage"]["tokens_today"], 21, "three good reports of 7 tokens: nothing else counted");
+}
+
+#[tokio::test]
+async fn lease_usage_out_of_range_is_refused_on_sqlite() {
+    usage_out_of_range_is_refused(support::Db::Sqlite).await;
+}
+
+#[tokio::test]
+async fn lease_usage_out_of_range_is_refused_on_postgres() {
+    usage_out_of_range_is_refused(support::Db::Postgres(support::postgres_database().await)).await;
+}

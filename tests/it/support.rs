@@ -47,7 +47,8 @@ pub enum Reply {
     },
     /// This status (JSON error body) after this long.
     SlowStatus(Duration, u16),
-    /// This status with this JSON error body, `{model}` replaced by the requested model (an
+    /// This status with this JSON error body, `{model}` replaced by the requested model and
+    /// `{extra}` by the first field of the request a chat completion does not have (an
     /// upstream that echoes the client's text).
     Echo(u16, &'static str),
     /// That reply, after this long.
@@ -203,7 +204,11 @@ async fn answer(State(mock): State<Mock>, uri: axum::http::Uri, headers: HeaderM
             axum::Json(json!({"late": true})).into_response()
         }
         Reply::Echo(code, template) => {
-            let body = template.replace("{model}", &model);
+            const KNOWN: [&str; 8] =
+                ["model", "messages", "stream", "max_tokens", "temperature", "tools", "user", "metadata"];
+            let extra = req.as_object().and_then(|o| o.keys().find(|k| !KNOWN.contains(&k.as_str()))).cloned();
+            let escaped = serde_json::to_string(&extra.unwrap_or_default()).unwrap();
+            let body = template.replace("{model}", &model).replace("{extra}", &escaped[1..escaped.len() - 1]);
             let mut r = (StatusCode::from_u16(code).unwrap(), body).into_response();
             r.headers_mut().insert("content-type", "application/json".parse().unwrap());
             r
