@@ -939,12 +939,21 @@ impl std::fmt::Debug for DatabaseTarget {
     }
 }
 
-/// A database URL without its password.
+/// A database URL without its password: the one after the user, and any query parameter
+/// whose name holds `password` (`?password=…`, `sslpassword`).
 pub fn redacted_url(url: &str) -> String {
     match url::Url::parse(url) {
         Ok(mut u) => {
             if u.password().is_some() {
                 let _ = u.set_password(Some("***"));
+            }
+            let secret = |k: &str| k.to_ascii_lowercase().contains("password");
+            if u.query_pairs().any(|(k, _)| secret(&k)) {
+                let pairs: Vec<(String, String)> = u
+                    .query_pairs()
+                    .map(|(k, v)| (k.to_string(), if secret(&k) { "***".to_string() } else { v.to_string() }))
+                    .collect();
+                u.query_pairs_mut().clear().extend_pairs(pairs);
             }
             u.to_string()
         }
@@ -1126,6 +1135,16 @@ fn describe(err: figment::Error) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_database_url_is_shown_without_any_password() {
+        let shown = redacted_url(
+            "postgres://rota:hunter2@db.example:5432/rota?sslmode=require&password=s3cret&sslpassword=k3y",
+        );
+        assert_eq!(shown, "postgres://rota:***@db.example:5432/rota?sslmode=require&password=***&sslpassword=***");
+        assert!(!shown.contains("hunter2") && !shown.contains("s3cret") && !shown.contains("k3y"));
+        assert_eq!(redacted_url("postgres://rota@localhost/rota"), "postgres://rota@localhost/rota");
+    }
 
     fn parse(text: &str) -> Config {
         Config::from_toml(text).unwrap_or_else(|e| panic!("{e}"))

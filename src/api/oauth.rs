@@ -201,14 +201,29 @@ fn public_base(config: &Config, headers: &HeaderMap) -> String {
         return u.clone();
     }
     let host = headers.get("host").and_then(|h| h.to_str().ok()).unwrap_or("127.0.0.1:8080");
-    let loopback = ["127.", "localhost", "[::1]"].iter().any(|p| host.starts_with(p));
-    if !loopback {
+    if !is_loopback(host) {
         tracing::warn!(
             host,
             "server.public_url is not set: the OAuth redirect_uri is built from the request's Host header; set it in production"
         );
     }
     format!("http://{host}")
+}
+
+/// Whether a `Host` header names this machine: `localhost`, or a loopback address (with or
+/// without a port). Parsed, not matched by prefix: `localhost.example.com` and `127.evil.com`
+/// are other hosts.
+fn is_loopback(host: &str) -> bool {
+    let Ok(url) = url::Url::parse(&format!("http://{host}/")) else { return false };
+    if url.path() != "/" || url.username() != "" || url.query().is_some() {
+        return false;
+    }
+    match url.host() {
+        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    }
 }
 
 /// Start a browser login
@@ -447,4 +462,27 @@ async fn device(
 async fn flow(State(state): State<ApiState>, _: Admin, Path(id): Path<String>) -> Result<Json<FlowInfo>, ApiError> {
     let flows = state.logins.flows.lock().unwrap_or_else(|e| e.into_inner());
     flows.get(&id).cloned().map(Json).ok_or_else(|| ApiError::NotFound(format!("no login flow {id}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_loopback_check_parses_the_host() {
+        for host in ["localhost", "localhost:8080", "127.0.0.1", "127.0.0.1:3000", "127.8.9.10", "[::1]:8080"] {
+            assert!(is_loopback(host), "{host}");
+        }
+        for host in [
+            "localhost.evil.com",
+            "127.evil.com",
+            "127.0.0.1.nip.io",
+            "evil.com",
+            "[::2]",
+            "localhost/x",
+            "a@localhost",
+        ] {
+            assert!(!is_loopback(host), "{host}");
+        }
+    }
 }

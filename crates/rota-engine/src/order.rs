@@ -88,6 +88,9 @@ pub enum PinError {
     Unknown(ProfileId),
     #[error("pinned profile `{0}` cannot be used: {1}")]
     Unusable(ProfileId, Unusable),
+    /// The provider has an explicit order that leaves the profile out: it is not used.
+    #[error("pinned profile `{0}` is not in the explicit order of `{1}` ({2}): it is not used")]
+    NotInOrder(ProfileId, String, String),
 }
 
 /// The explicit order in force: the stored one beats the config file's; an empty list is none.
@@ -101,6 +104,10 @@ pub fn order(req: &OrderRequest<'_>, profiles: &Views) -> Result<Ordered, PinErr
         let view = profiles.get(pin).ok_or_else(|| PinError::Unknown(pin.clone()))?;
         if let Some(why) = view.unusable(req.now) {
             return Err(PinError::Unusable(pin.clone(), why));
+        }
+        if let Some(list) = explicit(req).filter(|list| !list.contains(pin)) {
+            let named: Vec<&str> = list.iter().map(ProfileId::as_str).collect();
+            return Err(PinError::NotInOrder(pin.clone(), req.provider.to_string(), named.join(", ")));
         }
         let slot = Slot { id: pin.clone(), blocked: blocked(view, req) };
         return Ok(Ordered { slots: vec![slot], pinned: true, more: false });
@@ -565,6 +572,25 @@ mod tests {
         assert_eq!(order(&r, &b), Err(PinError::Unknown(ghost.clone())));
         r.pin = Some(&off);
         assert_eq!(order(&r, &b), Err(PinError::Unusable(off.clone(), Unusable::DisabledByAdmin)));
+    }
+
+    #[test]
+    fn a_profile_an_explicit_order_leaves_out_cannot_be_pinned() {
+        let all = ids(&["openai:a", "openai:b"]);
+        let b = book(vec![view("openai:a", ProfileType::ApiKey, None), view("openai:b", ProfileType::ApiKey, None)]);
+        let (listed, out) = (ids(&["openai:a"]), id("openai:b"));
+        let mut r = req(&all);
+        r.stored_order = Some(&listed);
+        r.pin = Some(&out);
+        let err = order(&r, &b).unwrap_err();
+        assert_eq!(err, PinError::NotInOrder(out.clone(), "openai".into(), "openai:a".into()));
+        assert_eq!(
+            err.to_string(),
+            "pinned profile `openai:b` is not in the explicit order of `openai` (openai:a): it is not used"
+        );
+        let inside = id("openai:a");
+        r.pin = Some(&inside);
+        assert_eq!(order(&r, &b).unwrap().ids(), vec!["openai:a"]);
     }
 
     fn out_of_quota(v: &mut ProfileView, model: &str, reset_at: Millis) {

@@ -19,13 +19,21 @@ pub fn routes() -> OpenApiRouter<ApiState> {
 
 /// A time: RFC 3339 or Unix milliseconds.
 pub(super) fn parse_time(raw: &str, what: &str) -> Result<Millis, ApiError> {
-    if let Ok(ms) = raw.parse::<Millis>() {
-        return Ok(ms);
+    let ms = match raw.parse::<Millis>() {
+        Ok(ms) => ms,
+        Err(_) => chrono::DateTime::parse_from_rfc3339(raw)
+            .map(|t| t.timestamp_millis())
+            .map_err(|_| ApiError::BadRequest(format!("{what} `{raw}` is neither RFC 3339 nor Unix milliseconds")))?,
+    };
+    // 1970 to 9999: every range and bucket computed from the time then stays far from overflow.
+    if !(0..=TIME_MAX).contains(&ms) {
+        return Err(ApiError::BadRequest(format!("{what} `{raw}` is out of range: from 1970 to 9999")));
     }
-    chrono::DateTime::parse_from_rfc3339(raw)
-        .map(|t| t.timestamp_millis())
-        .map_err(|_| ApiError::BadRequest(format!("{what} `{raw}` is neither RFC 3339 nor Unix milliseconds")))
+    Ok(ms)
 }
+
+/// 9999-12-31T23:59:59.999Z, the latest time a range may name.
+const TIME_MAX: Millis = 253_402_300_799_999;
 
 #[derive(Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
