@@ -185,32 +185,8 @@ async fn issue(
     mut walk: Walk,
     retry_in: Duration,
 ) -> Result<Lease, ApiError> {
-    let att = loop {
-        let att = match walk.next(&runtime.book, &settings.config, agent, runtime.clock.now(), |_, _| Ok(())) {
-            Step::Try(att) => att,
-            Step::Refuse(message) => {
-                if walk.trail.seq > 0 {
-                    walk.trail.finish(400, None, Spent::default());
-                }
-                return Err(ApiError::BadRequest(message));
-            }
-            Step::Exhausted(out) => {
-                tracing::warn!(request_id = %walk.trail.request_id, status = out.status, "{}", out.message);
-                walk.trail.finish(out.status, None, Spent::default());
-                let (status, message, retry_after) = (out.status, out.message, out.retry_after_secs);
-                return Err(ApiError::AllModelsFailed { status, message, retry_after });
-            }
-        };
-        match runtime.ready(&mut walk, &settings.config, att).await {
-            Ok(att) => break att,
-            Err((Verdict::Stop, message)) => {
-                walk.trail.finish(502, None, Spent::default());
-                return Err(ApiError::NotRetryable { status: 502, message, reason: None });
-            }
-            Err(_) => {}
-        }
-    };
-    let now = runtime.clock.now();
+    // The caps come before a profile is chosen: a refused lease marks nothing (`last_used`
+    // moves only when a lease is issued).
     let cap = settings.config.leases.max_live_per_agent;
     let (total, mine) = {
         let table = leases.lock();
@@ -232,6 +208,35 @@ async fn issue(
             message: format!("{MAX_LIVE} leases are outstanding: report them first"),
         });
     }
+    let att = loop {
+        let att = match walk.next(&runtime.book, &settings.config, agent, runtime.clock.now(), |_, _| Ok(())) {
+            Step::Try(att) => att,
+            Step::Refuse(message) => {
+                if walk.trail.seq > 0 {
+                    walk.trail.finish(400, None, Spent::default());
+                }
+                return Err(ApiError::BadRequest(message));
+            }
+            Step::Exhausted(out) => {
+                tracing::warn!(request_id = %walk.trail.request_id, status = out.status, "{}", out.message);
+                // rota's own answer: never a 401 or a 403, which an agent reads as its rota key
+                // refused (a single candidate's own status may be one).
+                let status = if matches!(out.status, 401 | 403 | 407) { 502 } else { out.status };
+                walk.trail.finish(status, None, Spent::default());
+                let (message, retry_after) = (out.message, out.retry_after_secs);
+                return Err(ApiError::AllModelsFailed { status, message, retry_after });
+            }
+        };
+        match runtime.ready(&mut walk, &settings.config, att).await {
+            Ok(att) => break att,
+            Err((Verdict::Stop, message)) => {
+                walk.trail.finish(502, None, Spent::default());
+                return Err(ApiError::NotRetryable { status: 502, message, reason: None });
+            }
+            Err(_) => {}
+        }
+    };
+    let now = runtime.clock.now();
     let provider = &settings.config.providers[&att.cand.provider];
     let row = walk.trail.row(att.kind, &att.cand, Some(&att.pid), now);
     let expires_at = now + settings.config.leases.ttl.as_millis() as Millis;

@@ -392,3 +392,85 @@ async fn lease_usage_out_of_range_is_refused_on_sqlite() {
 async fn lease_usage_out_of_range_is_refused_on_postgres() {
     usage_out_of_range_is_refused(support::Db::Postgres(support::postgres_database().await)).await;
 }
+
+// -- the lower findings ------------------------------------------------------------------------
+
+/// Finding: a profile left out of an explicit order could still be pinned and leased, though
+/// the order's docs say it "is not used". Now a pin on it is a 400 naming the order.
+#[tokio::test]
+async fn a_profile_an_explicit_order_leaves_out_cannot_be_pinned_or_leased() {
+    let (mock, base) = Mock::started().await;
+    let config = format!("{}[auth.order]\nopenai = [\"openai:k1\"]\n", support::config(&base));
+    let rota = spawn(Scenario { config: &config, keys: &KEYS[..2], ..Scenario::default() }).await;
+    let r = rota.chat(chat(), &[("x-rota-profile", "openai:k2")]).await;
+    assert_eq!(r.status(), 400);
+    let said = "pinned profile `openai:k2` is not in the explicit order of `openai` (openai:k1): it is not used";
+    assert!(r.text().await.unwrap().contains(said));
+    let body = json!({"model": "openai/gpt-4.1", "profile": "openai:k2"});
+    let (code, answer) = rota.api("POST", "/api/v1/leases", Some(&rota.agent_key), Some(body)).await;
+    assert_eq!(code, 400, "{answer}");
+    assert!(answer["error"]["message"].as_str().unwrap().contains(said), "{answer}");
+    assert!(mock.seen().is_empty());
+    assert_eq!(rota.chat(chat(), &[("x-rota-profile", "openai:k1")]).await.status(), 200, "a listed one is");
+}
+
+/// Finding: a lease refused at the agent's cap had already moved a profile's `last_used`. A
+/// refused lease marks nothing.
+#[tokio::test]
+async fn a_lease_refused_at_the_agents_cap_marks_no_profile() {
+    let (_mock, base) = Mock::started().await;
+    let config = format!("{}[leases]\nmax_live_per_agent = 1\n", support::config(&base));
+    let rota = spawn(Scenario { config: &config, keys: &KEYS[..2], ..Scenario::default() }).await;
+    let (code, first) = lease(&rota, &rota.agent_key).await;
+    assert_eq!(code, 201, "{first}");
+    let (code, refused) = lease(&rota, &rota.agent_key).await;
+    assert_eq!(code, 429, "{refused}");
+    rota.flush().await;
+    let used: Vec<(String, Option<i64>)> =
+        sqlx::query_as("SELECT profile_id, last_used FROM usage_stats ORDER BY profile_id")
+            .fetch_all(rota.pool())
+            .await
+            .unwrap();
+    let marked: Vec<&str> = used.iter().filter(|(_, at)| at.is_some()).map(|(p, _)| p.as_str()).collect();
+    assert_eq!(marked, [first["profile_id"].as_str().unwrap()], "only the issued lease's profile is marked");
+}
+
+/// Finding: an exhausted lease walk answered with the upstream's own status, e.g. 401, which
+/// an agent reads as its rota key refused. Now rota's own error and a 502.
+#[tokio::test]
+async fn an_exhausted_lease_walk_is_never_answered_401() {
+    let (mock, base) = Mock::started().await;
+    let rota = spawn(Scenario { config: &support::config(&base), keys: &KEYS[..1], ..Scenario::default() }).await;
+    let (code, l) = lease(&rota, &rota.agent_key).await;
+    assert_eq!(code, 201, "{l}");
+    // rota's confirming call finds the key refused too.
+    mock.script(
+        KEYS[0].1,
+        vec![Reply::Status(401, vec![], r#"{"error":{"message":"Incorrect API key provided"}}"#.into())],
+    );
+    let failed = json!({"outcome": "failure", "http_status": 401, "error": "Incorrect API key provided"});
+    let (code, answer) = report(&rota, &rota.agent_key, &l, failed).await;
+    assert_eq!(code, 502, "{answer}");
+    assert_eq!(answer["error"]["type"], "all_models_failed", "{answer}");
+}
+
+/// Finding: `since=0&until=i64::MAX` on `/usage/series` panicked its handler, and other
+/// extremes gave wrong ranges. Now a time outside 1970–9999 is a clear 400.
+#[tokio::test]
+async fn audit_time_ranges_outside_1970_to_9999_are_a_clear_400() {
+    let (_mock, base) = Mock::started().await;
+    let rota = spawn(Scenario { config: &support::config(&base), keys: &KEYS[..1], ..Scenario::default() }).await;
+    let admin = Some(rota.admin_key.as_str());
+    for query in [
+        "/api/v1/usage/series?since=0&until=9223372036854775807&step=86400",
+        "/api/v1/usage/series?since=-9223372036854775808",
+        "/api/v1/usage?since=-1",
+        "/api/v1/attempts?until=9223372036854775807",
+    ] {
+        let (code, answer) = rota.api("GET", query, admin, None).await;
+        assert_eq!(code, 400, "{query}: {answer}");
+        assert!(answer["error"]["message"].as_str().unwrap().contains("out of range: from 1970 to 9999"), "{answer}");
+    }
+    let (code, _) = rota.api("GET", "/api/v1/usage/series?since=0&until=3600000&step=60", admin, None).await;
+    assert_eq!(code, 200, "1970's first hour is a range like any other");
+}
