@@ -1,4 +1,4 @@
-//! The configuration file (`rota.toml`), `ROTA_*` environment overrides and `.env` (SPEC §8).
+//! The configuration file (`rota.toml`), `ROTA_*` environment overrides and `.env` (docs/api.md).
 //!
 //! Loading only parses; [`Config::problems`] then checks what parsing cannot (unknown
 //! providers, cycles, unset `api_key_env` variables). Every message names the key at fault.
@@ -111,7 +111,7 @@ pub struct Config {
     pub prices: BTreeMap<String, Price>,
 }
 
-/// Where the master key lives (SPEC §8, Secrets).
+/// Where the master key lives (docs/gateway.md, "Secrets").
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Secrets {
@@ -125,7 +125,7 @@ pub struct Secrets {
     pub key_file: Option<PathBuf>,
 }
 
-/// Upstream timeouts (SPEC §6).
+/// Upstream timeouts (docs/gateway.md).
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Timeouts {
@@ -158,7 +158,7 @@ fn d600s() -> Duration {
     Duration::from_secs(600)
 }
 
-/// OAuth token refresh (SPEC §8).
+/// OAuth token refresh (docs/api.md).
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Refresh {
@@ -184,7 +184,7 @@ fn d300s() -> Duration {
     Duration::from_secs(300)
 }
 
-/// The lease API (SPEC §8).
+/// The lease API (docs/api.md).
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Leases {
@@ -492,7 +492,7 @@ pub struct Models {
     pub primary: Option<String>,
     #[serde(default)]
     pub fallbacks: Vec<String>,
-    /// SPEC §5: on a `context_overflow` of the key (`provider/model`), try these models (with a
+    /// docs/rotation.md: on a `context_overflow` of the key (`provider/model`), try these models (with a
     /// larger window) instead of returning the error.
     #[serde(default)]
     pub context_fallbacks: BTreeMap<String, Vec<String>>,

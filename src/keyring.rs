@@ -1,4 +1,4 @@
-//! The master key in the OS keyring (SPEC §8, Secrets), through keyring-core 1.x with
+//! The master key in the OS keyring (docs/gateway.md, "Secrets"), through keyring-core 1.x with
 //! explicitly chosen stores, each built only for its platform:
 //!
 //! - macOS: the Keychain (`apple-native-keyring-store`);

@@ -1,4 +1,4 @@
-//! The lease table (SPEC §8): the outstanding leases, each an attempt of its failover walk;
+//! The lease table (docs/api.md): the outstanding leases, each an attempt of its failover walk;
 //! the ids that ended recently, to answer a late report clearly; the per-agent counts and
 //! failure-report rate; and the task that expires unreported leases, audited `cancelled`.
 //! The HTTP side is `api::leases`.

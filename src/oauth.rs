@@ -1,4 +1,4 @@
-//! OAuth 2.0 / OIDC logins (SPEC §8), generic over the providers the config declares:
+//! OAuth 2.0 / OIDC logins (docs/api.md), generic over the providers the config declares:
 //! authorization code with PKCE (callback or pasted redirect URL), the device flow (RFC 8628),
 //! and refresh. The profile is keyed by the account's OpenID subject (`sub`) and named after
 //! its email, from userinfo or the id_token.

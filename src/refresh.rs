@@ -1,4 +1,4 @@
-//! OAuth access tokens kept fresh (SPEC §8): refreshed `refresh.lead` before they expire (on
+//! OAuth access tokens kept fresh (docs/api.md): refreshed `refresh.lead` before they expire (on
 //! the request path and by a background sweep) and after a 401. One refresh at a time per
 //! profile; callers that waited get the refreshed token. The new tokens are written with a
 //! compare-and-swap, and a refused refresh token (`invalid_grant`) first re-reads the store,

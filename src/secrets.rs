@@ -1,4 +1,4 @@
-//! Secrets at rest: the key-encryption key and the sealing of each secret (SPEC §8, Secrets).
+//! Secrets at rest: the key-encryption key and the sealing of each secret (docs/gateway.md, "Secrets").
 //!
 //! Each secret is sealed with XChaCha20-Poly1305 under the master key; the associated data is
 //! `rota/v1|<profile id>|<field>|<key id>`, so a ciphertext moved to another profile or field,

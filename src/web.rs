@@ -1,4 +1,4 @@
-//! What rota shows a browser (SPEC §8): the console's pages and assets (from `web/`, embedded
+//! What rota shows a browser (docs/api.md): the console's pages and assets (from `web/`, embedded
 //! in the binary), the session and login cookies (HttpOnly, SameSite=Strict, Secure behind an
 //! https `server.public_url`), the OAuth callback's pages, and the Content-Security-Policy
 //! every one of them carries. The sessions and the OAuth routes are the API's.

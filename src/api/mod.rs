@@ -1,4 +1,4 @@
-//! REST under `/api/v1` (SPEC §8): leases for agents that call providers themselves, and the
+//! REST under `/api/v1` (docs/api.md): leases for agents that call providers themselves, and the
 //! admin API. Every route is registered through `OpenApiRouter`, so the OpenAPI document at
 //! `/api/v1/openapi.json` lists exactly the routes served.
 

@@ -1,5 +1,5 @@
 //! What the client gets besides the upstream's own answer: rota's errors in the client's API
-//! format, and the `x-request-id` / `x-rota-*` headers (SPEC §7).
+//! format, and the `x-request-id` / `x-rota-*` headers (docs/audit.md).
 
 use super::wire::Api;
 use crate::engine::ProfileId;

@@ -189,7 +189,7 @@ impl Gateway {
         }
     }
 
-    /// Reads a 2xx stream up to its first content event (SPEC §6): what came before it is
+    /// Reads a 2xx stream up to its first content event (docs/gateway.md): what came before it is
     /// held, and an error event, a stall or an end before it is a failure that fails over.
     #[allow(clippy::too_many_arguments)]
     async fn open(

@@ -1,4 +1,4 @@
-//! The LLM gateway: OpenAI- and Anthropic-compatible endpoints for agents (SPEC §8), and
+//! The LLM gateway: OpenAI- and Anthropic-compatible endpoints for agents (docs/api.md), and
 //! calling the upstreams. The failover walk they drive lives in `crate::walk`.
 
 mod answer;

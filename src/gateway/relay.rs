@@ -1,7 +1,7 @@
 //! The stream relay: the upstream's bytes in, the client's bytes out, whatever the chunking.
 //!
 //! `Relay` is pure: it splits what the upstream wrote into events, holds them until the first
-//! content event (SPEC §6), then lets every event through, in order, as received or translated
+//! content event (docs/gateway.md), then lets every event through, in order, as received or translated
 //! into the client's format. It forwards whole events only, so a stream cut in the middle of an
 //! event never hands the client half an event. `forward` is its I/O: the task that feeds it the
 //! rest of a committed stream and tells the walk how the stream ended.

@@ -161,7 +161,7 @@ fn usage_in(usage: Option<&Value>, message: Option<&Value>, response: Option<&Va
     }
 }
 
-/// What a streamed event means to the relay (SPEC §6).
+/// What a streamed event means to the relay (docs/gateway.md).
 #[derive(Debug, PartialEq, Eq)]
 pub enum Seen {
     /// Content: the first one commits the response to the client.

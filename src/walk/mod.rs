@@ -315,7 +315,7 @@ impl Walk {
         self.marked
     }
 
-    /// `failover.enabled`: when false, the first failure ends the walk (SPEC §5).
+    /// `failover.enabled`: when false, the first failure ends the walk (docs/rotation.md).
     pub fn failover(mut self, enabled: bool) -> Walk {
         self.single = !enabled;
         self
@@ -511,7 +511,7 @@ impl Walk {
     }
 
     /// The candidate under way answered `context_overflow` (and `failed` said stop): go on with
-    /// `larger`, the models with a larger window (`models.context_fallbacks`, SPEC §5), which
+    /// `larger`, the models with a larger window (`models.context_fallbacks`, docs/rotation.md), which
     /// replace the rest of the chain; models already tried are left out. Whether the walk goes on.
     pub fn overflow_to(&mut self, larger: Vec<Candidate>) -> bool {
         let tried = &self.chain[..=self.index];
@@ -642,7 +642,7 @@ impl Walk {
         self.log_fallback(&self.chain[self.index]);
     }
 
-    /// The line SPEC §7 asks for when a request was served by a later model of its chain.
+    /// The line docs/audit.md asks for when a request was served by a later model of its chain.
     pub fn log_fallback(&self, served: &Candidate) {
         if self.failures.is_empty() {
             return;

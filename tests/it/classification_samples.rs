@@ -1,8 +1,8 @@
-//! Realistic upstream error samples against the classification table (SPEC §4).
+//! Realistic upstream error samples against the classification table (docs/rotation.md).
 //!
 //! Every row is a status code, headers and body as the real provider sends them (or the
-//! transport error text reqwest/hyper produce), with the reason SPEC §4 says it must get, the
-//! effect of that reason (`next`, `mark`), the exact reset hint (SPEC §3, "Provider hint wins")
+//! transport error text reqwest/hyper produce), with the reason docs/rotation.md says it must get, the
+//! effect of that reason (`next`, `mark`), the exact reset hint (docs/rotation.md, "Provider hint wins")
 //! and, where it matters, whether the limit is account-wide.
 //!
 //! `table_samples_classify_as_specified` checks every row and reports *all* mismatches in one
@@ -38,7 +38,7 @@ const GROUPS: [&str; 7] = ["openai", "anthropic", "gemini", "openrouter", "ollam
 
 const JSON: (&str, &str) = ("content-type", "application/json");
 
-// Effects, spelled out per reason (SPEC §4 "effect" column) so the rows stay readable.
+// Effects, spelled out per reason (docs/rotation.md "effect" column) so the rows stay readable.
 use Mark::{CooldownModel, CooldownProfile, Disabled, Model};
 use Next::{NextModel, Rotate, Stop};
 const NO_MARK: Mark = Mark::None;
@@ -138,7 +138,7 @@ static SAMPLES: &[Sample] = &[
         account_wide: None,
     },
     Sample {
-        // SPEC §4: 401 is auth. OpenAI tags it `invalid_request_error`, which must not make it
+        // docs/rotation.md: 401 is auth. OpenAI tags it `invalid_request_error`, which must not make it
         // a (no-failover) format error.
         name: "openai_401_missing_api_key",
         group: "openai",
@@ -539,7 +539,7 @@ static SAMPLES: &[Sample] = &[
     Sample {
         // A per-minute, per-model free-tier quota (QuotaFailure + RetryInfo 37s). Gemini words it
         // like OpenAI's billing error, but RESOURCE_EXHAUSTED with a 37 s retry delay is a rate
-        // limit (SPEC §4: resource_exhausted → rate_limit), not a billing failure.
+        // limit (docs/rotation.md: resource_exhausted → rate_limit), not a billing failure.
         name: "gemini_429_resource_exhausted_retry_info",
         group: "gemini",
         status: Some(429),
@@ -1219,7 +1219,7 @@ static SAMPLES: &[Sample] = &[
     },
     Sample {
         // DeepSeek's out-of-balance answer: a 402 whose `code` is `invalid_request_error`.
-        // SPEC §4: 402 is billing.
+        // docs/rotation.md: 402 is billing.
         name: "deepseek_402_insufficient_balance",
         group: "other",
         status: Some(402),
@@ -1316,7 +1316,7 @@ fn table_samples_classify_as_specified() {
 #[test]
 fn table_rows_are_consistent_with_the_effect_table() {
     // Guards the table itself: the spelled-out next/mark of each row must be the effect of its
-    // expected reason (SPEC §4), so a typo in a row cannot hide a classifier bug.
+    // expected reason (docs/rotation.md), so a typo in a row cannot hide a classifier bug.
     let wrong: Vec<String> = SAMPLES
         .iter()
         .filter(|s| s.reason.next() != s.next || s.reason.mark() != s.mark)
@@ -1590,7 +1590,7 @@ fn reset_hints_set_the_window_of_throttles_and_billing_only() {
     }
 }
 
-/// One sample per trigger of SPEC §4 (status rows and words), in the error shape of a provider
+/// One sample per trigger of docs/rotation.md (status rows and words), in the error shape of a provider
 /// that sends it where one is known; `None` status: a transport error.
 #[test]
 fn every_spec_section_4_trigger_has_a_sample() {
@@ -1690,7 +1690,7 @@ fn every_spec_section_4_trigger_has_a_sample() {
     }
     assert!(
         wrong.is_empty(),
-        "{} of {} SPEC §4 samples misclassified:\n{}",
+        "{} of {} classification table samples misclassified:\n{}",
         wrong.len(),
         cases.len(),
         wrong.join("\n")

@@ -1,5 +1,5 @@
 //! Hostile input against the running gateway: text a client controls, echoed back by an
-//! upstream, must not put a healthy account out of service (SPEC §3 "Evidence", §4).
+//! upstream, must not put a healthy account out of service (docs/rotation.md "Evidence", §4).
 
 use crate::support::{self, KEYS, Mock, Reply, Rota, Scenario, chat, spawn};
 use serde_json::json;

@@ -74,3 +74,48 @@ fn the_cycle_finder_finds_a_cycle() {
     assert_eq!(cycle(&graph, "a").unwrap(), ["a", "b", "c", "a"]);
     assert_eq!(cycle(&graph, "d"), None);
 }
+
+/// The repository stands alone (docs/architecture.md): its code, tests and docs cite its own
+/// `docs/`, never a document outside it or a section number of one, and no machine's absolute
+/// paths. Applied migrations are left as they are: their checksums are checked at every start.
+/// The patterns are spelled in pieces so that this file does not match itself.
+#[test]
+fn nothing_in_the_repository_points_outside_it() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let outside = [
+        ["..", "/shared"].concat(),
+        ["SPEC", " §"].concat(),
+        ["SPEC", ".md"].concat(),
+        ["TESTING", ".md"].concat(),
+        ["/work", "/"].concat(),
+        ["/root", "/"].concat(),
+        ["/home", "/"].concat(),
+    ];
+    let skip = ["target", ".git", "node_modules", ".venv", "__pycache__", "migrations"];
+    let mut found = Vec::new();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().to_string();
+            if path.is_dir() {
+                if !skip.contains(&name.as_str()) {
+                    dirs.push(path);
+                }
+                continue;
+            }
+            let Ok(text) = std::fs::read_to_string(&path) else { continue }; // not text
+            for (i, line) in text.lines().enumerate() {
+                if let Some(p) = outside.iter().find(|p| line.contains(p.as_str())) {
+                    found.push(format!(
+                        "{}:{}: `{p}` in {}",
+                        path.strip_prefix(root).unwrap().display(),
+                        i + 1,
+                        line.trim()
+                    ));
+                }
+            }
+        }
+    }
+    assert!(found.is_empty(), "{} references outside the repository:\n{}", found.len(), found.join("\n"));
+}

@@ -1,7 +1,7 @@
 """chunky: an upstream that replays recorded SSE streams the way real servers write them.
 
 A mock that writes one event per TCP segment hides the bugs of a reader that assumes one event
-per read (see ../../../shared/TESTING.md, "Upstreams that write like real servers"). chunky
+per read (real servers send a short answer in one write, split events, dribble bytes). chunky
 answers a streaming request with a recorded stream from tests/fixtures/streams, close-delimited
 (no Content-Length, no chunked encoding, `connection: close`), written in one of three modes
 chosen by the API key the request carries (`x-api-key` or `Authorization: Bearer`):

@@ -161,7 +161,7 @@ export function stateOf(p) {
 /** The time a blocked profile comes back by itself, if it does. */
 export const backAt = (p) => (p.status.state === "cooling" || p.status.state === "disabled" ? p.status.until ?? null : null);
 
-/** The engine's failure reasons (SPEC §4), for the filters. */
+/** The engine's failure reasons (docs/rotation.md), for the filters. */
 export const REASONS = [
   "rate_limit", "overloaded", "server_error", "timeout", "network", "auth", "auth_permanent", "billing",
   "model_not_found", "context_overflow", "format", "wire_format", "cancelled", "no_profile", "unknown",

@@ -1,4 +1,4 @@
-//! The error a client gets when every candidate failed (SPEC §7).
+//! The error a client gets when every candidate failed (docs/audit.md).
 
 use super::{Millis, Reason, Until};
 

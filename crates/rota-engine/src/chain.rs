@@ -1,4 +1,4 @@
-//! Stage 2: the ordered list of models a request may be served by (SPEC §5).
+//! Stage 2: the ordered list of models a request may be served by (docs/rotation.md).
 
 use serde::Deserialize;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -196,7 +196,7 @@ pub fn resolve(routing: &Routing<'_>, req: &ChainRequest<'_>) -> Result<Vec<Cand
     Ok(out)
 }
 
-/// SPEC §5 `context_fallbacks`: the models to try, in order, when `overflowed` answered that
+/// docs/rotation.md `context_fallbacks`: the models to try, in order, when `overflowed` answered that
 /// the request does not fit its context window; the lists are keyed by `provider/model`. Each
 /// entry resolves like a fallback (an alias, a virtual model or `provider/model`). Empty when
 /// none is configured for it.

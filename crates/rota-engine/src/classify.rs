@@ -1,4 +1,4 @@
-//! Error classification (SPEC §4): one ordered data table, first match wins.
+//! Error classification (docs/rotation.md): one ordered data table, first match wins.
 //!
 //! A rule matches when the HTTP status is in its status list (if it has one) **and** the error
 //! text contains one of its words (if it has any). Rules that carry wording come before the
@@ -356,7 +356,7 @@ impl Classifier {
         let text = without_echoes(&error_text(json.as_ref(), seen).to_lowercase(), &seen.echoed);
         let reason = self.rules.iter().find(|r| r.matches(seen.status, &text)).map_or(Reason::Unknown, |r| r.reason);
         // A reset hint sets the window of a throttle or an empty balance only; other reasons
-        // take the ladder whatever headers came with them (SPEC §3).
+        // take the ladder whatever headers came with them (docs/rotation.md).
         let hint = matches!(reason, Reason::RateLimit | Reason::Overloaded | Reason::Billing)
             .then(|| parse_hint(seen.headers, json.as_ref(), &without_echoes(&message, &seen.echoed), now))
             .flatten();

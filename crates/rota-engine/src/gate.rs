@@ -1,4 +1,4 @@
-//! Whether a candidate of the chain is tried, probed or skipped (SPEC §5), and the probe
+//! Whether a candidate of the chain is tried, probed or skipped (docs/rotation.md), and the probe
 //! throttle that decides when a cooling primary is asked again.
 
 use super::recent::Recent;

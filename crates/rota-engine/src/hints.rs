@@ -1,4 +1,4 @@
-//! Provider reset hints: how long the provider asks us to wait (SPEC §3, "Provider hint wins").
+//! Provider reset hints: how long the provider asks us to wait (docs/rotation.md, "Provider hint wins").
 //!
 //! Sources, most explicit first: `retry-after-ms`, `Retry-After` (seconds or HTTP-date), Google's
 //! `RetryInfo.retryDelay` / `quotaResetDelay` in the error body, `x-ratelimit-reset-*` and

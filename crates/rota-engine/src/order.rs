@@ -1,4 +1,4 @@
-//! Stage 1: the order in which a provider's profiles are tried (SPEC §2).
+//! Stage 1: the order in which a provider's profiles are tried (docs/rotation.md).
 
 use super::Views;
 use super::quota::Floor;

@@ -171,7 +171,7 @@ impl ProfileView {
     }
 }
 
-/// An OAuth access token's refresh window (`refresh.lead`, SPEC §8): from `lead` before it
+/// An OAuth access token's refresh window (`refresh.lead`, docs/api.md): from `lead` before it
 /// expires on. A token inside it is refreshed before it is used; one before it is fresh.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RefreshWindow {

@@ -1,5 +1,5 @@
 //! Rotate before the 429: what a provider's answers say of a profile's remaining quota, and
-//! whether that puts the profile after the ones that still have some (SPEC §2, docs/rotation.md).
+//! whether that puts the profile after the ones that still have some (docs/rotation.md, docs/rotation.md).
 //!
 //! OpenAI (and OpenAI-compatible providers) send `x-ratelimit-{limit,remaining,reset}-{requests,tokens}`
 //! on every answer; Anthropic sends `anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,remaining,reset}`.

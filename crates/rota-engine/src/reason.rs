@@ -1,4 +1,4 @@
-//! Failure reasons and what each one does to a request (SPEC §4, "effect" column).
+//! Failure reasons and what each one does to a request (docs/rotation.md, "effect" column).
 
 use serde::{Deserialize, Serialize};
 use std::fmt;

@@ -1,4 +1,4 @@
-//! Per-profile usageStats and their transitions (SPEC §3): the cooldown ladder, reset hints,
+//! Per-profile usageStats and their transitions (docs/rotation.md): the cooldown ladder, reset hints,
 //! the disabled lane, per-model scope, the burst guard and the three counter resets.
 //!
 //! Everything here is a pure function of the current stats, the failure and `now`.
@@ -11,7 +11,7 @@ use std::time::Duration;
 
 /// Durations of the two lanes: the config's `[cooldown]` and `[billing]` tables, which
 /// deserialize straight into it (a table or key left out takes its default). The defaults are
-/// SPEC §3's, written once, in `impl Default`; every one is configurable.
+/// those of docs/rotation.md, written once, in `impl Default`; every one is configurable.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(default)]
 pub struct CooldownPolicy {
@@ -297,7 +297,7 @@ pub struct Failure {
     pub started_at: Millis,
     /// An agent's claim (a lease report), not rota's own evidence: it may cool the profile on
     /// the ladder, never for longer than `cooldown.max`, and never reaches the disabled lanes
-    /// (SPEC §3 "Evidence").
+    /// (docs/rotation.md "Evidence").
     pub claim: bool,
 }
 
@@ -414,7 +414,7 @@ impl UsageStats {
     /// Drops the windows that have ended. When both lanes are over, the counters reset too:
     /// at once when a window has just ended, and otherwise (failures that opened no window)
     /// once the last failure is older than the failure window. The billing step stays
-    /// (SPEC §3). Whether anything changed.
+    /// (docs/rotation.md). Whether anything changed.
     pub fn expire(&mut self, now: Millis, policy: &CooldownPolicy) -> bool {
         let windows = self.cooldowns.len();
         self.cooldowns.retain(|c| c.active(now));
@@ -632,7 +632,7 @@ mod tests {
                 },
                 billing: BillingLane { base: d(3600), max: d(24 * 3600) },
             },
-            "SPEC §3's defaults"
+            "the defaults of docs/rotation.md"
         );
         let some: CooldownPolicy = toml::from_str(
             "[cooldown]\nbase = \"30s\"\nmax = 7200\nfailure_window = \"1h30m\"\n[billing]\nmax = \"12h\"",

@@ -1,4 +1,4 @@
-//! Property tests of the pure engine (SPEC §2 profile order, §3 cooldowns and usageStats).
+//! Property tests of the pure engine (docs/rotation.md profile order, §3 cooldowns and usageStats).
 //!
 //! Every property restates a rule of the spec independently of the engine's code and checks it
 //! over random profiles, windows and failure sequences. Failures are not persisted to disk
@@ -260,7 +260,7 @@ impl World {
         }
     }
 
-    /// SPEC §2.1: the explicit order (stored beats config; an empty list is none), else the
+    /// docs/rotation.md: the explicit order (stored beats config; an empty list is none), else the
     /// configured profiles, else the stored ones. Returns the list and whether it is explicit.
     fn base(&self) -> (Vec<ProfileId>, bool) {
         let explicit = self
@@ -275,7 +275,7 @@ impl World {
         }
     }
 
-    /// SPEC §2.2, restated: exists, same provider, enabled by the admin, has a secret, not a
+    /// docs/rotation.md, restated: exists, same provider, enabled by the admin, has a secret, not a
     /// static token at or past its expiry.
     fn passes_filter(&self, id: &ProfileId) -> bool {
         let Some(v) = self.book.get(id) else { return false };
@@ -295,7 +295,7 @@ impl World {
         self.book[id].stats.blocked_until(model, NOW)
     }
 
-    /// Usable for `model` per SPEC §2 last paragraph, checked here from the raw lanes.
+    /// Usable for `model` per docs/rotation.md ("cooled"), checked here from the raw lanes.
     fn cooled_raw(&self, id: &ProfileId, model: &str) -> bool {
         let s = &self.book[id].stats;
         let dis = s.disabled.as_ref().is_some_and(|d| d.until.is_none_or(|u| NOW < u));
@@ -422,7 +422,7 @@ fn policy() -> impl Strategy<Value = CooldownPolicy> {
 proptest! {
     #![proptest_config(config(512))]
 
-    /// SPEC §3: the billing step survives expiry, so billing windows never shrink from one
+    /// docs/rotation.md: the billing step survives expiry, so billing windows never shrink from one
     /// billing failure to the next without a success, whatever failed in between.
     #[test]
     fn billing_windows_never_shrink_across_expiry_without_a_success(
@@ -449,7 +449,7 @@ proptest! {
         }
     }
 
-    /// SPEC §3 "Evidence": whatever an agent claims, in any order and with any hint, a claim
+    /// docs/rotation.md "Evidence": whatever an agent claims, in any order and with any hint, a claim
     /// never reaches the disabled lanes and never keeps a profile away past `cooldown.max`.
     #[test]
     fn claims_never_disable_and_never_cool_past_the_cooldown_max(steps in proptest::collection::vec(step(), 1..24), pol in policy()) {
@@ -470,7 +470,7 @@ proptest! {
         }
     }
 
-    /// SPEC §2.3–2.5: cooled profiles go last (soonest expiry first); the first slot is usable
+    /// docs/rotation.md: cooled profiles go last (soonest expiry first); the first slot is usable
     /// whenever the filtered base list holds a usable profile; a usable sticky profile is first.
     #[test]
     fn a_cooled_profile_is_never_chosen_while_a_usable_one_exists_for_that_model(sc in scenario()) {
@@ -483,7 +483,7 @@ proptest! {
         for s in &out.slots {
             let b = w.blocked_for(&s.id, model);
             prop_assert_eq!(s.blocked.map(|x| x.0), b, "slot {} blocked annotation", s.id);
-            prop_assert_eq!(b.is_some(), w.cooled_raw(&s.id, model), "slot {} cooled per SPEC §2", s.id);
+            prop_assert_eq!(b.is_some(), w.cooled_raw(&s.id, model), "slot {} cooled per docs/rotation.md", s.id);
         }
 
         let listed_usable: Vec<ProfileId> =
@@ -509,7 +509,7 @@ proptest! {
         prop_assert!(ends.windows(2).all(|p| p[0] <= p[1]), "blocked ends not ascending: {:?}", ends);
     }
 
-    /// SPEC §2.1–2.4: the order is the filtered base list, each profile once, nothing of
+    /// docs/rotation.md: the order is the filtered base list, each profile once, nothing of
     /// another provider, and a stable sort of it.
     #[test]
     fn order_is_stable_and_a_permutation_of_the_usable_filtered_base_list(sc in scenario(), kind in any_kind(), lu in prop_oneof![Just(None), (0..NOW).prop_map(Some)]) {
@@ -569,7 +569,7 @@ proptest! {
         }
     }
 
-    /// SPEC §3 "Model scope is per model": a model-scoped failure of model B (rate limit,
+    /// docs/rotation.md "Model scope is per model": a model-scoped failure of model B (rate limit,
     /// overload, timeout, server error, not account-wide, no hint long enough to be an exhausted
     /// quota) never changes until when model C is blocked, whatever happened before.
     #[test]
@@ -623,7 +623,7 @@ proptest! {
         prop_assert_eq!(s.record_failure(&f, now, &pol), Some(Until::At(now + first)));
     }
 
-    /// SPEC §3: "A failure never clears, resets or shortens a cooldown or disabled window."
+    /// docs/rotation.md: "A failure never clears, resets or shortens a cooldown or disabled window."
     #[test]
     fn a_failure_never_shortens_an_active_window(
         steps in proptest::collection::vec(step(), 1..=30),
@@ -651,7 +651,7 @@ proptest! {
         }
     }
 
-    /// SPEC §3 counter reset: "on success (all error state cleared at once)" — the windows of
+    /// docs/rotation.md counter reset: "on success (all error state cleared at once)" — the windows of
     /// another model aside, which are that model's own evidence and only run out.
     #[test]
     fn after_a_success_the_error_state_of_its_model_is_clean(
@@ -691,7 +691,7 @@ proptest! {
         prop_assert_eq!(end, Some(Until::At(now + (pol.cooldown.base.as_millis() as Millis).min(pol.cooldown.max.as_millis() as Millis))));
     }
 
-    /// SPEC §3: `min(max, base * factor^min(error_count - 1, 3))`.
+    /// docs/rotation.md: `min(max, base * factor^min(error_count - 1, 3))`.
     #[test]
     fn ladder_durations_follow_the_formula(
         n in 1u32..50,

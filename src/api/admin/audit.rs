@@ -112,7 +112,7 @@ pub struct AuditParams {
     pub provider: Option<String>,
     /// The model as the provider knows it (`gpt-4.1`), or `provider/model`.
     pub model: Option<String>,
-    /// A failure reason (SPEC §4), e.g. `rate_limit`.
+    /// A failure reason (docs/rotation.md), e.g. `rate_limit`.
     pub reason: Option<String>,
     /// `success`, `failure` or `skipped`.
     pub outcome: Option<String>,

@@ -1,4 +1,4 @@
-//! The admin API (SPEC §8): profiles, order, providers, models, agents, usage and the audit log.
+//! The admin API (docs/api.md): profiles, order, providers, models, agents, usage and the audit log.
 //! Every change is written to the store and applied to the running book at once. Secrets are
 //! write-only: no answer here carries one (a new agent's key is shown once, when created).
 

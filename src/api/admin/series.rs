@@ -106,7 +106,7 @@ pub struct Segment {
     pub until: Millis,
     /// `cooling` or `disabled`.
     pub state: String,
-    /// The reason of the failure that set the window (SPEC §4).
+    /// The reason of the failure that set the window (docs/rotation.md).
     pub reason: String,
 }
 
