@@ -506,7 +506,26 @@ async fn weigh_claim(
     if matches!(class.reason, Reason::AuthPermanent | Reason::Billing) {
         let provider = &settings.config.providers[&attempt.cand.provider];
         let timeout = settings.config.timeouts.first_byte.min(Duration::from_secs(10));
-        let own = match upstream.confirm(provider, &attempt.cred, timeout).await {
+        // An OAuth token is checked as it is now, refreshed first if it expired since the lease:
+        // a 401 for an expired token proves nothing about the account.
+        let cred = match &attempt.cred {
+            Credential::OAuth { .. } => {
+                let now = runtime.book.tokens(&attempt.pid).map_or_else(|| attempt.cred.clone(), |t| t.0);
+                match runtime.refresher.fresh(&settings.config, &attempt.pid, &now).await {
+                    Ok(fresh) => fresh.unwrap_or(now),
+                    Err(e) => {
+                        class.message = format!(
+                            "{} (an agent's claim; rota could not refresh the token to check it: {}; a cooldown, not the disabled lane)",
+                            class.message, e.message
+                        );
+                        class.claim = true;
+                        return;
+                    }
+                }
+            }
+            other => other.clone(),
+        };
+        let own = match upstream.confirm(provider, &cred, timeout).await {
             Ok((status, headers, body)) if !(200..300).contains(&status) => {
                 let seen = Observed { status: Some(status), headers: &headers, body: &body, ..Default::default() };
                 let own = settings.classifier.classify(&seen, runtime.clock.now());

@@ -474,3 +474,34 @@ async fn audit_time_ranges_outside_1970_to_9999_are_a_clear_400() {
     let (code, _) = rota.api("GET", "/api/v1/usage/series?since=0&until=3600000&step=60", admin, None).await;
     assert_eq!(code, 200, "1970's first hour is a range like any other");
 }
+
+/// Finding: the confirming call for a claimed revocation used the leased OAuth token even once
+/// it had expired, so a plain 401 for an expired token disabled the account until a new login.
+/// Now the token is refreshed first, and only a 401 on a fresh token confirms.
+#[tokio::test]
+async fn a_revocation_claim_is_checked_with_a_fresh_token_not_an_expired_one() {
+    let (mock, base) = Mock::started().await;
+    mock.token_endpoint(3600, std::time::Duration::ZERO);
+    let clock = std::sync::Arc::new(support::Skewed::default());
+    let config = format!("{}[secrets]\nkeyring = \"off\"\n[leases]\nttl = \"3d\"\n", support::oauth_provider(&base));
+    let rota = spawn(Scenario {
+        config: &config,
+        oauth: &[("corp:alice", "at-old-0001", "rt-old-0001")],
+        clock: Some(clock.clone()),
+        ..Scenario::default()
+    })
+    .await;
+    let (code, l) = rota.api("POST", "/api/v1/leases", Some(&rota.agent_key), Some(json!({"model": "corp/m"}))).await;
+    assert_eq!(code, 201, "{l}");
+    assert_eq!(l["credential"]["secret"], "at-old-0001");
+    // Two days on, the leased token has expired: the provider refuses it, not the account.
+    clock.advance(std::time::Duration::from_secs(2 * 86_400));
+    mock.script("at-old-0001", vec![Reply::Status(401, vec![], r#"{"error":{"message":"token expired"}}"#.into())]);
+    let (code, answer) = report(&rota, &rota.agent_key, &l, revoked()).await;
+    assert!(code == 200 || code == 502, "{answer}");
+    assert_eq!(mock.token_calls(), 1, "the token was refreshed before rota's own call");
+    let checked: Vec<String> = mock.seen().into_iter().filter(|s| s.path == "/v1/models").map(|s| s.key).collect();
+    assert_eq!(checked, ["at-new-0001"], "the confirming call used the fresh token");
+    let lanes = lanes(&rota).await;
+    assert!(lanes.iter().all(|(_, until, reason, _)| until.is_none() && reason.is_none()), "not disabled: {lanes:?}");
+}
