@@ -197,11 +197,20 @@ pub struct Leases {
     /// Failure reports one agent may make per minute; past it, its reports get 429.
     #[serde(default = "six_hundred")]
     pub failure_reports_per_minute: u32,
+    /// Success reports one agent may make per minute (each may carry quota headers that order
+    /// a profile last); past it, its reports get 429.
+    #[serde(default = "six_thousand")]
+    pub success_reports_per_minute: u32,
 }
 
 impl Default for Leases {
     fn default() -> Self {
-        Leases { ttl: d600s(), max_live_per_agent: thousand(), failure_reports_per_minute: six_hundred() }
+        Leases {
+            ttl: d600s(),
+            max_live_per_agent: thousand(),
+            failure_reports_per_minute: six_hundred(),
+            success_reports_per_minute: six_thousand(),
+        }
     }
 }
 
@@ -211,6 +220,10 @@ fn thousand() -> usize {
 
 fn six_hundred() -> u32 {
     600
+}
+
+fn six_thousand() -> u32 {
+    6000
 }
 
 /// Request limits.

@@ -42,8 +42,9 @@ pub struct Table {
     pub ended: Recent<Uuid, (String, Ended)>,
     /// Outstanding leases per agent.
     pub held: HashMap<String, usize>,
-    /// Failure reports per agent in the current minute: (the minute's start, count).
-    pub reports: HashMap<String, (Millis, u32)>,
+    /// Reports per agent and kind (success or not) in the current minute: (the minute's
+    /// start, count).
+    pub reports: HashMap<(String, bool), (Millis, u32)>,
 }
 
 impl Table {
@@ -63,9 +64,10 @@ impl Table {
         Some(live)
     }
 
-    /// Counts a failure report of `agent`; `Err(seconds until the minute ends)` past the limit.
-    pub fn count_failure_report(&mut self, agent: &str, limit: u32, now: Millis) -> Result<(), u64> {
-        let (start, n) = self.reports.entry(agent.to_string()).or_insert((now, 0));
+    /// Counts a report of `agent` (a success, or a failure); `Err(seconds until the minute
+    /// ends)` past the limit of its kind.
+    pub fn count_report(&mut self, agent: &str, success: bool, limit: u32, now: Millis) -> Result<(), u64> {
+        let (start, n) = self.reports.entry((agent.to_string(), success)).or_insert((now, 0));
         if now - *start >= 60_000 {
             (*start, *n) = (now, 0);
         }

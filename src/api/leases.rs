@@ -352,7 +352,7 @@ async fn create(
         (status = 404, description = "No such lease", body = super::ErrorBody),
         (status = 409, description = "The lease was already reported", body = super::ErrorBody),
         (status = 410, description = "The lease expired before its report", body = super::ErrorBody),
-        (status = 429, description = "Every candidate failed, all cooling (`Retry-After`), or the agent passed `leases.failure_reports_per_minute` (`too_many_failure_reports`; the lease stays valid)", body = super::ErrorBody),
+        (status = 429, description = "Every candidate failed, all cooling (`Retry-After`), or the agent passed `leases.failure_reports_per_minute` or `leases.success_reports_per_minute` (`too_many_failure_reports`, `too_many_success_reports`; the lease stays valid)", body = super::ErrorBody),
         (status = 502, description = "Every candidate failed, or the failure does not fail over", body = super::ErrorBody),
     )
 )]
@@ -397,17 +397,23 @@ async fn report(
             Some((_, Some(Ended::Expired))) => return Err(expired(id)),
             Some((_, None)) => {}
         }
-        if report.outcome == ReportOutcome::Failure {
-            let limit = runtime.settings().config.leases.failure_reports_per_minute;
-            if let Err(wait) = table.count_failure_report(&agent.name, limit, now) {
-                return Err(ApiError::TooManyFailureReports {
-                    message: format!(
-                        "agent {} made {limit} failure reports this minute, its limit (leases.failure_reports_per_minute); the lease stays valid: report it again later",
-                        agent.name
-                    ),
-                    retry_after: wait,
-                });
-            }
+        // Both kinds are rate-limited: a failure may cool a profile, a success's quota headers
+        // may order it last.
+        let success = report.outcome == ReportOutcome::Success;
+        let leases = &runtime.settings().config.leases;
+        let (limit, key, kind) = match success {
+            true => (leases.success_reports_per_minute, "success_reports_per_minute", "success"),
+            false => (leases.failure_reports_per_minute, "failure_reports_per_minute", "failure"),
+        };
+        if let Err(wait) = table.count_report(&agent.name, success, limit, now) {
+            return Err(ApiError::TooManyReports {
+                success,
+                message: format!(
+                    "agent {} made {limit} {kind} reports this minute, its limit (leases.{key}); the lease stays valid: report it again later",
+                    agent.name
+                ),
+                retry_after: wait,
+            });
         }
         let live = table.remove(&id).expect("found above");
         if now >= live.expires_at {

@@ -158,9 +158,9 @@ pub enum ApiError {
     /// 429 or 503 `too_many_leases`: the agent's or the server's limit of outstanding leases.
     #[error("{message}")]
     TooManyLeases { status: u16, message: String },
-    /// 429 `too_many_failure_reports`, with `Retry-After`.
+    /// 429 `too_many_failure_reports` or `too_many_success_reports`, with `Retry-After`.
     #[error("{message}")]
-    TooManyFailureReports { message: String, retry_after: u64 },
+    TooManyReports { success: bool, message: String, retry_after: u64 },
     /// 429 `over_limit`: the agent is over `requests_per_minute`, `tokens_per_day` or
     /// `cost_per_day`, with `Retry-After` to the end of the limit's window.
     #[error("{message}")]
@@ -201,7 +201,7 @@ impl ApiError {
             }
             ApiError::Conflict(_) | ApiError::LeaseReported(_) => 409,
             ApiError::LeaseExpired(_) => 410,
-            ApiError::TooManyFailureReports { .. } | ApiError::OverLimit { .. } => 429,
+            ApiError::TooManyReports { .. } | ApiError::OverLimit { .. } => 429,
             ApiError::TooManyLeases { status, .. }
             | ApiError::AllModelsFailed { status, .. }
             | ApiError::NotRetryable { status, .. } => *status,
@@ -224,7 +224,8 @@ impl ApiError {
             ApiError::LeaseReported(_) => "lease_reported",
             ApiError::LeaseExpired(_) => "lease_expired",
             ApiError::TooManyLeases { .. } => "too_many_leases",
-            ApiError::TooManyFailureReports { .. } => "too_many_failure_reports",
+            ApiError::TooManyReports { success: false, .. } => "too_many_failure_reports",
+            ApiError::TooManyReports { success: true, .. } => "too_many_success_reports",
             ApiError::OverLimit { .. } => "over_limit",
             ApiError::AllModelsFailed { .. } => "all_models_failed",
             ApiError::NotRetryable { .. } => "not_retryable",
@@ -237,7 +238,7 @@ impl ApiError {
 
     pub fn retry_after(&self) -> Option<u64> {
         match self {
-            ApiError::TooManyFailureReports { retry_after, .. } | ApiError::OverLimit { retry_after, .. } => {
+            ApiError::TooManyReports { retry_after, .. } | ApiError::OverLimit { retry_after, .. } => {
                 Some(*retry_after)
             }
             ApiError::AllModelsFailed { retry_after, .. } => *retry_after,

@@ -505,3 +505,33 @@ async fn a_revocation_claim_is_checked_with_a_fresh_token_not_an_expired_one() {
     let lanes = lanes(&rota).await;
     assert!(lanes.iter().all(|(_, until, reason, _)| until.is_none() && reason.is_none()), "not disabled: {lanes:?}");
 }
+
+/// Finding: success reports, whose quota headers may order any leased profile last for an
+/// hour, had no rate limit. They have their own, like failure reports.
+#[tokio::test]
+async fn success_reports_past_the_agents_rate_get_429_and_the_lease_stays_valid() {
+    let (_mock, base) = Mock::started().await;
+    let rota = spawn(Scenario {
+        config: &lease_config(&base, "[leases]\nsuccess_reports_per_minute = 2\n"),
+        keys: &KEYS[..2],
+        ..Scenario::default()
+    })
+    .await;
+    let spent = json!({"outcome": "success", "headers": {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "1h"}});
+    for _ in 0..2 {
+        let (_, l) = lease(&rota, &rota.agent_key).await;
+        assert_eq!(report(&rota, &rota.agent_key, &l, spent.clone()).await.0, 200);
+    }
+    let (_, l) = lease(&rota, &rota.agent_key).await;
+    let (code, v) = report(&rota, &rota.agent_key, &l, spent).await;
+    assert_eq!((code, v["error"]["type"].as_str()), (429, Some("too_many_success_reports")), "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("leases.success_reports_per_minute"), "{v}");
+    rota.flush().await;
+    assert_eq!(
+        rota.scalar("SELECT count(*) FROM profile_quota").await,
+        Some(2),
+        "the refused report's headers were not read"
+    );
+    let failed = json!({"outcome": "failure", "http_status": 500, "error": "boom"});
+    assert_eq!(report(&rota, &rota.agent_key, &l, failed).await.0, 200, "the lease is still valid");
+}
