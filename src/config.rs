@@ -987,7 +987,12 @@ fn extract(fig: &Figment) -> Result<Config, ConfigError> {
     loop {
         let e = match Config::deserialize(&tree) {
             Ok(config) if errors.is_empty() => return Ok(config),
-            Ok(_) => break,
+            // What is left past the keys at fault is checked too, so that one run reports
+            // every problem: a typo in a provider and the model that names it, together.
+            Ok(rest) => {
+                errors.extend(rest.problems());
+                break;
+            }
             Err(e) => e,
         };
         // A required key whose value was refused (and set aside) is not also reported missing.
@@ -1171,6 +1176,15 @@ base_url = "https://api.openai.com/v1"
 api = "anthropic"
 base_url = "https://api.anthropic.com"
 "#;
+
+    #[test]
+    fn one_run_reports_schema_and_semantic_problems_together() {
+        let text = "[providers.openai]\napi = \"openai\"\nbase_url = \"https://api.openai.com/v1\"\nbsae_url = \"x\"\n\
+                    [models]\nprimary = \"openai/gpt-4.1\"\nfallbacks = [\"nowhere/x\"]\n";
+        let err = Config::from_toml(text).unwrap_err().to_string();
+        assert!(err.contains("bsae_url"), "the typo: {err}");
+        assert!(err.contains("nowhere"), "and the unknown provider of a fallback, in the same run: {err}");
+    }
 
     #[test]
     fn empty_config_has_spec_defaults() {
