@@ -3,6 +3,7 @@
 
 mod support;
 
+mod abuse;
 mod admin;
 mod audit;
 mod classification_samples;

@@ -1,0 +1,166 @@
+//! Memory and size under abuse (docs/gateway.md, "Bounds at the door"): the real `rota serve`
+//! binary, an agent with an ordinary key, and what it may send: model names of 4 MiB, 32 MiB
+//! bodies while over its limit, and thousands of invented model names. Each case measures the
+//! process's resident memory, `/metrics` and the database, and holds them to bounds.
+//! `ROTA_FAULTS_LONG=1` runs the full counts (`scripts/faults.sh --long`).
+
+use crate::support::{Mock, Reply, Rota};
+use serde_json::json;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+fn long() -> bool {
+    std::env::var_os("ROTA_FAULTS_LONG").is_some()
+}
+
+const NOT_FOUND: &str = r#"{"error":{"message":"The model `{model}` does not exist or you do not have access to it.","type":"invalid_request_error","param":null,"code":"model_not_found"}}"#;
+
+struct Served {
+    child: Child,
+    url: String,
+    dir: tempfile::TempDir,
+}
+
+impl Served {
+    fn rss_mb(&self) -> f64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let kb: f64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap();
+        kb / 1024.0
+    }
+
+    async fn metrics_bytes(&self) -> usize {
+        Rota::client().get(format!("{}/metrics", self.url)).send().await.unwrap().bytes().await.unwrap().len()
+    }
+
+    /// RSS after the allocator had a moment to give freed memory back.
+    async fn settled_rss(&self) -> f64 {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        self.rss_mb()
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `rota serve` in front of `upstream`, with the agent `abuser` (1 request a minute, the limit
+/// its requests meet) and `tester` (no limit).
+fn serve(upstream: &str) -> (Served, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("rota.toml"),
+        format!(
+            "[providers.openai]\napi = \"openai\"\nbase_url = \"{upstream}/v1\"\n[models]\nprimary = \"openai/gpt-4.1\"\n\
+             [auth.profiles.\"openai:k1\"]\nprovider = \"openai\"\ntype = \"api_key\"\napi_key_env = \"ABUSE_KEY\"\n\
+             [agents.abuser]\nrequests_per_minute = 1\n[secrets]\nkeyring = \"off\"\n"
+        ),
+    )
+    .unwrap();
+    let key = |name: &str| {
+        let out =
+            crate::support::rota_command().args(["agents", "create", name]).current_dir(dir.path()).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap().lines().last().unwrap().to_string()
+    };
+    let (abuser, tester) = (key("abuser"), key("tester"));
+    let mut child = crate::support::rota_command()
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .current_dir(dir.path())
+        .env("ABUSE_KEY", "sk-abuse-0001")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let addr = line.trim().strip_prefix("rota listening on http://").unwrap().to_string();
+    (Served { child, url: format!("http://{addr}"), dir }, abuser, tester)
+}
+
+async fn post(url: &str, key: &str, body: Vec<u8>) -> u16 {
+    Rota::client()
+        .post(format!("{url}/v1/chat/completions"))
+        .bearer_auth(key)
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .map(|r| r.status().as_u16())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abuse_keeps_memory_metrics_and_the_database_bounded() {
+    let _alone = crate::support::Alone::take();
+    let (mock, upstream) = Mock::started().await;
+    let (rota, abuser, tester) = serve(&upstream);
+    let chat = |model: &str| json!({"model": model, "messages": [{"role": "user", "content": "hi"}]});
+    for _ in 0..20 {
+        assert_eq!(post(&rota.url, &tester, serde_json::to_vec(&chat("openai/gpt-4.1")).unwrap()).await, 200);
+    }
+    let idle = rota.settled_rss().await;
+
+    // Model names of 4 MiB, four at a time: refused, and nothing kept of them but a prefix.
+    let names = if long() { 1000 } else { 40 };
+    let mut peak: f64 = idle;
+    for round in 0..names / 4 {
+        let sends = (0..4).map(|i| {
+            let name = format!("openai/{}{}", round * 4 + i, "x".repeat(4 << 20));
+            post(&rota.url, &tester, serde_json::to_vec(&chat(&name)).unwrap())
+        });
+        let statuses = futures_util::future::join_all(sends).await;
+        assert!(statuses.iter().all(|s| *s == 400), "{statuses:?}");
+        peak = peak.max(rota.rss_mb());
+    }
+    let after_names = rota.settled_rss().await;
+
+    // Three 32 MiB bodies at once from an agent over its limit: refused before they are read.
+    assert_eq!(post(&rota.url, &abuser, serde_json::to_vec(&chat("openai/gpt-4.1")).unwrap()).await, 200);
+    let big = serde_json::to_vec(
+        &json!({"model": "openai/gpt-4.1", "messages": [{"role": "user", "content": "y".repeat((32 << 20) - 200)}]}),
+    )
+    .unwrap();
+    let sends = (0..3).map(|_| post(&rota.url, &abuser, big.clone()));
+    let statuses = futures_util::future::join_all(sends).await;
+    assert!(statuses.iter().all(|s| *s == 429 || *s == 0), "refused (or cut off while sending): {statuses:?}");
+    peak = peak.max(rota.rss_mb());
+    let after_bodies = rota.settled_rss().await;
+
+    // Invented model names, each answered 404 by the upstream: no label, no state.
+    let metrics_before = rota.metrics_bytes().await;
+    let invented = if long() { 10_000 } else { 1_000 };
+    for i in 0..invented {
+        mock.script("sk-abuse-0001", vec![Reply::Echo(404, NOT_FOUND)]);
+        let status =
+            post(&rota.url, &tester, serde_json::to_vec(&chat(&format!("openai/invented-{i}"))).unwrap()).await;
+        assert_eq!(status, 404);
+    }
+    let growth = rota.metrics_bytes().await as i64 - metrics_before as i64;
+
+    let db = sqlx::sqlite::SqliteConnectOptions::new().filename(rota.dir.path().join("rota.db"));
+    let mut conn = sqlx::ConnectOptions::connect(&db).await.unwrap();
+    let longest: i64 =
+        sqlx::query_scalar("SELECT max(length(requested_model)) FROM requests").fetch_one(&mut conn).await.unwrap();
+    let cooled: i64 = sqlx::query_scalar("SELECT count(*) FROM model_cooldowns").fetch_one(&mut conn).await.unwrap();
+    eprintln!(
+        "idle {idle:.1} MB; {names} names of 4 MiB: {after_names:.1} MB after; three 32 MiB bodies over the limit: \
+         {after_bodies:.1} MB after; peak {peak:.1} MB; /metrics {growth:+} bytes after {invented} invented names; \
+         longest model kept {longest} bytes; {cooled} model cooldowns"
+    );
+    assert!(peak - idle <= 64.0, "peak {peak:.1} MB, idle {idle:.1} MB");
+    assert!(
+        after_names - idle <= 8.0 && after_bodies - idle <= 8.0,
+        "memory given back: idle {idle:.1}, after {after_names:.1} / {after_bodies:.1}"
+    );
+    assert!(growth < 2048, "/metrics grew by {growth} bytes");
+    assert_eq!((longest, cooled), (256, 0));
+}
