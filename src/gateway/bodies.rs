@@ -69,6 +69,23 @@ pub fn values_within(json: &[u8], max: usize) -> Result<(), String> {
     Ok(())
 }
 
+/// A large body's `model` when it is longer than a model name may be, read without parsing the
+/// rest of the body into values (its other fields are skipped). Small bodies are not looked at
+/// twice.
+pub fn long_model(json: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Head<'a> {
+        #[serde(borrow, default)]
+        model: Option<std::borrow::Cow<'a, str>>,
+    }
+    if json.len() <= SMALL {
+        return None;
+    }
+    let model = serde_json::from_slice::<Head<'_>>(json).ok()?.model?;
+    let bound = crate::engine::chain::MODEL_NAME_MAX;
+    (model.len() > bound).then(|| crate::engine::chain::bounded(&model).to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -80,6 +97,18 @@ mod tests {
         assert!(values_within(br#"{"a":"[,,,,{:\"]"}"#, 3).is_ok(), "brackets and quotes inside a string");
         let many = format!("[{}]", vec!["0"; 100].join(","));
         assert_eq!(values_within(many.as_bytes(), 50), Err("the request body holds more than 50 JSON values".into()));
+    }
+
+    #[test]
+    fn a_large_bodys_long_model_is_found_without_parsing_the_rest() {
+        let big = |model: &str| {
+            serde_json::to_vec(&serde_json::json!({"messages": [{"content": "x".repeat(SMALL)}], "model": model}))
+                .unwrap()
+        };
+        let long = "m".repeat(300);
+        assert_eq!(long_model(&big(&long)).map(|m| m.len()), Some(256), "its bounded prefix");
+        assert_eq!(long_model(&big("openai/gpt-4.1")), None);
+        assert_eq!(long_model(format!(r#"{{"model":"{long}"}}"#).as_bytes()), None, "a small body is parsed once");
     }
 
     #[tokio::test]

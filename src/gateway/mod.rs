@@ -126,6 +126,13 @@ async fn parse(
     if let Err(why) = bodies::values_within(&bytes, bodies::VALUES_MAX) {
         return Err(refused(agent, None, GatewayError::BadRequest(why)));
     }
+    // A large body's model is checked before the body is parsed whole: a name past its bound
+    // costs no parsed copy.
+    if let Some(model) = bodies::long_model(&bytes) {
+        let why = format!("the model name is longer than {} bytes", crate::engine::chain::MODEL_NAME_MAX);
+        let error = GatewayError::BadRequest(why);
+        return Err(refused(agent, Some(&Value::String(model)), error));
+    }
     let body = match serde_json::from_slice::<Value>(&bytes) {
         Ok(Value::Object(m)) => m,
         Ok(_) => {

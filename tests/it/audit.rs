@@ -87,7 +87,12 @@ async fn traffic(db: Db) -> Rota {
         Db::Sqlite => None,
     };
     let (mock, base) = Mock::started().await;
-    let config = format!("{}{}", support::config_with_backup(&base), support::anthropic_provider(&base));
+    // gpt-9 is named by the config (an alias of a model being retired): its 404 cools it.
+    let config = format!(
+        "{}{}[aliases]\nlegacy = \"openai/gpt-9\"\n",
+        support::config_with_backup(&base),
+        support::anthropic_provider(&base)
+    );
     let rota = spawn(Scenario { config: &config, keys: &KEYS, db, ..Scenario::default() }).await;
     let chat = |model: &str| json!({"model": model, "messages": [{"role": "user", "content": "hi"}]});
     let status = |code: u16, body: &str| Reply::Status(code, vec![], body.to_string());
