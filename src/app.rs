@@ -5,7 +5,7 @@
 use crate::api::{self, ApiState};
 use crate::gateway::{self, Gateway};
 use crate::metrics::Snapshot;
-use crate::middleware::{body_deadline, forget_client_request_id, request_span};
+use crate::middleware::{MakeRequestV7, body_deadline, forget_client_request_id, request_span};
 use crate::walk::Runtime;
 use crate::web;
 use axum::extract::State;
@@ -13,7 +13,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{Value, json};
 use std::sync::Arc;
-use tower_http::request_id::{MakeRequestUuid, SetRequestIdLayer};
+use tower_http::request_id::SetRequestIdLayer;
 use tower_http::trace::TraceLayer;
 
 /// What the server's routes share: each area's own state.
@@ -38,7 +38,7 @@ pub fn router(state: AppState) -> Router {
         .layer(axum::middleware::from_fn_with_state(live, body_deadline))
         .layer(axum::middleware::map_response(nosniff))
         .layer(TraceLayer::new_for_http().make_span_with(request_span))
-        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+        .layer(SetRequestIdLayer::x_request_id(MakeRequestV7))
         .layer(axum::middleware::map_request(forget_client_request_id))
 }
 
