@@ -1,8 +1,8 @@
 //! The PostgreSQL store, for a fleet of instances sharing one state (docs/scale.md).
 
 use super::sql::{
-    AGENT_COLUMNS, Hourly, SELECTIVE, Shapes, agent_days, attempt_filters, corrupt, count_attempt, now, shaped,
-    sql_store, whole_hours,
+    AGENT_COLUMNS, Hourly, SELECTIVE, STATS_UPDATE, STATS_UPSERT, Shapes, agent_days, attempt_filters, corrupt,
+    count_attempt, now, shaped, sql_store, stats_of, whole_hours,
 };
 use super::{
     AgentUsage, Applied, AttemptRecord, AuditQuery, FailureWindow, FeedEntry, LimitsPatch, Origin, ProfileUsage,
@@ -129,5 +129,12 @@ async fn listen(pool: &PgPool, tx: &watch::Sender<u64>) -> Result<(), sqlx::Erro
 /// The audit's INSERTs.
 static ATTEMPTS: std::sync::LazyLock<Shapes> = std::sync::LazyLock::new(|| Shapes::attempts(true));
 static REQUESTS: std::sync::LazyLock<Shapes> = std::sync::LazyLock::new(|| Shapes::requests(true));
+
+/// The ids of a JSON array bound as `$1`, as rows (`load_many`).
+static OF: std::sync::LazyLock<[String; 3]> =
+    std::sync::LazyLock::new(|| stats_of("SELECT json_array_elements_text($1::json)"));
+static STATS_OF: std::sync::LazyLock<&str> = std::sync::LazyLock::new(|| &OF[0]);
+static COOLDOWNS_OF: std::sync::LazyLock<&str> = std::sync::LazyLock::new(|| &OF[1]);
+static QUOTAS_OF: std::sync::LazyLock<&str> = std::sync::LazyLock::new(|| &OF[2]);
 
 sql_store!(PgStore, Postgres, PgRow, PgConnection);

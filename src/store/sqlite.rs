@@ -1,8 +1,8 @@
 //! The embedded SQLite store (WAL, busy timeout, migrations applied at open).
 
 use super::sql::{
-    AGENT_COLUMNS, Hourly, SELECTIVE, Shapes, agent_days, attempt_filters, corrupt, count_attempt, now, shaped,
-    sql_store, whole_hours,
+    AGENT_COLUMNS, Hourly, SELECTIVE, STATS_UPDATE, STATS_UPSERT, Shapes, agent_days, attempt_filters, corrupt,
+    count_attempt, now, shaped, sql_store, stats_of, whole_hours,
 };
 use super::{
     AgentUsage, Applied, AttemptRecord, AuditQuery, FailureWindow, FeedEntry, LimitsPatch, Origin, ProfileUsage,
@@ -181,5 +181,11 @@ impl SqliteStore {
 /// million instructions.
 static ATTEMPTS: std::sync::LazyLock<Shapes> = std::sync::LazyLock::new(|| Shapes::attempts(false));
 static REQUESTS: std::sync::LazyLock<Shapes> = std::sync::LazyLock::new(|| Shapes::requests(false));
+
+/// The ids of a JSON array bound as `$1`, as rows (`load_many`).
+static OF: std::sync::LazyLock<[String; 3]> = std::sync::LazyLock::new(|| stats_of("SELECT value FROM json_each($1)"));
+static STATS_OF: std::sync::LazyLock<&str> = std::sync::LazyLock::new(|| &OF[0]);
+static COOLDOWNS_OF: std::sync::LazyLock<&str> = std::sync::LazyLock::new(|| &OF[1]);
+static QUOTAS_OF: std::sync::LazyLock<&str> = std::sync::LazyLock::new(|| &OF[2]);
 
 sql_store!(SqliteStore, Sqlite, SqliteRow, SqliteConnection);
