@@ -79,7 +79,18 @@ async fn healthz(State(runtime): State<Arc<Runtime>>) -> Json<Value> {
             "dropped_requests": audit.dropped_requests,
             "dropped_attempts": audit.dropped_attempts,
             "failing": audit.failing,
+            "lag_ms": audit.lag_ms,
+            "held": audit.held,
+            "slowest_write_ms": audit.slowest_write_ms,
         },
-        "stats": { "failing": stats_failing, "waiting": stats_waiting },
+        "stats": {
+            "failing": stats_failing,
+            "waiting": stats_waiting,
+            "slowest_write_ms": runtime.book.slowest_write().as_millis() as u64,
+        },
+        "database": {
+            "wal_bytes": runtime.store.wal_bytes(),
+            "checkpoint_hold_ms": runtime.store.checkpoint_hold().map(|d| d.as_secs_f64() * 1000.0),
+        },
     }))
 }

@@ -644,6 +644,11 @@ impl Book {
         }
     }
 
+    /// The longest one batch of stats took to write since start.
+    pub fn slowest_write(&self) -> Duration {
+        self.shared.writer.slowest()
+    }
+
     /// Decides whether a candidate is tried, probed or skipped (claims the probe atomically).
     pub fn gate(&self, pos: Position<'_>, avail: Availability, now: Millis) -> Gate {
         gate::gate(pos, avail, &mut self.lock().probes, now)

@@ -47,8 +47,14 @@ impl App {
         let upstream = Upstream::new(&config.timeouts);
         let refresher = Arc::new(Refresher::new(book.clone(), store.clone(), key.clone(), clock.clone()));
         let (sender, live) = crate::settings::channel(Settings::new(config));
-        let runtime =
-            Arc::new(Runtime::new(live.clone(), book.clone(), audit.clone(), clock.clone(), refresher.clone()));
+        let runtime = Arc::new(Runtime::new(
+            live.clone(),
+            book.clone(),
+            store.clone(),
+            audit.clone(),
+            clock.clone(),
+            refresher.clone(),
+        ));
         // The background tasks end when the runtime is dropped.
         refresher.sweep(live.clone(), runtime.tasks());
         crate::upkeep::start(store.clone(), live, clock.clone(), runtime.tasks());

@@ -264,6 +264,7 @@ async fn create(
     Body(req): Body<LeaseRequest>,
 ) -> Result<(axum::http::StatusCode, Json<Lease>), ApiError> {
     let runtime = &state.runtime;
+    runtime.audit.admit().await; // as the gateway's requests: docs/audit.md
     let settings = runtime.settings();
     let parse =
         |raw: &str, what: &str| raw.parse::<ProfileId>().map_err(|e| ApiError::BadRequest(format!("{what}: {e}")));

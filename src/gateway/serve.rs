@@ -82,6 +82,9 @@ impl Gateway {
     }
 
     async fn walk(&self, inc: Incoming) -> Result<Response, GatewayError> {
+        // While the audit writer lags, requests wait for it here, so that a crash cannot lose
+        // more than the last moment's rows (docs/audit.md).
+        self.runtime.audit.admit().await;
         let config = &inc.settings.config;
         let deadline = Instant::now() + config.timeouts.total;
         let requested = inc.body.get("model").and_then(Value::as_str).map(str::to_string);

@@ -91,6 +91,22 @@ impl PgStore {
         None
     }
 
+    /// Instances and the two writers of one instance write side by side: the feed's counter
+    /// row serializes only what must be.
+    async fn turn(&self) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+        None
+    }
+
+    /// The database is elsewhere: its disk is its server's to watch.
+    fn free_space(&self) -> Option<u64> {
+        None
+    }
+
+    /// PostgreSQL checkpoints by itself.
+    fn longest_hold(&self) -> Option<Duration> {
+        None
+    }
+
     fn wake_channel(&self) -> Option<watch::Receiver<u64>> {
         let rx = self.wake.get_or_init(|| {
             let (tx, rx) = watch::channel(0u64);

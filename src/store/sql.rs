@@ -423,6 +423,18 @@ macro_rules! sql_store {
                 self.write_error(e)
             }
 
+            async fn write_turn(&self) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+                self.turn().await
+            }
+
+            fn free_bytes(&self) -> Option<u64> {
+                self.free_space()
+            }
+
+            fn checkpoint_hold(&self) -> Option<std::time::Duration> {
+                self.longest_hold()
+            }
+
             async fn claim_refresh(
                 &self,
                 id: &ProfileId,

@@ -24,6 +24,8 @@ const DURABLE_WAIT: Duration = Duration::from_secs(2);
 pub struct Runtime {
     settings: Live,
     pub book: Arc<Book>,
+    /// The database, for what `/healthz` says of it.
+    pub store: Arc<dyn crate::store::Store>,
     pub audit: Audit,
     pub metrics: Arc<Metrics>,
     pub clock: Arc<dyn Clock>,
@@ -40,6 +42,7 @@ impl Runtime {
     pub fn new(
         settings: Live,
         book: Arc<Book>,
+        store: Arc<dyn crate::store::Store>,
         audit: Audit,
         clock: Arc<dyn Clock>,
         refresher: Arc<Refresher>,
@@ -48,6 +51,7 @@ impl Runtime {
         Runtime {
             settings,
             book,
+            store,
             audit,
             metrics: Arc::new(Metrics::default()),
             clock,
