@@ -192,6 +192,8 @@ impl SqliteStore {
         self.hold.fetch_max(held.as_micros() as u64, Ordering::Relaxed);
         if held > Duration::from_millis(50) {
             tracing::warn!(?held, "starting the write-ahead log over held the writers up");
+        } else {
+            tracing::debug!(?held, "the write-ahead log was started over");
         }
         match done {
             Ok(busy) => Ok(busy == 0),

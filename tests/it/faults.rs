@@ -86,7 +86,8 @@ impl Site {
             Some(bin) => crate::support::rota_command_of(&bin),
             None => crate::support::rota_command(),
         };
-        // `ROTA_FAULTS_LOG`: rota's log filter for a case under study (`warn` otherwise).
+        // `ROTA_FAULTS_LOG`: rota's log filter for a case under study (`warn` otherwise); its
+        // log is then kept (`Server`'s drop).
         if let Some(filter) = std::env::var_os("ROTA_FAULTS_LOG") {
             c.env("ROTA_LOG", filter);
         }
@@ -224,6 +225,12 @@ impl Drop for Server {
         let exited = self.child.try_wait().ok().flatten();
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // A case run with its own log filter keeps the log, beside the temporary directories.
+        if std::env::var_os("ROTA_FAULTS_LOG").is_some() {
+            let kept = std::env::temp_dir().join(format!("rota-faults-{}.log", self.child.id()));
+            let _ = std::fs::copy(&self.log, &kept);
+            eprintln!("rota's log: {}", kept.display());
+        }
         if std::thread::panicking() {
             let log = std::fs::read_to_string(&self.log).unwrap_or_default();
             // The line a second that counts shed rows would hide the rest (but a panic's message
@@ -436,13 +443,14 @@ async fn saturated_load_sheds_nothing_and_the_wal_stays_small() {
     let (missing, dropped, dropped_attempts) = assert_nothing_lost_uncounted(&site, &server, &answered).await;
     let h = server.health().await;
     eprintln!(
-        "saturated {secs} s, {} clients: {} answered, {rate:.0} req/s; rows shed: {dropped} requests, {dropped_attempts} attempts; WAL at most {:.1} MB; oldest unwritten row at most {lag_max} ms; {} requests held for the writer; slowest batch: audit {} ms, stats {} ms; stats waiting at most {waiting_max} profiles",
+        "saturated {secs} s, {} clients: {} answered, {rate:.0} req/s; rows shed: {dropped} requests, {dropped_attempts} attempts; WAL at most {:.1} MB; oldest unwritten row at most {lag_max} ms; {} requests held for the writer; slowest batch: audit {} ms, stats {} ms; the checkpoints held the writers up {} ms at most; stats waiting at most {waiting_max} profiles",
         concurrency(),
         answered.len(),
         wal_max as f64 / 1e6,
         h["audit"]["held"],
         h["audit"]["slowest_write_ms"],
         h["stats"]["slowest_write_ms"],
+        h["database"]["checkpoint_hold_ms"],
     );
     assert_eq!((missing, dropped, dropped_attempts), (0, 0, 0), "at any load, nothing is shed");
     assert!(
