@@ -5,7 +5,7 @@
 use crate::api::{self, ApiState};
 use crate::gateway::{self, Gateway};
 use crate::metrics::Snapshot;
-use crate::middleware::{body_deadline, forget_client_request_id, request_span};
+use crate::middleware::{MakeRequestV7, body_deadline, forget_client_request_id, request_span};
 use crate::walk::Runtime;
 use crate::web;
 use axum::extract::State;
@@ -13,7 +13,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{Value, json};
 use std::sync::Arc;
-use tower_http::request_id::{MakeRequestUuid, SetRequestIdLayer};
+use tower_http::request_id::SetRequestIdLayer;
 use tower_http::trace::TraceLayer;
 
 /// What the server's routes share: each area's own state.
@@ -38,7 +38,7 @@ pub fn router(state: AppState) -> Router {
         .layer(axum::middleware::from_fn_with_state(live, body_deadline))
         .layer(axum::middleware::map_response(nosniff))
         .layer(TraceLayer::new_for_http().make_span_with(request_span))
-        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+        .layer(SetRequestIdLayer::x_request_id(MakeRequestV7))
         .layer(axum::middleware::map_request(forget_client_request_id))
 }
 
@@ -75,14 +75,26 @@ async fn healthz(State(runtime): State<Arc<Runtime>>) -> Json<Value> {
     Json(json!({
         "status": if degraded { "degraded" } else { "ok" },
         "version": env!("CARGO_PKG_VERSION"),
-        "database": { "answering": answering, "silent_ms": runtime.watchdog.silent_for().as_millis() as u64 },
         "audit": {
             "queued": audit.queued,
             "capacity": audit.capacity,
             "dropped_requests": audit.dropped_requests,
             "dropped_attempts": audit.dropped_attempts,
             "failing": audit.failing,
+            "lag_ms": audit.lag_ms,
+            "held": audit.held,
+            "slowest_write_ms": audit.slowest_write_ms,
         },
-        "stats": { "failing": stats_failing, "waiting": stats_waiting },
+        "stats": {
+            "failing": stats_failing,
+            "waiting": stats_waiting,
+            "slowest_write_ms": runtime.book.slowest_write().as_millis() as u64,
+        },
+        "database": {
+            "answering": answering,
+            "silent_ms": runtime.watchdog.silent_for().as_millis() as u64,
+            "wal_bytes": runtime.store.wal_bytes(),
+            "checkpoint_hold_ms": runtime.store.checkpoint_hold().map(|d| d.as_secs_f64() * 1000.0),
+        },
     }))
 }

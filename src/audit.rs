@@ -1,26 +1,39 @@
 //! The audit trail's writer: one `requests` row per request and one `attempts` row per upstream
-//! call or skipped candidate (SPEC §7; the rows are `crate::store::{RequestRow, AttemptRow}`).
+//! call or skipped candidate (docs/audit.md; the rows are `crate::store::{RequestRow, AttemptRow}`).
 //! Rows are queued on the hot path and written in batches by a write-behind (`crate::behind`);
 //! `flush` waits until everything queued so far is on disk. The queue is bounded
 //! (`audit.queue`): when the database cannot keep up, rows are shed and counted
-//! (`rota_audit_dropped_total`), never the requests themselves (docs/audit.md).
+//! (`rota_audit_dropped_total`), never the requests themselves (docs/audit.md). While the
+//! writer works but lags, new requests wait for it (`admit`), so that a crash never loses
+//! more than the last moment's rows.
 
 use crate::behind::{self, Sink, Writer};
 use crate::store::{AttemptRecord, AttemptRow, RequestRecord, RequestRow, Store, StoreError};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 enum Row {
     Attempt(AttemptRow),
     Request(RequestRow),
 }
 
-/// The rows waiting for the writer, and how many were queued since start.
+/// The rows waiting for the writer (each with when it was queued), how many were queued
+/// since start, and since when the oldest row of the batch being written waits.
 #[derive(Default)]
 struct Queue {
-    rows: VecDeque<Row>,
+    rows: VecDeque<(Instant, Row)>,
     queued: u64,
+    writing_since: Option<Instant>,
+}
+
+impl Queue {
+    /// How long the oldest row not yet written has waited.
+    fn lag(&self) -> Duration {
+        let oldest = self.writing_since.or(self.rows.front().map(|r| r.0));
+        oldest.map_or(Duration::ZERO, |t| t.elapsed())
+    }
 }
 
 /// What the writer and the handlers share: the queue, its depth (waiting and being written),
@@ -33,7 +46,11 @@ struct Shared {
     dropped_attempts: AtomicU64,
     /// When a shed row was last logged (ms since the writer started): one line a second.
     logged_at: AtomicU64,
-    started: std::time::Instant,
+    /// Requests that waited in `Audit::admit`.
+    held: AtomicU64,
+    /// When a batch was last written (ms since the writer started).
+    written_at: AtomicU64,
+    started: Instant,
     writer: Arc<Writer>,
 }
 
@@ -54,6 +71,12 @@ pub struct Health {
     pub dropped_attempts: u64,
     /// The last write failed; the writer is retrying it.
     pub failing: bool,
+    /// How long the oldest row not yet written has waited (ms).
+    pub lag_ms: u64,
+    /// The longest one batch's write took since start (ms), waits for the database included.
+    pub slowest_write_ms: u64,
+    /// Requests that waited for the writer before they were served (`admit`), since start.
+    pub held: u64,
 }
 
 impl Health {
@@ -82,7 +105,18 @@ impl Drop for Handle {
 
 /// How long rows gather before a write: the most of them a SIGKILL can lose, beside the
 /// write under way (docs/audit.md).
-const GATHER: std::time::Duration = std::time::Duration::from_millis(10);
+const GATHER: Duration = Duration::from_millis(10);
+
+/// A request is served only once the oldest unwritten row is younger than this (`admit`): a
+/// SIGKILL loses the rows of the requests answered in the last 250 ms at most (docs/audit.md),
+/// and this leaves room for one batch's write beside it.
+const ADMIT_LAG: Duration = Duration::from_millis(100);
+
+/// The longest a request waits for the writer to catch up. A writer that has not written a
+/// batch in that long is stuck (the database is locked by another process or failing, and the
+/// busy timeout has not run out yet): requests are then served without waiting, and rows shed
+/// and counted when the queue is full, as while it fails.
+const ADMIT_WAIT: Duration = Duration::from_millis(500);
 
 /// Rows written in one transaction at most; a batch this large is written without gathering.
 const BATCH: usize = 1024;
@@ -97,7 +131,9 @@ impl Audit {
             dropped_requests: AtomicU64::new(0),
             dropped_attempts: AtomicU64::new(0),
             logged_at: AtomicU64::new(0),
-            started: std::time::Instant::now(),
+            held: AtomicU64::new(0),
+            written_at: AtomicU64::new(0),
+            started: Instant::now(),
             writer: Writer::new(),
         });
         behind::spawn(shared.writer.clone(), store, Rows(shared.clone()), GATHER);
@@ -120,7 +156,7 @@ impl Audit {
         let shared = self.shared();
         let mut queue = shared.lock();
         if queue.rows.len() < shared.capacity.max(1) {
-            queue.rows.push_back(row);
+            queue.rows.push_back((Instant::now(), row));
             queue.queued += 1;
             shared.depth.fetch_add(1, Ordering::Relaxed);
             drop(queue);
@@ -147,6 +183,22 @@ impl Audit {
         }
     }
 
+    /// Shutdown gave up waiting for the database: the rows still queued (not the batch under
+    /// way, which may yet land) are shed and counted with the others (`dropped_*`,
+    /// `rota_audit_dropped_total`), so that what was lost is a count, not only a log line.
+    pub fn give_up(&self) -> Health {
+        let shared = self.shared();
+        let rows: Vec<(Instant, Row)> = shared.lock().rows.drain(..).collect();
+        shared.depth.fetch_sub(rows.len(), Ordering::Relaxed);
+        for (_, row) in rows {
+            match row {
+                Row::Request(_) => shared.dropped_requests.fetch_add(1, Ordering::Relaxed),
+                Row::Attempt(_) => shared.dropped_attempts.fetch_add(1, Ordering::Relaxed),
+            };
+        }
+        self.health()
+    }
+
     pub fn health(&self) -> Health {
         let s = self.shared();
         Health {
@@ -155,6 +207,37 @@ impl Audit {
             dropped_requests: s.dropped_requests.load(Ordering::Relaxed),
             dropped_attempts: s.dropped_attempts.load(Ordering::Relaxed),
             failing: s.writer.failing(),
+            lag_ms: s.lock().lag().as_millis() as u64,
+            slowest_write_ms: s.writer.slowest().as_millis() as u64,
+            held: s.held.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Waits, before a request is served, while the writer works but lags: while the oldest
+    /// row not yet written has waited more than `ADMIT_LAG`, for `ADMIT_WAIT` at most. So the
+    /// rows a SIGKILL can lose stay those of the last moment at any load: when requests come
+    /// faster than the database takes their rows, they are served at the rate it does
+    /// (docs/audit.md, "A crash loses at most the last moment"). Not while the writer fails:
+    /// then rows are shed and counted, and requests are served as before.
+    pub async fn admit(&self) {
+        let shared = self.shared();
+        let stuck = || {
+            let since = shared
+                .started
+                .elapsed()
+                .saturating_sub(Duration::from_millis(shared.written_at.load(Ordering::Relaxed)));
+            shared.writer.failing() || since > ADMIT_WAIT
+        };
+        if shared.lock().lag() <= ADMIT_LAG || stuck() {
+            return;
+        }
+        shared.held.fetch_add(1, Ordering::Relaxed);
+        let until = tokio::time::Instant::now() + ADMIT_WAIT;
+        let mut written = shared.writer.subscribe();
+        while shared.lock().lag() > ADMIT_LAG && !stuck() {
+            if tokio::time::timeout_at(until, written.changed()).await.is_err() {
+                return;
+            }
         }
     }
 
@@ -166,7 +249,7 @@ impl Audit {
     }
 
     /// `flush`, for at most `limit`: whether everything queued was written.
-    pub async fn flush_within(&self, limit: std::time::Duration) -> bool {
+    pub async fn flush_within(&self, limit: Duration) -> bool {
         tokio::time::timeout(limit, self.flush()).await.is_ok()
     }
 }
@@ -185,7 +268,8 @@ impl Sink for Rows {
     fn take(&mut self) -> (Self::Batch, u64) {
         let mut queue = self.0.lock();
         let n = queue.rows.len().min(BATCH);
-        let rows: Vec<Row> = queue.rows.drain(..n).collect();
+        queue.writing_since = queue.rows.front().map(|r| r.0);
+        let rows: Vec<Row> = queue.rows.drain(..n).map(|r| r.1).collect();
         let upto = queue.queued - queue.rows.len() as u64;
         let more = !queue.rows.is_empty();
         drop(queue);
@@ -209,6 +293,8 @@ impl Sink for Rows {
     async fn write(&mut self, store: &dyn Store, batch: &Self::Batch) -> Result<(), StoreError> {
         store.insert_audit(&batch.0, &batch.1).await?;
         self.0.depth.fetch_sub(Self::rows(batch), Ordering::Relaxed);
+        self.0.lock().writing_since = None;
+        self.0.written_at.store(self.0.started.elapsed().as_millis() as u64, Ordering::Relaxed);
         Ok(())
     }
 }

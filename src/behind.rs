@@ -9,13 +9,19 @@
 //! time up to a second (`BACKOFF`); meanwhile the writer says it is failing (`/healthz`,
 //! `rota_database_write_failing`). The count of items written is published, so `Writer::written`
 //! waits until everything queued up to a point is on disk (flush, group commit).
+//!
+//! Each write is made in the writers' turn (`Store::write_turn`: SQLite has one writer at a
+//! time, and the writers of one process queue for it in order). After a write failed on a full
+//! disk, the drain of what waited is paced (`pace`): the log is emptied before each batch, a
+//! batch is written only while the disk keeps `DRAIN_FLOOR` free, and one a `DRAIN_PAUSE` at
+//! most, so that the backlog cannot fill the space an operator just freed (docs/audit.md).
 
 use crate::store::{Store, StoreError};
 use backon::{BackoffBuilder, ExponentialBuilder};
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 use tokio::sync::{Notify, watch};
 
 /// The longest pause between two tries of a failing write.
@@ -33,6 +39,15 @@ const BACKOFF: ExponentialBuilder = ExponentialBuilder::new()
 /// (`Sink::isolate`).
 const ISOLATE_AFTER: u32 = 3;
 
+/// After a full disk, a batch is written only while the database's file system has this much
+/// free: room for the write-ahead log of a second of writes at the saturated rate, and for
+/// whatever else the machine writes there.
+pub const DRAIN_FLOOR: u64 = 32 << 20;
+
+/// After a full disk, the writer writes one batch per this pause at most until it has caught up
+/// and the disk has twice `DRAIN_FLOOR` free: at most about 10,000 audit rows (10 MB) a second.
+const DRAIN_PAUSE: Duration = Duration::from_millis(100);
+
 /// What a write-behind's task and the handles that queue for it share: the wake-ups, whether
 /// the last write failed, and the count of items written so far.
 pub struct Writer {
@@ -48,6 +63,12 @@ pub struct Writer {
     failing: AtomicBool,
     /// The handles are gone: write what is left, then end.
     closed: AtomicBool,
+    /// The longest one batch's write took since start (µs), in the writers' turn: waits for the
+    /// database's lock (another process, a checkpoint) included, the other writer's turn not.
+    slowest: AtomicU64,
+    /// A write failed on a full disk: what waits is drained at a pace (`pace`) until the
+    /// writer has caught up.
+    full: AtomicBool,
 }
 
 impl Writer {
@@ -59,7 +80,19 @@ impl Writer {
             written: watch::Sender::new(0),
             failing: AtomicBool::new(false),
             closed: AtomicBool::new(false),
+            slowest: AtomicU64::new(0),
+            full: AtomicBool::new(false),
         })
+    }
+
+    /// A receiver that sees each batch written (`changed`).
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.written.subscribe()
+    }
+
+    /// The longest one batch's write took since start.
+    pub fn slowest(&self) -> Duration {
+        Duration::from_micros(self.slowest.load(Ordering::Relaxed))
     }
 
     /// Something was queued: the writer gathers and writes it.
@@ -162,12 +195,26 @@ async fn run<S: Sink>(writer: Arc<Writer>, store: Arc<dyn Store>, mut sink: S, g
                 }
                 loop {
                     let closed = writer.closed.load(Ordering::Relaxed);
+                    let paced = writer.full.load(Ordering::Relaxed);
+                    if paced {
+                        pace(store.as_ref()).await;
+                    }
                     let (batch, upto) = sink.take();
                     let empty = S::rows(&batch) == 0;
                     if !empty {
                         write(&writer, store.as_ref(), &mut sink, &batch).await;
                     }
                     writer.done(upto);
+                    if paced {
+                        let roomy = store.free_bytes().is_none_or(|f| f >= 2 * DRAIN_FLOOR);
+                        if sink.ready() {
+                            writer.wake(); // the next batch of the backlog, after the pause
+                        } else if !writer.failing() && roomy {
+                            writer.full.store(false, Ordering::Relaxed);
+                            tracing::info!("{}: the backlog after the full disk is written", S::WHAT);
+                        }
+                        tokio::time::sleep(DRAIN_PAUSE).await;
+                    }
                     if !closed {
                         break;
                     }
@@ -188,7 +235,12 @@ async fn write<S: Sink>(writer: &Writer, store: &dyn Store, sink: &mut S, batch:
     let mut pauses = BACKOFF.build();
     let mut tries = 0u32;
     loop {
-        match sink.write(store, batch).await {
+        let turn = store.write_turn().await;
+        let started = Instant::now();
+        let done = sink.write(store, batch).await;
+        writer.slowest.fetch_max(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+        drop(turn);
+        match done {
             Ok(()) => {
                 if tries > 0 {
                     tracing::info!(rows, tries, "{} written after the database recovered", S::WHAT);
@@ -198,6 +250,11 @@ async fn write<S: Sink>(writer: &Writer, store: &dyn Store, sink: &mut S, batch:
             Err(e) => {
                 tries += 1;
                 writer.failing.store(true, Ordering::Relaxed);
+                // A full disk, or a failure with the disk nearly full (an `fsync` that found no
+                // room for blocks the file system had promised fails as an I/O error).
+                if e.is_full() || store.free_bytes().is_some_and(|f| f < DRAIN_FLOOR) {
+                    writer.full.store(true, Ordering::Relaxed);
+                }
                 store.write_failed(&e);
                 if tries == 1 || tries.is_power_of_two() {
                     tracing::error!(
@@ -210,10 +267,40 @@ async fn write<S: Sink>(writer: &Writer, store: &dyn Store, sink: &mut S, batch:
                 }
             }
         }
-        if tries >= ISOLATE_AFTER && sink.isolate(store, batch).await {
-            return;
+        if tries >= ISOLATE_AFTER {
+            let turn = store.write_turn().await;
+            let isolated = sink.isolate(store, batch).await;
+            drop(turn);
+            if isolated {
+                return;
+            }
         }
         tokio::time::sleep(pauses.next().unwrap_or(BACKOFF_MAX)).await;
+    }
+}
+
+/// Before each batch of the drain after a full disk: the write-ahead log is copied into the
+/// database and emptied, which gives its space back, and the batch waits while the database's
+/// file system has less than `DRAIN_FLOOR` free (rows meanwhile queue, and the audit queue sheds
+/// and counts what overflows it).
+async fn pace(store: &dyn Store) {
+    let mut logged = false;
+    loop {
+        let _ = store.checkpoint(true).await;
+        match store.free_bytes() {
+            Some(free) if free < DRAIN_FLOOR => {
+                if !logged {
+                    tracing::warn!(
+                        free_mb = free >> 20,
+                        floor_mb = DRAIN_FLOOR >> 20,
+                        "the disk that was full has too little free space: the writers wait before writing more"
+                    );
+                    logged = true;
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            _ => return,
+        }
     }
 }
 

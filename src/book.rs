@@ -576,7 +576,7 @@ impl Book {
     }
 
     /// Resets the windows and counters of every profile whose windows have ended, and writes
-    /// them, so that what `usage_stats` holds is current when an auditor reads it (SPEC §3).
+    /// them, so that what `usage_stats` holds is current when an auditor reads it (docs/rotation.md).
     /// Returns how many profiles were reset.
     pub fn sweep(&self, now: Millis) -> usize {
         let policy = self.policy();
@@ -632,10 +632,35 @@ impl Book {
         (self.shared.writer.failing(), waiting)
     }
 
+    /// What waits for the stats writer: the profiles whose changes it is writing, those whose
+    /// changes are queued, and the changes of both (coalesced: `Unwritten`).
+    pub fn backlog(&self) -> Backlog {
+        let inner = self.lock();
+        Backlog {
+            inflight: inner.inflight.len(),
+            pending: inner.pending.len(),
+            changes: inner.inflight.values().map(Vec::len).sum::<usize>()
+                + inner.pending.values().map(|p| p.replay().count()).sum::<usize>(),
+        }
+    }
+
+    /// The longest one batch of stats took to write since start.
+    pub fn slowest_write(&self) -> Duration {
+        self.shared.writer.slowest()
+    }
+
     /// Decides whether a candidate is tried, probed or skipped (claims the probe atomically).
     pub fn gate(&self, pos: Position<'_>, avail: Availability, now: Millis) -> Gate {
         gate::gate(pos, avail, &mut self.lock().probes, now)
     }
+}
+
+/// What waits for the stats writer (`Book::backlog`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Backlog {
+    pub inflight: usize,
+    pub pending: usize,
+    pub changes: usize,
 }
 
 /// How long changes gather before a write that nobody waits for.

@@ -29,7 +29,7 @@ pub struct App {
 }
 
 impl App {
-    /// `watched`: the config file to reload on change (SPEC §8), if the config came from one.
+    /// `watched`: the config file to reload on change (docs/api.md), if the config came from one.
     pub async fn build(config: Config, watched: Option<std::path::PathBuf>) -> Result<App> {
         App::build_on(config, watched, Arc::new(SteadyClock::new())).await
     }
@@ -49,7 +49,8 @@ impl App {
         let (sender, live) = crate::settings::channel(Settings::new(config));
         let runtime = Arc::new(Runtime::new(
             live.clone(),
-            (book.clone(), store.clone()),
+            book.clone(),
+            store.clone(),
             audit.clone(),
             clock.clone(),
             refresher.clone(),
@@ -79,8 +80,8 @@ impl App {
     /// flight have `server.shutdown_grace` to finish; then requests still waiting on an upstream
     /// are answered 503 and streams still open are cut with the in-band error (both audited
     /// `cancelled`), and what still runs `CUT_WAIT` later is abandoned.
-    /// Last, pending stats and audit writes get `FLUSH_WAIT` to reach the database; what is
-    /// left is logged.
+    /// Last, pending stats and audit writes get `FLUSH_WAIT` to reach the database; the audit
+    /// rows left are shed and counted (`Audit::give_up`), and the totals logged.
     pub async fn serve(
         self,
         listener: tokio::net::TcpListener,
@@ -145,12 +146,16 @@ impl App {
         leases.expire(runtime.clock.now(), true);
         let (book, audit) = (self.book.flush(), self.audit.flush());
         if tokio::time::timeout(FLUSH_WAIT, async { tokio::join!(book, audit) }).await.is_err() {
-            let health = self.audit.health();
+            let queued = self.audit.health().queued;
+            let health = self.audit.give_up();
             let (_, stats) = self.book.writer_state();
             tracing::error!(
-                audit_rows = health.queued,
+                audit_rows = queued - health.queued,
+                dropped_requests = health.dropped_requests,
+                dropped_attempts = health.dropped_attempts,
                 stats_profiles = stats,
-                "the database did not take the last writes in time; they are lost"
+                "the database did not take the last writes in time: the audit rows still queued are shed \
+                 (counted in dropped_requests and dropped_attempts since start), the stats changes are lost"
             );
         }
         Ok(())

@@ -44,9 +44,11 @@ async fn jumps(clock: Arc<dyn Clock>) {
     }
 }
 
-/// Every `database.checkpoint_every` the log is copied into the database beside the writers,
-/// so that the next writer starts it over; while it is over `database.wal_limit_mb` (a long
-/// reader kept it from starting over) it is truncated as soon as the reader is done.
+/// Every `database.checkpoint_every` the log is copied into the database beside the writers
+/// and, once all of it is, started over in a moment of the writers' turn (`Store::checkpoint`),
+/// so that under any load it holds about one period of writes; while it is over
+/// `database.wal_limit_mb` (a long reader kept it from starting over) it is truncated as soon
+/// as the reader is done.
 async fn checkpoints(store: Arc<dyn Store>, settings: Live) {
     loop {
         let db = settings.get().config.database.clone();
@@ -114,7 +116,12 @@ async fn retention(store: Arc<dyn Store>, settings: Live, clock: Arc<dyn Clock>)
         let Some(before) = cutoff(store.as_ref(), audit.retention, now).await else { continue };
         let mut total = Pruned::default();
         loop {
-            match store.prune_audit(before, PRUNE_BATCH).await {
+            // In the writers' turn: the audit and stats writers queue behind the batch rather
+            // than poll for the file lock (`Store::write_turn`).
+            let turn = store.write_turn().await;
+            let pruned = store.prune_audit(before, PRUNE_BATCH).await;
+            drop(turn);
+            match pruned {
                 Ok(p) => {
                     total.attempts += p.attempts;
                     total.requests += p.requests;

@@ -1,4 +1,4 @@
-//! Leases (SPEC §8): an agent that calls a provider itself asks rota for a credential, makes
+//! Leases (docs/api.md): an agent that calls a provider itself asks rota for a credential, makes
 //! the call, and reports what came of it. A lease is one attempt of a failover walk — the
 //! same walk the gateway drives — so rotation, retries, fallback, cooldowns and the audit rows
 //! are the gateway's for the same faults. A failure report answers with the walk's next lease.
@@ -168,7 +168,7 @@ pub struct ReportAnswer {
 #[derive(Serialize, ToSchema)]
 pub struct Recorded {
     pub outcome: String,
-    /// The failure reason (SPEC §4), for a failure.
+    /// The failure reason (docs/rotation.md), for a failure.
     pub reason: Option<String>,
 }
 
@@ -299,6 +299,7 @@ async fn create(
     Body(req): Body<LeaseRequest>,
 ) -> Result<(axum::http::StatusCode, Json<Lease>), ApiError> {
     let runtime = &state.runtime;
+    runtime.audit.admit().await; // as the gateway's requests: docs/audit.md
     let settings = runtime.settings();
     let parse =
         |raw: &str, what: &str| raw.parse::<ProfileId>().map_err(|e| ApiError::BadRequest(format!("{what}: {e}")));
@@ -499,7 +500,7 @@ async fn report(
     }
 }
 
-/// An untrusted agent's report is a claim (SPEC §3 "Evidence"): it may cool the profile on the
+/// An untrusted agent's report is a claim (docs/rotation.md "Evidence"): it may cool the profile on the
 /// ladder, but it reaches the disabled lanes only when rota's own call with that credential
 /// agrees — a revocation confirmed by a 401/403, an empty balance by a billing answer.
 async fn weigh_claim(

@@ -1,4 +1,4 @@
-//! The command line (SPEC §8, CLI). Every command takes `--config`.
+//! The command line (README.md). Every command takes `--config`.
 
 mod agents;
 mod interop;
@@ -128,7 +128,15 @@ fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("ROTA_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).try_init();
+    // A log line that cannot be written (stderr is a file on a full disk) is lost, never
+    // reported with `eprintln!`: that panics when stderr fails too, and took down the task
+    // that logged, a database writer among them (the full-disk case of tests/it/faults.rs).
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(ansi)
+        .with_writer(std::io::stderr)
+        .log_internal_errors(false)
+        .try_init();
 }
 
 /// `rota migrate --from URL`: copies the database at `from` into `to` (the configured one).

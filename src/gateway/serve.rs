@@ -93,6 +93,9 @@ impl Gateway {
     }
 
     async fn walk(&self, inc: Incoming) -> Result<Response, GatewayError> {
+        // While the audit writer lags, requests wait for it here, so that a crash cannot lose
+        // more than the last moment's rows (docs/audit.md).
+        self.runtime.audit.admit().await;
         let config = &inc.settings.config;
         let deadline = Instant::now() + config.timeouts.total;
         let requested = inc.body.get("model").and_then(Value::as_str).map(str::to_string);
@@ -247,7 +250,7 @@ impl Gateway {
         self.trail(request_id, api, agent, requested, false).refuse(e.status_code().as_u16(), &e.to_string());
     }
 
-    /// The request's deadline (`timeouts.total`) passed: the walk stops where it is (SPEC §6).
+    /// The request's deadline (`timeouts.total`) passed: the walk stops where it is (docs/gateway.md).
     fn timed_out(&self, inc: &Incoming, walk: &Walk) -> GatewayError {
         let message = walk.timed_out(inc.settings.config.timeouts.total);
         tracing::warn!("{message}");

@@ -233,6 +233,16 @@ impl StoreError {
             _ => false,
         }
     }
+
+    /// The disk is full: SQLite's `SQLITE_FULL` (13), PostgreSQL's `disk_full` (53100), or
+    /// the operating system's "no space left on device".
+    pub fn is_full(&self) -> bool {
+        match self {
+            StoreError::Db(sqlx::Error::Database(e)) => matches!(e.code().as_deref(), Some("13" | "53100")),
+            StoreError::Db(sqlx::Error::Io(e)) => e.kind() == std::io::ErrorKind::StorageFull,
+            _ => false,
+        }
+    }
 }
 
 /// How long a request may wait on the database (docs/gateway.md, "Audit, health and
@@ -395,14 +405,26 @@ pub trait Store: Send + Sync {
     async fn ping(&self) -> Result<(), StoreError>;
     /// When the newest request of the audit log started, if there is one.
     async fn newest_audit(&self) -> Result<Option<Millis>, StoreError>;
-    /// Copies the write-ahead log into the database (SQLite), and with `truncate` empties it;
-    /// whether all of it was copied (emptied). Nothing to do elsewhere.
+    /// Copies the write-ahead log into the database (SQLite) and, when all of it was copied,
+    /// starts it over (with `truncate` also empties its file); whether it was started over.
+    /// Nothing to do elsewhere.
     async fn checkpoint(&self, truncate: bool) -> Result<bool, StoreError>;
     /// The write-ahead log's size in bytes, where there is one.
     fn wal_bytes(&self) -> Option<u64>;
     /// A write failed with `e`: after anything but another writer's lock, the connections
     /// open now are replaced before their next use (a writer calls this before retrying).
     fn write_failed(&self, e: &StoreError);
+    /// The turn of one of this process's writers (the audit and stats write-behinds, the
+    /// checkpoint's restart of the log), held until its transaction ends, where the engine has
+    /// one writer at a time (SQLite): the writers then queue in order instead of polling the
+    /// file lock, which lets whoever polls at the right moment in and can starve the other
+    /// one for a second. `None` where writers run side by side (PostgreSQL).
+    async fn write_turn(&self) -> Option<tokio::sync::OwnedMutexGuard<()>>;
+    /// Bytes free on the file system that holds the database, where it is a local file.
+    fn free_bytes(&self) -> Option<u64>;
+    /// The longest a checkpoint held this process's writers up (its restart of the log, in
+    /// their turn) since start, where checkpoints do (SQLite).
+    fn checkpoint_hold(&self) -> Option<std::time::Duration>;
     /// Every agent, revoked ones too, with the digest of its key (`rota migrate --from`).
     async fn all_agents(&self) -> Result<Vec<(String, Agent)>, StoreError>;
     /// Writes agents as they were elsewhere (`rota migrate --from`), ids and times kept.

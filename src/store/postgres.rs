@@ -1,8 +1,8 @@
 //! The PostgreSQL store, for a fleet of instances sharing one state (docs/scale.md).
 
 use super::sql::{
-    AGENT_COLUMNS, Hourly, SELECTIVE, Shapes, agent_days, attempt_filters, corrupt, count_attempt, now, shaped,
-    sql_store, whole_hours,
+    AGENT_COLUMNS, Hourly, SELECTIVE, STATS_UPDATE, STATS_UPSERT, Shapes, agent_days, attempt_filters, corrupt,
+    count_attempt, now, shaped, sql_store, stats_of, whole_hours,
 };
 use super::{
     AgentUsage, Applied, AttemptRecord, AuditQuery, FailureWindow, FeedEntry, LimitsPatch, Origin, ProfileUsage,
@@ -98,6 +98,22 @@ impl PgStore {
         None
     }
 
+    /// Instances and the two writers of one instance write side by side: the feed's counter
+    /// row serializes only what must be.
+    async fn turn(&self) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+        None
+    }
+
+    /// The database is elsewhere: its disk is its server's to watch.
+    fn free_space(&self) -> Option<u64> {
+        None
+    }
+
+    /// PostgreSQL checkpoints by itself.
+    fn longest_hold(&self) -> Option<Duration> {
+        None
+    }
+
     fn wake_channel(&self) -> Option<watch::Receiver<u64>> {
         let rx = self.wake.get_or_init(|| {
             let (tx, rx) = watch::channel(0u64);
@@ -136,5 +152,12 @@ async fn listen(pool: &PgPool, tx: &watch::Sender<u64>) -> Result<(), sqlx::Erro
 /// The audit's INSERTs.
 static ATTEMPTS: std::sync::LazyLock<Shapes> = std::sync::LazyLock::new(|| Shapes::attempts(true));
 static REQUESTS: std::sync::LazyLock<Shapes> = std::sync::LazyLock::new(|| Shapes::requests(true));
+
+/// The ids of a JSON array bound as `$1`, as rows (`load_many`).
+static OF: std::sync::LazyLock<[String; 3]> =
+    std::sync::LazyLock::new(|| stats_of("SELECT json_array_elements_text($1::json)"));
+static STATS_OF: std::sync::LazyLock<&str> = std::sync::LazyLock::new(|| &OF[0]);
+static COOLDOWNS_OF: std::sync::LazyLock<&str> = std::sync::LazyLock::new(|| &OF[1]);
+static QUOTAS_OF: std::sync::LazyLock<&str> = std::sync::LazyLock::new(|| &OF[2]);
 
 sql_store!(PgStore, Postgres, PgRow, PgConnection);

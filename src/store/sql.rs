@@ -26,37 +26,68 @@ pub(super) fn usable<C: sqlx::Connection>(conn: &C) -> bool {
     ok
 }
 
+/// A profile's stats row, inserted (or updated when it exists) unless the profile is gone.
+pub(super) const STATS_UPSERT: &str = "INSERT INTO usage_stats (profile_id, last_used, last_success_at, cooldown_until,
+         cooldown_reason, cooldown_model, disabled_until, disabled_reason, error_count, failure_counts, last_failure_at,
+         window_opened_at, success_count, failure_total, billing_step, cleared_at, last_success_sent_at)
+     SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $18 WHERE EXISTS (SELECT 1 FROM profiles WHERE id = $17)
+     ON CONFLICT (profile_id) DO UPDATE SET last_used = excluded.last_used,
+         last_success_at = excluded.last_success_at, cooldown_until = excluded.cooldown_until,
+         cooldown_reason = excluded.cooldown_reason, cooldown_model = excluded.cooldown_model,
+         disabled_until = excluded.disabled_until, disabled_reason = excluded.disabled_reason,
+         error_count = excluded.error_count, failure_counts = excluded.failure_counts,
+         last_failure_at = excluded.last_failure_at, window_opened_at = excluded.window_opened_at,
+         success_count = excluded.success_count, failure_total = excluded.failure_total,
+         billing_step = excluded.billing_step, cleared_at = excluded.cleared_at,
+         last_success_sent_at = excluded.last_success_sent_at";
+
+/// The same row updated in place, when the write transaction read it: the same parameters
+/// (`$17` is the profile id again, named so that PostgreSQL knows every parameter's type).
+pub(super) const STATS_UPDATE: &str =
+    "UPDATE usage_stats SET last_used = $2, last_success_at = $3, cooldown_until = $4,
+         cooldown_reason = $5, cooldown_model = $6, disabled_until = $7, disabled_reason = $8, error_count = $9,
+         failure_counts = $10, last_failure_at = $11, window_opened_at = $12, success_count = $13,
+         failure_total = $14, billing_step = $15, cleared_at = $16, last_success_sent_at = $18
+     WHERE profile_id = $1 AND profile_id = $17";
+
+/// The statements that read many profiles' stats at once (`load_many`), given the SQL that
+/// turns the JSON array of ids in `$1` into rows of the engine's.
+pub(super) fn stats_of(ids: &str) -> [String; 3] {
+    [
+        format!("SELECT * FROM usage_stats WHERE profile_id IN ({ids})"),
+        format!(
+            "SELECT profile_id, model, cooldown_until, cooldown_reason, step, opened_at FROM profile_cooldowns
+             WHERE profile_id IN ({ids})"
+        ),
+        format!("SELECT * FROM profile_quota WHERE profile_id IN ({ids})"),
+    ]
+}
+
 /// Implements `Store` for `$store`, a struct with a `pool: sqlx::Pool<$db>` and three methods
 /// that begin transactions: `write_tx` (one that may change the shared state, serialized with
 /// every other such writer), `audit_tx` (one that only appends audit rows) and `read_tx` (reads
 /// that must see one committed state, not a write landing between two of them), a
-/// `description` and a `wake_channel`, and `MIGRATOR`, `ATTEMPTS` and `REQUESTS` statics in scope.
+/// `description` and a `wake_channel`, and `MIGRATOR`, `ATTEMPTS`, `REQUESTS`, `STATS_OF`,
+/// `COOLDOWNS_OF` and `QUOTAS_OF` statics in scope.
 macro_rules! sql_store {
     ($store:ty, $db:ty, $row:ty, $conn:ty) => {
         /// Writes a profile's stats row and its cooldown windows, unless the profile is gone (a removal
-        /// raced the write). `usage_stats.cooldown_*` show the window that ends last.
+        /// raced the write). `usage_stats.cooldown_*` show the window that ends last. `before`: the
+        /// row as this transaction read it, when it did (`apply`): then the row is updated in place,
+        /// and the cooldown windows and quotas that did not change are not written again. (Most
+        /// batches only move `last_used` and the success counts: rewriting every window and quota
+        /// of every profile, each row firing its change-feed trigger, was most of the stats
+        /// writer's work with many profiles.)
         async fn upsert_stats(
             tx: &mut sqlx::Transaction<'_, $db>,
             id: &ProfileId,
+            before: Option<&UsageStats>,
             s: &UsageStats,
         ) -> Result<(), StoreError> {
             let counts = serde_json::to_string(&s.failure_counts).expect("reason counts serialize");
             let head = s.cooldowns.iter().max_by_key(|c| (c.until, c.model.is_none()));
-            sqlx::query(
-                "INSERT INTO usage_stats (profile_id, last_used, last_success_at, cooldown_until, cooldown_reason,
-                     cooldown_model, disabled_until, disabled_reason, error_count, failure_counts, last_failure_at,
-                     window_opened_at, success_count, failure_total, billing_step, cleared_at, last_success_sent_at)
-                 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $18 WHERE EXISTS (SELECT 1 FROM profiles WHERE id = $17)
-                 ON CONFLICT (profile_id) DO UPDATE SET last_used = excluded.last_used,
-                     last_success_at = excluded.last_success_at, cooldown_until = excluded.cooldown_until,
-                     cooldown_reason = excluded.cooldown_reason, cooldown_model = excluded.cooldown_model,
-                     disabled_until = excluded.disabled_until, disabled_reason = excluded.disabled_reason,
-                     error_count = excluded.error_count, failure_counts = excluded.failure_counts,
-                     last_failure_at = excluded.last_failure_at, window_opened_at = excluded.window_opened_at,
-                     success_count = excluded.success_count, failure_total = excluded.failure_total,
-                     billing_step = excluded.billing_step, cleared_at = excluded.cleared_at,
-                     last_success_sent_at = excluded.last_success_sent_at",
-            )
+            let sql = if before.is_some() { STATS_UPDATE } else { STATS_UPSERT };
+            sqlx::query(sql)
             .bind(id.as_str())
             .bind(s.last_used)
             .bind(s.last_success_at)
@@ -77,6 +108,9 @@ macro_rules! sql_store {
             .bind(s.last_success_sent_at)
             .execute(&mut **tx)
             .await?;
+            if before.is_some_and(|b| b.cooldowns == s.cooldowns) {
+                return upsert_quotas(tx, id, before, s).await;
+            }
             sqlx::query("DELETE FROM profile_cooldowns WHERE profile_id = $1").bind(id.as_str()).execute(&mut **tx).await?;
             for c in &s.cooldowns {
                 sqlx::query(
@@ -93,7 +127,17 @@ macro_rules! sql_store {
                 .execute(&mut **tx)
                 .await?;
             }
-            for q in &s.quotas {
+            upsert_quotas(tx, id, before, s).await
+        }
+
+        /// Writes a profile's quotas, but those `before` (the row as read) already held.
+        async fn upsert_quotas(
+            tx: &mut sqlx::Transaction<'_, $db>,
+            id: &ProfileId,
+            before: Option<&UsageStats>,
+            s: &UsageStats,
+        ) -> Result<(), StoreError> {
+            for q in s.quotas.iter().filter(|q| before.is_none_or(|b| !b.quotas.contains(q))) {
                 let window = |w: Option<Window>| (w.map(|w| w.remaining), w.and_then(|w| w.limit), w.and_then(|w| w.reset_at));
                 let (requests, tokens) = (window(q.requests), window(q.tokens));
                 sqlx::query(
@@ -258,33 +302,36 @@ macro_rules! sql_store {
             })
         }
 
-        /// One profile's stats as stored, with its cooldown windows; `None` when it has no row.
-        async fn load_stats(conn: &mut $conn, id: &ProfileId) -> Result<Option<UsageStats>, StoreError> {
-            let Some(row) = sqlx::query("SELECT * FROM usage_stats WHERE profile_id = $1")
-                .bind(id.as_str())
-                .fetch_optional(&mut *conn)
-                .await?
-            else {
-                return Ok(None);
-            };
-            let mut stats = stats_from_row(&row)?;
-            for row in sqlx::query(
-                "SELECT model, cooldown_until, cooldown_reason, step, opened_at FROM profile_cooldowns WHERE profile_id = $1",
-            )
-            .bind(id.as_str())
-            .fetch_all(&mut *conn)
-            .await?
-            {
-                stats.cooldowns.push(window_from_row(&row)?);
+        /// The stats as stored of many profiles, with their cooldown windows and quotas: three
+        /// statements for up to 500 profiles, instead of three for each (a batch of the stats
+        /// writer touches thousands of profiles when there are as many). Profiles without a
+        /// row are not in the map.
+        async fn load_many(conn: &mut $conn, ids: &[&ProfileId]) -> Result<HashMap<ProfileId, UsageStats>, StoreError> {
+            let mut out: HashMap<ProfileId, UsageStats> = HashMap::with_capacity(ids.len());
+            for chunk in ids.chunks(500) {
+                let list = serde_json::to_string(&chunk.iter().map(|id| id.as_str()).collect::<Vec<_>>())
+                    .expect("ids serialize");
+                for row in sqlx::query(&**STATS_OF).bind(&list).fetch_all(&mut *conn).await? {
+                    let id: String = row.try_get("profile_id")?;
+                    let id = id.parse().map_err(|e| corrupt("usage_stats", e))?;
+                    out.insert(id, stats_from_row(&row)?);
+                }
+                for row in sqlx::query(&**COOLDOWNS_OF).bind(&list).fetch_all(&mut *conn).await? {
+                    let id: String = row.try_get("profile_id")?;
+                    let id: ProfileId = id.parse().map_err(|e| corrupt("profile_cooldowns", e))?;
+                    if let Some(s) = out.get_mut(&id) {
+                        s.cooldowns.push(window_from_row(&row)?);
+                    }
+                }
+                for row in sqlx::query(&**QUOTAS_OF).bind(&list).fetch_all(&mut *conn).await? {
+                    let id: String = row.try_get("profile_id")?;
+                    let id: ProfileId = id.parse().map_err(|e| corrupt("profile_quota", e))?;
+                    if let Some(s) = out.get_mut(&id) {
+                        s.quotas.push(quota_from_row(&row)?);
+                    }
+                }
             }
-            for row in sqlx::query("SELECT * FROM profile_quota WHERE profile_id = $1")
-                .bind(id.as_str())
-                .fetch_all(&mut *conn)
-                .await?
-            {
-                stats.quotas.push(quota_from_row(&row)?);
-            }
-            Ok(Some(stats))
+            Ok(out)
         }
 
         fn model_cooldown_from_row(row: &$row) -> Result<ModelCooldown, StoreError> {
@@ -374,6 +421,18 @@ macro_rules! sql_store {
 
             fn write_failed(&self, e: &StoreError) {
                 self.write_error(e)
+            }
+
+            async fn write_turn(&self) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+                self.turn().await
+            }
+
+            fn free_bytes(&self) -> Option<u64> {
+                self.free_space()
+            }
+
+            fn checkpoint_hold(&self) -> Option<std::time::Duration> {
+                self.longest_hold()
             }
 
             async fn claim_refresh(
@@ -495,7 +554,7 @@ macro_rules! sql_store {
                 let mut tx = self.write_tx().await?;
                 for (p, secrets, stats) in profiles {
                     insert_profile(&mut tx, p, secrets).await?;
-                    upsert_stats(&mut tx, &p.id, stats).await?;
+                    upsert_stats(&mut tx, &p.id, None, stats).await?;
                 }
                 for (provider, ids) in orders {
                     sqlx::query(
@@ -569,7 +628,7 @@ macro_rules! sql_store {
             async fn save_stats(&self, batch: &[(ProfileId, UsageStats)]) -> Result<(), StoreError> {
                 let mut tx = self.write_tx().await?;
                 for (id, s) in batch {
-                    upsert_stats(&mut tx, id, s).await?;
+                    upsert_stats(&mut tx, id, None, s).await?;
                 }
                 tx.commit().await?;
                 Ok(())
@@ -594,12 +653,15 @@ macro_rules! sql_store {
                 let mut tx = self.write_tx().await?;
                 let before = feed_head(&mut tx).await?;
                 let mut out = Applied::default();
+                let ids: Vec<&ProfileId> = stats.iter().map(|(id, _)| id).collect();
+                let mut stored = load_many(&mut tx, &ids).await?;
                 for (id, changes) in stats {
-                    let Some(mut s) = load_stats(&mut tx, id).await? else { continue };
+                    let Some(before) = stored.remove(id) else { continue };
+                    let mut s = before.clone();
                     for c in changes {
                         s.apply(c, policy);
                     }
-                    upsert_stats(&mut tx, id, &s).await?;
+                    upsert_stats(&mut tx, id, Some(&before), &s).await?;
                     out.stats.push((id.clone(), s));
                 }
                 for (key, changes) in models {
@@ -644,11 +706,8 @@ macro_rules! sql_store {
 
             async fn stats_of(&self, ids: &[ProfileId]) -> Result<Vec<(ProfileId, Option<UsageStats>)>, StoreError> {
                 let mut conn = self.pool.acquire().await?;
-                let mut out = Vec::with_capacity(ids.len());
-                for id in ids {
-                    out.push((id.clone(), load_stats(&mut conn, id).await?));
-                }
-                Ok(out)
+                let mut stored = load_many(&mut conn, &ids.iter().collect::<Vec<_>>()).await?;
+                Ok(ids.iter().map(|id| (id.clone(), stored.remove(id))).collect())
             }
 
             async fn model_cooldowns(&self) -> Result<HashMap<(String, String), ModelCooldown>, StoreError> {

@@ -1,8 +1,8 @@
 //! The embedded SQLite store (WAL, busy timeout, migrations applied at open).
 
 use super::sql::{
-    AGENT_COLUMNS, Hourly, SELECTIVE, Shapes, agent_days, attempt_filters, corrupt, count_attempt, now, shaped,
-    sql_store, whole_hours,
+    AGENT_COLUMNS, Hourly, SELECTIVE, STATS_UPDATE, STATS_UPSERT, Shapes, agent_days, attempt_filters, corrupt,
+    count_attempt, now, shaped, sql_store, stats_of, whole_hours,
 };
 use super::{
     AgentUsage, Applied, AttemptRecord, AuditQuery, FailureWindow, FeedEntry, LimitsPatch, Origin, ProfileUsage,
@@ -32,6 +32,10 @@ pub struct SqliteStore {
     pool: SqlitePool,
     description: String,
     failures: Arc<Failures>,
+    /// This process's writers take turns here (`Store::write_turn`), in order.
+    turn: Arc<tokio::sync::Mutex<()>>,
+    /// The longest a checkpoint held the turn (µs).
+    hold: Arc<AtomicU64>,
 }
 
 /// When a write last failed for another reason than a lock (an I/O error, a read-only file):
@@ -72,8 +76,16 @@ fn owner_only(path: &Path) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// What the write-ahead log is cut back to when a writer starts it over.
-const JOURNAL_SIZE_LIMIT: u64 = 64 << 20;
+/// What the write-ahead log is cut back to when a writer starts it over. The checkpoints start
+/// it over every `database.checkpoint_every` under load, so it holds about a second of writes
+/// (about 10 MB at the saturated rate of this machine, docs/performance.md); what is kept is
+/// reused rather than grown again.
+const JOURNAL_SIZE_LIMIT: u64 = 16 << 20;
+
+/// How long the checkpoint's restart of the log waits for a reader to leave it, holding the
+/// writers' turn: a reader still in the log after that keeps it from starting over until the
+/// next checkpoint, rather than holding the writers up.
+const RESTART_WAIT: Duration = Duration::from_millis(10);
 
 /// How long a statement waits for another connection's lock.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -108,7 +120,13 @@ impl SqliteStore {
             .await?;
         owner_only(path)?;
         MIGRATOR.run(&pool).await?;
-        Ok(SqliteStore { pool, description: path.display().to_string(), failures })
+        Ok(SqliteStore {
+            pool,
+            description: path.display().to_string(),
+            failures,
+            turn: Arc::new(tokio::sync::Mutex::new(())),
+            hold: Arc::new(AtomicU64::new(0)),
+        })
     }
 
     pub fn pool(&self) -> &SqlitePool {
@@ -148,28 +166,75 @@ impl SqliteStore {
         None
     }
 
-    /// `truncate` false: `PRAGMA wal_checkpoint(PASSIVE)`, which copies the log into the
-    /// database beside the writers (the next writer then starts the log over, cut back to
-    /// `journal_size_limit`); whether every frame was copied. `truncate` true, for a log grown
-    /// past its limit: `TRUNCATE`, which holds up writers while it runs, so it waits for a
-    /// reader or writer 250 ms at most; whether the log is empty now.
+    /// Copies the log into the database beside the writers (`PASSIVE`). When that copied every
+    /// frame, the log is started over at once: `RESTART` (or with `truncate`, for a log grown
+    /// past its limit, `TRUNCATE`, which also gives its space back), in this process's writers'
+    /// turn, so it waits for no writer of its own and holds them up only while it copies the
+    /// frames written during the `PASSIVE` (a few ms). Without the restart a log under constant
+    /// writes never starts over: a `PASSIVE` never catches the writers with nothing left to copy,
+    /// so the log grew by every write (670 MB a minute at saturation), and the `TRUNCATE` at its
+    /// limit then held both writers up for over a second. Whether the log was started over.
     async fn checkpoint_wal(&self, truncate: bool) -> Result<bool, StoreError> {
-        let mut conn = self.pool.acquire().await?;
-        if !truncate {
-            let (_, log, copied): (i64, i64, i64) =
-                sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)").fetch_one(&mut *conn).await?;
-            return Ok(log == copied);
+        let (_, log, copied): (i64, i64, i64) =
+            sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)").fetch_one(&self.pool).await?;
+        if log != copied {
+            return Ok(false); // a reader still needs frames the database does not have yet
         }
-        sqlx::query("PRAGMA busy_timeout = 250").execute(&mut *conn).await?;
-        let done = sqlx::query_scalar::<_, i64>("PRAGMA wal_checkpoint(TRUNCATE)").fetch_one(&mut *conn).await;
-        sqlx::query(sqlx::AssertSqlSafe(format!("PRAGMA busy_timeout = {}", BUSY_TIMEOUT.as_millis())))
-            .execute(&mut *conn)
-            .await?;
-        match done.map_err(StoreError::from) {
+        if log <= 0 && !truncate {
+            return Ok(true);
+        }
+        // The turn first, then a connection, as every writer takes them: a connection held
+        // while waiting for the turn could be the one the turn's holder waits for.
+        let turn = self.turn.lock().await;
+        let taken = std::time::Instant::now();
+        let done = self.restart_wal(truncate).await;
+        drop(turn);
+        let held = taken.elapsed();
+        self.hold.fetch_max(held.as_micros() as u64, Ordering::Relaxed);
+        if held > Duration::from_millis(50) {
+            tracing::warn!(?held, "starting the write-ahead log over held the writers up");
+        } else {
+            tracing::debug!(?held, "the write-ahead log was started over");
+        }
+        match done {
             Ok(busy) => Ok(busy == 0),
             Err(e) if e.is_busy() => Ok(false),
             Err(e) => Err(e),
         }
+    }
+
+    /// `RESTART` (or `TRUNCATE`) on a connection of its own, waiting `RESTART_WAIT` at most for
+    /// readers; the checkpoint's outcome (busy: 0 when the log was started over).
+    async fn restart_wal(&self, truncate: bool) -> Result<i64, StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!("PRAGMA busy_timeout = {}", RESTART_WAIT.as_millis())))
+            .execute(&mut *conn)
+            .await?;
+        let sql = if truncate { "PRAGMA wal_checkpoint(TRUNCATE)" } else { "PRAGMA wal_checkpoint(RESTART)" };
+        let done = sqlx::query_scalar::<_, i64>(sql).fetch_one(&mut *conn).await;
+        sqlx::query(sqlx::AssertSqlSafe(format!("PRAGMA busy_timeout = {}", BUSY_TIMEOUT.as_millis())))
+            .execute(&mut *conn)
+            .await?;
+        Ok(done?)
+    }
+
+    fn longest_hold(&self) -> Option<Duration> {
+        Some(Duration::from_micros(self.hold.load(Ordering::Relaxed)))
+    }
+
+    async fn turn(&self) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+        Some(self.turn.clone().lock_owned().await)
+    }
+
+    fn free_space(&self) -> Option<u64> {
+        #[cfg(target_os = "linux")]
+        {
+            let dir = Path::new(&self.description).parent().filter(|d| !d.as_os_str().is_empty());
+            let st = nix::sys::statvfs::statvfs(dir.unwrap_or(Path::new("."))).ok()?;
+            Some(st.blocks_available() as u64 * st.fragment_size() as u64)
+        }
+        #[cfg(not(target_os = "linux"))]
+        None
     }
 
     fn wal_size(&self) -> Option<u64> {
@@ -182,5 +247,11 @@ impl SqliteStore {
 /// million instructions.
 static ATTEMPTS: std::sync::LazyLock<Shapes> = std::sync::LazyLock::new(|| Shapes::attempts(false));
 static REQUESTS: std::sync::LazyLock<Shapes> = std::sync::LazyLock::new(|| Shapes::requests(false));
+
+/// The ids of a JSON array bound as `$1`, as rows (`load_many`).
+static OF: std::sync::LazyLock<[String; 3]> = std::sync::LazyLock::new(|| stats_of("SELECT value FROM json_each($1)"));
+static STATS_OF: std::sync::LazyLock<&str> = std::sync::LazyLock::new(|| &OF[0]);
+static COOLDOWNS_OF: std::sync::LazyLock<&str> = std::sync::LazyLock::new(|| &OF[1]);
+static QUOTAS_OF: std::sync::LazyLock<&str> = std::sync::LazyLock::new(|| &OF[2]);
 
 sql_store!(SqliteStore, Sqlite, SqliteRow, SqliteConnection);

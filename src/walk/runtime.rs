@@ -26,6 +26,8 @@ const DURABLE_WAIT: Duration = Duration::from_secs(2);
 pub struct Runtime {
     settings: Live,
     pub book: Arc<Book>,
+    /// The database, for what `/healthz` says of it.
+    pub store: Arc<dyn Store>,
     pub audit: Audit,
     pub metrics: Arc<Metrics>,
     pub clock: Arc<dyn Clock>,
@@ -45,7 +47,8 @@ pub struct Runtime {
 impl Runtime {
     pub fn new(
         settings: Live,
-        (book, store): (Arc<Book>, Arc<dyn Store>),
+        book: Arc<Book>,
+        store: Arc<dyn Store>,
         audit: Audit,
         clock: Arc<dyn Clock>,
         refresher: Arc<Refresher>,
@@ -55,11 +58,12 @@ impl Runtime {
         Runtime {
             settings,
             book,
+            store: store.clone(),
             audit,
             metrics: Arc::new(Metrics::default()),
             clock,
             refresher,
-            limits: Limiter::new(store, watchdog.clone()),
+            limits: Limiter::new(store.clone(), watchdog.clone()),
             watchdog,
             stopping: CancellationToken::new(),
             _tasks: tasks.clone().drop_guard(),
@@ -103,7 +107,7 @@ impl Runtime {
         }
     }
 
-    /// What a failed attempt leads to (SPEC §4), for the gateway and leases alike. An OAuth
+    /// What a failed attempt leads to (docs/rotation.md), for the gateway and leases alike. An OAuth
     /// token the upstream refused (401) is refreshed first, and the same profile is then tried
     /// once more (`Retry` without backoff); a refresh token refused for good makes the failure
     /// `auth_permanent`. `class` ends as recorded.

@@ -809,3 +809,43 @@ async fn usage_series_counts_match_the_tables(db: Db) {
 fn counts_sum(series: &Value) -> i64 {
     series["counts"].as_array().unwrap().iter().map(|c| c.as_i64().unwrap()).sum()
 }
+
+/// Shutdown that gives up waiting for the database sheds the rows still queued and counts
+/// them with the others (`dropped_*`, `rota_audit_dropped_total`): never only a log line. The
+/// batch under way may still land, so it is not counted.
+#[tokio::test]
+async fn rows_that_shutdown_gives_up_on_are_counted_as_shed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rota.db");
+    let store = rota::store::SqliteStore::open(&path).await.unwrap();
+    let audit = rota::audit::Audit::start(std::sync::Arc::new(store), 2000);
+    // An auditor holds the write lock: nothing is written meanwhile.
+    let mut auditor =
+        sqlx::ConnectOptions::connect(&sqlx::sqlite::SqliteConnectOptions::new().filename(&path)).await.unwrap();
+    sqlx::query("BEGIN IMMEDIATE").execute(&mut auditor).await.unwrap();
+    // More than one batch (1,024 rows): the writer takes one and waits for the lock.
+    for i in 0..1500 {
+        audit.request(rota::store::RequestRow {
+            id: format!("r{i}"),
+            agent: Some("tester".into()),
+            api: "chat",
+            requested_model: None,
+            served_model: None,
+            served_profile: None,
+            status: 200,
+            attempts: 1,
+            started_at: 1,
+            duration_ms: 1,
+            stream: false,
+            tokens_in: None,
+            tokens_out: None,
+            error: None,
+            cost: None,
+        });
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let h = audit.give_up();
+    assert!(h.dropped_requests > 0, "{h:?}");
+    assert_eq!(h.dropped_requests + h.queued as u64, 1500, "shed and counted, or in the batch under way: {h:?}");
+    sqlx::query("ROLLBACK").execute(&mut auditor).await.unwrap();
+}

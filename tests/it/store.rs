@@ -808,3 +808,70 @@ async fn logins_are_matched_by_subject(target: DatabaseTarget) {
     rota::store::copy(store.as_ref(), copy.as_ref()).await.unwrap();
     assert_eq!(copy.login_profile("corp", "iss s1").await.unwrap(), Some(id("corp:a@x")));
 }
+
+/// With 10,000 profiles and the database held by an auditor, 200,000 requests' changes (a use
+/// and a success each) wait as one coalesced entry per profile, not one per request; once the
+/// lock goes, each profile's row is written once per batch (its stats row only: no cooldown or
+/// quota row is rewritten when it did not change), and every success is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stats_backlog_is_bounded_by_the_profiles_not_by_the_requests() {
+    const PROFILES: i64 = 10_000;
+    const REQUESTS: i64 = 200_000;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rota.db");
+    let config = Config::from_toml(CONFIG).unwrap();
+    let store = SqliteStore::open(&path).await.unwrap();
+    let mut tx = store.pool().begin().await.unwrap();
+    for sql in [
+        "INSERT INTO profiles (id, provider, name, type, source, enabled, created_at, updated_at)
+         WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i + 1 < 10000)
+         SELECT 'openai:p' || i, 'openai', 'p' || i, 'api_key', 'stored', 1, 0, 0 FROM n",
+        "INSERT INTO usage_stats (profile_id) SELECT id FROM profiles",
+    ] {
+        sqlx::query(sql).execute(&mut *tx).await.unwrap();
+    }
+    tx.commit().await.unwrap();
+    let book = Book::load(Arc::new(store.clone()), &config, Arc::new(key()), T0).await.unwrap();
+    let ids: Vec<ProfileId> = (0..PROFILES).map(|i| id(&format!("openai:p{i}"))).collect();
+
+    let mut auditor = store.pool().acquire().await.unwrap();
+    sqlx::query("BEGIN IMMEDIATE").execute(&mut *auditor).await.unwrap();
+    for r in 0..REQUESTS {
+        let p = &ids[(r % PROFILES) as usize];
+        book.mark_used(p, None, T0 + r);
+        book.record_success(p, "gpt-4.1", T0 + r, T0 + r);
+    }
+    let backlog = book.backlog();
+    assert!(backlog.inflight <= PROFILES as usize, "{backlog:?}");
+    assert_eq!(backlog.pending, PROFILES as usize, "every profile changed, each waits once: {backlog:?}");
+    // A use and a run of successes per profile: what waits does not grow with the requests.
+    assert!(backlog.changes <= 2 * (backlog.inflight + backlog.pending), "{backlog:?}");
+    let before = change_head(&mut auditor).await;
+    sqlx::query("ROLLBACK").execute(&mut *auditor).await.unwrap();
+    drop(auditor);
+
+    book.flush().await;
+    assert_eq!(book.backlog().changes, 0);
+    let mut conn = store.pool().acquire().await.unwrap();
+    let rows_written = change_head(&mut conn).await - before;
+    assert_eq!(
+        rows_written,
+        (backlog.inflight + backlog.pending) as i64,
+        "one row write per profile and batch, whatever the requests"
+    );
+    let (successes, latest): (i64, i64) = sqlx::query_as("SELECT sum(success_count), max(last_used) FROM usage_stats")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    assert_eq!((successes, latest), (REQUESTS, T0 + REQUESTS - 1));
+    let last_of_p0: i64 = sqlx::query_scalar("SELECT last_used FROM usage_stats WHERE profile_id = 'openai:p0'")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    assert_eq!(last_of_p0, T0 + REQUESTS - PROFILES);
+}
+
+/// The change feed's head: one more for each row write of the shared state (docs/scale.md).
+async fn change_head(conn: &mut sqlx::SqliteConnection) -> i64 {
+    sqlx::query_scalar("SELECT n FROM change_seq").fetch_one(conn).await.unwrap()
+}

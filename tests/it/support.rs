@@ -468,7 +468,12 @@ primary = "corp/m"
 
 /// The `rota` binary, with `ROTA_LOG=warn` and none of the caller's other `ROTA_*` variables.
 pub fn rota_command() -> std::process::Command {
-    let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_rota"));
+    rota_command_of(env!("CARGO_BIN_EXE_rota").as_ref())
+}
+
+/// `rota_command` for another build of the binary (the fault suite's `ROTA_FAULTS_BIN`).
+pub fn rota_command_of(bin: &std::ffi::OsStr) -> std::process::Command {
+    let mut c = std::process::Command::new(bin);
     c.env("ROTA_LOG", "warn");
     for (k, _) in std::env::vars() {
         if k.starts_with("ROTA_") && k != "ROTA_LOG" {
