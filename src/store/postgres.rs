@@ -15,7 +15,7 @@ use crate::engine::{
 };
 use crate::secrets::{Sealed, SecretField};
 use async_trait::async_trait;
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgListener, PgPool, PgPoolOptions, PgRow};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgListener, PgPool, PgPoolOptions, PgRow, PgSslMode};
 use sqlx::{Postgres, Row};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::str::FromStr;
@@ -40,13 +40,40 @@ pub struct PgStore {
     wake: std::sync::Arc<OnceLock<watch::Receiver<u64>>>,
 }
 
+/// The TLS mode when the URL names none: libpq's `prefer` (TLS when the server offers it, else
+/// plaintext) only for a server on this machine (a loopback address, `localhost` or a socket);
+/// for any other, `require`: credentials and traffic never cross a network in plaintext unless
+/// the URL says `sslmode=disable` or `prefer` itself. `None` when the URL names a mode.
+fn default_ssl_mode(url: &str) -> Option<PgSslMode> {
+    let parsed = url::Url::parse(url).ok()?;
+    if parsed.query_pairs().any(|(k, _)| k == "sslmode") {
+        return None;
+    }
+    let socket = parsed.query_pairs().any(|(k, v)| k == "host" && v.starts_with('/'));
+    let local = match parsed.host() {
+        None => true,
+        // A `postgres:` URL is not one of the schemes whose host the URL standard parses as an
+        // address: it comes as a name.
+        Some(url::Host::Domain(d)) => {
+            let ip = d.trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>();
+            d.is_empty() || d.eq_ignore_ascii_case("localhost") || ip.is_ok_and(|ip| ip.is_loopback())
+        }
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+    };
+    Some(if local || socket { PgSslMode::Prefer } else { PgSslMode::Require })
+}
+
 impl PgStore {
     /// Connects and applies pending migrations (sqlx holds an advisory lock meanwhile, so
     /// instances that start together migrate once).
     pub async fn open(url: &str) -> Result<PgStore, StoreError> {
-        let opts = PgConnectOptions::from_str(url)?
+        let mut opts = PgConnectOptions::from_str(url)?
             .application_name("rota")
             .options([("statement_timeout", STATEMENT_TIMEOUT)]);
+        if let Some(mode) = default_ssl_mode(url) {
+            opts = opts.ssl_mode(mode);
+        }
         let pool = PgPoolOptions::new()
             .max_connections(8)
             .acquire_timeout(super::TIMEOUT)
@@ -161,3 +188,21 @@ static COOLDOWNS_OF: std::sync::LazyLock<&str> = std::sync::LazyLock::new(|| &OF
 static QUOTAS_OF: std::sync::LazyLock<&str> = std::sync::LazyLock::new(|| &OF[2]);
 
 sql_store!(PgStore, Postgres, PgRow, PgConnection);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plaintext_is_a_default_only_on_this_machine() {
+        let mode = |url: &str| format!("{:?}", default_ssl_mode(url));
+        assert_eq!(mode("postgres://rota@127.0.0.1:5432/rota"), "Some(Prefer)");
+        assert_eq!(mode("postgres://rota@localhost/rota"), "Some(Prefer)");
+        assert_eq!(mode("postgres://rota@[::1]/rota"), "Some(Prefer)");
+        assert_eq!(mode("postgres:///rota?host=/var/run/postgresql"), "Some(Prefer)");
+        assert_eq!(mode("postgres://rota@db.internal:5432/rota"), "Some(Require)");
+        assert_eq!(mode("postgres://rota@10.1.2.3/rota"), "Some(Require)");
+        assert_eq!(mode("postgres://rota@db.internal/rota?sslmode=disable"), "None", "said explicitly");
+        assert_eq!(mode("postgres://rota@db.internal/rota?sslmode=verify-full"), "None");
+    }
+}
