@@ -80,6 +80,8 @@ async fn healthz(State(runtime): State<Arc<Runtime>>) -> Json<Value> {
             "capacity": audit.capacity,
             "dropped_requests": audit.dropped_requests,
             "dropped_attempts": audit.dropped_attempts,
+            "invalid_requests": audit.invalid_requests,
+            "invalid_attempts": audit.invalid_attempts,
             "failing": audit.failing,
             "lag_ms": audit.lag_ms,
             "held": audit.held,

@@ -44,6 +44,9 @@ struct Shared {
     depth: AtomicUsize,
     dropped_requests: AtomicU64,
     dropped_attempts: AtomicU64,
+    /// Rows the database refused for their content, set aside (`Rows::isolate`).
+    invalid_requests: AtomicU64,
+    invalid_attempts: AtomicU64,
     /// When a shed row was last logged (ms since the writer started): one line a second.
     logged_at: AtomicU64,
     /// Requests that waited in `Audit::admit`.
@@ -69,6 +72,10 @@ pub struct Health {
     pub capacity: usize,
     pub dropped_requests: u64,
     pub dropped_attempts: u64,
+    /// Rows the database refused for their content (a value out of its range, a failed
+    /// check), set aside so that the rows behind them are written.
+    pub invalid_requests: u64,
+    pub invalid_attempts: u64,
     /// The last write failed; the writer is retrying it.
     pub failing: bool,
     /// How long the oldest row not yet written has waited (ms).
@@ -130,6 +137,8 @@ impl Audit {
             depth: AtomicUsize::new(0),
             dropped_requests: AtomicU64::new(0),
             dropped_attempts: AtomicU64::new(0),
+            invalid_requests: AtomicU64::new(0),
+            invalid_attempts: AtomicU64::new(0),
             logged_at: AtomicU64::new(0),
             held: AtomicU64::new(0),
             written_at: AtomicU64::new(0),
@@ -206,6 +215,8 @@ impl Audit {
             capacity: s.capacity,
             dropped_requests: s.dropped_requests.load(Ordering::Relaxed),
             dropped_attempts: s.dropped_attempts.load(Ordering::Relaxed),
+            invalid_requests: s.invalid_requests.load(Ordering::Relaxed),
+            invalid_attempts: s.invalid_attempts.load(Ordering::Relaxed),
             failing: s.writer.failing(),
             lag_ms: s.lock().lag().as_millis() as u64,
             slowest_write_ms: s.writer.slowest().as_millis() as u64,
@@ -288,6 +299,44 @@ impl Sink for Rows {
 
     fn rows((requests, attempts): &Self::Batch) -> usize {
         requests.len() + attempts.len()
+    }
+
+    /// A batch the database keeps refusing is written row by row: a row refused for its content
+    /// (`StoreError::is_content`) is set aside, logged once with the reason and counted
+    /// (`invalid_*`), and the rows behind it are written. Another failure stops here: the
+    /// database is failing, not the row, and the batch is retried whole (rows already written
+    /// are not written twice).
+    async fn isolate(&mut self, store: &dyn Store, (requests, attempts): &Self::Batch) -> bool {
+        let shared = &self.0;
+        let mut set_aside = 0;
+        for r in requests {
+            match store.insert_audit(std::slice::from_ref(r), &[]).await {
+                Ok(()) => {}
+                Err(e) if e.is_content() => {
+                    tracing::error!(request_id = %r.id, error = %e, "a requests row the database refuses was set aside");
+                    shared.invalid_requests.fetch_add(1, Ordering::Relaxed);
+                    set_aside += 1;
+                }
+                Err(_) => return false,
+            }
+        }
+        for a in attempts {
+            match store.insert_audit(&[], std::slice::from_ref(a)).await {
+                Ok(()) => {}
+                Err(e) if e.is_content() => {
+                    tracing::error!(request_id = %a.request_id, seq = a.seq, error = %e, "an attempts row the database refuses was set aside");
+                    shared.invalid_attempts.fetch_add(1, Ordering::Relaxed);
+                    set_aside += 1;
+                }
+                Err(_) => return false,
+            }
+        }
+        if set_aside == 0 {
+            return false; // every row went in alone: the batch's failure was the database's
+        }
+        shared.depth.fetch_sub(requests.len() + attempts.len(), Ordering::Relaxed);
+        shared.lock().writing_since = None;
+        true
     }
 
     async fn write(&mut self, store: &dyn Store, batch: &Self::Batch) -> Result<(), StoreError> {

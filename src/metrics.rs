@@ -62,6 +62,8 @@ pub struct Metrics {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TableLabels {
     table: String,
+    /// `shed` (the queue was full, or shutdown gave up) or `invalid` (refused for its content).
+    reason: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -257,8 +259,14 @@ impl Metrics {
             self.cooldown_left.get_or_create(&ProfileLabels { profile }).set(secs);
         }
         self.audit_queue.set(now.audit.queued as i64);
-        for (table, dropped) in [("requests", now.audit.dropped_requests), ("attempts", now.audit.dropped_attempts)] {
-            let counter = self.audit_dropped.get_or_create(&TableLabels { table: table.into() });
+        let a = &now.audit;
+        for (table, reason, dropped) in [
+            ("requests", "shed", a.dropped_requests),
+            ("attempts", "shed", a.dropped_attempts),
+            ("requests", "invalid", a.invalid_requests),
+            ("attempts", "invalid", a.invalid_attempts),
+        ] {
+            let counter = self.audit_dropped.get_or_create(&TableLabels { table: table.into(), reason: reason.into() });
             counter.inc_by(dropped.saturating_sub(counter.get()));
         }
         for (writer, failing) in [("audit", now.audit.failing), ("stats", now.stats_failing)] {

@@ -234,6 +234,20 @@ impl StoreError {
         }
     }
 
+    /// The database refused what was written, not the write: a value out of its type's range
+    /// or a failed check (PostgreSQL's classes 22, data exception, and 23, integrity
+    /// constraint violation; SQLite's `SQLITE_CONSTRAINT`, `SQLITE_MISMATCH`, `SQLITE_TOOBIG`).
+    /// Writing it again cannot help.
+    pub fn is_content(&self) -> bool {
+        let StoreError::Db(sqlx::Error::Database(e)) = self else { return false };
+        let Some(code) = e.code() else { return false };
+        // PostgreSQL's SQLSTATE is five characters; SQLite's (extended) result codes have fewer.
+        if code.len() == 5 {
+            return code.starts_with("22") || code.starts_with("23");
+        }
+        code.parse::<i64>().is_ok_and(|sqlite| matches!(sqlite & 0xff, 18..=20))
+    }
+
     /// The disk is full: SQLite's `SQLITE_FULL` (13), PostgreSQL's `disk_full` (53100), or
     /// the operating system's "no space left on device".
     pub fn is_full(&self) -> bool {

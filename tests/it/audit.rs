@@ -849,3 +849,53 @@ async fn rows_that_shutdown_gives_up_on_are_counted_as_shed() {
     assert_eq!(h.dropped_requests + h.queued as u64, 1500, "shed and counted, or in the batch under way: {h:?}");
     sqlx::query("ROLLBACK").execute(&mut auditor).await.unwrap();
 }
+
+/// A row the database refuses for its content (here a failed check: an `api` no request has)
+/// is set aside after the batch's third try, logged and counted, and the rows behind it are
+/// written: it never holds up the audit log.
+async fn a_row_the_database_refuses_is_set_aside(target: rota::config::DatabaseTarget) {
+    let store = rota::store::open(&target).await.unwrap();
+    let audit = rota::audit::Audit::start(store.clone(), 100);
+    let row = |id: &str, api: &'static str| rota::store::RequestRow {
+        id: id.into(),
+        agent: Some("tester".into()),
+        api,
+        requested_model: None,
+        served_model: None,
+        served_profile: None,
+        status: 200,
+        attempts: 0,
+        started_at: 1,
+        duration_ms: 1,
+        stream: false,
+        tokens_in: None,
+        tokens_out: None,
+        error: None,
+        cost: None,
+    };
+    audit.request(row("before", "chat"));
+    audit.request(row("refused", "bogus"));
+    audit.request(row("after", "lease"));
+    assert!(audit.flush_within(std::time::Duration::from_secs(10)).await, "the log moved on");
+    let h = audit.health();
+    assert_eq!((h.invalid_requests, h.dropped_requests, h.queued), (1, 0, 0), "{h:?}");
+    let everything = rota::store::AuditQuery { limit: 10, ..Default::default() };
+    let mut ids: Vec<String> = store.requests(&everything).await.unwrap().into_iter().map(|r| r.id).collect();
+    ids.sort();
+    assert_eq!(ids, ["after", "before"]);
+    // The next rows go in at once.
+    audit.request(row("later", "chat"));
+    assert!(audit.flush_within(std::time::Duration::from_secs(2)).await);
+}
+
+#[tokio::test]
+async fn a_row_sqlite_refuses_is_set_aside_and_the_rows_behind_it_are_written() {
+    let dir = tempfile::tempdir().unwrap();
+    a_row_the_database_refuses_is_set_aside(rota::config::DatabaseTarget::Sqlite(dir.path().join("rota.db"))).await;
+}
+
+#[tokio::test]
+async fn a_row_postgres_refuses_is_set_aside_and_the_rows_behind_it_are_written() {
+    let url = support::postgres_database().await;
+    a_row_the_database_refuses_is_set_aside(rota::config::DatabaseTarget::Postgres(url)).await;
+}

@@ -385,7 +385,7 @@ fn without_echoes(text: &str, echoed: &Echoed<'_>) -> String {
     while !text.is_char_boundary(end) {
         end -= 1;
     }
-    let bytes = text[..end].as_bytes();
+    let bytes = &text.as_bytes()[..end];
     let lower: Vec<u8> = bytes.iter().map(u8::to_ascii_lowercase).collect();
     // Each run of GRAM bytes of the answer, and each substring of 3 to GRAM - 1 bytes, as a key
     // (its bytes, and its length above them) with where it starts, sorted for lookups.
