@@ -144,6 +144,7 @@ pub async fn run(listen: &str, db: &Path) -> Result<()> {
              -d '{{\"model\":\"{model}\",\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}]}}' -D -"
         )
     };
+    let signal = crate::server::shutdown_signal();
     println!("rota demo listening on {url} (simulated upstreams at {upstream}, database {})", db.display());
     println!(
         "providers: alpha (keys steady, flaky: 429 every 3rd call, down: always 503), gamma (down), beta, claude; each key 10 requests a minute, its answers say how many are left"
@@ -170,7 +171,7 @@ pub async fn run(listen: &str, db: &Path) -> Result<()> {
     if let Some(var) = ["DATABASE_URL", "ROTA_DATABASE__URL"].into_iter().find(|v| std::env::var_os(v).is_some()) {
         println!("  (with {var} unset: it is set here, and would send these commands to another database)");
     }
-    app.serve(listener, crate::server::shutdown_signal()).await
+    app.serve(listener, signal).await
 }
 
 #[derive(Clone, Default)]

@@ -175,9 +175,10 @@ pub async fn run(config: Config, file: Option<std::path::PathBuf>, listen: Optio
     let listener = bind(&addr, also).await?;
     let app = App::build(config, file).await?;
     let local = listener.local_addr()?;
+    let signal = shutdown_signal();
     println!("rota listening on http://{local}");
     tracing::info!(%local, "serving");
-    app.serve(listener, shutdown_signal()).await?;
+    app.serve(listener, signal).await?;
     tracing::info!("stopped");
     Ok(())
 }
@@ -217,23 +218,32 @@ fn raise_file_limit(connections: usize) {
     }
 }
 
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+/// Resolves at SIGTERM or Ctrl-C. The handlers are installed when this is called, not when it is
+/// first awaited: call it before saying rota listens, so that a signal sent as soon as it does
+/// (a supervisor stopping what it just started) still drains instead of killing the process.
+#[cfg(unix)]
+pub fn shutdown_signal() -> impl Future<Output = ()> {
+    use tokio::signal::unix::{Signal, SignalKind, signal};
+    let (term, int) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()));
+    let first = |s: std::io::Result<Signal>| async move {
+        match s {
             Ok(mut s) => {
                 s.recv().await;
             }
             Err(_) => std::future::pending::<()>().await,
         }
     };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term => {},
+    async move {
+        tokio::select! {
+            _ = first(term) => {},
+            _ = first(int) => {},
+        }
+    }
+}
+
+#[cfg(not(unix))]
+pub fn shutdown_signal() -> impl Future<Output = ()> {
+    async {
+        let _ = tokio::signal::ctrl_c().await;
     }
 }

@@ -231,6 +231,18 @@ fn serve_migrates_answers_healthz_and_stops_cleanly_on_sigterm() {
     assert!(text(&migrate.stdout).contains(" migration(s) applied, schema up to date"), "{}", text(&migrate.stdout));
 }
 
+/// A supervisor may stop rota the moment it says it listens: the signal handlers are in place
+/// by then, so it drains and exits 0 instead of dying of the signal. Five times, at once.
+#[test]
+fn sigterm_as_soon_as_serve_listens_is_a_clean_stop() {
+    let env = Env::new(BASE);
+    for _ in 0..5 {
+        let (child, _) = spawn_serve(&env, &[]);
+        let status = crate::support::stop(child);
+        assert!(status.success(), "{status}");
+    }
+}
+
 #[test]
 fn serve_refuses_a_config_with_problems() {
     let env = Env::new(&format!(
