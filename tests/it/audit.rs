@@ -280,7 +280,7 @@ async fn an_sqlite_deployment_copied_into_postgres_keeps_its_state_its_audit_log
     let moved = Rota::on_config(new, (old.agent_key.clone(), old.admin_key.clone())).await;
     let now = chrono::Utc::now().timestamp_millis();
     let k1: rota::engine::ProfileId = "openai:k1".parse().unwrap();
-    assert!(moved.app_flush.0.stats(&k1).unwrap().blocked_until("gpt-4.1", now).is_some(), "k1 still cooling");
+    assert!(moved.app().0.stats(&k1).unwrap().blocked_until("gpt-4.1", now).is_some(), "k1 still cooling");
     let r = moved.chat(support::chat(), &[]).await;
     assert_eq!(r.status(), 200);
 }

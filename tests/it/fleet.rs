@@ -153,7 +153,7 @@ async fn book_says(rota: &Rota, id: &str, blocked: bool, since: Instant) -> Dura
     let id: rota::engine::ProfileId = id.parse().unwrap();
     loop {
         let now = chrono::Utc::now().timestamp_millis();
-        let stats = rota.app_flush.0.stats(&id).unwrap();
+        let stats = rota.app().0.stats(&id).unwrap();
         if stats.blocked_until("gpt-4.1", now).is_some() == blocked {
             return since.elapsed();
         }
@@ -339,7 +339,7 @@ async fn calls_in_flight_never_end_the_window_a_429_opened(db: Db, instances: us
     let k1: rota::engine::ProfileId = "openai:k1".parse().unwrap();
     let now = chrono::Utc::now().timestamp_millis();
     for (i, r) in fleet.iter().enumerate() {
-        let held = r.app_flush.0.stats(&k1).unwrap().blocked_until("gpt-4.1", now);
+        let held = r.app().0.stats(&k1).unwrap().blocked_until("gpt-4.1", now);
         let left = held.map(|u| u.key() - now);
         assert!(left.is_some_and(|l| l > 590_000 && l <= 600_000), "instance {i}: k1's window in memory: {held:?}");
     }

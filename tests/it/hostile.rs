@@ -1,8 +1,15 @@
 //! Hostile input against the running gateway: text a client controls, echoed back by an
-//! upstream, must not put a healthy account out of service (docs/rotation.md "Evidence", §4).
+//! upstream, must not put a healthy account out of service (docs/rotation.md "Evidence"), and
+//! every number and name from outside is bounded at the door (docs/gateway.md "Bounds at the
+//! door"). Black-box: the real `rota serve` binary, the mock upstream and the database file.
 
-use crate::support::{self, KEYS, Mock, Reply, Rota, Scenario, chat, spawn};
+use crate::support::{self, KEYS, Mock, Reply, Rota, Scenario, chat};
 use serde_json::json;
+
+/// The real binary, as the scenario says.
+async fn spawn(scenario: Scenario<'_>) -> Rota {
+    support::spawn(Scenario { binary: true, ..scenario }).await
+}
 
 const NOT_FOUND: &str = r#"{"error":{"message":"The model `{model}` does not exist or you do not have access to it.","type":"invalid_request_error","param":null,"code":"model_not_found"}}"#;
 
@@ -377,7 +384,7 @@ async fn usage_out_of_range_is_refused(db: support::Db) {
         let ok = json!({"outcome": "success", "usage": {"input_tokens": 5, "output_tokens": 2}});
         assert_eq!(report(&rota, &rota.agent_key, &l, ok).await.0, 200);
     }
-    rota.app_flush.1.flush().await;
+    rota.flush().await;
     let (_, agents) = rota.api("GET", "/api/v1/agents", Some(&rota.admin_key), None).await;
     let tester = agents.as_array().unwrap().iter().find(|a| a["name"] == "tester").unwrap();
     assert_eq!(tester["usage"]["tokens_today"], 21, "three good reports of 7 tokens: nothing else counted");
@@ -484,7 +491,8 @@ async fn a_revocation_claim_is_checked_with_a_fresh_token_not_an_expired_one() {
     mock.token_endpoint(3600, std::time::Duration::ZERO);
     let clock = std::sync::Arc::new(support::Skewed::default());
     let config = format!("{}[secrets]\nkeyring = \"off\"\n[leases]\nttl = \"3d\"\n", support::oauth_provider(&base));
-    let rota = spawn(Scenario {
+    // In-process: the test moves rota's clock two days on.
+    let rota = support::spawn(Scenario {
         config: &config,
         oauth: &[("corp:alice", "at-old-0001", "rt-old-0001")],
         clock: Some(clock.clone()),
@@ -526,12 +534,12 @@ async fn success_reports_past_the_agents_rate_get_429_and_the_lease_stays_valid(
     let (code, v) = report(&rota, &rota.agent_key, &l, spent).await;
     assert_eq!((code, v["error"]["type"].as_str()), (429, Some("too_many_success_reports")), "{v}");
     assert!(v["error"]["message"].as_str().unwrap().contains("leases.success_reports_per_minute"), "{v}");
+    let failed = json!({"outcome": "failure", "http_status": 500, "error": "boom"});
+    assert_eq!(report(&rota, &rota.agent_key, &l, failed).await.0, 200, "the lease is still valid");
     rota.flush().await;
     assert_eq!(
         rota.scalar("SELECT count(*) FROM profile_quota").await,
         Some(2),
         "the refused report's headers were not read"
     );
-    let failed = json!({"outcome": "failure", "http_status": 500, "error": "boom"});
-    assert_eq!(report(&rota, &rota.agent_key, &l, failed).await.0, 200, "the lease is still valid");
 }

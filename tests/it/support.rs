@@ -548,6 +548,9 @@ pub struct Scenario<'a> {
     pub db: Db,
     /// The clock rota runs on (the system's when `None`).
     pub clock: Option<Arc<Skewed>>,
+    /// The real `rota serve` binary in a process of its own, instead of rota in-process: what a
+    /// black-box suite talks to (`Rota::flush` then restarts it).
+    pub binary: bool,
 }
 
 /// The system clock, moved on by the test (`advance`): a window that ends a minute from now
@@ -567,7 +570,8 @@ impl rota::engine::Clock for Skewed {
     }
 }
 
-/// rota, in-process, as the scenario says, with an agent `tester` and an admin agent `admin`.
+/// rota as the scenario says (in-process unless `binary`), with an agent `tester` and an admin
+/// agent `admin`.
 pub async fn spawn(scenario: Scenario<'_>) -> Rota {
     Rota::start(scenario).await
 }
@@ -625,7 +629,8 @@ impl Drop for Alone {
     }
 }
 
-/// rota, in-process, on a real SQLite file in a temporary folder (or a PostgreSQL database).
+/// rota on a real SQLite file in a temporary folder (or a PostgreSQL database): in-process, or
+/// the real binary (`Scenario::binary`).
 pub struct Rota {
     pub url: String,
     pub agent_key: String,
@@ -634,7 +639,10 @@ pub struct Rota {
     pub store: Arc<dyn Store>,
     /// The SQLite file's pool, for tests that read it with SQL (`None` on PostgreSQL).
     sqlite: Option<sqlx::SqlitePool>,
-    pub app_flush: (Arc<rota::book::Book>, rota::audit::Audit),
+    /// The in-process instance's book and audit writer (`None` for the binary).
+    app_flush: Option<(Arc<rota::book::Book>, rota::audit::Audit)>,
+    /// The binary's process (`Scenario::binary`).
+    process: Option<Process>,
     /// Shared by the instances of one database (`another`).
     pub dir: Arc<tempfile::TempDir>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -646,7 +654,7 @@ pub struct Rota {
 }
 
 impl Rota {
-    async fn start(Scenario { config, keys: profiles, oauth, db, clock }: Scenario<'_>) -> Rota {
+    async fn start(Scenario { config, keys: profiles, oauth, db, clock, binary }: Scenario<'_>) -> Rota {
         let dir = tempfile::tempdir().unwrap();
         let text = match db {
             Db::Sqlite => format!("[database]\nurl = \"sqlite://{}\"\n{config}", dir.path().join("rota.db").display()),
@@ -692,7 +700,49 @@ impl Rota {
             secrecy::ExposeSecret::expose_secret(&agent_key).to_string(),
             secrecy::ExposeSecret::expose_secret(&admin_key).to_string(),
         );
+        if binary {
+            assert!(clock.is_none(), "the binary runs on its own clock");
+            return Self::run_binary(Arc::new(dir), keys, store).await;
+        }
         Self::serve(Arc::new(dir), keys, store, clock).await
+    }
+
+    /// The real `rota serve` on the `rota.toml` in `dir`, in a process of its own.
+    async fn run_binary(
+        dir: Arc<tempfile::TempDir>,
+        (agent_key, admin_key): (String, String),
+        store: Arc<dyn Store>,
+    ) -> Rota {
+        let share = Share::take();
+        let (config, _) = Config::load(Some(&dir.path().join("rota.toml"))).unwrap();
+        let sqlite = match config.database().unwrap() {
+            rota::config::DatabaseTarget::Sqlite(path) => {
+                let opts =
+                    sqlx::sqlite::SqliteConnectOptions::new().filename(path).busy_timeout(Duration::from_secs(10));
+                Some(sqlx::SqlitePool::connect_with(opts).await.unwrap())
+            }
+            rota::config::DatabaseTarget::Postgres(_) => None,
+        };
+        let process = Process::start(dir.clone(), "127.0.0.1:0".into()).await;
+        Rota {
+            url: format!("http://{}", process.listen),
+            agent_key,
+            admin_key,
+            store,
+            sqlite,
+            app_flush: None,
+            process: Some(process),
+            dir,
+            stop: None,
+            done: None,
+            clock: None,
+            _share: share,
+        }
+    }
+
+    /// The in-process instance's book and audit writer.
+    pub fn app(&self) -> &(Arc<rota::book::Book>, rota::audit::Audit) {
+        self.app_flush.as_ref().expect("an in-process instance")
     }
 
     /// A second instance on the same database and config file, as a load balancer's second
@@ -750,7 +800,8 @@ impl Rota {
             admin_key,
             store,
             sqlite,
-            app_flush,
+            app_flush: Some(app_flush),
+            process: None,
             dir,
             stop: Some(stop),
             done: Some(done),
@@ -764,13 +815,25 @@ impl Rota {
         self.sqlite.as_ref().expect("an SQLite instance")
     }
 
+    /// Everything rota has to write is written. The binary is stopped with SIGTERM (which writes
+    /// it all) and started again on the same address: what it knows then is what it reads back
+    /// from the database, so a lease issued before is gone.
     pub async fn flush(&self) {
-        self.app_flush.0.flush().await;
-        self.app_flush.1.flush().await;
+        match (&self.app_flush, &self.process) {
+            (Some((book, audit)), _) => {
+                book.flush().await;
+                audit.flush().await;
+            }
+            (None, Some(process)) => process.restart().await,
+            (None, None) => unreachable!("an instance is in-process or a process"),
+        }
     }
 
     /// Stops the server the way SIGTERM does and waits for it to drain.
     pub async fn shutdown(&mut self) {
+        if let Some(process) = &self.process {
+            process.stop().await;
+        }
         if let Some(s) = self.stop.take() {
             let _ = s.send(());
         }
@@ -835,6 +898,68 @@ impl Rota {
     pub async fn scalar(&self, sql: &'static str) -> Option<i64> {
         self.flush().await;
         sqlx::query_scalar(sql).fetch_one(self.pool()).await.unwrap()
+    }
+}
+
+/// A `rota serve` process on the `rota.toml` in its folder, listening where it first did.
+struct Process {
+    dir: Arc<tempfile::TempDir>,
+    listen: String,
+    child: Mutex<Option<std::process::Child>>,
+}
+
+impl Process {
+    async fn start(dir: Arc<tempfile::TempDir>, listen: String) -> Process {
+        let (child, listen) = {
+            let dir = dir.clone();
+            tokio::task::spawn_blocking(move || Self::spawn(dir.path(), &listen)).await.unwrap()
+        };
+        Process { dir, listen, child: Mutex::new(Some(child)) }
+    }
+
+    /// Starts the binary (blocking until it listens): it and its address.
+    fn spawn(dir: &std::path::Path, listen: &str) -> (std::process::Child, String) {
+        use std::io::BufRead;
+        let mut child = rota_command()
+            .args(["serve", "--listen", listen])
+            .current_dir(dir)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        let addr = line.trim().strip_prefix("rota listening on http://").unwrap_or_else(|| panic!("{line:?}"));
+        // Whatever else it prints is read, so that it never writes to a closed pipe.
+        std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+        (child, addr.to_string())
+    }
+
+    /// SIGTERM, and its exit awaited: it must exit 0 (all written).
+    async fn stop(&self) {
+        let child = self.child.lock().unwrap().take();
+        if let Some(child) = child {
+            let status = tokio::task::spawn_blocking(move || stop(child)).await.unwrap();
+            assert!(status.success(), "rota exited with {status} on SIGTERM");
+        }
+    }
+
+    async fn restart(&self) {
+        self.stop().await;
+        let (dir, listen) = (self.dir.clone(), self.listen.clone());
+        let (child, _) = tokio::task::spawn_blocking(move || Self::spawn(dir.path(), &listen)).await.unwrap();
+        *self.child.lock().unwrap() = Some(child);
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.lock().unwrap().take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
