@@ -4,6 +4,7 @@
 //! bytes it was written in.
 
 use axum::http::HeaderMap;
+use bytes::{Bytes, BytesMut};
 use tokio::sync::{Semaphore, SemaphorePermit};
 
 /// The bytes of request bodies read and parsed at once, across requests: more wait for their
@@ -30,17 +31,56 @@ impl Bodies {
     /// Waits until the body the request announces (`content-length`; `limit` when it announces
     /// none) fits in the budget, and holds its share while the permit lives.
     pub async fn admit(&self, headers: &HeaderMap, limit: usize) -> Option<SemaphorePermit<'_>> {
-        let announced = headers
-            .get(http::header::CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
-            .unwrap_or(limit)
-            .min(limit);
+        let announced = announced(headers).unwrap_or(limit).min(limit);
         if announced <= SMALL {
             return None;
         }
         let kib = announced.div_ceil(1024).min(BUDGET >> 10) as u32;
         self.0.acquire_many(kib).await.ok()
     }
+}
+
+/// Why a body was not read whole.
+pub enum Unread {
+    /// It is longer than the limit.
+    TooLarge,
+    /// Reading it failed (the client went away, or was too slow: `BodyTimeout`).
+    Failed(axum::Error),
+}
+
+/// Reads a body whole, at most `limit` bytes. A body in one chunk is taken as it is; a longer one
+/// is copied chunk by chunk into one buffer sized from `content-length` (within the limit), each
+/// chunk freed as it is copied, so a body is never held twice (as gathering the chunks, then
+/// joining them, does).
+pub async fn read(body: axum::body::Body, headers: &HeaderMap, limit: usize) -> Result<Bytes, Unread> {
+    use futures_util::StreamExt;
+    let mut chunks = body.into_data_stream();
+    let mut first: Option<Bytes> = None;
+    let mut joined: Option<BytesMut> = None;
+    let mut len = 0usize;
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(Unread::Failed)?;
+        len += chunk.len();
+        if len > limit {
+            return Err(Unread::TooLarge);
+        }
+        match (&mut joined, first.take()) {
+            (Some(buf), _) => buf.extend_from_slice(&chunk),
+            (None, None) => first = Some(chunk),
+            (None, Some(head)) => {
+                let mut buf = BytesMut::with_capacity(announced(headers).unwrap_or(0).clamp(len, limit));
+                buf.extend_from_slice(&head);
+                buf.extend_from_slice(&chunk);
+                joined = Some(buf);
+            }
+        }
+    }
+    Ok(joined.map(BytesMut::freeze).or(first).unwrap_or_default())
+}
+
+/// The body's length as its `content-length` announces it.
+fn announced(headers: &HeaderMap) -> Option<usize> {
+    headers.get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
 }
 
 /// Whether `json` holds at most `max` values, counted without parsing it: one per opening
@@ -133,5 +173,27 @@ mod tests {
             BUDGET >> 10,
             "no content-length: the limit is reserved, at most the budget"
         );
+    }
+
+    #[tokio::test]
+    async fn a_body_is_read_whole_into_one_buffer_and_never_past_its_limit() {
+        let chunked = |parts: &[&'static [u8]]| {
+            let parts: Vec<Result<Bytes, std::io::Error>> = parts.iter().map(|p| Ok(Bytes::from_static(p))).collect();
+            axum::body::Body::from_stream(futures_util::stream::iter(parts))
+        };
+        let mut announced = HeaderMap::new();
+        announced.insert(http::header::CONTENT_LENGTH, "9".parse().unwrap());
+        let read_ok = |r: Result<Bytes, Unread>| r.ok().expect("read whole");
+        let whole = read_ok(read(chunked(&[b"abc", b"def", b"ghi"]), &announced, 100).await);
+        assert_eq!(&whole[..], b"abcdefghi");
+        let one: &'static [u8] = b"{}";
+        let taken = read_ok(read(chunked(&[one]), &HeaderMap::new(), 100).await);
+        assert_eq!(taken.as_ptr(), one.as_ptr(), "one chunk is taken as it is, not copied");
+        assert!(read_ok(read(chunked(&[]), &HeaderMap::new(), 100).await).is_empty());
+        // A content-length that lies (larger than the body, or than the limit) sizes nothing past the limit.
+        let mut lying = HeaderMap::new();
+        lying.insert(http::header::CONTENT_LENGTH, "1000000".parse().unwrap());
+        assert_eq!(&read_ok(read(chunked(&[b"ab", b"cd"]), &lying, 10).await)[..], b"abcd");
+        assert!(matches!(read(chunked(&[b"abcdef", b"ghijk"]), &announced, 10).await, Err(Unread::TooLarge)));
     }
 }

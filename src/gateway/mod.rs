@@ -113,12 +113,14 @@ async fn parse(
     }
     let limit = settings.config.limits.max_body_bytes;
     let _reading = gw.bodies.admit(&headers, limit).await;
-    let bytes = match axum::body::to_bytes(body, limit).await {
+    let bytes = match bodies::read(body, &headers, limit).await {
         Ok(bytes) => bytes,
-        Err(e) => {
-            let error = match BodyTimeout::caused(&e) {
-                Some(_) => GatewayError::BodyTimeout(e.to_string()),
-                None => GatewayError::BodyTooLarge(limit),
+        Err(unread) => {
+            let error = match unread {
+                bodies::Unread::Failed(e) if BodyTimeout::caused(&e).is_some() => {
+                    GatewayError::BodyTimeout(e.to_string())
+                }
+                _ => GatewayError::BodyTooLarge(limit),
             };
             return Err(refused(agent, None, error));
         }
