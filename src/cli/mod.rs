@@ -106,21 +106,39 @@ fn load_dotenv(path: &Path) {
     }
 }
 
-/// Parses the command line, runs the command and returns the process exit code.
-pub fn main() -> ExitCode {
+/// Parses the command line, runs the command and returns the process exit code. `on_idle` runs
+/// on a worker thread that goes idle, at most once a second each: the binary's allocator gives
+/// back what the thread freed (src/main.rs).
+pub fn main(on_idle: fn()) -> ExitCode {
     load_dotenv(Path::new(".env"));
     let cli = Cli::parse();
     if let Some(dir) = cli.config.as_deref().and_then(Path::parent).filter(|d| !d.as_os_str().is_empty()) {
         load_dotenv(&dir.join(".env"));
     }
     init_logging();
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .on_thread_park(move || now_and_then(on_idle))
+        .build()
+        .expect("tokio runtime");
     match runtime.block_on(run(cli)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Runs `f` unless this thread ran it less than a second ago.
+fn now_and_then(f: fn()) {
+    thread_local! {
+        static LAST: std::cell::Cell<Option<std::time::Instant>> = const { std::cell::Cell::new(None) };
+    }
+    let now = std::time::Instant::now();
+    if LAST.get().is_none_or(|at| now.duration_since(at) >= std::time::Duration::from_secs(1)) {
+        LAST.set(Some(now));
+        f();
     }
 }
 
