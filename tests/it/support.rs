@@ -715,14 +715,7 @@ impl Rota {
     ) -> Rota {
         let share = Share::take();
         let (config, _) = Config::load(Some(&dir.path().join("rota.toml"))).unwrap();
-        let sqlite = match config.database().unwrap() {
-            rota::config::DatabaseTarget::Sqlite(path) => {
-                let opts =
-                    sqlx::sqlite::SqliteConnectOptions::new().filename(path).busy_timeout(Duration::from_secs(10));
-                Some(sqlx::SqlitePool::connect_with(opts).await.unwrap())
-            }
-            rota::config::DatabaseTarget::Postgres(_) => None,
-        };
+        let sqlite = sqlite_pool(&config).await;
         let process = Process::start(dir.clone(), "127.0.0.1:0".into()).await;
         Rota {
             url: format!("http://{}", process.listen),
@@ -770,14 +763,7 @@ impl Rota {
         let share = Share::take();
         let file = dir.path().join("rota.toml");
         let (config, _) = Config::load(Some(&file)).unwrap_or_else(|e| panic!("{e}"));
-        let sqlite = match config.database().unwrap() {
-            rota::config::DatabaseTarget::Sqlite(path) => {
-                let opts =
-                    sqlx::sqlite::SqliteConnectOptions::new().filename(path).busy_timeout(Duration::from_secs(10));
-                Some(sqlx::SqlitePool::connect_with(opts).await.unwrap())
-            }
-            rota::config::DatabaseTarget::Postgres(_) => None,
-        };
+        let sqlite = sqlite_pool(&config).await;
         let on: Arc<dyn rota::engine::Clock> = match &clock {
             Some(c) => c.clone(),
             None => Arc::new(rota::engine::SystemClock),
@@ -898,6 +884,17 @@ impl Rota {
     pub async fn scalar(&self, sql: &'static str) -> Option<i64> {
         self.flush().await;
         sqlx::query_scalar(sql).fetch_one(self.pool()).await.unwrap()
+    }
+}
+
+/// A pool on the config's SQLite file, for tests that read it with SQL (`None` on PostgreSQL).
+async fn sqlite_pool(config: &Config) -> Option<sqlx::SqlitePool> {
+    match config.database().unwrap() {
+        rota::config::DatabaseTarget::Sqlite(path) => {
+            let opts = sqlx::sqlite::SqliteConnectOptions::new().filename(path).busy_timeout(Duration::from_secs(10));
+            Some(sqlx::SqlitePool::connect_with(opts).await.unwrap())
+        }
+        rota::config::DatabaseTarget::Postgres(_) => None,
     }
 }
 
