@@ -39,6 +39,20 @@ pub const FEED_EVERY: Duration = Duration::from_millis(250);
 /// How long a session stays stuck to its profile without traffic, and how many are kept.
 const SESSION_TTL: Millis = 6 * 3_600_000;
 const SESSION_KEYS: usize = 10_000;
+/// The longest session id kept as sent; a longer one (a client's `user` may be megabytes) is
+/// kept as its SHA-256, so the map holds at most `SESSION_KEYS` short keys.
+const SESSION_MAX: usize = 128;
+
+/// The key a session sticks under: (provider, session id, or the id's digest when long).
+fn session_key(provider: &str, session: &str) -> (String, String) {
+    let id = if session.len() <= SESSION_MAX {
+        session.to_string()
+    } else {
+        use sha2::Digest;
+        format!("sha256:{:x}", sha2::Sha256::digest(session.as_bytes()))
+    };
+    (provider.to_string(), id)
+}
 
 /// The secret of one profile, decrypted. `SecretString` never prints its content.
 #[derive(Clone, Debug)]
@@ -317,9 +331,7 @@ impl Book {
         let policy = self.policy();
         let mut guard = self.lock();
         let inner = &mut *guard;
-        let sticky = session
-            .and_then(|s| inner.sessions.get(&(provider.to_string(), s.to_string()), now))
-            .map(|(id, _)| id.clone());
+        let sticky = session.and_then(|s| inner.sessions.get(&session_key(provider, s), now)).map(|(id, _)| id.clone());
         let pinned = pin.is_some_and(|p| p.provider() == provider);
         if !pinned && sticky.is_none() && !inner.roster.has_explicit_order(config, provider) {
             let first = inner.first_usable(config, (provider, model), exclude, now);
@@ -397,7 +409,7 @@ impl Book {
     pub fn mark_used(&self, id: &ProfileId, session: Option<&str>, now: Millis) {
         self.update(id, Change::Used(now));
         if let Some(s) = session {
-            self.lock().sessions.insert((id.provider().to_string(), s.to_string()), id.clone(), now);
+            self.lock().sessions.insert(session_key(id.provider(), s), id.clone(), now);
         }
     }
 
@@ -978,7 +990,7 @@ impl Inner {
             self.reorder(id);
         }
         if let Some(s) = session {
-            self.sessions.insert((id.provider().to_string(), s.to_string()), id.clone(), now);
+            self.sessions.insert(session_key(id.provider(), s), id.clone(), now);
         }
     }
 
@@ -1042,5 +1054,20 @@ impl Inner {
                 self.model_cooldowns.insert(key, m);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_session_id_is_kept_as_its_digest() {
+        let long = "u".repeat(4 << 20);
+        let (_, kept) = session_key("openai", &long);
+        assert_eq!(kept.len(), "sha256:".len() + 64);
+        assert_eq!(session_key("openai", &long), session_key("openai", &long.clone()), "the same id, the same key");
+        assert_ne!(session_key("openai", &long).1, session_key("openai", &format!("{long}v")).1);
+        assert_eq!(session_key("openai", "conversation-1").1, "conversation-1", "a short one as sent");
     }
 }

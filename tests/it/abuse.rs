@@ -141,6 +141,15 @@ async fn abuse_keeps_memory_metrics_and_the_database_bounded() {
     let peak_bodies = rota.rss_mb();
     let after_bodies = rota.settled_rss(&tester).await;
 
+    // Session ids of 1 MiB (the OpenAI `user` field), each new: served, and kept as a digest.
+    let sessions = if long() { 1000 } else { 100 };
+    for i in 0..sessions {
+        let mut body = chat("openai/gpt-4.1");
+        body["user"] = json!(format!("{i}{}", "u".repeat(1 << 20)));
+        assert_eq!(post(&rota.url, &tester, serde_json::to_vec(&body).unwrap()).await, 200);
+    }
+    let after_sessions = rota.settled_rss(&tester).await;
+
     // Invented model names, each answered 404 by the upstream: no label, no state.
     let metrics_before = rota.metrics_bytes().await;
     let invented = if long() { 10_000 } else { 1_000 };
@@ -159,7 +168,7 @@ async fn abuse_keeps_memory_metrics_and_the_database_bounded() {
     let cooled: i64 = sqlx::query_scalar("SELECT count(*) FROM model_cooldowns").fetch_one(&mut conn).await.unwrap();
     eprintln!(
         "idle {idle:.1} MB; {names} names of 4 MiB: {after_names:.1} MB after; three 32 MiB bodies over the limit: \
-         {after_bodies:.1} MB after; peaks {peak_names:.1} and {peak_bodies:.1} MB; /metrics {growth:+} bytes after {invented} invented names; \
+         {after_bodies:.1} MB after; {sessions} session ids of 1 MiB: {after_sessions:.1} MB after; peaks {peak_names:.1} and {peak_bodies:.1} MB; /metrics {growth:+} bytes after {invented} invented names; \
          longest model kept {longest} bytes; {cooled} model cooldowns"
     );
     let peak = peak_names.max(peak_bodies);
@@ -167,6 +176,7 @@ async fn abuse_keeps_memory_metrics_and_the_database_bounded() {
     // What the bodies took goes back: rota returns to its idle size within 5 MB.
     assert!(after_names - idle <= 5.0, "kept after the names: idle {idle:.1}, after {after_names:.1}");
     assert!(after_bodies - idle <= 5.0, "kept after the bodies: idle {idle:.1}, after {after_bodies:.1}");
+    assert!(after_sessions - idle <= 5.0, "kept after the sessions: idle {idle:.1}, after {after_sessions:.1}");
     assert!(growth < 2048, "/metrics grew by {growth} bytes");
     assert_eq!((longest, cooled), (256, 0));
 }

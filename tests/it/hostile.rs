@@ -363,6 +363,23 @@ async fn an_agent_over_its_limit_is_refused_before_its_body_is_read() {
     assert!(r.headers().contains_key("retry-after"));
 }
 
+/// A session id is client text of any length (the OpenAI `user` field may be megabytes): a long
+/// one is kept as its digest, and sticks as a short one does.
+#[tokio::test]
+async fn a_long_session_id_sticks_like_a_short_one() {
+    let (mock, base) = Mock::started().await;
+    let rota = spawn(Scenario { config: &support::config(&base), keys: &KEYS[..3], ..Scenario::default() }).await;
+    let (a, b) = ("a".repeat(1 << 20), "b".repeat(1 << 20));
+    for user in [&a, &a, &b, &a] {
+        let mut body = chat();
+        body["user"] = json!(user);
+        assert_eq!(rota.chat(body, &[]).await.status(), 200);
+    }
+    let k = mock.keys();
+    assert_eq!((k[0] == k[1], k[1] == k[3]), (true, true), "one session, one key: {k:?}");
+    assert_ne!(k[0], k[2], "another session, the next key");
+}
+
 /// Finding: a lease report's `usage` was not checked: `input_tokens` = i64::MAX then 5 jammed
 /// PostgreSQL's audit writer (`bigint out of range`), and a negative count lowered the agent's
 /// day. Now each count is 0 to 100,000,000 and the cached tokens are within the prompt.
