@@ -158,7 +158,13 @@ async fn parse(
     if let Err(why) = check_names(body.get("model").and_then(Value::as_str), &fallbacks) {
         return Err(refused(agent, body.get("model"), GatewayError::BadRequest(why)));
     }
-    let session = header("x-rota-session").map(str::to_string).or_else(|| api.body_session(&body));
+    // The session, from what clients send, first found wins (docs/rotation.md, rule 7): rota's
+    // own header, Claude Code's and Codex's, then the body's.
+    let session = ["x-rota-session", "x-claude-code-session-id", "session_id"]
+        .into_iter()
+        .find_map(header)
+        .map(str::to_string)
+        .or_else(|| api.body_session(&body));
     Ok(Incoming {
         settings,
         api,

@@ -68,13 +68,26 @@ impl Api {
         }
     }
 
-    /// The session key a request carries in its body: OpenAI `user`, Anthropic `metadata.user_id`.
+    /// The session key a request carries in its body (docs/rotation.md, rule 7): Anthropic
+    /// `metadata.user_id` (the `session_id` inside when it is Claude Code's JSON object of ids);
+    /// Responses `prompt_cache_key` (Codex's conversation), else `user`; chat `user`.
     pub fn body_session(self, body: &serde_json::Map<String, Value>) -> Option<String> {
-        let v = match self {
-            Api::Messages => body.get("metadata").and_then(|m| m.get("user_id")),
-            Api::Chat | Api::Responses => body.get("user"),
-        };
-        v.and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_string)
+        fn text(v: Option<&Value>) -> Option<&str> {
+            v.and_then(Value::as_str).filter(|s| !s.is_empty())
+        }
+        match self {
+            Api::Messages => {
+                let user_id = text(body.get("metadata").and_then(|m| m.get("user_id")))?;
+                let inner = user_id
+                    .starts_with('{')
+                    .then(|| serde_json::from_str::<Value>(user_id).ok())
+                    .flatten()
+                    .and_then(|ids| text(ids.get("session_id")).map(str::to_string));
+                Some(inner.unwrap_or_else(|| user_id.to_string()))
+            }
+            Api::Responses => text(body.get("prompt_cache_key")).or_else(|| text(body.get("user"))).map(str::to_string),
+            Api::Chat => text(body.get("user")).map(str::to_string),
+        }
     }
 }
 
@@ -410,5 +423,24 @@ mod tests {
         let body = |v: Value| v.as_object().unwrap().clone();
         assert_eq!(Api::Messages.body_session(&body(json!({"metadata": {"user_id": "u1"}}))), Some("u1".into()));
         assert_eq!(Api::Chat.body_session(&body(json!({"user": "u2"}))), Some("u2".into()));
+    }
+
+    #[test]
+    fn agents_sessions_are_read_from_their_bodies() {
+        let body = |v: Value| v.as_object().unwrap().clone();
+        // Claude Code: metadata.user_id is a JSON object of ids, as a string.
+        let claude = r#"{"device_id":"9f2c","account_uuid":"","session_id":"4b1e-session"}"#;
+        let messages = body(json!({"metadata": {"user_id": claude}}));
+        assert_eq!(Api::Messages.body_session(&messages), Some("4b1e-session".into()));
+        let older = "user_9f2c_account__session_4b1e";
+        assert_eq!(Api::Messages.body_session(&body(json!({"metadata": {"user_id": older}}))), Some(older.into()));
+        let no_session = r#"{"device_id":"9f2c"}"#;
+        let messages = body(json!({"metadata": {"user_id": no_session}}));
+        assert_eq!(Api::Messages.body_session(&messages), Some(no_session.into()), "the whole id then");
+        // Codex: the Responses prompt_cache_key is its conversation, before `user`.
+        let responses = body(json!({"prompt_cache_key": "conv-7", "user": "u"}));
+        assert_eq!(Api::Responses.body_session(&responses), Some("conv-7".into()));
+        assert_eq!(Api::Responses.body_session(&body(json!({"user": "u"}))), Some("u".into()));
+        assert_eq!(Api::Chat.body_session(&body(json!({"user": ""}))), None);
     }
 }

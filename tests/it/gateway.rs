@@ -377,6 +377,49 @@ async fn sessions_stick_to_their_profile() {
     assert_ne!(k[0], k[3]);
 }
 
+/// What agents send names their session: Claude Code's `X-Claude-Code-Session-Id` and the
+/// `session_id` inside its `metadata.user_id`, Codex's `session_id` header and its Responses
+/// `prompt_cache_key`. Each session's second request goes to the profile of its first, though a
+/// request came between (least recently used would pick the third).
+#[tokio::test]
+async fn agents_sessions_stick_from_what_they_send() {
+    let (mock, base) = Mock::started().await;
+    let rota = spawn(Scenario { config: &config(&base, ""), keys: &KEYS[..3], ..Scenario::default() }).await;
+    let send = async |path: &str, body: Value, header: Option<(&str, &str)>| {
+        let mut req = Rota::client()
+            .post(format!("{}{path}", rota.url))
+            .bearer_auth(&rota.agent_key)
+            .header("anthropic-version", "2023-06-01")
+            .json(&body);
+        if let Some((k, v)) = header {
+            req = req.header(k, v);
+        }
+        let r = req.send().await.unwrap();
+        assert_eq!(r.status(), 200, "{path}: {}", r.text().await.unwrap());
+    };
+    let claude = |device: &str| {
+        let ids = json!({"device_id": device, "account_uuid": "", "session_id": "4b1e-session"}).to_string();
+        json!({"model": "openai/gpt-4.1", "max_tokens": 16, "messages": [{"role": "user", "content": "hi"}],
+               "metadata": {"user_id": ids}})
+    };
+    let codex = json!({"model": "openai/gpt-4.1", "input": "hi", "prompt_cache_key": "conv-7"});
+    let sessions: [[(&str, Value, Option<(&str, &str)>); 2]; 4] = [
+        [0, 1].map(|_| ("/v1/chat/completions", chat(), Some(("x-claude-code-session-id", "cc-1")))),
+        [0, 1].map(|_| ("/v1/chat/completions", chat(), Some(("session_id", "codex-1")))),
+        [("/v1/responses", codex.clone(), None), ("/v1/responses", codex, None)],
+        [("/v1/messages", claude("d1"), None), ("/v1/messages", claude("d2"), None)],
+    ];
+    for (n, [first, second]) in sessions.into_iter().enumerate() {
+        let before = mock.keys().len();
+        send(first.0, first.1, first.2).await;
+        send("/v1/chat/completions", chat(), None).await;
+        send(second.0, second.1, second.2).await;
+        let k = &mock.keys()[before..];
+        assert_eq!(k[0], k[2], "session {n} stays on its key: {k:?}");
+        assert_ne!(k[0], k[1], "session {n}: the request between went elsewhere: {k:?}");
+    }
+}
+
 #[tokio::test]
 async fn upstream_echoing_the_key_never_reaches_the_client_or_the_audit() {
     let (mock, base) = Mock::started().await;
