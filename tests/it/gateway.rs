@@ -403,7 +403,9 @@ async fn agents_sessions_stick_from_what_they_send() {
                "metadata": {"user_id": ids}})
     };
     let codex = json!({"model": "openai/gpt-4.1", "input": "hi", "prompt_cache_key": "conv-7"});
-    let sessions: [[(&str, Value, Option<(&str, &str)>); 2]; 4] = [
+    // (path, body, a session header) of each session's two turns.
+    type Turn<'a> = (&'a str, Value, Option<(&'a str, &'a str)>);
+    let sessions: [[Turn; 2]; 4] = [
         [0, 1].map(|_| ("/v1/chat/completions", chat(), Some(("x-claude-code-session-id", "cc-1")))),
         [0, 1].map(|_| ("/v1/chat/completions", chat(), Some(("session_id", "codex-1")))),
         [("/v1/responses", codex.clone(), None), ("/v1/responses", codex, None)],
