@@ -36,6 +36,15 @@ if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
     printf '%s\n' "$want" > "$stamp"
 fi
 
+# The coding agents tests/peers/test_agents.py runs (Claude Code, Codex CLI: ~760 MB, native
+# binaries inside the npm packages), into tests/agents/node_modules whenever its lock changes.
+agents_stamp=tests/agents/node_modules/.package-lock.sha256
+want=$(sha256sum tests/agents/package-lock.json | cut -d' ' -f1)
+if [[ ! -f "$agents_stamp" || "$(cat "$agents_stamp")" != "$want" ]]; then
+    (cd tests/agents && npm ci --no-audit --no-fund --loglevel=error)
+    printf '%s\n' "$want" > "$agents_stamp"
+fi
+
 export PYTHONDONTWRITEBYTECODE=1  # no __pycache__ left in tests/peers
 target_dir=${CARGO_TARGET_DIR:-target}
 export ROTA_BIN="$(realpath "$target_dir")/debug/rota"
