@@ -96,3 +96,106 @@ pub fn responses_answer_to_chat(resp: &Value) -> Value {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chat_answer() -> Value {
+        json!({
+            "id": "chatcmpl-abc", "object": "chat.completion", "created": 1741569952, "model": "deepseek-reasoner",
+            "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+                "role": "assistant", "content": "Checking.", "reasoning_content": "Need ls.",
+                "tool_calls": [
+                    {"id": "call_1", "type": "function", "function": {"name": "ls", "arguments": "{\"d\":\"/\"}"}},
+                    {"id": "call_2", "type": "function", "function": {"name": "du", "arguments": "{}"}}]}}],
+            "usage": {"prompt_tokens": 20, "completion_tokens": 9, "total_tokens": 29,
+                      "prompt_tokens_details": {"cached_tokens": 16}, "completion_tokens_details": {"reasoning_tokens": 3}},
+        })
+    }
+
+    #[test]
+    fn a_chat_answer_becomes_a_response_object() {
+        assert_eq!(
+            chat_answer_to_responses(&chat_answer()),
+            json!({
+                "id": "resp_abc", "object": "response", "created_at": 1741569952, "status": "completed", "error": null,
+                "incomplete_details": null, "model": "deepseek-reasoner",
+                "output": [
+                    {"type": "reasoning", "id": "rs_abc", "summary": [{"type": "summary_text", "text": "Need ls."}]},
+                    {"type": "message", "id": "msg_abc", "status": "completed", "role": "assistant",
+                     "content": [{"type": "output_text", "text": "Checking.", "annotations": []}]},
+                    {"type": "function_call", "id": "fc_abc_0", "status": "completed", "call_id": "call_1", "name": "ls", "arguments": "{\"d\":\"/\"}"},
+                    {"type": "function_call", "id": "fc_abc_1", "status": "completed", "call_id": "call_2", "name": "du", "arguments": "{}"},
+                ],
+                "parallel_tool_calls": true, "tool_choice": "auto", "tools": [],
+                "usage": {"input_tokens": 20, "input_tokens_details": {"cached_tokens": 16}, "output_tokens": 9,
+                          "output_tokens_details": {"reasoning_tokens": 3}, "total_tokens": 29},
+                "output_text": "Checking.",
+            })
+        );
+    }
+
+    #[test]
+    fn a_cut_or_filtered_chat_answer_is_an_incomplete_response() {
+        for (finish, reason) in [("length", "max_output_tokens"), ("content_filter", "content_filter")] {
+            let chat = json!({"id": "chatcmpl-x", "created": 1, "model": "m",
+                              "choices": [{"index": 0, "finish_reason": finish, "message": {"role": "assistant", "content": "Par"}}]});
+            let r = chat_answer_to_responses(&chat);
+            assert_eq!((&r["status"], &r["incomplete_details"]), (&json!("incomplete"), &json!({"reason": reason})));
+            assert_eq!((&r["output_text"], &r["usage"]), (&json!("Par"), &Value::Null));
+            assert_eq!(responses_answer_to_chat(&r)["choices"][0]["finish_reason"], finish);
+        }
+    }
+
+    #[test]
+    fn a_response_object_becomes_a_chat_answer() {
+        let resp = json!({
+            "id": "resp_1", "object": "response", "created_at": 1741290958, "status": "completed", "model": "o4-mini",
+            "output": [
+                {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "One."}, {"type": "summary_text", "text": "Two."}]},
+                {"type": "web_search_call", "id": "ws_1", "status": "completed"},
+                {"type": "message", "id": "msg_1", "status": "completed", "role": "assistant",
+                 "content": [{"type": "output_text", "text": "Hello", "annotations": []}, {"type": "output_text", "text": " there", "annotations": []}]},
+                {"type": "function_call", "id": "fc_1", "call_id": "call_9", "name": "ls", "arguments": "{}", "status": "completed"},
+            ],
+            "usage": {"input_tokens": 37, "input_tokens_details": {"cached_tokens": 5}, "output_tokens": 11,
+                      "output_tokens_details": {"reasoning_tokens": 4}, "total_tokens": 48},
+        });
+        assert_eq!(
+            responses_answer_to_chat(&resp),
+            json!({
+                "id": "resp_1", "object": "chat.completion", "created": 1741290958, "model": "o4-mini",
+                "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+                    "role": "assistant", "content": "Hello there", "reasoning_content": "One.\n\nTwo.",
+                    "tool_calls": [{"id": "call_9", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]}}],
+                "usage": {"prompt_tokens": 37, "completion_tokens": 11, "total_tokens": 48,
+                          "prompt_tokens_details": {"cached_tokens": 5}, "completion_tokens_details": {"reasoning_tokens": 4}},
+            })
+        );
+        let text_only = json!({"id": "r", "created_at": 2, "model": "m", "status": "completed",
+                               "output": [{"type": "message", "content": [{"type": "output_text", "text": "ok"}]}]});
+        let chat = responses_answer_to_chat(&text_only);
+        assert_eq!((&chat["choices"][0]["finish_reason"], chat.get("usage")), (&json!("stop"), None));
+        assert_eq!(chat["choices"][0]["message"], json!({"role": "assistant", "content": "ok"}));
+    }
+
+    #[test]
+    fn a_chat_answer_survives_the_round_trip_through_responses() {
+        let chat = chat_answer();
+        let back = responses_answer_to_chat(&chat_answer_to_responses(&chat));
+        assert_eq!(back["choices"], chat["choices"]);
+        assert_eq!(back["usage"], chat["usage"]);
+        assert_eq!((&back["created"], &back["model"]), (&chat["created"], &chat["model"]));
+        let plain = json!({"id": "chatcmpl-p", "created": 3, "model": "m",
+                           "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "Hi"}}],
+                           "usage": {"prompt_tokens": 2, "completion_tokens": 1, "total_tokens": 3}});
+        let back = responses_answer_to_chat(&chat_answer_to_responses(&plain));
+        assert_eq!(back["choices"], plain["choices"]);
+        assert_eq!(
+            back["usage"],
+            json!({"prompt_tokens": 2, "completion_tokens": 1, "total_tokens": 3,
+                   "prompt_tokens_details": {"cached_tokens": 0}, "completion_tokens_details": {"reasoning_tokens": 0}})
+        );
+    }
+}
