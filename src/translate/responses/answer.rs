@@ -27,7 +27,13 @@ pub fn chat_answer_to_responses(resp: &Value) -> Value {
     }
     for (n, call) in msg.get("tool_calls").and_then(Value::as_array).into_iter().flatten().enumerate() {
         let f = call.get("function").unwrap_or(&Value::Null);
-        output.push(call_item(&call_item_id(chat_id, n), "completed", &text(call, "id"), &text(f, "name"), &text(f, "arguments")));
+        output.push(call_item(
+            &call_item_id(chat_id, n),
+            "completed",
+            &text(call, "id"),
+            &text(f, "name"),
+            &text(f, "arguments"),
+        ));
     }
     let created = resp.get("created").and_then(Value::as_i64).unwrap_or(0);
     let model = resp.get("model").cloned().unwrap_or(json!(""));

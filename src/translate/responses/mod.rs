@@ -93,7 +93,15 @@ fn finish_of_status(incomplete: Option<&str>, called: bool) -> &'static str {
 }
 
 /// A whole Responses `response` object.
-fn response_object(id: &str, created_at: i64, model: &Value, status: &str, output: Vec<Value>, usage: Value, incomplete: Value) -> Value {
+fn response_object(
+    id: &str,
+    created_at: i64,
+    model: &Value,
+    status: &str,
+    output: Vec<Value>,
+    usage: Value,
+    incomplete: Value,
+) -> Value {
     json!({
         "id": id,
         "object": "response",

@@ -40,7 +40,9 @@ fn joined_text(content: &Value, sep: &str) -> String {
 /// A Responses content part as a chat content part.
 fn part_to_chat(part: &Value) -> Result<Value, Untranslatable> {
     match part.get("type").and_then(Value::as_str) {
-        Some("input_text") | Some("output_text") | Some("text") => Ok(json!({"type": "text", "text": str_of(part, "text")})),
+        Some("input_text") | Some("output_text") | Some("text") => {
+            Ok(json!({"type": "text", "text": str_of(part, "text")}))
+        }
         Some("input_image") => {
             let Some(url) = part.get("image_url").and_then(Value::as_str) else {
                 return fail("input_image without image_url (a file_id) has no chat counterpart");
@@ -80,7 +82,9 @@ fn message_to_chat(item: &Value) -> Result<Value, Untranslatable> {
     let text = || parts.iter().filter_map(|p| p["text"].as_str()).collect::<Vec<_>>().join("");
     match role {
         // rota's chat upstreams (vLLM, Ollama, DeepSeek, …) do not all know `developer`.
-        "system" | "developer" if all_text => Ok(json!({"role": "system", "content": joined_text(&Value::Array(parts), "\n")})),
+        "system" | "developer" if all_text => {
+            Ok(json!({"role": "system", "content": joined_text(&Value::Array(parts), "\n")}))
+        }
         "system" | "developer" => fail("an image in a system or developer message has no chat counterpart"),
         "user" if content.is_string() || (all_text && parts.len() == 1) => {
             Ok(json!({"role": "user", "content": text()}))
@@ -114,7 +118,11 @@ fn function_call_to_chat(item: &Value) -> Value {
 }
 
 /// The `input` of a Responses request as chat messages.
-fn input_to_messages(input: &Value, messages: &mut Vec<Value>, dropped: &mut Vec<String>) -> Result<(), Untranslatable> {
+fn input_to_messages(
+    input: &Value,
+    messages: &mut Vec<Value>,
+    dropped: &mut Vec<String>,
+) -> Result<(), Untranslatable> {
     let items = match input {
         Value::String(s) => {
             messages.push(json!({"role": "user", "content": s}));
@@ -154,7 +162,9 @@ fn input_to_messages(input: &Value, messages: &mut Vec<Value>, dropped: &mut Vec
             }
             Some("reasoning") => note(dropped, "reasoning items"),
             Some("item_reference") => {
-                return fail("item_reference: rota keeps no responses and a chat upstream cannot hold one; send the items themselves");
+                return fail(
+                    "item_reference: rota keeps no responses and a chat upstream cannot hold one; send the items themselves",
+                );
             }
             other => return fail(format!("input item type {:?} has no chat counterpart", other.unwrap_or("?"))),
         }
@@ -196,8 +206,13 @@ fn tool_choice_to_chat(choice: &Value, have_tools: bool) -> Result<Option<Value>
         Value::String(_) if !have_tools => Ok(None),
         Value::String(_) => Ok(Some(choice.clone())),
         Value::Object(o) => match o.get("type").and_then(Value::as_str) {
-            Some("function") => Ok(Some(json!({"type": "function", "function": {"name": o.get("name").cloned().unwrap_or(json!(""))}}))),
-            other => fail(format!("tool_choice of type {:?} names a tool that has no chat counterpart", other.unwrap_or("?"))),
+            Some("function") => {
+                Ok(Some(json!({"type": "function", "function": {"name": o.get("name").cloned().unwrap_or(json!(""))}})))
+            }
+            other => fail(format!(
+                "tool_choice of type {:?} names a tool that has no chat counterpart",
+                other.unwrap_or("?")
+            )),
         },
         Value::Null => Ok(None),
         other => fail(format!("tool_choice {other} has no chat counterpart")),
@@ -276,13 +291,18 @@ pub fn responses_to_chat(req: &Map<String, Value>) -> Result<Translated, Untrans
                                         schema.insert(f.into(), x.clone());
                                     }
                                 }
-                                out.insert("response_format".into(), json!({"type": "json_schema", "json_schema": schema}));
+                                out.insert(
+                                    "response_format".into(),
+                                    json!({"type": "json_schema", "json_schema": schema}),
+                                );
                             }
                             Some("json_object") => {
                                 out.insert("response_format".into(), json!({"type": "json_object"}));
                             }
                             Some("text") | None => {}
-                            Some(other) => return fail(format!("text.format of type {other:?} has no chat counterpart")),
+                            Some(other) => {
+                                return fail(format!("text.format of type {other:?} has no chat counterpart"));
+                            }
                         },
                         "verbosity" if is_set(v) => {
                             out.insert("verbosity".into(), v.clone());
@@ -351,7 +371,7 @@ pub fn chat_to_responses(req: &Map<String, Value>) -> Result<Translated, Untrans
                 if !parts.is_empty() {
                     input.push(json!({"type": "message", "role": "assistant", "content": parts}));
                 }
-                if m.get("reasoning_content").is_some_and(|r| is_set(r)) {
+                if m.get("reasoning_content").is_some_and(is_set) {
                     note(&mut dropped, "reasoning_content");
                 }
                 for call in m.get("tool_calls").and_then(Value::as_array).into_iter().flatten() {
@@ -380,7 +400,8 @@ pub fn chat_to_responses(req: &Map<String, Value>) -> Result<Translated, Untrans
     out.insert("input".into(), Value::Array(input));
     // rota keeps no state upstream.
     out.insert("store".into(), json!(false));
-    let max = req.get("max_completion_tokens").filter(|v| is_set(v)).or_else(|| req.get("max_tokens").filter(|v| is_set(v)));
+    let max =
+        req.get("max_completion_tokens").filter(|v| is_set(v)).or_else(|| req.get("max_tokens").filter(|v| is_set(v)));
     if let Some(max) = max {
         out.insert("max_output_tokens".into(), max.clone());
     }
@@ -388,21 +409,33 @@ pub fn chat_to_responses(req: &Map<String, Value>) -> Result<Translated, Untrans
     for (key, value) in req {
         match key.as_str() {
             "messages" | "max_tokens" | "max_completion_tokens" | "stream_options" => {}
-            "n" if value.as_u64().is_some_and(|n| n > 1) => return fail("n > 1 (several choices) has no Responses counterpart"),
+            "n" if value.as_u64().is_some_and(|n| n > 1) => {
+                return fail("n > 1 (several choices) has no Responses counterpart");
+            }
             "logprobs" if value == &json!(true) => return fail("logprobs has no Responses counterpart rota can map"),
             "audio" if is_set(value) => return fail("audio output has no Responses counterpart"),
             "modalities" if value.as_array().is_some_and(|m| m.iter().any(|m| m == "audio")) => {
                 return fail("audio output has no Responses counterpart");
             }
-            "stop" if is_set(value) && value != &json!([]) => return fail("stop sequences have no Responses counterpart"),
+            "stop" if is_set(value) && value != &json!([]) => {
+                return fail("stop sequences have no Responses counterpart");
+            }
             "functions" | "function_call" if is_set(value) => {
                 return fail(format!("{key} (the legacy function API) has no Responses counterpart; use tools"));
             }
             "n" | "logprobs" | "audio" | "modalities" | "stop" | "functions" | "function_call" => {}
             "top_logprobs" if value.is_null() || value == &json!(0) => {}
             "store" if value != &json!(true) => {}
-            "model" | "temperature" | "top_p" | "user" | "stream" | "parallel_tool_calls" | "prompt_cache_key"
-            | "safety_identifier" | "metadata" | "service_tier" => {
+            "model"
+            | "temperature"
+            | "top_p"
+            | "user"
+            | "stream"
+            | "parallel_tool_calls"
+            | "prompt_cache_key"
+            | "safety_identifier"
+            | "metadata"
+            | "service_tier" => {
                 out.insert(key.clone(), value.clone());
             }
             "reasoning_effort" if is_set(value) => {
@@ -423,7 +456,9 @@ pub fn chat_to_responses(req: &Map<String, Value>) -> Result<Translated, Untrans
                     }
                     Some("json_object") => json!({"type": "json_object"}),
                     Some("text") | None => continue,
-                    Some(other) => return fail(format!("response_format of type {other:?} has no Responses counterpart")),
+                    Some(other) => {
+                        return fail(format!("response_format of type {other:?} has no Responses counterpart"));
+                    }
                 };
                 let text = out.entry("text").or_insert_with(|| json!({}));
                 text["format"] = format;
@@ -491,19 +526,41 @@ mod tests {
         let b = &t.body;
         assert_eq!(
             t.dropped,
-            ["tools[type=namespace]", "tools[type=web_search]", "reasoning.summary", "store", "include", "client_metadata"]
+            [
+                "tools[type=namespace]",
+                "tools[type=web_search]",
+                "reasoning.summary",
+                "store",
+                "include",
+                "client_metadata"
+            ]
         );
         let roles: Vec<&str> = b["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
         assert_eq!(roles, ["system", "system", "user", "user"]);
-        assert!(b["messages"][0]["content"].as_str().unwrap().starts_with("You are a coding agent running in the Codex CLI"));
+        assert!(
+            b["messages"][0]["content"]
+                .as_str()
+                .unwrap()
+                .starts_with("You are a coding agent running in the Codex CLI")
+        );
         assert_eq!(b["messages"][3]["content"], "Say hi");
         let tools: Vec<&str> =
             b["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
         assert_eq!(
             tools,
-            ["exec_command", "write_stdin", "request_user_input", "view_image", "get_goal", "create_goal", "update_goal"]
+            [
+                "exec_command",
+                "write_stdin",
+                "request_user_input",
+                "view_image",
+                "get_goal",
+                "create_goal",
+                "update_goal"
+            ]
         );
-        assert!(b["tools"].as_array().unwrap().iter().all(|t| t["type"] == "function" && t["function"]["strict"] == false));
+        assert!(
+            b["tools"].as_array().unwrap().iter().all(|t| t["type"] == "function" && t["function"]["strict"] == false)
+        );
         assert_eq!(b["tools"][3]["function"]["parameters"]["required"], json!(["path"]));
         assert_eq!(b["model"], "beta/sim-small");
         assert_eq!((&b["stream"], &b["stream_options"]), (&json!(true), &json!({"include_usage": true})));
@@ -514,7 +571,8 @@ mod tests {
 
     #[test]
     fn a_string_input_is_one_user_message_after_the_instructions() {
-        let t = to_chat(json!({"model": "m", "instructions": "Be brief.", "input": "Hi", "max_output_tokens": 50})).unwrap();
+        let t = to_chat(json!({"model": "m", "instructions": "Be brief.", "input": "Hi", "max_output_tokens": 50}))
+            .unwrap();
         assert_eq!(
             Value::Object(t.body),
             json!({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
@@ -585,7 +643,15 @@ mod tests {
         );
         assert_eq!(
             t.dropped,
-            ["tools[type=file_search]", "tools[type=custom]", "metadata", "reasoning.summary", "truncation", "background", "service_tier"]
+            [
+                "tools[type=file_search]",
+                "tools[type=custom]",
+                "metadata",
+                "reasoning.summary",
+                "truncation",
+                "background",
+                "service_tier"
+            ]
         );
         let t = to_chat(json!({"input": "x", "text": {"format": {"type": "json_object"}}})).unwrap();
         assert_eq!(t.body["response_format"], json!({"type": "json_object"}));
@@ -596,7 +662,8 @@ mod tests {
     #[test]
     fn a_tool_choice_without_tools_left_is_dropped_or_refused() {
         let web = json!([{"type": "web_search"}]);
-        let t = to_chat(json!({"input": "x", "tools": web, "tool_choice": "auto", "parallel_tool_calls": true})).unwrap();
+        let t =
+            to_chat(json!({"input": "x", "tools": web, "tool_choice": "auto", "parallel_tool_calls": true})).unwrap();
         assert!(!t.body.contains_key("tools") && !t.body.contains_key("tool_choice"));
         assert_eq!(t.dropped, ["tools[type=web_search]", "parallel_tool_calls"]);
         let why = refused(to_chat(json!({"input": "x", "tools": web, "tool_choice": "required"})));
@@ -612,14 +679,19 @@ mod tests {
             why,
             "previous_response_id: rota keeps no responses and a chat upstream cannot hold one; send the whole conversation in `input`"
         );
-        assert!(refused(to_chat(json!({"input": "x", "conversation": "conv_1"}))).starts_with("conversation: rota keeps"));
+        assert!(
+            refused(to_chat(json!({"input": "x", "conversation": "conv_1"}))).starts_with("conversation: rota keeps")
+        );
         assert!(refused(to_chat(json!({"input": "x", "background": true}))).contains("background"));
         let file = json!([{"role": "user", "content": [{"type": "input_file", "file_id": "file-1"}]}]);
         assert!(refused(to_chat(json!({"input": file}))).contains("input_file"));
         let reference = json!([{"type": "item_reference", "id": "msg_1"}]);
         assert!(refused(to_chat(json!({"input": reference}))).starts_with("item_reference"));
         let search = json!([{"type": "web_search_call", "id": "ws_1", "status": "completed"}]);
-        assert_eq!(refused(to_chat(json!({"input": search}))), "input item type \"web_search_call\" has no chat counterpart");
+        assert_eq!(
+            refused(to_chat(json!({"input": search}))),
+            "input item type \"web_search_call\" has no chat counterpart"
+        );
     }
 
     #[test]
@@ -667,7 +739,10 @@ mod tests {
         );
         assert_eq!(t.dropped, ["reasoning_content", "seed", "store"]);
         let t = to_responses(json!({"messages": [], "response_format": {"type": "json_object"}, "max_completion_tokens": 9, "max_tokens": 5})).unwrap();
-        assert_eq!((&t.body["text"], &t.body["max_output_tokens"]), (&json!({"format": {"type": "json_object"}}), &json!(9)));
+        assert_eq!(
+            (&t.body["text"], &t.body["max_output_tokens"]),
+            (&json!({"format": {"type": "json_object"}}), &json!(9))
+        );
     }
 
     #[test]
@@ -684,7 +759,8 @@ mod tests {
             req[field] = value;
             assert!(to_responses(req).is_err(), "{field}");
         }
-        let t = to_responses(json!({"messages": m, "n": 1, "logprobs": false, "modalities": ["text"], "stop": null})).unwrap();
+        let t = to_responses(json!({"messages": m, "n": 1, "logprobs": false, "modalities": ["text"], "stop": null}))
+            .unwrap();
         assert!(t.dropped.is_empty(), "{:?}", t.dropped);
         let part = json!([{"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "AA", "format": "wav"}}]}]);
         assert!(refused(to_responses(json!({"messages": part}))).contains("input_audio"));
