@@ -1,14 +1,20 @@
 //! Translation between the OpenAI chat completions format and the Anthropic messages format,
-//! both directions, so failover may cross providers of different wire formats.
+//! and between chat and the OpenAI Responses API (`responses`), both directions, so failover may
+//! cross providers of different wire formats.
 //! `docs/translation.md` lists every field and what happens to it.
 
 pub mod request;
 pub mod response;
+pub mod responses;
 pub mod sse;
 pub mod stream;
 
 pub use request::{chat_to_messages, messages_to_chat};
 pub use response::{chat_response_to_messages, messages_response_to_chat};
+pub use responses::{
+    ChatToResponses, ResponsesToChat, chat_answer_to_responses, chat_to_responses, responses_answer_to_chat,
+    responses_to_chat,
+};
 pub use stream::StreamTranslator;
 
 use serde_json::{Map, Value};
