@@ -1,0 +1,341 @@
+"""The agents users run, as acceptance clients: Claude Code, the Codex CLI, the OpenAI Agents SDK
+and the official `openai` SDK's Responses API, against a real `rota serve`, whose upstream is the
+scripted agent_upstream.py.
+
+    claude -p / codex exec / agents.Runner  -->  rota serve  -->  agent_upstream (3 wire formats)
+
+Each test writes a file holding a word only that file holds, asks the agent to read it, and
+checks that the agent ran its own tool (Claude Code's Read, Codex's exec_command, an SDK function
+tool) and answered with the word, that rota's audit rows are exactly the expected attempts, and
+that none of rota's secrets reached what the agent printed or kept.
+
+The agents come from npm (tests/agents, installed by scripts/test.sh) and the Agents SDK from
+PyPI (requirements.txt). Agents run in their own process group, bounded in time, and the group
+is killed afterwards: Claude Code retries failed calls for minutes, Codex reconnects 5 times.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from agent_upstream import QUOTE, REPLY, AgentUpstream, Seen
+from conftest import REPO, Rota, clean_env, create_agent, rota, rota_bin, start_rota, stop_rota, tail
+
+AGENTS = REPO / "tests" / "agents" / "node_modules"
+CLAUDE = AGENTS / "@anthropic-ai" / "claude-code" / "cli-wrapper.cjs"
+CODEX = AGENTS / "@openai" / "codex" / "bin" / "codex.js"
+AGENT_TIMEOUT_S = 45  # one agent run; an instant upstream answers each turn in milliseconds
+KILL_GRACE_S = 5
+
+ANTHROPIC_MODEL = "claude-sonnet-4-5"
+OPENAI_MODEL = "gpt-4.1"
+# The providers a test may configure: name -> (api, the flavor of upstream its base_url names).
+PROVIDERS = {
+    "anth": ("anthropic", "anthropic"),
+    "oai": ("openai", "openai"),
+    "chat": ("openai-chat", "chat"),
+    "resp": ("openai-responses", "responses"),
+}
+MODELS = {"anth": ANTHROPIC_MODEL, "oai": OPENAI_MODEL, "chat": OPENAI_MODEL, "resp": OPENAI_MODEL}
+WORD = "PERIWINKLE-7731"  # the file's content: in no prompt, no tool schema, nothing else the agents see
+FILE_NAME = "notes.txt"
+
+
+def upstream_key(profile: str) -> str:
+    provider, name = profile.split(":")
+    return f"sk-upstream-{provider}-{name}-5f1c0a"
+
+
+def model_of(provider: str) -> str:
+    return f"{provider}/{MODELS[provider]}"
+
+
+# -- rota in front of the scripted upstream ------------------------------------------------------
+
+
+@dataclass
+class AgentGateway(Rota):
+    upstream: AgentUpstream = field(kw_only=True)
+    profiles: list[str] = field(kw_only=True)
+
+    def secrets(self) -> list[str]:
+        """What must never reach an agent: the upstream keys rota holds and its master key."""
+        found = [upstream_key(p) for p in self.profiles]
+        key_file = self.dir / "rota.key"
+        if key_file.exists():
+            found.append(key_file.read_text().strip())
+        return found
+
+    def audit_rows(self, deadline_s: float = 10.0) -> list[tuple[tuple, list[tuple]]]:
+        """Every request rota audited, oldest first: (api, requested model, status), with its
+        attempts (seq, kind, provider, model, profile, http status, outcome, reason), once the
+        audit writer has stored as many attempts as the upstream received calls."""
+        calls = len(self.upstream.requests())
+        deadline = time.monotonic() + deadline_s
+        while True:
+            reqs = self.query("SELECT * FROM requests ORDER BY started_at, id")
+            atts = self.query("SELECT * FROM attempts ORDER BY started_at, seq")
+            whole = sum(r["attempts"] for r in reqs) == len(atts)
+            if whole and len([a for a in atts if a["kind"] != "skipped"]) >= calls:
+                break
+            if time.monotonic() > deadline:
+                raise AssertionError(f"audit not settled: {calls} upstream calls, requests "
+                                     f"{[dict(r) for r in reqs]}, attempts {[dict(a) for a in atts]}")
+            time.sleep(0.05)
+        out = []
+        for r in reqs:
+            mine = sorted((a for a in atts if a["request_id"] == r["id"]), key=lambda a: a["seq"])
+            out.append(((r["api"], r["requested_model"], r["status"]),
+                        [(a["seq"], a["kind"], a["provider"], a["model"], a["profile_id"], a["http_status"],
+                          a["outcome"], a["reason"]) for a in mine]))
+        return out
+
+
+def served(seq: int, kind: str, profile: str) -> tuple:
+    provider = profile.split(":")[0]
+    return (seq, kind, provider, MODELS[provider], profile, 200, "success", None)
+
+
+def limited(seq: int, kind: str, profile: str) -> tuple:
+    provider = profile.split(":")[0]
+    return (seq, kind, provider, MODELS[provider], profile, 429, "failure", "rate_limit")
+
+
+def config(port: int, providers: list[str], order: dict[str, list[str]], extra: str) -> str:
+    out = []
+    for name in providers:
+        api, flavor = PROVIDERS[name]
+        base = f"http://127.0.0.1:{port}/{flavor}" + ("" if api == "anthropic" else "/v1")
+        out.append(f'[providers.{name}]\napi = "{api}"\nbase_url = "{base}"\n')
+    if order:
+        out.append("[auth.order]\n" + "".join(f"{p} = {json.dumps(ids)}\n" for p, ids in order.items()))
+    out.append('[timeouts]\nconnect = "2s"\nfirst_byte = "10s"\nidle = "10s"\ntotal = "30s"\n')
+    out.append(extra)
+    return "\n".join(out)
+
+
+@pytest.fixture
+def agent_gateway(_bounded_in_time) -> Iterator[Callable[..., AgentGateway]]:
+    """Starts an upstream and `rota serve` (own temp dir, database, agent `agents`) on demand:
+    `agent_gateway(providers, profiles=("a",), ordered=True, mode="whole", extra="")`."""
+    rota_bin()
+    started: list[tuple[tempfile.TemporaryDirectory, AgentUpstream, Any, Path]] = []
+
+    def start(providers: list[str], profiles: tuple[str, ...] = ("a",), ordered: bool = True, mode: str = "whole",
+              extra: str = "") -> AgentGateway:
+        tmp = tempfile.TemporaryDirectory(prefix="rota-agents-")
+        dir = Path(tmp.name)
+        upstream = AgentUpstream(mode)
+        stderr = dir / "rota.stderr"
+        started.append((tmp, upstream, None, stderr))
+        ids = [f"{p}:{n}" for p in providers for n in profiles]
+        order = {p: [f"{p}:{n}" for n in profiles] for p in providers} if ordered else {}
+        (dir / "rota.toml").write_text(config(upstream.port, providers, order, extra))
+        for pid in ids:
+            provider, name = pid.split(":")
+            rota(dir, "profiles", "add", provider, "--name", name, stdin=upstream_key(pid) + "\n")
+        agent_key = create_agent(dir, "agents")
+        proc, addr = start_rota(dir, stderr)
+        started[-1] = (tmp, upstream, proc, stderr)
+        return AgentGateway(addr, agent_key, dir, stderr, proc, upstream=upstream, profiles=ids)
+
+    try:
+        yield start
+    finally:
+        dump = os.environ.get("AGENTS_DUMP")  # a folder: what the upstream received, for debugging
+        for i, (tmp, upstream, proc, stderr) in enumerate(started):
+            stop_rota(proc)
+            upstream.close()
+            if dump:
+                Path(dump).mkdir(parents=True, exist_ok=True)
+                seen = [{"path": s.path, "query": s.query, "headers": s.headers, "body": s.body, "status": s.status,
+                         "answer": s.answer} for s in upstream.requests()]
+                (Path(dump) / f"{os.environ.get('PYTEST_CURRENT_TEST', 'test').split(' ')[0].split('::')[-1]}-{i}.json"
+                 ).write_text(json.dumps(seen, indent=1))
+            print(f"--- rota stderr (ROTA_LOG=warn) ---\n{tail(stderr)}")
+            tmp.cleanup()
+
+
+# -- running an agent ----------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    args: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+    home: Path
+
+    def __str__(self) -> str:
+        return (f"{' '.join(self.args[:4])} … exited {self.returncode}\n--- stdout ---\n{self.stdout[-4000:]}\n"
+                f"--- stderr ---\n{self.stderr[-4000:]}")
+
+
+def agent_env(home: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in clean_env().items() if not k.startswith(("CLAUDE", "CODEX", "XDG_"))}
+    env.update(HOME=str(home), NO_COLOR="1", TERM="dumb", **extra)
+    return env
+
+
+def run_agent(args: list[str], env: dict[str, str], cwd: Path, home: Path, timeout: float = AGENT_TIMEOUT_S) -> Run:
+    """Runs an agent in its own process group; the whole group is killed afterwards, whatever happened."""
+    proc = subprocess.Popen(args, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=KILL_GRACE_S)
+        raise AssertionError(f"{args[1]} did not finish within {timeout}s\n{Run(args, -9, out, err, home)}")
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # what it left behind (tool subprocesses, helpers)
+        except ProcessLookupError:
+            pass
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=KILL_GRACE_S)
+    return Run(args, proc.returncode, out, err, home)
+
+
+def assert_no_secrets(gw: AgentGateway, run: Run) -> None:
+    """None of rota's secrets in what the agent printed or wrote under its HOME (transcripts,
+    session files, logs)."""
+    texts = {"stdout": run.stdout, "stderr": run.stderr}
+    for path in run.home.rglob("*"):
+        if path.is_file() and path.stat().st_size < 5_000_000:
+            texts[str(path)] = path.read_bytes().decode("utf-8", "replace")
+    for secret in gw.secrets():
+        leaked = [where for where, text in texts.items() if secret in text]
+        assert not leaked, f"a secret of rota's reached the agent: {leaked}"
+
+
+def workdir(base: Path) -> Path:
+    """A temp project folder holding the file the prompts ask about."""
+    cwd = base / "project"
+    cwd.mkdir()
+    (cwd / FILE_NAME).write_text(WORD + "\n")
+    return cwd
+
+
+def read_prompt(cwd: Path) -> str:
+    return f"Read the file {cwd / FILE_NAME} and tell me what it says."
+
+
+# -- Claude Code ---------------------------------------------------------------------------------
+
+
+def claude(gw: AgentGateway, home: Path, cwd: Path, prompt: str, model: str, *extra: str) -> tuple[dict, Run]:
+    env = agent_env(
+        home, ANTHROPIC_BASE_URL=f"http://{gw.addr}", ANTHROPIC_AUTH_TOKEN=gw.agent_key, ANTHROPIC_MODEL=model,
+        ANTHROPIC_SMALL_FAST_MODEL=model, DISABLE_TELEMETRY="1", CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+        DISABLE_AUTOUPDATER="1",
+    )
+    args = ["node", str(CLAUDE), "-p", prompt, "--output-format", "json", "--allowedTools", "Read", *extra]
+    run = run_agent(args, env, cwd, home)
+    lines = [line for line in run.stdout.splitlines() if line.strip()]
+    assert lines, f"Claude Code printed nothing\n{run}"
+    try:
+        result = json.loads(lines[-1])
+    except ValueError:
+        raise AssertionError(f"Claude Code's last line is not JSON\n{run}") from None
+    assert_no_secrets(gw, run)
+    return result, run
+
+
+def assert_claude_answered(result: dict, run: Run) -> None:
+    assert result.get("is_error") is False, str(run)
+    assert result.get("type") == "result" and result.get("subtype") == "success", str(run)
+    assert WORD in result.get("result", ""), str(run)
+
+
+def messages_calls(gw: AgentGateway) -> list[Seen]:
+    return [s for s in gw.upstream.requests() if s.api == "messages"]
+
+
+def test_claude_code_reads_a_file_through_an_anthropic_model(agent_gateway, tmp_path: Path) -> None:
+    gw = agent_gateway(["anth"], mode="bytes")
+    cwd = workdir(tmp_path)
+    result, run = claude(gw, tmp_path / "home", cwd, read_prompt(cwd), model_of("anth"))
+    assert_claude_answered(result, run)
+
+    calls = gw.upstream.requests()
+    assert [(s.path, s.key, s.stream, s.answer, s.tool) for s in calls] == [
+        ("/anthropic/v1/messages", upstream_key("anth:a"), True, "tool_call", "Read"),
+        ("/anthropic/v1/messages", upstream_key("anth:a"), True, "tool_result_quote", None),
+    ], calls
+    assert all(gw.agent_key not in v for s in calls for v in s.headers.values())
+    assert gw.audit_rows() == [
+        (("messages", model_of("anth"), 200), [served(1, "primary", "anth:a")]),
+        (("messages", model_of("anth"), 200), [served(1, "primary", "anth:a")]),
+    ]
+
+
+# -- Codex CLI -----------------------------------------------------------------------------------
+
+CODEX_KEY_VAR = "ROTA_AGENT_KEY"
+
+
+def codex_home(gw: AgentGateway, home: Path, model: str) -> None:
+    (home / ".codex").mkdir(parents=True, exist_ok=True)
+    (home / ".codex" / "config.toml").write_text(
+        f'model = "{model}"\n'
+        'model_provider = "rota"\n'
+        "check_for_update_on_startup = false\n"
+        "[analytics]\nenabled = false\n"
+        "[model_providers.rota]\n"
+        'name = "rota"\n'
+        f'base_url = "http://{gw.addr}/v1"\n'
+        f'env_key = "{CODEX_KEY_VAR}"\n'
+        'wire_api = "responses"\n'
+    )
+
+
+def codex(gw: AgentGateway, home: Path, cwd: Path, prompt: str, *, resume: bool = False) -> tuple[str, list[dict], Run]:
+    """`codex exec` (or `codex exec resume --last`): the last message it printed, its JSON events."""
+    last = home / f"last-{time.monotonic_ns()}.txt"
+    env = agent_env(home, **{CODEX_KEY_VAR: gw.agent_key})
+    args = ["node", str(CODEX), "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
+            "--json", "-o", str(last)]
+    args += ["resume", "--last", prompt] if resume else [prompt]
+    run = run_agent(args, env, cwd, home)
+    events = []
+    for line in run.stdout.splitlines():
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            pass
+    assert_no_secrets(gw, run)
+    assert run.returncode == 0, str(run)
+    return (last.read_text() if last.exists() else ""), events, run
+
+
+@pytest.mark.parametrize("provider", ["oai", "resp"])
+def test_codex_runs_a_command_through_a_responses_model(agent_gateway, tmp_path: Path, provider: str) -> None:
+    gw = agent_gateway([provider], mode="bytes")
+    cwd = workdir(tmp_path)
+    home = tmp_path / "home"
+    codex_home(gw, home, model_of(provider))
+    text, events, run = codex(gw, home, cwd, read_prompt(cwd))
+    assert WORD in text, str(run)
+    calls = gw.upstream.requests()
+    assert [(s.path, s.key, s.answer, s.tool) for s in calls] == [
+        (f"/{PROVIDERS[provider][1]}/v1/responses", upstream_key(f"{provider}:a"), "tool_call", "exec_command"),
+        (f"/{PROVIDERS[provider][1]}/v1/responses", upstream_key(f"{provider}:a"), "tool_result_quote", None),
+    ], calls
+    assert gw.audit_rows() == [
+        (("responses", model_of(provider), 200), [served(1, "primary", f"{provider}:a")]),
+        (("responses", model_of(provider), 200), [served(1, "primary", f"{provider}:a")]),
+    ]
