@@ -107,6 +107,11 @@ def served(seq: int, kind: str, profile: str) -> tuple:
     return (seq, kind, provider, MODELS[provider], profile, 200, "success", None)
 
 
+def skipped(seq: int, profile: str) -> tuple:
+    provider = profile.split(":")[0]
+    return (seq, "skipped", provider, MODELS[provider], None, None, "skipped", "rate_limit")
+
+
 def limited(seq: int, kind: str, profile: str) -> tuple:
     provider = profile.split(":")[0]
     return (seq, kind, provider, MODELS[provider], profile, 429, "failure", "rate_limit")
@@ -265,21 +270,68 @@ def messages_calls(gw: AgentGateway) -> list[Seen]:
     return [s for s in gw.upstream.requests() if s.api == "messages"]
 
 
-def test_claude_code_reads_a_file_through_an_anthropic_model(agent_gateway, tmp_path: Path) -> None:
-    gw = agent_gateway(["anth"], mode="bytes")
-    cwd = workdir(tmp_path)
-    result, run = claude(gw, tmp_path / "home", cwd, read_prompt(cwd), model_of("anth"))
-    assert_claude_answered(result, run)
+def upstream_path(provider: str, api: str) -> str:
+    flavor = PROVIDERS[provider][1]
+    return {"messages": f"/{flavor}/v1/messages", "chat": f"/{flavor}/v1/chat/completions",
+            "responses": f"/{flavor}/v1/responses"}[api]
 
-    calls = gw.upstream.requests()
-    assert [(s.path, s.key, s.stream, s.answer, s.tool) for s in calls] == [
-        ("/anthropic/v1/messages", upstream_key("anth:a"), True, "tool_call", "Read"),
-        ("/anthropic/v1/messages", upstream_key("anth:a"), True, "tool_result_quote", None),
-    ], calls
-    assert all(gw.agent_key not in v for s in calls for v in s.headers.values())
+
+def upstream_api(provider: str, client_api: str) -> str:
+    """The format rota speaks to the provider for a client of `client_api`."""
+    api = PROVIDERS[provider][0]
+    if api == "anthropic":
+        return "messages"
+    if api == "openai":
+        return "responses" if client_api == "responses" else "chat"
+    return {"openai-chat": "chat", "openai-responses": "responses"}[api]
+
+
+def calls_of(gw: AgentGateway) -> list[tuple]:
+    return [(s.path, s.key, s.status, s.answer, s.tool) for s in gw.upstream.requests()]
+
+
+def tool_round_trip(provider: str, client_api: str, tool: str, profile: str = "a") -> list[tuple]:
+    """The two upstream calls of a tool round trip served by `provider`'s profile."""
+    path, key = upstream_path(provider, upstream_api(provider, client_api)), upstream_key(f"{provider}:{profile}")
+    return [(path, key, 200, "tool_call", tool), (path, key, 200, "tool_result_quote", None)]
+
+
+@pytest.mark.parametrize("provider", ["anth", "chat"])
+def test_claude_code_reads_a_file(agent_gateway, tmp_path: Path, provider: str) -> None:
+    """Claude Code's Read round trip, served by an Anthropic model and by a chat-only OpenAI one."""
+    gw = agent_gateway([provider], mode="bytes")
+    cwd = workdir(tmp_path)
+    result, run = claude(gw, tmp_path / "home", cwd, read_prompt(cwd), model_of(provider))
+    assert_claude_answered(result, run)
+    assert calls_of(gw) == tool_round_trip(provider, "messages", "Read")
+    assert all(gw.agent_key not in v for s in gw.upstream.requests() for v in s.headers.values())
     assert gw.audit_rows() == [
-        (("messages", model_of("anth"), 200), [served(1, "primary", "anth:a")]),
-        (("messages", model_of("anth"), 200), [served(1, "primary", "anth:a")]),
+        (("messages", model_of(provider), 200), [served(1, "primary", f"{provider}:a")]),
+        (("messages", model_of(provider), 200), [served(1, "primary", f"{provider}:a")]),
+    ]
+
+
+def chain(first: str, fallback: str) -> str:
+    return f'[virtual_models.chain]\ntargets = ["{model_of(first)}", "{model_of(fallback)}"]\n'
+
+
+@pytest.mark.parametrize(("first", "fallback"), [("anth", "chat"), ("chat", "anth")])
+def test_claude_code_falls_back_to_the_other_format_on_a_429(agent_gateway, tmp_path: Path, first: str,
+                                                             fallback: str) -> None:
+    """A chain whose first model answers 429: the turn goes on in the fallback's format."""
+    gw = agent_gateway([first, fallback], extra=chain(first, fallback))
+    # Longer than the 2 minutes before its end within which rota probes a cooling primary.
+    gw.upstream.rate_limit(upstream_key(f"{first}:a"), retry_after=600)
+    cwd = workdir(tmp_path)
+    result, run = claude(gw, tmp_path / "home", cwd, read_prompt(cwd), "chain")
+    assert_claude_answered(result, run)
+    first_path = upstream_path(first, upstream_api(first, "messages"))
+    assert calls_of(gw) == [(first_path, upstream_key(f"{first}:a"), 429, "error", None),
+                            *tool_round_trip(fallback, "messages", "Read")]
+    # The second call of the turn finds the first model cooling (its Retry-After: 600 s).
+    assert gw.audit_rows() == [
+        (("messages", "chain", 200), [limited(1, "primary", f"{first}:a"), served(2, "fallback", f"{fallback}:a")]),
+        (("messages", "chain", 200), [skipped(1, f"{first}:a"), served(2, "fallback", f"{fallback}:a")]),
     ]
 
 
@@ -322,19 +374,22 @@ def codex(gw: AgentGateway, home: Path, cwd: Path, prompt: str, *, resume: bool 
     return (last.read_text() if last.exists() else ""), events, run
 
 
-@pytest.mark.parametrize("provider", ["oai", "resp"])
-def test_codex_runs_a_command_through_a_responses_model(agent_gateway, tmp_path: Path, provider: str) -> None:
+@pytest.mark.parametrize("provider", ["oai", "resp", "chat", "anth"])
+def test_codex_runs_a_command(agent_gateway, tmp_path: Path, provider: str) -> None:
+    """Codex's exec_command round trip, served by Responses upstreams (OpenAI's own and one with
+    only the Responses API), a chat-only one and an Anthropic one."""
     gw = agent_gateway([provider], mode="bytes")
     cwd = workdir(tmp_path)
     home = tmp_path / "home"
     codex_home(gw, home, model_of(provider))
     text, events, run = codex(gw, home, cwd, read_prompt(cwd))
-    assert WORD in text, str(run)
-    calls = gw.upstream.requests()
-    assert [(s.path, s.key, s.answer, s.tool) for s in calls] == [
-        (f"/{PROVIDERS[provider][1]}/v1/responses", upstream_key(f"{provider}:a"), "tool_call", "exec_command"),
-        (f"/{PROVIDERS[provider][1]}/v1/responses", upstream_key(f"{provider}:a"), "tool_result_quote", None),
-    ], calls
+    assert text.strip() == QUOTE.format(line=WORD), str(run)
+    commands = [e["item"] for e in events if e.get("type") == "item.completed"
+                and e["item"].get("type") == "command_execution"]
+    assert [(c["command"], c["exit_code"], c["aggregated_output"].strip()) for c in commands] == [
+        (commands[0]["command"], 0, WORD)], str(run)
+    assert f"cat {cwd / FILE_NAME}" in commands[0]["command"]
+    assert calls_of(gw) == tool_round_trip(provider, "responses", "exec_command")
     assert gw.audit_rows() == [
         (("responses", model_of(provider), 200), [served(1, "primary", f"{provider}:a")]),
         (("responses", model_of(provider), 200), [served(1, "primary", f"{provider}:a")]),
