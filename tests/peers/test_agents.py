@@ -394,3 +394,122 @@ def test_codex_runs_a_command(agent_gateway, tmp_path: Path, provider: str) -> N
         (("responses", model_of(provider), 200), [served(1, "primary", f"{provider}:a")]),
         (("responses", model_of(provider), 200), [served(1, "primary", f"{provider}:a")]),
     ]
+
+
+# -- The OpenAI Agents SDK and the openai SDK's Responses API ------------------------------------
+
+SDK_TIMEOUT_S = 20.0
+SDK_PROMPT = f"Read the file {FILE_NAME} and tell me what it says."
+READ_FILE_TOOL = {
+    "type": "function", "name": "read_file", "description": "Read a file of the project and return its text.",
+    "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"],
+                   "additionalProperties": False},
+    "strict": True,
+}
+
+
+def served_twice(gw: AgentGateway, provider: str) -> list:
+    return [(("responses", model_of(provider), 200), [served(1, "primary", f"{provider}:a")])] * 2
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["buffered", "streamed"])
+@pytest.mark.parametrize("provider", ["anth", "chat"])
+def test_openai_agents_sdk_calls_its_function_tool(agent_gateway, provider: str, stream: bool) -> None:
+    import asyncio
+
+    import openai
+    from agents import Agent, OpenAIResponsesModel, Runner, function_tool, set_tracing_disabled
+
+    set_tracing_disabled(True)  # no export to OpenAI's tracing endpoint
+    gw = agent_gateway([provider], mode="bytes" if stream else "whole")
+    asked: list[str] = []
+
+    @function_tool
+    def read_file(path: str) -> str:
+        """Read a file of the project and return its text."""
+        asked.append(path)
+        return f"{WORD}\n"
+
+    async def main() -> str:
+        client = openai.AsyncOpenAI(base_url=f"http://{gw.addr}/v1", api_key=gw.agent_key, max_retries=0,
+                                    timeout=SDK_TIMEOUT_S)
+        agent = Agent(name="reader", instructions="Answer from the files you read.", tools=[read_file],
+                      model=OpenAIResponsesModel(model=model_of(provider), openai_client=client))
+        try:
+            if not stream:
+                return (await Runner.run(agent, SDK_PROMPT, max_turns=4)).final_output
+            run = Runner.run_streamed(agent, SDK_PROMPT, max_turns=4)
+            async for _ in run.stream_events():
+                pass
+            return run.final_output
+        finally:
+            await client.close()
+
+    output = asyncio.run(main())
+    assert asked == [FILE_NAME]
+    assert output == QUOTE.format(line=WORD)
+    assert calls_of(gw) == tool_round_trip(provider, "responses", "read_file")
+    assert all(s.stream is stream for s in gw.upstream.requests())
+    assert gw.audit_rows() == served_twice(gw, provider)
+
+
+def usage_of(seen: Seen) -> tuple[int, int]:
+    assert seen.usage is not None
+    return seen.usage
+
+
+def responses_call(client, stream: bool, **params) -> tuple[Any, list[Any]]:
+    """responses.create, buffered or streamed: the final response and the stream's events."""
+    if not stream:
+        return client.responses.create(**params), []
+    events = list(client.responses.create(**params, stream=True))
+    types = [e.type for e in events]
+    assert types[0] == "response.created" and types[-1] == "response.completed", types
+    assert [e.sequence_number for e in events] == list(range(len(events))), types
+    return events[-1].response, events
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["buffered", "streamed"])
+@pytest.mark.parametrize("provider", ["oai", "anth", "chat"])
+def test_openai_sdk_responses(agent_gateway, provider: str, stream: bool) -> None:
+    """client.responses.create: text, usage, a function call and its output, through each format."""
+    import openai
+
+    gw = agent_gateway([provider], mode="bytes" if stream else "whole")
+    client = openai.OpenAI(base_url=f"http://{gw.addr}/v1", api_key=gw.agent_key, max_retries=0,
+                           timeout=SDK_TIMEOUT_S)
+    model = model_of(provider)
+
+    # Text.
+    response, events = responses_call(client, stream, model=model, input="Say hello.",
+                                      instructions="You are terse.")
+    assert response.status == "completed"
+    assert response.output_text == REPLY.format(model=MODELS[provider])
+    if stream:
+        deltas = [e.delta for e in events if e.type == "response.output_text.delta"]
+        assert len(deltas) > 1 and "".join(deltas) == response.output_text
+    up_in, up_out = usage_of(gw.upstream.requests()[-1])
+    assert (response.usage.input_tokens, response.usage.output_tokens) == (up_in, up_out)
+    assert response.usage.total_tokens == up_in + up_out
+
+    # A function call, then its output.
+    user = {"role": "user", "content": SDK_PROMPT}
+    first, events = responses_call(client, stream, model=model, input=[user], tools=[READ_FILE_TOOL])
+    calls = [o for o in first.output if o.type == "function_call"]
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [("read_file", {"path": FILE_NAME})]
+    if stream:
+        args = [e.delta for e in events if e.type == "response.function_call_arguments.delta"]
+        assert "".join(args) == calls[0].arguments
+    call = calls[0]
+    second, _ = responses_call(client, stream, model=model, tools=[READ_FILE_TOOL], input=[
+        user,
+        {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments},
+        {"type": "function_call_output", "call_id": call.call_id, "output": f"{WORD}\n"},
+    ])
+    assert second.output_text == QUOTE.format(line=WORD)
+    assert calls_of(gw)[1:] == tool_round_trip(provider, "responses", "read_file")
+    assert all(s.stream is stream for s in gw.upstream.requests())
+    for seen in gw.upstream.requests():
+        assert all(gw.agent_key not in v for v in seen.headers.values())
+    assert [row for row, _ in gw.audit_rows()] == [("responses", model, 200)] * 3
+    assert {tuple(a) for _, atts in gw.audit_rows() for a in atts} == {served(1, "primary", f"{provider}:a")}
