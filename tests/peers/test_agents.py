@@ -77,6 +77,10 @@ class AgentGateway(Rota):
             found.append(key_file.read_text().strip())
         return found
 
+    def profile_of(self, key: str | None) -> str:
+        (profile,) = [p for p in self.profiles if upstream_key(p) == key]
+        return profile
+
     def audit_rows(self, deadline_s: float = 10.0) -> list[tuple[tuple, list[tuple]]]:
         """Every request rota audited, oldest first: (api, requested model, status), with its
         attempts (seq, kind, provider, model, profile, http status, outcome, reason), once the
@@ -513,3 +517,99 @@ def test_openai_sdk_responses(agent_gateway, provider: str, stream: bool) -> Non
         assert all(gw.agent_key not in v for v in seen.headers.values())
     assert [row for row, _ in gw.audit_rows()] == [("responses", model, 200)] * 3
     assert {tuple(a) for _, atts in gw.audit_rows() for a in atts} == {served(1, "primary", f"{provider}:a")}
+
+
+# -- Sessions: an agent's turns stay on one profile, and move together when it cools ------------
+
+
+def nudge(gw: AgentGateway, provider: str, sticky: str) -> list[str]:
+    """Two requests without a session, as another client of the provider sends them between an
+    agent's turns. Round robin (least recently used first) gives them the other profile, then
+    `sticky`, so that without stickiness the session's next request would go to the other one.
+    Returns the profiles that served them."""
+    import anthropic
+    import openai
+
+    served_by = []
+    for _ in range(2):
+        if PROVIDERS[provider][0] == "anthropic":
+            client = anthropic.Anthropic(base_url=f"http://{gw.addr}", api_key=gw.agent_key, max_retries=0,
+                                         timeout=SDK_TIMEOUT_S)
+            raw = client.messages.with_raw_response.create(
+                model=model_of(provider), max_tokens=64, messages=[{"role": "user", "content": "Say hello."}])
+        else:
+            client = openai.OpenAI(base_url=f"http://{gw.addr}/v1", api_key=gw.agent_key, max_retries=0,
+                                   timeout=SDK_TIMEOUT_S)
+            raw = client.chat.completions.with_raw_response.create(
+                model=model_of(provider), messages=[{"role": "user", "content": "Say hello."}])
+        assert raw.status_code == 200
+        served_by.append(raw.headers["x-rota-profile"])
+    return served_by
+
+
+def other(gw: AgentGateway, profile: str) -> str:
+    provider = profile.split(":")[0]
+    (rest,) = [p for p in gw.profiles if p.startswith(f"{provider}:") and p != profile]
+    return rest
+
+
+def session_rows(gw: AgentGateway, api: str, model: str, sticky: str, moved: str, nudged_api: str) -> list:
+    """The audit of: a turn with a tool round trip on `sticky`, two nudges (other profile, then
+    sticky), a plain turn on `sticky`; `sticky` cools: a turn with a tool round trip whose first
+    call rotates to `moved` after the 429, whose second goes to `moved` straight away, and a plain
+    turn on `moved`."""
+    ok = lambda p: ((api, model, 200), [served(1, "primary", p)])  # noqa: E731
+    return [
+        ok(sticky), ok(sticky),
+        ((nudged_api, model, 200), [served(1, "primary", moved)]), ((nudged_api, model, 200), [served(1, "primary", sticky)]),
+        ok(sticky),
+        ((api, model, 200), [limited(1, "primary", sticky), served(2, "rotate", moved)]), ok(moved),
+        ok(moved),
+    ]
+
+
+def test_claude_code_session_sticks_to_a_profile_and_moves_when_it_cools(agent_gateway, tmp_path: Path) -> None:
+    gw = agent_gateway(["anth"], profiles=("a", "b"), ordered=False)
+    cwd, home, model = workdir(tmp_path), tmp_path / "home", model_of("anth")
+
+    first, run = claude(gw, home, cwd, read_prompt(cwd), model)
+    assert_claude_answered(first, run)
+    sticky = gw.profile_of(gw.upstream.requests()[0].key)
+    moved = other(gw, sticky)
+    assert nudge(gw, "anth", sticky) == [moved, sticky]
+    second, run = claude(gw, home, cwd, "Say hello.", model, "--continue")
+    assert second["is_error"] is False and second["result"] == REPLY.format(model=ANTHROPIC_MODEL), str(run)
+    assert second["session_id"] == first["session_id"], "--continue went on in another session"
+
+    gw.upstream.rate_limit(upstream_key(sticky), retry_after=600)
+    third, run = claude(gw, home, cwd, read_prompt(cwd), model, "--continue")
+    assert_claude_answered(third, run)
+    fourth, run = claude(gw, home, cwd, "Say hello.", model, "--continue")
+    assert fourth["is_error"] is False and fourth["result"] == REPLY.format(model=ANTHROPIC_MODEL), str(run)
+    assert third["session_id"] == fourth["session_id"] == first["session_id"]
+
+    assert gw.audit_rows() == session_rows(gw, "messages", model, sticky, moved, "messages")
+
+
+def test_codex_session_sticks_to_a_profile_and_moves_when_it_cools(agent_gateway, tmp_path: Path) -> None:
+    gw = agent_gateway(["oai"], profiles=("a", "b"), ordered=False)
+    cwd, home, model = workdir(tmp_path), tmp_path / "home", model_of("oai")
+    codex_home(gw, home, model)
+
+    text, _, run = codex(gw, home, cwd, read_prompt(cwd))
+    assert text.strip() == QUOTE.format(line=WORD), str(run)
+    sticky = gw.profile_of(gw.upstream.requests()[0].key)
+    moved = other(gw, sticky)
+    assert nudge(gw, "oai", sticky) == [moved, sticky]
+    text, _, run = codex(gw, home, cwd, "Say hello.", resume=True)
+    assert text.strip() == REPLY.format(model=OPENAI_MODEL), str(run)
+
+    gw.upstream.rate_limit(upstream_key(sticky), retry_after=600)
+    text, _, run = codex(gw, home, cwd, read_prompt(cwd), resume=True)
+    assert text.strip() == QUOTE.format(line=WORD), str(run)
+    text, _, run = codex(gw, home, cwd, "Say hello.", resume=True)
+    assert text.strip() == REPLY.format(model=OPENAI_MODEL), str(run)
+
+    sessions = {s.body.get("prompt_cache_key") for s in gw.upstream.requests() if s.api == "responses"}
+    assert len(sessions) == 1 and None not in sessions, f"the resumed turns are another conversation: {sessions}"
+    assert gw.audit_rows() == session_rows(gw, "responses", model, sticky, moved, "chat")
