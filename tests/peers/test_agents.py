@@ -139,6 +139,10 @@ def agent_gateway(_bounded_in_time) -> Iterator[Callable[..., AgentGateway]]:
     """Starts an upstream and `rota serve` (own temp dir, database, agent `agents`) on demand:
     `agent_gateway(providers, profiles=("a",), ordered=True, mode="whole", extra="")`."""
     rota_bin()
+    missing = [str(p) for p in (CLAUDE, CODEX) if not p.is_file()]
+    if missing:
+        pytest.fail(f"agents not installed ({', '.join(missing)}): run scripts/test.sh, or "
+                    "`cd tests/agents && npm ci`", pytrace=False)
     started: list[tuple[tempfile.TemporaryDirectory, AgentUpstream, Any, Path]] = []
 
     def start(providers: list[str], profiles: tuple[str, ...] = ("a",), ordered: bool = True, mode: str = "whole",
@@ -229,6 +233,10 @@ def assert_no_secrets(gw: AgentGateway, run: Run) -> None:
     for secret in gw.secrets():
         leaked = [where for where, text in texts.items() if secret in text]
         assert not leaked, f"a secret of rota's reached the agent: {leaked}"
+
+
+def assert_no_secret_in(gw: AgentGateway, text: str) -> None:
+    assert not [s for s in gw.secrets() if s in text], "a secret of rota's reached the client"
 
 
 def workdir(base: Path) -> Path:
@@ -359,7 +367,8 @@ def codex_home(gw: AgentGateway, home: Path, model: str) -> None:
     )
 
 
-def codex(gw: AgentGateway, home: Path, cwd: Path, prompt: str, *, resume: bool = False) -> tuple[str, list[dict], Run]:
+def codex(gw: AgentGateway, home: Path, cwd: Path, prompt: str, *, resume: bool = False,
+          ok: bool = True) -> tuple[str, list[dict], Run]:
     """`codex exec` (or `codex exec resume --last`): the last message it printed, its JSON events."""
     last = home / f"last-{time.monotonic_ns()}.txt"
     env = agent_env(home, **{CODEX_KEY_VAR: gw.agent_key})
@@ -374,7 +383,7 @@ def codex(gw: AgentGateway, home: Path, cwd: Path, prompt: str, *, resume: bool 
         except ValueError:
             pass
     assert_no_secrets(gw, run)
-    assert run.returncode == 0, str(run)
+    assert (run.returncode == 0) is ok, str(run)
     return (last.read_text() if last.exists() else ""), events, run
 
 
@@ -450,6 +459,7 @@ def test_openai_agents_sdk_calls_its_function_tool(agent_gateway, provider: str,
             await client.close()
 
     output = asyncio.run(main())
+    assert_no_secret_in(gw, output)
     assert asked == [FILE_NAME]
     assert output == QUOTE.format(line=WORD)
     assert calls_of(gw) == tool_round_trip(provider, "responses", "read_file")
@@ -462,11 +472,15 @@ def usage_of(seen: Seen) -> tuple[int, int]:
     return seen.usage
 
 
-def responses_call(client, stream: bool, **params) -> tuple[Any, list[Any]]:
-    """responses.create, buffered or streamed: the final response and the stream's events."""
+def responses_call(gw: AgentGateway, client, stream: bool, **params) -> tuple[Any, list[Any]]:
+    """responses.create, buffered or streamed: the final response and the stream's events (which
+    hold none of rota's secrets)."""
     if not stream:
-        return client.responses.create(**params), []
+        response = client.responses.create(**params)
+        assert_no_secret_in(gw, response.model_dump_json())
+        return response, []
     events = list(client.responses.create(**params, stream=True))
+    assert_no_secret_in(gw, "".join(e.model_dump_json() for e in events))
     types = [e.type for e in events]
     assert types[0] == "response.created" and types[-1] == "response.completed", types
     assert [e.sequence_number for e in events] == list(range(len(events))), types
@@ -485,7 +499,7 @@ def test_openai_sdk_responses(agent_gateway, provider: str, stream: bool) -> Non
     model = model_of(provider)
 
     # Text.
-    response, events = responses_call(client, stream, model=model, input="Say hello.",
+    response, events = responses_call(gw, client, stream, model=model, input="Say hello.",
                                       instructions="You are terse.")
     assert response.status == "completed"
     assert response.output_text == REPLY.format(model=MODELS[provider])
@@ -498,14 +512,14 @@ def test_openai_sdk_responses(agent_gateway, provider: str, stream: bool) -> Non
 
     # A function call, then its output.
     user = {"role": "user", "content": SDK_PROMPT}
-    first, events = responses_call(client, stream, model=model, input=[user], tools=[READ_FILE_TOOL])
+    first, events = responses_call(gw, client, stream, model=model, input=[user], tools=[READ_FILE_TOOL])
     calls = [o for o in first.output if o.type == "function_call"]
     assert [(c.name, json.loads(c.arguments)) for c in calls] == [("read_file", {"path": FILE_NAME})]
     if stream:
         args = [e.delta for e in events if e.type == "response.function_call_arguments.delta"]
         assert "".join(args) == calls[0].arguments
     call = calls[0]
-    second, _ = responses_call(client, stream, model=model, tools=[READ_FILE_TOOL], input=[
+    second, _ = responses_call(gw, client, stream, model=model, tools=[READ_FILE_TOOL], input=[
         user,
         {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments},
         {"type": "function_call_output", "call_id": call.call_id, "output": f"{WORD}\n"},
@@ -613,3 +627,32 @@ def test_codex_session_sticks_to_a_profile_and_moves_when_it_cools(agent_gateway
     sessions = {s.body.get("prompt_cache_key") for s in gw.upstream.requests() if s.api == "responses"}
     assert len(sessions) == 1 and None not in sessions, f"the resumed turns are another conversation: {sessions}"
     assert gw.audit_rows() == session_rows(gw, "responses", model, sticky, moved, "chat")
+
+
+# -- When rota has nothing to serve with -----------------------------------------------------------
+
+
+def test_agents_see_rotas_429_when_every_profile_is_limited(agent_gateway, tmp_path: Path) -> None:
+    """The only profile answers 429: each agent gets rota's 429 in its own format, retries as it
+    does (Claude Code not at all with a 10-minute Retry-After, Codex 5 times, waiting the 1 s the
+    upstream asked for), gives up, and shows nothing of rota's secrets."""
+    gw = agent_gateway(["anth", "oai"])
+    gw.upstream.rate_limit(upstream_key("anth:a"), retry_after=600)
+    gw.upstream.rate_limit(upstream_key("oai:a"), retry_after=1)
+    cwd = workdir(tmp_path)
+
+    result, run = claude(gw, tmp_path / "claude-home", cwd, "Say hello.", model_of("anth"))
+    assert run.returncode == 1 and result["is_error"] is True, str(run)
+    assert (result["api_error_status"], result["api_error_type"]) == (429, "rate_limit_error"), str(run)
+    assert "Rate limit reached for requests." in result["result"], str(run)
+    assert calls_of(gw) == [("/anthropic/v1/messages", upstream_key("anth:a"), 429, "error", None)]
+
+    home = tmp_path / "codex-home"
+    codex_home(gw, home, model_of("oai"))
+    _, events, run = codex(gw, home, cwd, "Say hello.", ok=False)
+    failed = [e for e in events if e.get("type") == "turn.failed"]
+    assert len(failed) == 1 and "429 Too Many Requests" in failed[0]["error"]["message"], str(run)
+    assert calls_of(gw)[1:] == [("/openai/v1/responses", upstream_key("oai:a"), 429, "error", None)] * 6
+
+    limited_row = lambda api, p: ((api, model_of(p.split(":")[0]), 429), [limited(1, "primary", p)])  # noqa: E731
+    assert gw.audit_rows() == [limited_row("messages", "anth:a")] + [limited_row("responses", "oai:a")] * 6
