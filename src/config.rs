@@ -419,11 +419,34 @@ fn default_db() -> String {
     "sqlite://rota.db".into()
 }
 
+/// A provider's wire format (docs/config.md, docs/translation.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(rename_all = "kebab-case")]
 pub enum Api {
+    /// OpenAI's own: chat completions and the Responses API, each passed through.
     Openai,
+    /// Chat completions only (most OpenAI-compatible servers): Responses requests are
+    /// translated to chat.
+    OpenaiChat,
+    /// The Responses API only: chat and messages requests are translated to it.
+    OpenaiResponses,
     Anthropic,
+}
+
+impl Api {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Api::Openai => "openai",
+            Api::OpenaiChat => "openai-chat",
+            Api::OpenaiResponses => "openai-responses",
+            Api::Anthropic => "anthropic",
+        }
+    }
+
+    /// Whether the provider authenticates and lists models as OpenAI does.
+    pub fn is_openai(self) -> bool {
+        self != Api::Anthropic
+    }
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -1268,7 +1291,10 @@ expires = "tomorrow"
         let err = err_of("[failover]\nwhatever = true");
         assert_eq!(err, "key `failover.whatever`: unknown key; expected `enabled`");
         let err = err_of("[providers.x]\napi = \"grpc\"\nbase_url = \"http://h\"");
-        assert_eq!(err, "key `providers.x.api`: unknown value `grpc`; expected `openai` or `anthropic`");
+        assert_eq!(
+            err,
+            "key `providers.x.api`: unknown value `grpc`; expected one of `openai`, `openai-chat`, `openai-responses` or `anthropic`"
+        );
         let err = err_of("[providers.x]\napi = \"openai\"");
         assert_eq!(err, "key `providers.x`: missing `base_url`, which is required");
         let err = err_of("[models]\nfallbacks = [\"a/b\", 3]");

@@ -1,11 +1,14 @@
 //! `rota demo`: the gateway in front of simulated upstreams, so a newcomer sees rotation,
 //! cooldowns and fallback with curl and no real keys. Everything listens on loopback.
 //!
-//! The simulated providers: `alpha` (OpenAI wire) with three keys — `steady`, `flaky` (every
-//! third call answers 429 with `Retry-After: 20`) and `down` (always 503) — `gamma` whose only
-//! key is down, and `beta` (OpenAI wire) and `claude` (Anthropic wire) with one steady key each.
-//! Every key may make 10 requests a minute, and its successful answers say how many are left.
-//! The virtual model `smart` tries `gamma` first, so it shows the fallback to `beta`.
+//! The simulated providers: `alpha` (OpenAI wire: chat and Responses) with three keys —
+//! `steady`, `flaky` (every third call answers 429 with `Retry-After: 20`) and `down` (always
+//! 503) — `gamma` whose only key is down, `beta` (chat completions only, so a Responses client
+//! such as Codex is translated) and `claude` (Anthropic wire) with one steady key each. Every
+//! key may make 10 requests a minute, and its successful answers say how many are left. The
+//! virtual model `smart` tries `gamma` first, so it shows the fallback to `beta`. The simulator
+//! answers chat completions, messages and Responses requests, streamed or not, and calls a tool
+//! when asked to read an absolute path (`reply`), so agents can be tried against the demo.
 //!
 //! Its config is a file, `rota-demo.toml` beside the database, written at each start and then
 //! served, so that `rota --config rota-demo.toml …` reaches the demo's database. The demo binds
@@ -13,9 +16,11 @@
 
 use crate::config::Config;
 use crate::engine::{ProfileId, ProfileType};
+use crate::gateway::wire::Api;
 use crate::secrets::{SecretField, resolve_key};
 use crate::server::App;
 use crate::store::{SqliteStore, Store, StoredProfile};
+use crate::translate::{self, StreamTranslator, sse::Splitter};
 use anyhow::{Context, Result};
 use axum::body::{Body, Bytes};
 use axum::extract::State;
@@ -73,7 +78,7 @@ keyring = "off"
 api = "openai"
 base_url = "{upstream}/v1"
 [providers.beta]
-api = "openai"
+api = "openai-chat"
 base_url = "{upstream}/v1"
 [providers.gamma]
 api = "openai"
@@ -194,6 +199,7 @@ async fn start_simulator() -> Result<String> {
     let app = axum::Router::new()
         .route("/v1/chat/completions", axum::routing::post(simulate))
         .route("/v1/messages", axum::routing::post(simulate))
+        .route("/v1/responses", axum::routing::post(simulate))
         .with_state(Sim::default());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
@@ -223,8 +229,13 @@ async fn simulate(State(sim): State<Sim>, uri: Uri, headers: HeaderMap, body: By
         c.in_minute += 1;
         (c.total, PER_MINUTE.saturating_sub(c.in_minute))
     };
-    let anthropic = uri.path() == "/v1/messages";
-    let mut response = answer(&key, calls, anthropic, &body);
+    let api = match uri.path() {
+        "/v1/messages" => Api::Messages,
+        "/v1/responses" => Api::Responses,
+        _ => Api::Chat,
+    };
+    let anthropic = api == Api::Messages;
+    let mut response = answer(&key, calls, api, &body);
     if !response.status().is_success() {
         return response;
     }
@@ -252,8 +263,8 @@ async fn simulate(State(sim): State<Sim>, uri: Uri, headers: HeaderMap, body: By
 }
 
 /// The simulated provider's answer to one call: a 503 from a `-down` key, a 429 from a `-flaky`
-/// key every third call, else the model's greeting (streamed when asked).
-fn answer(key: &str, calls: u64, anthropic: bool, body: &[u8]) -> Response {
+/// key every third call, else the model's answer in the format called (streamed when asked).
+fn answer(key: &str, calls: u64, api: Api, body: &[u8]) -> Response {
     if key.ends_with("-down") {
         let body = json!({"error": {"message": "The server is overloaded, try later", "type": "server_error"}});
         return (StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response();
@@ -262,51 +273,99 @@ fn answer(key: &str, calls: u64, anthropic: bool, body: &[u8]) -> Response {
         let body = json!({"error": {"message": "Rate limit reached for requests", "type": "rate_limit_error"}});
         return (StatusCode::TOO_MANY_REQUESTS, [("retry-after", "20")], axum::Json(body)).into_response();
     }
-    let req: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
-    let model = req["model"].as_str().unwrap_or("sim").to_string();
-    let text = format!("Hello from the simulated {model}.");
-    if req["stream"].as_bool() == Some(true) {
-        // A whole answer in one write, as a fast server sends a short one.
-        let events = if anthropic {
-            let start = json!({"type": "message_start", "message": {"id": "msg_sim", "type": "message", "role": "assistant",
-                "model": model, "content": [], "stop_reason": null, "stop_sequence": null,
-                "usage": {"input_tokens": 5, "output_tokens": 1}}});
-            let block =
-                json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}});
-            let delta =
-                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}});
-            let end = json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null},
-                "usage": {"output_tokens": 7}});
-            format!(
-                "event: message_start\ndata: {start}\n\nevent: content_block_start\ndata: {block}\n\n\
-                 event: content_block_delta\ndata: {delta}\n\n\
-                 event: content_block_stop\ndata: {{\"type\":\"content_block_stop\",\"index\":0}}\n\n\
-                 event: message_delta\ndata: {end}\n\nevent: message_stop\ndata: {{\"type\":\"message_stop\"}}\n\n"
-            )
-        } else {
-            let chunk = |delta: Value, finish: Value| {
-                json!({"id": "chatcmpl-sim", "object": "chat.completion.chunk", "created": 0, "model": model,
-                       "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
-            };
-            let usage = json!({"id": "chatcmpl-sim", "object": "chat.completion.chunk", "created": 0, "model": model,
-                               "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}});
-            format!(
-                "data: {}\n\ndata: {}\n\ndata: {}\n\ndata: {usage}\n\ndata: [DONE]\n\n",
-                chunk(json!({"role": "assistant", "content": ""}), Value::Null),
-                chunk(json!({"content": text}), Value::Null),
-                chunk(json!({}), json!("stop")),
-            )
+    // The simulator thinks in chat completions: a request in another format is read as chat,
+    // and the answer written back in the format called, by rota's own translators.
+    let Ok(Value::Object(req)) = serde_json::from_slice::<Value>(body) else {
+        let error = api.error_body(400, "the body is not a JSON object");
+        return (StatusCode::BAD_REQUEST, axum::Json(error)).into_response();
+    };
+    let chat = match api {
+        Api::Chat => Ok(req.clone()),
+        Api::Messages => translate::messages_to_chat(&req).map(|t| t.body),
+        Api::Responses => translate::responses_to_chat(&req).map(|t| t.body),
+    };
+    let chat = match chat {
+        Ok(chat) => chat,
+        Err(e) => return (StatusCode::BAD_REQUEST, axum::Json(api.error_body(400, &e.to_string()))).into_response(),
+    };
+    let model = req.get("model").and_then(Value::as_str).unwrap_or("sim").to_string();
+    let message = reply(&chat, &model);
+    let tool = message.get("tool_calls").is_some();
+    if req.get("stream").and_then(Value::as_bool) == Some(true) {
+        let chunk = |delta: Value, finish: Value| {
+            json!({"id": "chatcmpl-sim", "object": "chat.completion.chunk", "created": 0, "model": model,
+                   "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
         };
-        return ([("content-type", "text/event-stream")], Body::from(events)).into_response();
+        let mut delta = message.clone();
+        if let Some(calls) = delta.get_mut("tool_calls").and_then(Value::as_array_mut) {
+            calls.iter_mut().enumerate().for_each(|(i, c)| c["index"] = json!(i));
+        }
+        let usage = json!({"id": "chatcmpl-sim", "object": "chat.completion.chunk", "created": 0, "model": model,
+                           "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}});
+        let events = format!(
+            "data: {}\n\ndata: {}\n\ndata: {}\n\ndata: {usage}\n\ndata: [DONE]\n\n",
+            chunk(json!({"role": "assistant", "content": ""}), Value::Null),
+            chunk(delta, Value::Null),
+            chunk(json!({}), json!(if tool { "tool_calls" } else { "stop" })),
+        );
+        let translator = match api {
+            Api::Chat => None,
+            Api::Messages => Some(StreamTranslator::chat_to_anthropic()),
+            Api::Responses => Some(StreamTranslator::chat_to_responses()),
+        };
+        let bytes = match translator {
+            None => events.into_bytes(),
+            Some(mut t) => Splitter::default().push(events.as_bytes()).iter().flat_map(|e| t.push(e)).collect(),
+        };
+        // A whole answer in one write, as a fast server sends a short one.
+        return ([("content-type", "text/event-stream")], Body::from(bytes)).into_response();
     }
-    let answer = if anthropic {
-        json!({"id": "msg_sim", "type": "message", "role": "assistant", "model": model,
-               "content": [{"type": "text", "text": text}], "stop_reason": "end_turn",
-               "usage": {"input_tokens": 5, "output_tokens": 7}})
-    } else {
-        json!({"id": "chatcmpl-sim", "object": "chat.completion", "model": model,
-               "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-               "usage": {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}})
+    let answer = json!({"id": "chatcmpl-sim", "object": "chat.completion", "created": 0, "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": if tool { "tool_calls" } else { "stop" }}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}});
+    let answer = match api {
+        Api::Chat => answer,
+        Api::Messages => translate::chat_response_to_messages(&answer),
+        Api::Responses => translate::chat_answer_to_responses(&answer),
     };
     axum::Json(answer).into_response()
+}
+
+/// What the simulated model says to a chat request: asked to `read` an absolute path and
+/// offered a tool that reads (Claude Code's `Read`, Codex's `exec_command` or `shell`, a
+/// function with one string parameter), it calls the tool; given the tool's result, it quotes
+/// its first line; else it greets.
+fn reply(chat: &serde_json::Map<String, Value>, model: &str) -> Value {
+    let messages = chat.get("messages").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    let last = messages.iter().rev().find(|m| m["role"] != "system" && m["role"] != "developer");
+    if let Some(result) = last.filter(|m| m["role"] == "tool") {
+        let text = result["content"].as_str().map(str::to_string).unwrap_or_else(|| result["content"].to_string());
+        let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
+        return json!({"role": "assistant", "content": format!("The tool said: {first}")});
+    }
+    let asked = last.map(|m| crate::translate::request::text_of(&m["content"])).unwrap_or_default();
+    let path = asked.split_whitespace().skip_while(|w| !w.eq_ignore_ascii_case("read")).nth(1);
+    let tools = chat.get("tools").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    if let Some(path) = path.filter(|p| p.starts_with('/')) {
+        let path = path.trim_end_matches(['.', ',', '"', '\'']);
+        let call = tools.iter().find_map(|t| {
+            let f = &t["function"];
+            let name = f["name"].as_str()?;
+            let args = match name {
+                "Read" => json!({"file_path": path}),
+                "exec_command" => json!({"cmd": format!("cat {path}")}),
+                "shell" => json!({"command": ["cat", path]}),
+                _ => {
+                    let props = f["parameters"]["properties"].as_object()?;
+                    let (param, _) = props.iter().find(|(_, p)| p["type"] == "string").filter(|_| props.len() == 1)?;
+                    json!({ param: path })
+                }
+            };
+            Some(json!({"id": "call_sim_1", "type": "function", "function": {"name": name, "arguments": args.to_string()}}))
+        });
+        if let Some(call) = call {
+            return json!({"role": "assistant", "content": null, "tool_calls": [call]});
+        }
+    }
+    json!({"role": "assistant", "content": format!("Hello from the simulated {model}.")})
 }

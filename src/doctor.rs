@@ -122,15 +122,16 @@ async fn build(config: &Config, file: Option<&Path>) -> Report {
         };
         let entry = match config.chain(&req) {
             Ok(chain) => {
-                let not_openai: Vec<String> = chain
+                let formats: Vec<String> = chain
                     .iter()
-                    .filter(|c| config.providers[&c.provider].api != crate::config::Api::Openai)
-                    .map(|c| c.label())
+                    .map(|c| (c, config.providers[&c.provider].api))
+                    .filter(|(_, api)| *api != crate::config::Api::Openai)
+                    .map(|(c, api)| format!("{} ({})", c.label(), api.as_str()))
                     .collect();
-                if !not_openai.is_empty() {
+                if !formats.is_empty() {
                     report.notes.push(format!(
-                        "agent {agent}: {} not OpenAI-format: chat requests are translated for them, /v1/responses requests skip them (reason wire_format)",
-                        not_openai.join(", ")
+                        "agent {agent}: {}: requests in another format are translated for them (docs/translation.md)",
+                        formats.join(", ")
                     ));
                 }
                 let steps = chain

@@ -70,6 +70,7 @@ impl App {
             agents: agents.clone(),
             store: store.clone(),
             bodies: Arc::new(crate::gateway::bodies::Bodies::default()),
+            signed: Arc::default(),
         };
         let api = ApiState { runtime, upstream, agents, leases, store, key, sessions, logins };
         let state = AppState { gateway, api };

@@ -9,7 +9,6 @@
 use super::ApiState;
 use super::{ApiError, Body, Caller};
 use crate::book::Credential;
-use crate::config::Api as WireFormat;
 use crate::engine::chain::{FallbackOverride, bounded, check_names};
 use crate::engine::classify::{Classified, Echoed, Observed};
 use crate::engine::{Millis, ProfileId, Reason};
@@ -257,10 +256,7 @@ async fn issue(
         retry_in_ms: retry_in.as_millis() as u64,
         profile_id: att.pid.to_string(),
         provider: att.cand.provider.clone(),
-        api: match provider.api {
-            WireFormat::Openai => "openai".into(),
-            WireFormat::Anthropic => "anthropic".into(),
-        },
+        api: provider.api.as_str().into(),
         base_url: provider.base_url.clone(),
         model: att.cand.model.clone(),
         credential: LeasedCredential {

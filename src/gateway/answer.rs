@@ -80,14 +80,21 @@ impl GatewayError {
     }
 }
 
-/// The upstream's own error answer (redacted), passed on as it came.
-pub fn upstream_error(status: u16, body: Bytes) -> Response {
+/// The upstream's own answer (redacted), passed on as it came.
+pub fn upstream_answer(status: u16, body: Bytes) -> Response {
     let code = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
     (code, [("content-type", "application/json")], body).into_response()
 }
 
 /// Which provider, model and profile served, and how many attempts it took.
-pub fn with_rota_headers(mut resp: Response, trail: &Trail, cand: &Candidate, pid: &ProfileId) -> Response {
+/// `dropped`: what the translation of the request dropped (`x-rota-dropped`, docs/translation.md).
+pub fn with_rota_headers(
+    mut resp: Response,
+    trail: &Trail,
+    cand: &Candidate,
+    pid: &ProfileId,
+    dropped: Option<HeaderValue>,
+) -> Response {
     const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
     const PROVIDER: HeaderName = HeaderName::from_static("x-rota-provider");
     const MODEL: HeaderName = HeaderName::from_static("x-rota-model");
@@ -104,5 +111,8 @@ pub fn with_rota_headers(mut resp: Response, trail: &Trail, cand: &Candidate, pi
     set(h, MODEL, &cand.model);
     set(h, PROFILE, pid.as_str());
     h.insert(ATTEMPTS, HeaderValue::from(trail.seq));
+    if let Some(dropped) = dropped {
+        h.insert(HeaderName::from_static("x-rota-dropped"), dropped);
+    }
     resp
 }

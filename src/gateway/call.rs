@@ -36,6 +36,8 @@ pub struct Opened {
     pub rest: BoxStream<'static, reqwest::Result<Bytes>>,
     /// What the client sent, which an error event may echo.
     pub client: ClientText,
+    /// Where the stream's thinking signatures are noted.
+    pub signed: Arc<super::thinking::Origins>,
 }
 
 /// What the client sent, kept for reading what the upstream says of it (`Echoed`): the model it
@@ -146,9 +148,13 @@ impl Gateway {
         if (200..300).contains(&status)
             && let Some((answer, tokens)) = plan.response(body.clone())
         {
-            let ct = match plan {
-                Plan::Passthrough(_) => resp.headers().get("content-type").cloned(),
-                _ => Some(HeaderValue::from_static("application/json")),
+            if plan.upstream() == super::wire::Api::Messages && contains(&body, b"\"signature\"") {
+                let v: Value = serde_json::from_slice(&body).unwrap_or_default();
+                self.signed.record(&att.cand.provider, super::thinking::signatures(&v));
+            }
+            let ct = match plan.translates() {
+                false => resp.headers().get("content-type").cloned(),
+                true => Some(HeaderValue::from_static("application/json")),
             };
             let mut out = Response::new(Body::from(answer));
             *out.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
@@ -231,11 +237,16 @@ impl Gateway {
                     return Err(Classified { reason, hint: None, account_wide: false, message, claim: false });
                 }
                 Phase::Flowing | Phase::Complete | Phase::Failed { committed: true, .. } => {
-                    return Ok(Opened { relay, rest, client: ClientText::of(inc, &att.cand.model) });
+                    let (client, signed) = (ClientText::of(inc, &att.cand.model), self.signed.clone());
+                    return Ok(Opened { relay, rest, client, signed });
                 }
             }
         }
     }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 fn transport(settings: &Settings, text: &str, now: Millis) -> Classified {

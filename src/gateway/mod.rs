@@ -7,6 +7,7 @@ mod call;
 mod plan;
 pub mod relay;
 mod serve;
+mod thinking;
 pub mod upstream;
 pub mod wire;
 
@@ -18,6 +19,7 @@ use crate::agents::Agent;
 use crate::engine::ProfileId;
 use crate::engine::chain::{FallbackOverride, bounded, check_names};
 use crate::middleware::{BodyTimeout, RequestId};
+use crate::translate;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
@@ -34,6 +36,7 @@ pub fn router() -> Router<Gateway> {
         .route("/v1/chat/completions", post(|s, id, h, b| handle(Api::Chat, s, id, h, b)))
         .route("/v1/responses", post(|s, id, h, b| handle(Api::Responses, s, id, h, b)))
         .route("/v1/messages", post(|s, id, h, b| handle(Api::Messages, s, id, h, b)))
+        .route("/v1/messages/count_tokens", post(count_tokens))
         .route("/v1/models", get(models))
 }
 
@@ -159,8 +162,8 @@ async fn parse(
         return Err(refused(agent, body.get("model"), GatewayError::BadRequest(why)));
     }
     // The session, from what clients send, first found wins (docs/rotation.md, rule 7): rota's
-    // own header, Claude Code's and Codex's, then the body's.
-    let session = ["x-rota-session", "x-claude-code-session-id", "session_id"]
+    // own header, Claude Code's and Codex's (`session-id` in 0.169, `session_id` before), then the body's.
+    let session = ["x-rota-session", "x-claude-code-session-id", "session-id", "session_id"]
         .into_iter()
         .find_map(header)
         .map(str::to_string)
@@ -177,6 +180,63 @@ async fn parse(
         headers,
         request_id,
     })
+}
+
+/// `POST /v1/messages/count_tokens` (docs/gateway.md): passed to the first model of the chain when
+/// its provider speaks Anthropic's format, with the profile a request would take first (not marked
+/// used, not audited: counting is free and limited apart); estimated otherwise, or when that call
+/// gets no answer, and then marked `x-rota-estimated: true`.
+async fn count_tokens(
+    State(gw): State<Gateway>,
+    RequestId(request_id): RequestId,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let api = Api::Messages;
+    let inc = match accept(api, &gw, headers, body, request_id.clone()).await {
+        Ok(inc) => inc,
+        Err(Refused { error, .. }) => return error.answer(api, &request_id),
+    };
+    let config = &inc.settings.config;
+    let model = inc.body.get("model").and_then(Value::as_str);
+    let chain = match gw.runtime.chain(config, &inc.agent.name, model, inc.fallbacks.clone()) {
+        Ok(chain) => chain,
+        Err(e) => return GatewayError::UnknownModel(e.to_string()).answer(api, &request_id),
+    };
+    let first = &chain[0];
+    let provider = &config.providers[&first.provider];
+    if provider.api == crate::config::Api::Anthropic
+        && let Some(answer) = gw.count_upstream(&inc, first, provider).await
+    {
+        return answer;
+    }
+    let mut resp = axum::Json(json!({"input_tokens": translate::estimate_tokens(&inc.body)})).into_response();
+    resp.headers_mut().insert("x-rota-estimated", axum::http::HeaderValue::from_static("true"));
+    resp
+}
+
+impl Gateway {
+    /// The upstream's count, or `None` when no profile can ask or the call gets no answer.
+    async fn count_upstream(
+        &self,
+        inc: &Incoming,
+        cand: &crate::engine::chain::Candidate,
+        provider: &crate::config::Provider,
+    ) -> Option<Response> {
+        let now = self.runtime.now();
+        let order =
+            self.runtime.book.roster().order(&inc.settings.config, &cand.provider, &cand.model, None, None, now);
+        let pid = order.ok()?.slots.into_iter().find(|s| s.blocked.is_none())?.id;
+        let cred = self.runtime.book.credential(&pid)?;
+        let body = serde_json::to_vec(&plan::WithModel { body: &inc.body, model: &cand.model }).ok()?;
+        let path = "/v1/messages/count_tokens";
+        let send = self.upstream.send_to(provider, path, &cred, body.into(), &inc.headers, false);
+        let resp = tokio::time::timeout(inc.settings.config.timeouts.first_byte, send).await.ok()?.ok()?;
+        let status = resp.status().as_u16();
+        let bytes = resp.bytes().await.ok()?;
+        let text = crate::redact::redact(&String::from_utf8_lossy(&bytes), &cred.secrets());
+        Some(answer::upstream_answer(status, bytes::Bytes::from(text)))
+    }
 }
 
 /// The models and virtual models this agent may name, in the OpenAI list format.

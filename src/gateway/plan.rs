@@ -5,51 +5,63 @@ use super::wire::{self, Api};
 use crate::config::Api as WireFormat;
 use crate::prices::Tokens;
 use crate::translate::{self, StreamTranslator};
+use axum::http::HeaderValue;
 use bytes::Bytes;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Map, Value};
 
-/// Which way, if any, a candidate's request and answers are translated.
+/// Which API a candidate is called with, and so whether its request and answers are translated.
+/// Translation goes through OpenAI chat, the format every other one maps to (docs/translation.md):
+/// a direct pair takes one step, Anthropic messages ⇄ Responses take two.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Plan {
-    /// The provider speaks the client's API: bodies and events pass through unchanged.
-    Passthrough(Api),
-    /// An OpenAI chat client served by an Anthropic provider.
-    ChatToMessages,
-    /// An Anthropic client served by an OpenAI-format provider.
-    MessagesToChat,
+pub struct Plan {
+    client: Api,
+    upstream: Api,
 }
 
 impl Plan {
-    pub fn choose(client: Api, wire: WireFormat) -> Result<Plan, String> {
-        match (client, wire) {
-            (api, wire) if api.wire() == wire => Ok(Plan::Passthrough(api)),
-            (Api::Chat, WireFormat::Anthropic) => Ok(Plan::ChatToMessages),
-            (Api::Messages, WireFormat::Openai) => Ok(Plan::MessagesToChat),
-            (api, _) => Err(format!("the {} API is served only by OpenAI-format providers", api.as_str())),
-        }
+    /// The client's API as it is when the provider speaks it, else the provider's.
+    pub fn choose(client: Api, wire: WireFormat) -> Plan {
+        let upstream = match wire {
+            WireFormat::Openai if client == Api::Messages => Api::Chat,
+            WireFormat::Openai => client,
+            WireFormat::OpenaiChat => Api::Chat,
+            WireFormat::OpenaiResponses => Api::Responses,
+            WireFormat::Anthropic => Api::Messages,
+        };
+        Plan { client, upstream }
     }
 
     /// The API the upstream is called with.
     pub fn upstream(self) -> Api {
-        match self {
-            Plan::Passthrough(api) => api,
-            Plan::ChatToMessages => Api::Messages,
-            Plan::MessagesToChat => Api::Chat,
-        }
+        self.upstream
     }
 
     pub fn translates(self) -> bool {
-        !matches!(self, Plan::Passthrough(_))
+        self.client != self.upstream
     }
 
     /// The request body in the upstream's format (`None`: the client's, unchanged), with the
     /// fields that had no counterpart and were dropped.
     pub fn request(self, body: &Map<String, Value>) -> Result<Option<translate::Translated>, String> {
-        let translated = match self {
-            Plan::Passthrough(_) => return Ok(None),
-            Plan::ChatToMessages => translate::chat_to_messages(body),
-            Plan::MessagesToChat => translate::messages_to_chat(body),
+        if !self.translates() {
+            return Ok(None);
+        }
+        let step = |from: Api, to: Api, body: &Map<String, Value>| match (from, to) {
+            (Api::Messages, Api::Chat) => translate::messages_to_chat(body),
+            (Api::Responses, Api::Chat) => translate::responses_to_chat(body),
+            (Api::Chat, Api::Messages) => translate::chat_to_messages(body),
+            (Api::Chat, Api::Responses) => translate::chat_to_responses(body),
+            _ => unreachable!("one side of a step is chat"),
+        };
+        let translated = if self.client == Api::Chat || self.upstream == Api::Chat {
+            step(self.client, self.upstream, body)
+        } else {
+            step(self.client, Api::Chat, body).and_then(|chat| {
+                let mut out = step(Api::Chat, self.upstream, &chat.body)?;
+                out.dropped.splice(0..0, chat.dropped);
+                Ok(out)
+            })
         };
         translated.map(Some).map_err(|e| e.to_string())
     }
@@ -57,28 +69,44 @@ impl Plan {
     /// A buffered 2xx answer in the client's format, with its token counts. `None` when the
     /// answer is not a JSON object.
     pub fn response(self, raw: Bytes) -> Option<(Bytes, Tokens)> {
-        let translate: fn(&Value) -> Value = match self {
-            Plan::Passthrough(_) => return wire::usage_of(&raw).map(|tokens| (raw, tokens)),
-            Plan::ChatToMessages => translate::messages_response_to_chat,
-            Plan::MessagesToChat => translate::chat_response_to_messages,
-        };
+        if !self.translates() {
+            return wire::usage_of(&raw).map(|tokens| (raw, tokens));
+        }
         let json @ Value::Object(_) = serde_json::from_str::<Value>(&String::from_utf8_lossy(&raw)).ok()? else {
             return None;
         };
-        Some((Bytes::from(translate(&json).to_string()), wire::usage(&json)))
+        let chat = match self.upstream {
+            Api::Chat => json.clone(),
+            Api::Messages => translate::messages_response_to_chat(&json),
+            Api::Responses => translate::responses_answer_to_chat(&json),
+        };
+        let answer = match self.client {
+            Api::Chat => chat,
+            Api::Messages => translate::chat_response_to_messages(&chat),
+            Api::Responses => translate::chat_answer_to_responses(&chat),
+        };
+        Some((Bytes::from(answer.to_string()), wire::usage(&json)))
     }
 
     /// The translator of a streamed answer; `client_body` is the client's request.
     pub fn stream_translator(self, client_body: &Map<String, Value>) -> Option<StreamTranslator> {
-        match self {
-            Plan::Passthrough(_) => None,
-            Plan::ChatToMessages => {
-                let usage =
-                    client_body.get("stream_options").and_then(|o| o.get("include_usage")) == Some(&Value::Bool(true));
-                Some(StreamTranslator::anthropic_to_chat(usage))
-            }
-            Plan::MessagesToChat => Some(StreamTranslator::chat_to_anthropic()),
+        if !self.translates() {
+            return None;
         }
+        // A chat client gets a usage chunk only when it asked; the other formats always carry usage.
+        let usage = self.client != Api::Chat
+            || client_body.get("stream_options").and_then(|o| o.get("include_usage")) == Some(&Value::Bool(true));
+        let to_chat = match self.upstream {
+            Api::Chat => None,
+            Api::Messages => Some(StreamTranslator::anthropic_to_chat(usage)),
+            Api::Responses => Some(StreamTranslator::responses_to_chat(usage)),
+        };
+        let from_chat = match self.client {
+            Api::Chat => None,
+            Api::Messages => Some(StreamTranslator::chat_to_anthropic()),
+            Api::Responses => Some(StreamTranslator::chat_to_responses()),
+        };
+        StreamTranslator::then(to_chat, from_chat)
     }
 }
 
@@ -88,6 +116,25 @@ pub struct Prepared {
     pub index: usize,
     pub plan: Plan,
     pub body: Option<Map<String, Value>>,
+    /// What the translation dropped, which the client learns (`x-rota-dropped`).
+    pub dropped: Vec<String>,
+}
+
+/// The `x-rota-dropped` value: the names of the fields a translation dropped, comma-separated.
+/// The names come from the client's body: at most 16, each a short plain name, are listed;
+/// the rest are counted (`+N more`).
+pub fn dropped_header(dropped: &[String]) -> Option<HeaderValue> {
+    const LISTED: usize = 16;
+    const NAME_MAX: usize = 64;
+    let plain =
+        |n: &&String| n.len() <= NAME_MAX && n.bytes().all(|b| b.is_ascii_alphanumeric() || b" _-.[]=".contains(&b));
+    let listed: Vec<&str> = dropped.iter().filter(plain).take(LISTED).map(String::as_str).collect();
+    let mut value = listed.join(", ");
+    if dropped.len() > listed.len() {
+        let more = format!("+{} more", dropped.len() - listed.len());
+        value = if value.is_empty() { more } else { format!("{value}, {more}") };
+    }
+    (!value.is_empty()).then(|| HeaderValue::from_str(&value).expect("plain ASCII"))
 }
 
 /// A request body with its `model` set to the candidate's, serialized without copying the body.
@@ -121,13 +168,31 @@ mod tests {
 
     #[test]
     fn the_plan_follows_client_api_and_wire_format() {
-        assert_eq!(Plan::choose(Api::Chat, WireFormat::Openai), Ok(Plan::Passthrough(Api::Chat)));
-        assert_eq!(Plan::choose(Api::Messages, WireFormat::Anthropic), Ok(Plan::Passthrough(Api::Messages)));
-        assert_eq!(Plan::choose(Api::Chat, WireFormat::Anthropic), Ok(Plan::ChatToMessages));
-        assert_eq!(Plan::choose(Api::Messages, WireFormat::Openai), Ok(Plan::MessagesToChat));
-        assert!(Plan::choose(Api::Responses, WireFormat::Anthropic).is_err());
-        assert_eq!(Plan::ChatToMessages.upstream(), Api::Messages);
-        assert_eq!(Plan::MessagesToChat.upstream(), Api::Chat);
+        let upstream = |client, wire| Plan::choose(client, wire).upstream();
+        for client in [Api::Chat, Api::Responses, Api::Messages] {
+            assert_eq!(upstream(client, WireFormat::OpenaiChat), Api::Chat);
+            assert_eq!(upstream(client, WireFormat::OpenaiResponses), Api::Responses);
+            assert_eq!(upstream(client, WireFormat::Anthropic), Api::Messages);
+        }
+        assert_eq!(upstream(Api::Chat, WireFormat::Openai), Api::Chat);
+        assert_eq!(upstream(Api::Responses, WireFormat::Openai), Api::Responses);
+        assert_eq!(upstream(Api::Messages, WireFormat::Openai), Api::Chat);
+        assert!(!Plan::choose(Api::Messages, WireFormat::Anthropic).translates());
+        assert!(Plan::choose(Api::Responses, WireFormat::Anthropic).translates());
+    }
+
+    #[test]
+    fn the_dropped_header_lists_plain_names_and_counts_the_rest() {
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(dropped_header(&[]), None);
+        let h = dropped_header(&names(&["thinking", "context_management", "tools[type=web_search]"])).unwrap();
+        assert_eq!(h, "thinking, context_management, tools[type=web_search]");
+        let hostile = names(&["a\r\nx-evil: 1", &"k".repeat(65), "top_k"]);
+        assert_eq!(dropped_header(&hostile).unwrap(), "top_k, +2 more");
+        let many: Vec<String> = (0..40).map(|i| format!("f{i}")).collect();
+        let h = dropped_header(&many).unwrap();
+        assert!(h.to_str().unwrap().ends_with("f15, +24 more"), "{h:?}");
+        assert_eq!(dropped_header(&names(&["\u{1}"])).unwrap(), "+1 more");
     }
 
     #[test]

@@ -52,6 +52,8 @@ pub struct Relay {
     received: bool,
     /// Token usage seen so far.
     pub tokens: Tokens,
+    /// The signatures of the thinking blocks an Anthropic upstream sent (`thinking`).
+    pub signatures: Vec<String>,
 }
 
 impl Relay {
@@ -65,6 +67,7 @@ impl Relay {
             phase: Phase::Held,
             received: false,
             tokens: Tokens::default(),
+            signatures: Vec::new(),
         }
     }
 
@@ -85,6 +88,12 @@ impl Relay {
             let glance = if ev.is_keepalive() || ev.data.trim() == "[DONE]" { None } else { Glance::of(&ev.data) };
             if let Some(g) = &glance {
                 self.tokens = self.tokens.and(g.tokens);
+            }
+            if self.upstream == Api::Messages
+                && ev.data.contains("\"signature_delta\"")
+                && let Some(v) = ev.json()
+            {
+                self.signatures.extend(super::thinking::signatures(&v).into_iter().map(str::to_string));
             }
             let seen = wire::classify_event(self.upstream, &ev, glance.as_ref());
             let committed = self.phase == Phase::Flowing;
@@ -155,7 +164,7 @@ pub fn respond(
     timing: (Instant, Option<Millis>),
     deadline: Instant,
 ) -> Response {
-    let Opened { mut relay, rest: mut upstream, client: asked } = opened;
+    let Opened { mut relay, rest: mut upstream, client: asked, signed } = opened;
     let (sent, ttfb_ms) = timing;
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
     let book = runtime.book.clone();
@@ -231,6 +240,7 @@ pub fn respond(
         }
         drop(tx);
         row.duration_ms = Some(sent.elapsed().as_millis() as Millis);
+        signed.record(&row.provider, relay.signatures.iter().map(String::as_str));
         walk.stream_ended(&book, row, ended, relay.tokens, clock.now());
     });
     let mut rx = rx;
@@ -248,7 +258,7 @@ mod tests {
     use proptest::prelude::*;
 
     /// Recorded upstream streams (`tests/fixtures/streams/`) and the API that wrote them.
-    const RECORDED: [(&str, &str, Api); 13] = [
+    const RECORDED: [(&str, &str, Api); 16] = [
         ("anthropic-text", include_str!("../../tests/fixtures/streams/anthropic-text.sse"), Api::Messages),
         ("anthropic-tool", include_str!("../../tests/fixtures/streams/anthropic-tool.sse"), Api::Messages),
         ("anthropic-thinking", include_str!("../../tests/fixtures/streams/anthropic-thinking.sse"), Api::Messages),
@@ -267,6 +277,17 @@ mod tests {
             Api::Chat,
         ),
         ("openai-chat-truncated", include_str!("../../tests/fixtures/streams/openai-chat-truncated.sse"), Api::Chat),
+        ("openai-chat-reasoning", include_str!("../../tests/fixtures/streams/openai-chat-reasoning.sse"), Api::Chat),
+        (
+            "openai-responses-tool",
+            include_str!("../../tests/fixtures/streams/openai-responses-tool.sse"),
+            Api::Responses,
+        ),
+        (
+            "openai-responses-reasoning",
+            include_str!("../../tests/fixtures/streams/openai-responses-reasoning.sse"),
+            Api::Responses,
+        ),
         (
             "openai-responses-text",
             include_str!("../../tests/fixtures/streams/openai-responses-text.sse"),
@@ -288,12 +309,23 @@ mod tests {
     type Translator = fn() -> Option<StreamTranslator>;
 
     fn clients(upstream: Api) -> Vec<(Api, Translator)> {
+        use StreamTranslator as T;
         match upstream {
-            Api::Messages => {
-                vec![(Api::Messages, || None), (Api::Chat, || Some(StreamTranslator::anthropic_to_chat(true)))]
-            }
-            Api::Chat => vec![(Api::Chat, || None), (Api::Messages, || Some(StreamTranslator::chat_to_anthropic()))],
-            Api::Responses => vec![(Api::Responses, || None)],
+            Api::Messages => vec![
+                (Api::Messages, || None),
+                (Api::Chat, || Some(T::anthropic_to_chat(true))),
+                (Api::Responses, || T::then(Some(T::anthropic_to_chat(true)), Some(T::chat_to_responses()))),
+            ],
+            Api::Chat => vec![
+                (Api::Chat, || None),
+                (Api::Messages, || Some(T::chat_to_anthropic())),
+                (Api::Responses, || Some(T::chat_to_responses())),
+            ],
+            Api::Responses => vec![
+                (Api::Responses, || None),
+                (Api::Chat, || Some(T::responses_to_chat(true))),
+                (Api::Messages, || T::then(Some(T::responses_to_chat(true)), Some(T::chat_to_anthropic()))),
+            ],
         }
     }
 
@@ -318,15 +350,17 @@ mod tests {
     }
 
     fn without_created(s: &str) -> String {
-        let mut out = String::with_capacity(s.len());
-        let mut rest = s;
-        while let Some(i) = rest.find("\"created\":") {
-            let (head, tail) = rest.split_at(i + "\"created\":".len());
-            out.push_str(head);
-            rest = tail.trim_start_matches(|c: char| c.is_ascii_digit());
-        }
-        out.push_str(rest);
-        out
+        ["\"created\":", "\"created_at\":"].iter().fold(s.to_string(), |s, key| {
+            let mut out = String::with_capacity(s.len());
+            let mut rest = s.as_str();
+            while let Some(i) = rest.find(key) {
+                let (head, tail) = rest.split_at(i + key.len());
+                out.push_str(head);
+                rest = tail.trim_start_matches(|c: char| c.is_ascii_digit());
+            }
+            out.push_str(rest);
+            out
+        })
     }
 
     fn whole(upstream: Api, translator: Option<StreamTranslator>, bytes: &[u8]) -> (String, String) {

@@ -8,6 +8,7 @@ use super::answer::{self, GatewayError, with_rota_headers};
 use super::call::{Call, Called};
 use super::plan::{Plan, Prepared};
 use super::relay;
+use super::thinking;
 use super::upstream::Upstream;
 use super::wire::Api;
 use crate::access::AgentCache;
@@ -33,6 +34,8 @@ pub struct Gateway {
     pub store: Arc<dyn Store>,
     /// The memory request bodies may take while they are read and parsed.
     pub bodies: Arc<super::bodies::Bodies>,
+    /// Which provider signed the thinking blocks it relayed (`thinking`).
+    pub signed: Arc<super::thinking::Origins>,
 }
 
 /// One client request, parsed.
@@ -113,6 +116,8 @@ impl Gateway {
         };
         let mut walk = Walk::new(chain, inc.session.clone(), inc.pin.clone(), trail).failover(config.failover.enabled);
         let mut planned: Option<Prepared> = None;
+        // A refused thinking signature is retried once, without thinking (`thinking`).
+        let mut thinking_retried = false;
         loop {
             if Instant::now() >= deadline {
                 return Err(self.timed_out(&inc, &walk));
@@ -122,12 +127,22 @@ impl Gateway {
             }
             let admit = |index: usize, cand: &Candidate| {
                 if planned.as_ref().is_none_or(|p| p.index != index) {
-                    let plan = Plan::choose(inc.api, config.providers[&cand.provider].api)?;
-                    let translated = plan.request(&inc.body)?;
-                    if let Some(t) = translated.as_ref().filter(|t| !t.dropped.is_empty()) {
-                        tracing::warn!(fields = %t.dropped.join(", "), "dropped fields with no counterpart in the {} format", plan.upstream().as_str());
+                    let plan = Plan::choose(inc.api, config.providers[&cand.provider].api);
+                    let (mut body, mut dropped) = match plan.request(&inc.body)? {
+                        Some(t) => (Some(t.body), t.dropped),
+                        None => (None, Vec::new()),
+                    };
+                    if plan.upstream() == Api::Messages
+                        && let Some(verifiable) =
+                            self.signed.for_provider(body.as_ref().unwrap_or(&inc.body), &cand.provider)
+                    {
+                        body = Some(verifiable);
+                        dropped.push("thinking blocks signed elsewhere".into());
                     }
-                    planned = Some(Prepared { index, plan, body: translated.map(|t| t.body) });
+                    if !dropped.is_empty() {
+                        tracing::warn!(fields = %dropped.join(", "), "dropped fields with no counterpart in the {} format", plan.upstream().as_str());
+                    }
+                    planned = Some(Prepared { index, plan, body, dropped });
                 }
                 Ok(())
             };
@@ -147,6 +162,7 @@ impl Gateway {
             };
             let prepared = planned.as_ref().expect("next admitted the candidate");
             let (plan, body) = (prepared.plan, prepared.body.as_ref().unwrap_or(&*inc.body));
+            let dropped = super::plan::dropped_header(&prepared.dropped);
             let att = match self.runtime.ready(&mut walk, config, att).await {
                 Ok(att) => att,
                 Err((Verdict::Stop, message)) => {
@@ -193,17 +209,30 @@ impl Gateway {
                         timing,
                         deadline,
                     );
-                    return Ok(with_rota_headers(resp, &trail, &cand, &pid));
+                    return Ok(with_rota_headers(resp, &trail, &cand, &pid, dropped));
                 }
                 Called::Served(resp, tokens) => {
                     walk.succeeded(&self.runtime.book, row, resp.status().as_u16(), tokens, self.runtime.now());
                     self.runtime.durable(&walk).await;
-                    return Ok(with_rota_headers(resp, &walk.trail, cand, pid));
+                    return Ok(with_rota_headers(resp, &walk.trail, cand, pid, dropped));
                 }
                 Called::Failed(f) if f.deadline => {
                     walk.abandoned(row, &f.class.message);
                     self.runtime.durable(&walk).await;
                     return Err(self.timed_out(&inc, &walk));
+                }
+                Called::Failed(f)
+                    if !thinking_retried
+                        && plan.upstream() == Api::Messages
+                        && thinking::refused_signature(f.status, f.body.as_deref().unwrap_or_default())
+                        && thinking::has_thinking(body) =>
+                {
+                    thinking_retried = true;
+                    walk.retry_same(row, &f.class, f.status, "thinking blocks taken out");
+                    let without = thinking::without_thinking(body).expect("the guard saw thinking");
+                    let prepared = planned.as_mut().expect("a candidate under way is planned");
+                    prepared.body = Some(without);
+                    prepared.dropped.push("thinking blocks".into());
                 }
                 Called::Failed(f) => {
                     let mut class = f.class.clone();
@@ -219,12 +248,12 @@ impl Gateway {
                             walk.trail.finish(status, None, Spent::default());
                             let resp = match f.body {
                                 Some(body) if f.status.is_some() && !plan.translates() => {
-                                    answer::upstream_error(status, body)
+                                    answer::upstream_answer(status, body)
                                 }
                                 _ => GatewayError::Failed { status, message: class.message, retry_after: None }
                                     .answer(inc.api, &inc.request_id),
                             };
-                            return Ok(with_rota_headers(resp, &walk.trail, cand, pid));
+                            return Ok(with_rota_headers(resp, &walk.trail, cand, pid, dropped));
                         }
                     }
                 }

@@ -65,7 +65,7 @@ impl Upstream {
         }
     }
 
-    /// Sends one request.
+    /// Sends one request of `api`.
     #[tracing::instrument(skip_all, fields(api = api.as_str(), stream))]
     pub async fn send(
         &self,
@@ -76,14 +76,27 @@ impl Upstream {
         client_headers: &HeaderMap,
         stream: bool,
     ) -> Result<reqwest::Response, UpstreamError> {
-        let url = format!("{}{}", provider.base_url.trim_end_matches('/'), api.upstream_path());
+        self.send_to(provider, api.upstream_path(), credential, body, client_headers, stream).await
+    }
+
+    /// Sends one request to `path` of the provider's base URL.
+    pub async fn send_to(
+        &self,
+        provider: &Provider,
+        path: &str,
+        credential: &Credential,
+        body: Bytes,
+        client_headers: &HeaderMap,
+        stream: bool,
+    ) -> Result<reqwest::Response, UpstreamError> {
+        let url = format!("{}{path}", provider.base_url.trim_end_matches('/'));
         let mut req = self.post(url).header("content-type", "application/json").body(body);
         if stream {
             req = req.header("accept", "text/event-stream");
         }
         let forwarded: &[&str] = match provider.api {
             WireFormat::Anthropic => &FORWARDED_ANTHROPIC,
-            WireFormat::Openai => &FORWARDED_OPENAI,
+            _ => &FORWARDED_OPENAI,
         };
         for &name in forwarded {
             if let Some(v) = client_headers.get(name) {
@@ -103,8 +116,8 @@ impl Upstream {
         timeout: std::time::Duration,
     ) -> Result<(u16, Vec<(String, String)>, String), UpstreamError> {
         let path = provider.confirm_path.as_deref().unwrap_or(match provider.api {
-            WireFormat::Openai => "/models",
             WireFormat::Anthropic => "/v1/models",
+            _ => "/models",
         });
         let url = format!("{}{path}", provider.base_url.trim_end_matches('/'));
         let req = authorize(self.client.get(url).timeout(timeout), provider, credential, &HeaderMap::new())?;

@@ -3,13 +3,30 @@
 use super::{DEFAULT_MAX_TOKENS, Translated, Untranslatable};
 use serde_json::{Map, Value, json};
 
-fn text_of(content: &Value) -> String {
+/// The text of a message's content: a string, or its parts' `text`, one per line.
+pub fn text_of(content: &Value) -> String {
     match content {
         Value::String(s) => s.clone(),
         Value::Array(parts) => {
             parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect::<Vec<_>>().join("\n")
         }
         _ => String::new(),
+    }
+}
+
+/// Lists a dropped field once.
+fn note(dropped: &mut Vec<String>, what: &str) {
+    if !dropped.iter().any(|d| d == what) {
+        dropped.push(what.to_string());
+    }
+}
+
+/// Anthropic's prompt-caching markers (`cache_control` on system, message and tool blocks):
+/// an OpenAI-format provider caches long prompts by itself, with no marker to carry them.
+fn note_cache_control(v: &Value, dropped: &mut Vec<String>) {
+    let marked = |b: &Value| b.get("cache_control").is_some();
+    if marked(v) || v.as_array().is_some_and(|blocks| blocks.iter().any(marked)) {
+        note(dropped, "cache_control");
     }
 }
 
@@ -203,6 +220,7 @@ pub fn messages_to_chat(req: &Map<String, Value>) -> Result<Translated, Untransl
     let mut dropped = Vec::new();
     let mut messages: Vec<Value> = Vec::new();
     if let Some(system) = req.get("system") {
+        note_cache_control(system, &mut dropped);
         messages.push(json!({"role": "system", "content": text_of(system)}));
     }
     for m in req.get("messages").and_then(Value::as_array).into_iter().flatten() {
@@ -212,15 +230,24 @@ pub fn messages_to_chat(req: &Map<String, Value>) -> Result<Translated, Untransl
             Some(Value::Array(b)) => b.clone(),
             _ => vec![],
         };
+        note_cache_control(&Value::Array(blocks.clone()), &mut dropped);
         match role {
+            // Claude Code sends instructions in the middle of a conversation as a `system`
+            // message; chat takes a system message anywhere.
+            "system" => messages.push(json!({"role": "system", "content": text_of(&Value::Array(blocks))})),
             "user" => {
                 let mut parts = Vec::new();
                 for b in &blocks {
                     if b.get("type").and_then(Value::as_str) == Some("tool_result") {
+                        let content = b.get("content").unwrap_or(&Value::Null);
+                        let images = content.as_array().into_iter().flatten().any(|p| p["type"] != "text");
+                        if images {
+                            note(&mut dropped, "non-text tool_result content");
+                        }
                         messages.push(json!({
                             "role": "tool",
                             "tool_call_id": b.get("tool_use_id").cloned().unwrap_or(json!("")),
-                            "content": text_of(b.get("content").unwrap_or(&Value::Null)),
+                            "content": text_of(content),
                         }));
                     } else {
                         parts.push(block_to_chat_part(b)?);
@@ -247,11 +274,7 @@ pub fn messages_to_chat(req: &Map<String, Value>) -> Result<Translated, Untransl
                                 "arguments": b.get("input").unwrap_or(&json!({})).to_string(),
                             },
                         })),
-                        Some("thinking") | Some("redacted_thinking") => {
-                            if !dropped.iter().any(|d| d == "thinking blocks") {
-                                dropped.push("thinking blocks".into());
-                            }
-                        }
+                        Some("thinking") | Some("redacted_thinking") => note(&mut dropped, "thinking blocks"),
                         other => {
                             return fail(format!(
                                 "assistant block type {:?} has no OpenAI chat counterpart",
@@ -292,19 +315,25 @@ pub fn messages_to_chat(req: &Map<String, Value>) -> Result<Translated, Untransl
                 None => dropped.push("metadata".into()),
             },
             "tools" => {
-                let tools: Vec<Value> = value
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|t| {
-                        let mut f = json!({"name": t.get("name").cloned().unwrap_or(json!("")),
-                                           "parameters": t.get("input_schema").cloned().unwrap_or(json!({"type": "object"}))});
-                        if let Some(d) = t.get("description") {
-                            f["description"] = d.clone();
+                let mut tools = Vec::new();
+                for t in value.as_array().into_iter().flatten() {
+                    // A server tool (`web_search_20250305`, `bash_20250124`, …) runs at Anthropic:
+                    // a chat model has nothing to run it with.
+                    match t.get("type").and_then(Value::as_str) {
+                        None | Some("custom") => {}
+                        Some(other) => {
+                            note(&mut dropped, &format!("tools[type={other}]"));
+                            continue;
                         }
-                        json!({"type": "function", "function": f})
-                    })
-                    .collect();
+                    }
+                    note_cache_control(t, &mut dropped);
+                    let mut f = json!({"name": t.get("name").cloned().unwrap_or(json!("")),
+                                       "parameters": t.get("input_schema").cloned().unwrap_or(json!({"type": "object"}))});
+                    if let Some(d) = t.get("description") {
+                        f["description"] = d.clone();
+                    }
+                    tools.push(json!({"type": "function", "function": f}));
+                }
                 out.insert("tools".into(), Value::Array(tools));
             }
             "tool_choice" => {
@@ -323,6 +352,17 @@ pub fn messages_to_chat(req: &Map<String, Value>) -> Result<Translated, Untransl
                 }
             }
             _ => dropped.push(key.clone()),
+        }
+    }
+    // Every tool was a server tool: a chat upstream refuses an empty list, and a tool choice
+    // with no tools.
+    if out.get("tools").and_then(Value::as_array).is_some_and(|t| t.is_empty())
+        && req.get("tools").and_then(Value::as_array).is_some_and(|t| !t.is_empty())
+    {
+        out.remove("tools");
+        if out.remove("tool_choice").is_some() {
+            out.remove("parallel_tool_calls");
+            note(&mut dropped, "tool_choice");
         }
     }
     Ok(Translated { body: out, dropped })

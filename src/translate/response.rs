@@ -36,10 +36,12 @@ fn now_secs() -> i64 {
 /// Anthropic `message` → OpenAI `chat.completion`.
 pub fn messages_response_to_chat(resp: &Value) -> Value {
     let mut text = String::new();
+    let mut reasoning = String::new();
     let mut calls = Vec::new();
     for b in resp.get("content").and_then(Value::as_array).into_iter().flatten() {
         match b.get("type").and_then(Value::as_str) {
             Some("text") => text.push_str(b.get("text").and_then(Value::as_str).unwrap_or("")),
+            Some("thinking") => reasoning.push_str(b.get("thinking").and_then(Value::as_str).unwrap_or("")),
             Some("tool_use") => calls.push(json!({
                 "id": b.get("id").cloned().unwrap_or(json!("")),
                 "type": "function",
@@ -52,6 +54,10 @@ pub fn messages_response_to_chat(resp: &Value) -> Value {
     let mut message = json!({"role": "assistant", "content": if text.is_empty() && !calls.is_empty() { Value::Null } else { json!(text) }});
     if !calls.is_empty() {
         message["tool_calls"] = Value::Array(calls);
+    }
+    // The thinking a chat client can read, in the field DeepSeek, vLLM and others use.
+    if !reasoning.is_empty() {
+        message["reasoning_content"] = json!(reasoning);
     }
     let input = resp.get("usage").map_or(0, prompt_tokens);
     let output = resp.pointer("/usage/output_tokens").and_then(Value::as_i64).unwrap_or(0);

@@ -3,7 +3,8 @@
 //! source is the relay's business, never closed cleanly here.
 
 use super::response::{finish_from_stop, prompt_tokens, stop_from_finish};
-use super::sse::Event;
+use super::responses::{ChatToResponses, ResponsesToChat};
+use super::sse::{Event, Splitter};
 use serde_json::{Value, json};
 
 /// Turns the upstream's events into the client's; keeps what it needs between events.
@@ -13,6 +14,13 @@ pub enum StreamTranslator {
     ToChat(ToChat),
     /// OpenAI chat upstream, Anthropic client.
     ToMessages(ToMessages),
+    /// Responses upstream, OpenAI chat client.
+    FromResponses(ResponsesToChat),
+    /// OpenAI chat upstream, Responses client.
+    ToResponses(ChatToResponses),
+    /// Two steps through chat (Anthropic ⇄ Responses): the first one's events are split again
+    /// for the second.
+    Then(Box<StreamTranslator>, Splitter, Box<StreamTranslator>),
 }
 
 impl StreamTranslator {
@@ -26,11 +34,33 @@ impl StreamTranslator {
         StreamTranslator::ToMessages(ToMessages::default())
     }
 
+    pub fn responses_to_chat(include_usage: bool) -> Self {
+        StreamTranslator::FromResponses(ResponsesToChat::new(include_usage))
+    }
+
+    pub fn chat_to_responses() -> Self {
+        StreamTranslator::ToResponses(ChatToResponses::new())
+    }
+
+    /// `first` then `second`, either of which may be no step at all.
+    pub fn then(first: Option<Self>, second: Option<Self>) -> Option<Self> {
+        match (first, second) {
+            (Some(a), Some(b)) => Some(StreamTranslator::Then(Box::new(a), Splitter::default(), Box::new(b))),
+            (a, b) => a.or(b),
+        }
+    }
+
     /// The client's bytes for one upstream event (often none).
     pub fn push(&mut self, ev: &Event) -> Vec<u8> {
         match self {
             StreamTranslator::ToChat(t) => t.push(ev),
             StreamTranslator::ToMessages(t) => t.push(ev),
+            StreamTranslator::FromResponses(t) => t.push(ev),
+            StreamTranslator::ToResponses(t) => t.push(ev),
+            StreamTranslator::Then(first, between, second) => {
+                let mid = first.push(ev);
+                between.push(&mid).iter().flat_map(|e| second.push(e)).collect()
+            }
         }
     }
 }
@@ -83,6 +113,7 @@ impl ToChat {
             }
             Some("content_block_delta") => match v.pointer("/delta/type").and_then(Value::as_str) {
                 Some("text_delta") => self.chunk(json!({"content": v.pointer("/delta/text")}), None),
+                Some("thinking_delta") => self.chunk(json!({"reasoning_content": v.pointer("/delta/thinking")}), None),
                 Some("input_json_delta") => {
                     let block = v.get("index").and_then(Value::as_u64).unwrap_or(0);
                     let n = self.tools.iter().find(|(b, _)| *b == block).map_or(0, |(_, n)| *n);

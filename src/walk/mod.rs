@@ -616,13 +616,14 @@ impl Walk {
         !self.single && self.cur.as_ref().is_some_and(|c| c.tries == 0)
     }
 
-    /// The attempt under way failed with an expired OAuth token that has since been refreshed:
-    /// records it (no cooldown) and tries the same profile once more.
-    pub fn retry_refreshed(&mut self, mut row: AttemptRow, class: &Classified, status: Option<u16>) {
+    /// The attempt under way failed for a cause rota has since removed (`then`: an expired OAuth
+    /// token refreshed, thinking blocks taken out): records it (no cooldown, no failure counted)
+    /// and tries the same profile once more.
+    pub fn retry_same(&mut self, mut row: AttemptRow, class: &Classified, status: Option<u16>, then: &str) {
         let cur = self.cur.as_mut().expect("a failure is reported for an attempt under way");
         row.reason = Some(class.reason);
         row.http_status = status;
-        row.error = Some(truncate(&format!("{} (the access token was refreshed; trying again)", class.message), 500));
+        row.error = Some(truncate(&format!("{} ({then}; trying again)", class.message), 500));
         self.trail.record(row);
         cur.tries += 1;
     }

@@ -125,7 +125,7 @@ impl Runtime {
         if class.reason == Reason::Auth && matches!(att.cred, Credential::OAuth { .. }) && walk.first_try() {
             match self.refresher.refresh(config, &att.pid, access_of(&att.cred).as_deref()).await {
                 Ok(_) => {
-                    walk.retry_refreshed(row, class, status);
+                    walk.retry_same(row, class, status, "the access token was refreshed");
                     return Verdict::Retry(Duration::ZERO);
                 }
                 Err(r) if r.reason == Reason::AuthPermanent => (class.reason, class.message) = (r.reason, r.message),

@@ -445,16 +445,16 @@ fn agents_get_a_key_once_stored_only_as_a_digest_and_can_be_revoked() {
 }
 
 #[test]
-fn doctor_notes_candidates_the_responses_api_cannot_use() {
+fn doctor_notes_the_candidates_whose_requests_are_translated() {
     let env = Env::new(BASE);
     let out = env.run(&["doctor"]);
     assert_ok(&out);
     let o = text(&out.stdout);
     assert!(
-        o.contains("note: agent (default): anthropic/claude-sonnet-4-5 not OpenAI-format: chat requests are translated for them, /v1/responses requests skip them (reason wire_format)"),
+        o.contains("note: agent (default): anthropic/claude-sonnet-4-5 (anthropic): requests in another format are translated for them (docs/translation.md)"),
         "{o}"
     );
-    assert!(o.contains("note: agent planner: anthropic/claude-sonnet-4-5 not OpenAI-format"), "{o}");
+    assert!(o.contains("note: agent planner: anthropic/claude-sonnet-4-5 (anthropic): requests"), "{o}");
     assert_eq!(o.matches("note: ").count(), 2, "one note per agent whose chain holds an Anthropic candidate: {o}");
 }
 

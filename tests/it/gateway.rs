@@ -522,7 +522,32 @@ async fn anthropic_messages_are_served_with_x_api_key_upstream() {
 }
 
 #[tokio::test]
-async fn a_responses_request_skips_a_provider_of_another_wire_format() {
+async fn a_responses_request_is_served_by_an_anthropic_provider_through_chat() {
+    let (mock, base) = Mock::started().await;
+    let rota =
+        spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0], ANTHROPIC_KEY], ..Scenario::default() }).await;
+    let r = Rota::client()
+        .post(format!("{}/v1/responses", rota.url))
+        .bearer_auth(&rota.agent_key)
+        .json(&json!({"model": "anthropic/claude", "instructions": "be brief", "input": "hi", "max_output_tokens": 50}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-rota-provider"], "anthropic");
+    let v: Value = r.json().await.unwrap();
+    assert_eq!((v["object"].as_str(), v["status"].as_str()), (Some("response"), Some("completed")));
+    assert_eq!(v["output"][0]["content"][0], json!({"type": "output_text", "text": "served", "annotations": []}));
+    assert_eq!(v["usage"]["input_tokens"], 11);
+    let sent = &mock.bodies()[0];
+    assert_eq!(mock.seen()[0].path, "/v1/messages");
+    assert_eq!(sent["system"], "be brief");
+    assert_eq!(sent["messages"], json!([{"role": "user", "content": [{"type": "text", "text": "hi"}]}]));
+    assert_eq!(sent["max_tokens"], 50);
+}
+
+#[tokio::test]
+async fn a_responses_request_that_names_a_stored_response_skips_a_provider_that_cannot_hold_it() {
     let (_mock, base) = Mock::started().await;
     let rota =
         spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0], ANTHROPIC_KEY], ..Scenario::default() }).await;
@@ -530,19 +555,19 @@ async fn a_responses_request_skips_a_provider_of_another_wire_format() {
         .post(format!("{}/v1/responses", rota.url))
         .bearer_auth(&rota.agent_key)
         .header("x-rota-fallbacks", "openai/gpt-4.1")
-        .json(&json!({"model": "anthropic/claude", "input": "hi"}))
+        .json(&json!({"model": "anthropic/claude", "input": "and then?", "previous_response_id": "resp_1"}))
         .send()
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    assert_eq!(r.headers()["x-rota-provider"], "openai");
+    assert_eq!(r.headers()["x-rota-provider"], "openai", "OpenAI's own Responses API holds it");
     let a = rota.attempts().await;
     assert_eq!(a[0], row("skipped", "anthropic/claude", None, "skipped", Some("wire_format"), None));
     let err: Option<String> = sqlx::query_scalar("SELECT error FROM attempts WHERE reason = 'wire_format'")
         .fetch_one(rota.pool())
         .await
         .unwrap();
-    assert_eq!(err.as_deref(), Some("anthropic: the responses API is served only by OpenAI-format providers"));
+    assert!(err.unwrap().starts_with("anthropic: cannot translate: previous_response_id: rota keeps no responses"));
 }
 
 #[tokio::test]

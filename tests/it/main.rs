@@ -5,6 +5,7 @@ mod support;
 
 mod abuse;
 mod admin;
+mod agents;
 mod audit;
 mod classification_samples;
 mod cli;
@@ -21,4 +22,5 @@ mod limits;
 mod quota;
 mod reload;
 mod store;
+mod thinking;
 mod translation;

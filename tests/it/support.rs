@@ -79,6 +79,8 @@ pub struct Seen {
 struct MockState {
     script: HashMap<String, VecDeque<Reply>>,
     seen: Vec<Seen>,
+    /// The body of each call, in the order of `seen`.
+    bodies: Vec<Value>,
     /// Streams whose reader (rota) went away before the stream ended.
     aborted: usize,
     /// Calls to the OAuth token endpoint (`/oauth/token`).
@@ -108,6 +110,11 @@ impl Mock {
         self.0.lock().unwrap().script.clear();
     }
 
+    /// The request bodies the mock received, in order.
+    pub fn bodies(&self) -> Vec<Value> {
+        self.0.lock().unwrap().bodies.clone()
+    }
+
     pub fn seen(&self) -> Vec<Seen> {
         self.0.lock().unwrap().seen.clone()
     }
@@ -135,6 +142,7 @@ impl Mock {
         let app = axum::Router::new()
             .route("/v1/chat/completions", post(answer))
             .route("/v1/messages", post(answer))
+            .route("/v1/messages/count_tokens", post(answer))
             .route("/v1/responses", post(answer))
             // rota's confirming call (`GET base_url/models`), answered from the same script.
             .route("/v1/models", axum::routing::get(answer))
@@ -161,6 +169,7 @@ async fn answer(State(mock): State<Mock>, uri: axum::http::Uri, headers: HeaderM
     let reply = {
         let mut st = mock.0.lock().unwrap();
         st.seen.push(Seen { key: key.clone(), path: uri.path().to_string(), model: model.clone() });
+        st.bodies.push(req.clone());
         st.script.get_mut(&key).and_then(VecDeque::pop_front).unwrap_or(if stream {
             Reply::Stream(3)
         } else {

@@ -1772,3 +1772,101 @@ fn temperature_above_one_cannot_go_to_anthropic() {
     let ok = json!({"model": "m", "temperature": 1.0, "messages": [{"role": "user", "content": "hi"}]});
     assert_eq!(chat_to_messages(ok.as_object().unwrap()).unwrap().body["temperature"], json!(1.0));
 }
+
+// ---------------------------------------------------------------------------------------------
+// What real agents send (captured from Claude Code 2.1.328, tests/fixtures/agents/)
+// ---------------------------------------------------------------------------------------------
+
+fn captured(name: &str) -> Map<String, Value> {
+    let path = format!("{}/tests/fixtures/agents/{name}", env!("CARGO_MANIFEST_DIR"));
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    obj(v["body"].clone())
+}
+
+#[test]
+fn claude_codes_real_request_becomes_a_chat_request() {
+    let req = captured("claude-code-2.1.328-messages.json");
+    let out = to_chat(Value::Object(req.clone()));
+    let messages = out.body["messages"].as_array().unwrap();
+    // The top-level `system` array first, joined; then the conversation, with Claude Code's
+    // mid-conversation `system` message kept in place.
+    let roles: Vec<&str> = messages.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    let in_req: Vec<&str> = req["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles[0], "system");
+    assert_eq!(roles[1..], in_req[..], "one chat message per messages entry");
+    assert!(in_req.contains(&"system"), "the capture holds a system message inside `messages`");
+    let first = messages[0]["content"].as_str().unwrap();
+    assert!(
+        first.starts_with("x-anthropic-billing-header") && first.contains("You are a Claude agent"),
+        "{first:.200}"
+    );
+    // Every one of its tools is a function tool; `defer_loading` is Anthropic's alone.
+    let tools = out.body["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), req["tools"].as_array().unwrap().len());
+    assert!(tools.iter().all(|t| t["type"] == "function" && t["function"]["parameters"].is_object()));
+    assert!(!out.body["tools"].to_string().contains("defer_loading"));
+    assert_eq!(
+        sorted(out.dropped.clone()),
+        sorted(
+            ["cache_control", "context_management", "output_config", "thinking"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect()
+        )
+    );
+    assert_eq!(out.body["stream"], true);
+    assert_eq!(out.body["stream_options"], json!({"include_usage": true}));
+    assert_eq!(out.body["max_tokens"], 32000);
+    // Claude Code's ids travel as the chat `user`, as any `metadata.user_id` does.
+    assert_eq!(out.body["user"], req["metadata"]["user_id"]);
+}
+
+#[test]
+fn server_tools_and_cache_markers_are_dropped_and_listed() {
+    let out = to_chat(json!({
+        "model": "m", "max_tokens": 10,
+        "system": [{"type": "text", "text": "be brief", "cache_control": {"type": "ephemeral"}}],
+        "tools": [
+            {"type": "web_search_20250305", "name": "web_search", "max_uses": 3},
+            {"name": "Read", "input_schema": {"type": "object"}, "cache_control": {"type": "ephemeral"}},
+        ],
+        "messages": [{"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "t0", "content": [
+                {"type": "text", "text": "seen"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA=="}}]},
+            {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]}],
+    }));
+    assert_eq!(out.body.get("system"), None, "the system text is the first message");
+    assert_eq!(out.body["messages"][0], json!({"role": "system", "content": "be brief"}));
+    assert_eq!(out.body["messages"][1], json!({"role": "tool", "tool_call_id": "t0", "content": "seen"}));
+    assert_eq!(out.body["tools"].as_array().unwrap().len(), 1);
+    assert_eq!(out.body["tools"][0]["function"]["name"], "Read");
+    assert_eq!(out.dropped, ["cache_control", "non-text tool_result content", "tools[type=web_search_20250305]"]);
+    // Only server tools: no tools, and no tool choice a chat upstream would refuse.
+    let out = to_chat(json!({"model": "m", "max_tokens": 10, "messages": [],
+        "tools": [{"type": "web_search_20250305", "name": "web_search"}], "tool_choice": {"type": "auto"}}));
+    assert_eq!((out.body.get("tools"), out.body.get("tool_choice")), (None, None));
+    assert!(out.dropped.contains(&"tool_choice".to_string()), "{:?}", out.dropped);
+}
+
+#[test]
+fn anthropic_thinking_reaches_a_chat_client_as_reasoning_content() {
+    let answer = json!({"id": "msg_1", "type": "message", "model": "claude", "content": [
+        {"type": "thinking", "thinking": "two and two", "signature": "sig"},
+        {"type": "text", "text": "four"}], "stop_reason": "end_turn",
+        "usage": {"input_tokens": 3, "output_tokens": 5}});
+    let chat = messages_response_to_chat(&answer);
+    assert_eq!(chat["choices"][0]["message"]["reasoning_content"], "two and two");
+    assert_eq!(chat["choices"][0]["message"]["content"], "four");
+    let upstream = anthropic_sse(&[
+        json!({"type": "message_start", "message": {"id": "msg_1", "model": "claude", "usage": {"input_tokens": 3}}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "two and two"}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": "sig"}}),
+        json!({"type": "content_block_stop", "index": 0}),
+        json!({"type": "message_stop"}),
+    ]);
+    let got = translate_stream(StreamTranslator::anthropic_to_chat(false), &upstream);
+    assert_eq!(got[1].1["choices"][0]["delta"], json!({"reasoning_content": "two and two"}));
+    assert_eq!(got.len(), 3, "the signature is Anthropic's alone: {got:?}");
+}

@@ -52,10 +52,7 @@ pub(super) fn provider_info(config: &Config, roster: &Roster, name: &str, now: M
     let rotation = Rotation::of(config, roster, name, now);
     Some(ProviderInfo {
         name: name.to_string(),
-        api: match p.api {
-            crate::config::Api::Openai => "openai".into(),
-            crate::config::Api::Anthropic => "anthropic".into(),
-        },
+        api: p.api.as_str().into(),
         base_url: p.base_url.clone(),
         oauth: p.oauth.is_some(),
         profiles,
