@@ -359,6 +359,9 @@ def codex_home(gw: AgentGateway, home: Path, model: str) -> None:
         'model_provider = "rota"\n'
         "check_for_update_on_startup = false\n"
         "[analytics]\nenabled = false\n"
+        # Off: the plugin marketplace (`git ls-remote` of a GitHub repository) and the apps
+        # connectors (chatgpt.com): the tests reach nothing but loopback.
+        "[features]\nplugins = false\nremote_plugin = false\napps = false\n"
         "[model_providers.rota]\n"
         'name = "rota"\n'
         f'base_url = "http://{gw.addr}/v1"\n'
