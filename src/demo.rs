@@ -152,7 +152,7 @@ pub async fn run(listen: &str, db: &Path) -> Result<()> {
     let signal = crate::server::shutdown_signal();
     println!("rota demo listening on {url} (simulated upstreams at {upstream}, database {})", db.display());
     println!(
-        "providers: alpha (keys steady, flaky: 429 every 3rd call, down: always 503), gamma (down), beta, claude; each key 10 requests a minute, its answers say how many are left"
+        "providers: alpha (keys steady, flaky: 429 every 3rd call, down: always 503), gamma (down), beta (chat completions only), claude (Anthropic's format); each key 10 requests a minute, its answers say how many are left"
     );
     println!("models: alpha/sim-large (default chain: then beta/sim-small), smart = gamma/sim-xl then beta/sim-small");
     println!();
@@ -166,6 +166,9 @@ pub async fn run(listen: &str, db: &Path) -> Result<()> {
     println!("{}", chat("alpha/sim-large"));
     println!("the virtual model smart, to watch a fallback (gamma is down, beta answers; see x-rota-model):");
     println!("{}", chat("smart"));
+    println!(
+        "agents (Claude Code, Codex, the OpenAI SDKs) work on every model: README.md, \"Agents against the demo\""
+    );
     println!("every attempt is in the audit trail:");
     println!("  sqlite3 {} 'SELECT kind, provider, profile_id, outcome, reason FROM attempts'", db.display());
     println!("the CLI reaches this demo's database with its config, {cfg}:");
@@ -334,14 +337,19 @@ fn answer(key: &str, calls: u64, api: Api, body: &[u8]) -> Response {
 /// What the simulated model says to a chat request: asked to `read` an absolute path and
 /// offered a tool that reads (Claude Code's `Read`, Codex's `exec_command` or `shell`, a
 /// function with one string parameter), it calls the tool; given the tool's result, it quotes
-/// its first line; else it greets.
+/// the last line with text (a tool's output ends with what it read); else it greets.
 fn reply(chat: &serde_json::Map<String, Value>, model: &str) -> Value {
     let messages = chat.get("messages").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
     let last = messages.iter().rev().find(|m| m["role"] != "system" && m["role"] != "developer");
     if let Some(result) = last.filter(|m| m["role"] == "tool") {
         let text = result["content"].as_str().map(str::to_string).unwrap_or_else(|| result["content"].to_string());
-        let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
-        return json!({"role": "assistant", "content": format!("The tool said: {first}")});
+        // A numbered line (`cat -n`, Claude Code's Read) counts for its text.
+        let unnumbered = |l: &str| {
+            let t = l.trim_start();
+            t.trim_start_matches(|c: char| c.is_ascii_digit()).strip_prefix('\t').unwrap_or(l).trim().to_string()
+        };
+        let last = text.lines().map(unnumbered).rfind(|l| !l.is_empty()).unwrap_or_default();
+        return json!({"role": "assistant", "content": format!("The tool said: {last}")});
     }
     let asked = last.map(|m| crate::translate::request::text_of(&m["content"])).unwrap_or_default();
     let path = asked.split_whitespace().skip_while(|w| !w.eq_ignore_ascii_case("read")).nth(1);
