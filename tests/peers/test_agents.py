@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import tempfile
@@ -278,10 +277,6 @@ def assert_claude_answered(result: dict, run: Run) -> None:
     assert WORD in result.get("result", ""), str(run)
 
 
-def messages_calls(gw: AgentGateway) -> list[Seen]:
-    return [s for s in gw.upstream.requests() if s.api == "messages"]
-
-
 def upstream_path(provider: str, api: str) -> str:
     flavor = PROVIDERS[provider][1]
     return {"messages": f"/{flavor}/v1/messages", "chat": f"/{flavor}/v1/chat/completions",
@@ -424,7 +419,7 @@ READ_FILE_TOOL = {
 }
 
 
-def served_twice(gw: AgentGateway, provider: str) -> list:
+def served_twice(provider: str) -> list:
     return [(("responses", model_of(provider), 200), [served(1, "primary", f"{provider}:a")])] * 2
 
 
@@ -467,7 +462,7 @@ def test_openai_agents_sdk_calls_its_function_tool(agent_gateway, provider: str,
     assert output == QUOTE.format(line=WORD)
     assert calls_of(gw) == tool_round_trip(provider, "responses", "read_file")
     assert all(s.stream is stream for s in gw.upstream.requests())
-    assert gw.audit_rows() == served_twice(gw, provider)
+    assert gw.audit_rows() == served_twice(provider)
 
 
 def usage_of(seen: Seen) -> tuple[int, int]:
