@@ -473,5 +473,22 @@ mod tests {
                 prop_assert_eq!(relay(upstream, translator(), &pieces), want, "{} → {:?}, writes {:?}", name, client, at);
             }
         }
+
+        #[test]
+        fn a_stream_cut_before_its_end_never_ends_cleanly_in_any_format(
+            which in 0..RECORDED.len(),
+            cut in any::<prop::sample::Index>(),
+            writes in 1..8usize,
+        ) {
+            let (name, text, upstream) = RECORDED[which];
+            let end = text.rfind(upstream.terminal_event()).unwrap_or(text.len());
+            let b = &text.as_bytes()[..cut.index(end)];
+            let pieces: Vec<&[u8]> = b.chunks(b.len().div_ceil(writes).max(1)).collect();
+            for (client, translator) in clients(upstream) {
+                let (out, ending) = relay(upstream, translator(), &pieces);
+                prop_assert!(ending != "whole", "{} → {:?} cut at {}: {}", name, client, b.len(), ending);
+                prop_assert!(!out.contains(client.terminal_event()), "{} → {:?} cut at {}: {}", name, client, b.len(), out);
+            }
+        }
     }
 }
