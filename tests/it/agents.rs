@@ -123,3 +123,55 @@ async fn codexs_session_header_keeps_its_turns_on_one_profile() {
     assert_ne!(other.headers()["x-rota-profile"].to_str().unwrap(), profiles[0], "a request of no session rotates");
     assert_eq!(mock.seen().len(), 4);
 }
+
+#[tokio::test]
+async fn chat_and_messages_clients_are_served_by_a_provider_that_speaks_only_responses() {
+    let (mock, base) = Mock::started().await;
+    let cfg = format!(
+        "[providers.oai]\napi = \"openai-responses\"\nbase_url = \"{base}/v1\"\n[models]\nprimary = \"oai/gpt-4.1\"\n"
+    );
+    let rota = spawn(Scenario { config: &cfg, keys: &[("oai:k1", KEYS[0].1)], ..Scenario::default() }).await;
+    let answer = json!({"id": "resp_1", "object": "response", "created_at": 1, "status": "completed", "model": "gpt-4.1",
+        "output": [{"type": "message", "id": "msg_1", "status": "completed", "role": "assistant",
+                    "content": [{"type": "output_text", "text": "from responses", "annotations": []}]}],
+        "usage": {"input_tokens": 9, "output_tokens": 3, "total_tokens": 12}});
+    mock.script(KEYS[0].1, vec![Reply::Status(200, vec![], answer.to_string()); 2]);
+    let r = rota.chat(json!({"model": "oai/gpt-4.1", "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}]}), &[]).await;
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["choices"][0]["message"]["content"], "from responses");
+    assert_eq!((v["usage"]["prompt_tokens"].as_i64(), v["usage"]["completion_tokens"].as_i64()), (Some(9), Some(3)));
+    let sent = &mock.bodies()[0];
+    assert_eq!(mock.seen()[0].path, "/v1/responses");
+    assert_eq!(sent["instructions"], "be brief");
+    assert_eq!(sent["store"], false, "rota keeps nothing upstream either");
+    // An Anthropic client, two steps through chat.
+    let r = rota
+        .messages(json!({"model": "oai/gpt-4.1", "max_tokens": 20, "messages": [{"role": "user", "content": "hi"}]}))
+        .await;
+    assert_eq!(r.status(), 200);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["content"], json!([{"type": "text", "text": "from responses"}]));
+    assert_eq!(mock.bodies()[1]["max_output_tokens"], 20);
+    // Streamed, a few bytes per write: a recorded function call reaches an Anthropic client as tool_use.
+    let tool = support::recorded("openai-responses-tool");
+    mock.script(KEYS[0].1, vec![Reply::Raw(tool, support::Writes::Bytes(7))]);
+    let r = rota.messages(json!({"model": "oai/gpt-4.1", "max_tokens": 20, "stream": true, "messages": [{"role": "user", "content": "weather?"}]})).await;
+    assert_eq!(r.status(), 200);
+    let text = r.text().await.unwrap();
+    assert!(text.contains(r#""content_block":{"type":"tool_use","id":"call_Kq3vX8bN2mR7tY5wZ1pL9dF4","name":"get_weather","input":{}}"#), "{text}");
+    let args: String = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter_map(|v| v.pointer("/delta/partial_json").and_then(Value::as_str).map(str::to_string))
+        .collect();
+    assert_eq!(serde_json::from_str::<Value>(&args).unwrap(), json!({"location": "San Francisco, CA"}));
+    assert!(
+        text.contains(r#""stop_reason":"tool_use""#)
+            && text.ends_with("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"),
+        "{text}"
+    );
+    let rows = rota.attempts().await;
+    assert!(rows.iter().all(|a| a.outcome == "success"), "{rows:?}");
+}
