@@ -101,10 +101,12 @@ pub fn refused_signature(status: Option<u16>, body: &[u8]) -> bool {
 /// Whether an assistant turn of the request holds a thinking block.
 pub fn has_thinking(body: &Map<String, Value>) -> bool {
     let messages = body.get("messages").and_then(Value::as_array).into_iter().flatten();
-    messages
-        .filter(|m| m["role"] == "assistant")
-        .filter_map(|m| m.get("content").and_then(Value::as_array))
-        .any(|blocks| blocks.iter().any(is_thinking))
+    messages.filter_map(assistant_blocks).flatten().any(is_thinking)
+}
+
+/// The content blocks of an assistant message.
+fn assistant_blocks(m: &Value) -> Option<&Vec<Value>> {
+    m.get("content").and_then(Value::as_array).filter(|_| m["role"] == "assistant")
 }
 
 /// Drops the assistant turns' thinking blocks `drop` picks. An assistant message left empty goes.
@@ -113,12 +115,15 @@ pub fn has_thinking(body: &Map<String, Value>) -> bool {
 /// need it, are removed): Anthropic refuses a tool loop whose last turn does not start with one.
 fn strip(body: &Map<String, Value>, drop: impl Fn(&Value) -> bool) -> Option<Map<String, Value>> {
     let messages = body.get("messages")?.as_array()?;
+    // Looked at first without a copy: most requests have nothing to drop.
+    if !messages.iter().filter_map(assistant_blocks).flatten().any(|b| is_thinking(b) && drop(b)) {
+        return None;
+    }
     let last_assistant = messages.iter().rposition(|m| m["role"] == "assistant");
-    let mut changed = false;
     let mut off = false;
     let mut kept = Vec::with_capacity(messages.len());
     for (i, m) in messages.iter().enumerate() {
-        let Some(blocks) = m.get("content").and_then(Value::as_array).filter(|_| m["role"] == "assistant") else {
+        let Some(blocks) = assistant_blocks(m) else {
             kept.push(m.clone());
             continue;
         };
@@ -127,7 +132,6 @@ fn strip(body: &Map<String, Value>, drop: impl Fn(&Value) -> bool) -> Option<Map
             kept.push(m.clone());
             continue;
         }
-        changed = true;
         if Some(i) == last_assistant && !left.iter().any(is_thinking) {
             off = true;
         }
@@ -136,9 +140,6 @@ fn strip(body: &Map<String, Value>, drop: impl Fn(&Value) -> bool) -> Option<Map
             m["content"] = Value::Array(left);
             kept.push(m);
         }
-    }
-    if !changed {
-        return None;
     }
     let mut out = body.clone();
     out.insert("messages".into(), Value::Array(kept));
