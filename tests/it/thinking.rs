@@ -2,7 +2,7 @@
 //! provider signed never reach a provider that cannot verify them, and a refused signature is
 //! retried once without thinking.
 
-use crate::support::{self, ANTHROPIC_KEY, Mock, Reply, Scenario, row, spawn};
+use crate::support::{self, ANTHROPIC_KEY, Mock, Reply, Scenario, Writes, row, spawn};
 use serde_json::{Value, json};
 
 const OTHER_KEY: (&str, &str) = ("claude2:main", "sk-ant-test-other-0006");
@@ -128,4 +128,27 @@ async fn a_refused_thinking_signature_is_retried_once_without_thinking() {
     let r = rota.messages(second_turn("sig-again")).await;
     assert_eq!(r.status(), 400);
     assert_eq!(mock.bodies().len(), 4, "tried twice: with, then without thinking");
+}
+
+#[tokio::test]
+async fn a_signature_that_came_streamed_a_few_bytes_at_a_time_is_noted_too() {
+    let (mock, base) = Mock::started().await;
+    let cfg = config(&base);
+    let rota = spawn(Scenario { config: &cfg, keys: &[ANTHROPIC_KEY, OTHER_KEY], ..Scenario::default() }).await;
+    // A recorded Anthropic stream whose thinking block is signed by a `signature_delta`.
+    let recorded = support::recorded("anthropic-thinking");
+    let sig = "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds";
+    assert!(recorded.contains(sig));
+    mock.script(ANTHROPIC_KEY.1, vec![Reply::Raw(recorded, Writes::Bytes(5))]);
+    let first = json!({"model": "anthropic/claude", "max_tokens": 2048, "stream": true,
+        "messages": [{"role": "user", "content": "27 * 453?"}]});
+    let text = rota.messages(first).await.text().await.unwrap();
+    assert!(text.ends_with("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"), "{text}");
+    mock.script(ANTHROPIC_KEY.1, vec![Reply::Status(429, vec![("retry-after", "30".into())], "{}".into())]);
+    let r = rota.messages(second_turn(sig)).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-rota-provider"], "claude2");
+    assert_eq!(r.headers()["x-rota-dropped"], "thinking blocks signed elsewhere");
+    let bodies = mock.bodies();
+    assert_eq!((thinking_blocks(&bodies[1]), thinking_blocks(&bodies[2])), (1, 0));
 }
