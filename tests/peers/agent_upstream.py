@@ -504,14 +504,3 @@ def responses_stream(n: int, model: str, turn: Turn, usage: tuple[int, int], bod
     emit("response.completed", response=responses_object(n, model, turn, usage, "completed", None, body))
     return events
 
-
-if __name__ == "__main__":
-    server = AgentUpstream()
-    print(f"agent upstream listening on http://127.0.0.1:{server.port} (flavors: {', '.join(FLAVORS)})", flush=True)
-    try:
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.close()
