@@ -4,8 +4,9 @@
 use crate::agents::Agent;
 use crate::store::{Store, StoreError};
 use axum::http::HeaderMap;
+use parking_lot::RwLock;
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 /// The active agents by key digest, in memory, so authenticating never waits on the database.
 /// A background task follows the change feed, so agents created or revoked with the CLI or by
@@ -39,7 +40,7 @@ impl AgentCache {
                 };
                 match active(store.as_ref()).await {
                     Ok(fresh) => {
-                        *cache.by_digest.write().unwrap_or_else(|e| e.into_inner()) = fresh;
+                        *cache.by_digest.write() = fresh;
                         seen = head;
                     }
                     Err(e) => tracing::warn!(error = %e, "reloading agents failed; keeping the last list"),
@@ -52,18 +53,18 @@ impl AgentCache {
     /// Reloads the agents now (after the admin API created or revoked one).
     pub async fn reload(&self, store: &dyn Store) -> Result<(), StoreError> {
         let fresh = active(store).await?;
-        *self.by_digest.write().unwrap_or_else(|e| e.into_inner()) = fresh;
+        *self.by_digest.write() = fresh;
         Ok(())
     }
 
     /// True while `agent` (the same id) is active and an admin.
     pub fn is_active_admin(&self, agent: &Agent) -> bool {
-        self.by_digest.read().unwrap_or_else(|e| e.into_inner()).values().any(|a| a.id == agent.id && a.admin)
+        self.by_digest.read().values().any(|a| a.id == agent.id && a.admin)
     }
 
     pub fn find(&self, key: &str) -> Option<Agent> {
         let d = crate::agents::digest_of(key);
-        self.by_digest.read().unwrap_or_else(|e| e.into_inner()).get(&d).cloned()
+        self.by_digest.read().get(&d).cloned()
     }
 }
 

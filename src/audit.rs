@@ -9,9 +9,10 @@
 
 use crate::behind::{self, Sink, Writer};
 use crate::store::{AttemptRecord, AttemptRow, RequestRecord, RequestRow, Store, StoreError};
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 enum Row {
@@ -59,9 +60,7 @@ struct Shared {
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, Queue> {
-        // A row is pushed or a batch drained in one step: a panic cannot leave the queue
-        // half-changed.
-        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+        self.queue.lock()
     }
 }
 

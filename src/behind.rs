@@ -307,7 +307,7 @@ async fn pace(store: &dyn Store) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Mutex;
+    use parking_lot::Mutex;
 
     #[test]
     fn the_pauses_double_from_50_ms_to_a_second_and_never_end() {
@@ -332,7 +332,7 @@ mod tests {
 
     impl Drop for Numbers {
         fn drop(&mut self) {
-            self.0.lock().unwrap().ended = true;
+            self.0.lock().ended = true;
         }
     }
 
@@ -341,7 +341,7 @@ mod tests {
         const WHAT: &'static str = "numbers";
 
         fn take(&mut self) -> (Vec<u32>, u64) {
-            let mut s = self.0.lock().unwrap();
+            let mut s = self.0.lock();
             (std::mem::take(&mut s.queue), s.queued)
         }
 
@@ -350,7 +350,7 @@ mod tests {
         }
 
         async fn write(&mut self, _: &dyn Store, batch: &Vec<u32>) -> Result<(), StoreError> {
-            let mut s = self.0.lock().unwrap();
+            let mut s = self.0.lock();
             s.tries += 1;
             if s.fails > 0 {
                 s.fails -= 1;
@@ -361,13 +361,13 @@ mod tests {
         }
 
         async fn isolate(&mut self, _: &dyn Store, _: &Vec<u32>) -> bool {
-            self.0.lock().unwrap().isolated += 1;
+            self.0.lock().isolated += 1;
             false
         }
     }
 
     fn push(state: &Mutex<State>, writer: &Writer, n: u32) -> u64 {
-        let mut s = state.lock().unwrap();
+        let mut s = state.lock();
         s.queue.push(n);
         s.queued += 1;
         writer.wake();
@@ -390,7 +390,7 @@ mod tests {
         // Pauses of 50, 100, 200 and 400 ms between the five tries.
         assert!(t.elapsed() >= Duration::from_millis(600), "{:?}", t.elapsed());
         assert!(!writer.failing());
-        let s = state.lock().unwrap();
+        let s = state.lock();
         assert_eq!((s.tries, s.isolated), (5, 2), "isolation offered from the third failure on");
         assert_eq!(s.written, [vec![1, 2]]);
     }
@@ -407,10 +407,10 @@ mod tests {
         }
         writer.close();
         let t = std::time::Instant::now();
-        while !state.lock().unwrap().ended {
+        while !state.lock().ended {
             assert!(t.elapsed() < Duration::from_secs(5), "the writer ended, without gathering for an hour");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        assert_eq!(state.lock().unwrap().written, [vec![0, 1, 2]]);
+        assert_eq!(state.lock().written, [vec![0, 1, 2]]);
     }
 }

@@ -26,9 +26,10 @@ use crate::engine::{
 };
 use crate::secrets::{MasterKey, OpenError, SecretField};
 use crate::store::{Origin, Snapshot, Store, StoreError, StoredProfile};
+use parking_lot::{Mutex, MutexGuard, RwLock};
 use secrecy::{ExposeSecret, SecretString};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 
@@ -466,7 +467,7 @@ impl Book {
     /// A config reload: new cooldown durations for the failures recorded from now on, and the
     /// declared profiles a reload from the feed builds on.
     pub fn set_config(&self, config: &Config) {
-        *self.shared.config.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(config.clone());
+        *self.shared.config.write() = Arc::new(config.clone());
         self.lock().forget_order();
     }
 
@@ -835,17 +836,15 @@ fn unseal(snapshot: &Snapshot, config: &Config, key: &MasterKey) -> Result<Unsea
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        // A panic while holding the lock cannot leave a half-applied change: every change is
-        // computed in one step and stored in one assignment, so the state stays usable.
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        self.inner.lock()
     }
 
     fn config(&self) -> Arc<Config> {
-        self.config.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.config.read().clone()
     }
 
     fn policy(&self) -> CooldownPolicy {
-        self.config.read().unwrap_or_else(|e| e.into_inner()).cooldown_policy()
+        self.config.read().cooldown_policy()
     }
 
     /// Moves every queued change to the writer (in flight until settled), with the count of

@@ -8,8 +8,9 @@ use crate::engine::{Clock, Millis, Reason};
 use crate::settings::Settings;
 use crate::store::AttemptRow;
 use crate::walk::{Attempt, Spent, Walk};
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -105,8 +106,8 @@ impl Leases {
         leases
     }
 
-    pub fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
-        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    pub fn lock(&self) -> parking_lot::MutexGuard<'_, Table> {
+        self.table.lock()
     }
 
     /// Ends every lease past its expiry (`all`: every lease, at shutdown, so that none leaves

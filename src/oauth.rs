@@ -141,7 +141,7 @@ impl<'c> oauth2::AsyncHttpClient<'c> for Http {
 struct Call<'h> {
     http: &'h Http,
     endpoint: Endpoint,
-    last: std::sync::Mutex<Option<(u16, Option<String>)>>,
+    last: parking_lot::Mutex<Option<(u16, Option<String>)>>,
 }
 
 /// The endpoint a call goes to, and what it should answer.
@@ -169,13 +169,13 @@ impl Endpoint {
 
 impl<'h> Call<'h> {
     fn new(http: &'h Http, endpoint: Endpoint) -> Self {
-        Call { http, endpoint, last: std::sync::Mutex::new(None) }
+        Call { http, endpoint, last: parking_lot::Mutex::new(None) }
     }
 
     /// The last answer could not be read (`oauth2` said why in `detail`): what it was, in words.
     /// Neither the body nor the parser's message is shown: the body may hold anything.
     fn malformed(&self, detail: &str) -> OAuthError {
-        let last = self.last.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let last = self.last.lock().clone();
         let (name, expected) = (self.endpoint.name(), self.endpoint.expected());
         let Some((status, content_type)) = last else {
             return OAuthError::Malformed(format!(
@@ -218,7 +218,7 @@ impl<'c> oauth2::AsyncHttpClient<'c> for Call<'_> {
             let resp = oauth2::AsyncHttpClient::call(self.http, request).await?;
             let content_type =
                 resp.headers().get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_string);
-            *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some((resp.status().as_u16(), content_type));
+            *self.last.lock() = Some((resp.status().as_u16(), content_type));
             Ok(resp)
         })
     }

@@ -17,9 +17,10 @@ use crate::oauth::{self, Granted, OAuthError};
 use crate::secrets::{MasterKey, SecretField};
 use crate::settings::Live;
 use crate::store::{Store, StoredProfile};
+use parking_lot::Mutex;
 use secrecy::{ExposeSecret, SecretString};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -116,7 +117,7 @@ impl Refresher {
     }
 
     fn lock_for(&self, id: &ProfileId) -> Arc<tokio::sync::Mutex<()>> {
-        self.locks.lock().unwrap_or_else(|e| e.into_inner()).entry(id.clone()).or_default().clone()
+        self.locks.lock().entry(id.clone()).or_default().clone()
     }
 
     /// Refreshes the profile's tokens, unless another caller did since `seen` (the access token

@@ -19,9 +19,9 @@ use axum::Json;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-use std::sync::Mutex;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -88,7 +88,7 @@ impl Logins {
         now: Millis,
         check: impl FnOnce(&Started) -> Result<(), (StatusCode, String)>,
     ) -> Result<Started, Refused> {
-        let mut map = self.started.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = self.started.lock();
         map.retain(|_, s| now - s.pending.created_at < PENDING_TTL);
         let started = map.get(state).ok_or(Refused::Unknown)?;
         check(started).map_err(|(status, why)| Refused::Check(status, why))?;
@@ -99,7 +99,7 @@ impl Logins {
     /// provider's authorization URL and the nonce. Each ticket works once.
     fn bind(&self, ticket: &str, now: Millis) -> Option<(String, String)> {
         let want = Binding::Ticket(crate::web::digest(ticket));
-        let mut map = self.started.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = self.started.lock();
         map.retain(|_, s| now - s.pending.created_at < PENDING_TTL);
         let started = map.values_mut().find(|s| s.binding == want)?;
         let nonce = crate::web::random_token();
@@ -108,7 +108,7 @@ impl Logins {
     }
 
     fn set_flow(&self, id: &str, info: FlowInfo) {
-        self.flows.lock().unwrap_or_else(|e| e.into_inner()).insert(id.to_string(), info);
+        self.flows.lock().insert(id.to_string(), info);
     }
 }
 
@@ -261,12 +261,7 @@ async fn authorize(
         }
     };
     let answer = Authorization { authorize_url: open, state: pending.state.clone(), redirect_uri, paste };
-    state
-        .logins
-        .started
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(pending.state.clone(), Started { pending, authorize_url: url, binding });
+    state.logins.started.lock().insert(pending.state.clone(), Started { pending, authorize_url: url, binding });
     let mut resp = Json(answer).into_response();
     if let Some(c) = cookie {
         resp.headers_mut().insert(axum::http::header::SET_COOKIE, c);
@@ -460,7 +455,7 @@ async fn device(
 #[utoipa::path(get, path = "/api/v1/oauth/flows/{id}", tag = "console", params(("id" = String, Path)),
     responses((status = 200, body = FlowInfo), (status = 404, body = super::ErrorBody)))]
 async fn flow(State(state): State<ApiState>, _: Admin, Path(id): Path<String>) -> Result<Json<FlowInfo>, ApiError> {
-    let flows = state.logins.flows.lock().unwrap_or_else(|e| e.into_inner());
+    let flows = state.logins.flows.lock();
     flows.get(&id).cloned().map(Json).ok_or_else(|| ApiError::NotFound(format!("no login flow {id}")))
 }
 

@@ -9,9 +9,9 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-use std::sync::Mutex;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -129,7 +129,7 @@ impl Sessions {
             idle,
             last_used: now,
         };
-        let mut map = self.by_digest.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = self.by_digest.lock();
         map.retain(|_, s| s.live(now));
         map.insert(id, session.clone());
         (token, session)
@@ -143,7 +143,7 @@ impl Sessions {
     pub fn find(&self, headers: &HeaderMap, now: Millis, admitted: impl Fn(&Agent) -> bool) -> Option<Session> {
         let token = web::cookie(headers, COOKIE)?;
         let id = web::digest(token);
-        let mut map = self.by_digest.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = self.by_digest.lock();
         let session = map.get_mut(&id)?;
         if !session.live(now) || !admitted(&session.agent) {
             map.remove(&id);
@@ -156,12 +156,12 @@ impl Sessions {
     }
 
     pub fn end(&self, id: &str) {
-        self.by_digest.lock().unwrap_or_else(|e| e.into_inner()).remove(id);
+        self.by_digest.lock().remove(id);
     }
 
     /// Ends every session of an agent (its key was revoked).
     pub fn end_agent(&self, name: &str) {
-        self.by_digest.lock().unwrap_or_else(|e| e.into_inner()).retain(|_, s| s.agent.name != name);
+        self.by_digest.lock().retain(|_, s| s.agent.name != name);
     }
 }
 

@@ -1,8 +1,8 @@
 //! `rota import openclaw FILE` and `rota export openclaw --output FILE`.
 
 use super::open_store as open;
+use crate::cli::openclaw::{self, File};
 use crate::config::Config;
-use crate::openclaw::{self, File};
 use crate::secrets::{check_key, find_key_with, resolve_key};
 use crate::store::StoreError;
 use anyhow::{Context, Result, anyhow};
@@ -14,7 +14,8 @@ pub async fn import(config: &Config, path: &Path) -> Result<()> {
     let file: File = serde_json::from_str(&text)
         .with_context(|| format!("{} is not an OpenClaw auth-profiles.json", path.display()))?;
     let store = open(config).await?;
-    let (key, _) = resolve_key(&config.key_anchor()?, &store.secret_key_ids().await?, config.secrets.keyring)?;
+    let (key, _) =
+        resolve_key(&crate::store::key_anchor(config)?, &store.secret_key_ids().await?, config.secrets.keyring)?;
     let now = chrono::Utc::now().timestamp_millis();
     let (profiles, orders) = openclaw::import(&file, &key, |p| config.has_provider(p), now)
         .map_err(|e| anyhow!("{}: {e}; nothing was imported", path.display()))?;
@@ -29,7 +30,7 @@ pub async fn import(config: &Config, path: &Path) -> Result<()> {
 
 /// Writes the file with mode 0600: it holds every stored secret in the clear.
 pub async fn export(config: &Config, output: &Path) -> Result<()> {
-    let db = config.key_anchor()?;
+    let db = crate::store::key_anchor(config)?;
     let store = super::open_existing(config).await?;
     let ids = store.secret_key_ids().await?;
     let (key, origin) = find_key_with(&db, config.secrets.keyring)?

@@ -15,7 +15,7 @@ use std::io::{BufRead, IsTerminal};
 /// `rota.key.new` first and moved over the key file after the commit, so a crash leaves a key
 /// that opens the secrets either way (`resolve_key` adopts the pending one).
 pub async fn rotate_key(config: &Config) -> Result<()> {
-    let db = config.key_anchor()?;
+    let db = crate::store::key_anchor(config)?;
     let store = super::open_existing(config).await?;
     let ids = store.secret_key_ids().await?;
     let (keyring, _) = crate::keyring::open(config.secrets.keyring, &db).map_err(|e| anyhow!(e))?;
@@ -111,7 +111,8 @@ pub async fn login(config: &Config, provider: &str, device: bool) -> Result<()> 
     let account = oauth::account(&http, cfg, &granted).await;
     let store = open(config).await?;
     let id = crate::api::oauth::login_target(store.as_ref(), provider, &account).await?;
-    let (key, _) = resolve_key(&config.key_anchor()?, &store.secret_key_ids().await?, config.secrets.keyring)?;
+    let (key, _) =
+        resolve_key(&crate::store::key_anchor(config)?, &store.secret_key_ids().await?, config.secrets.keyring)?;
     let mut sealed = vec![key.seal(&id, SecretField::AccessToken, &granted.access)];
     if let Some(r) = &granted.refresh {
         sealed.push(key.seal(&id, SecretField::RefreshToken, r));

@@ -1,8 +1,11 @@
 //! The command line (README.md). Every command takes `--config`.
 
 mod agents;
+mod demo;
+mod doctor;
 mod interop;
 mod keys;
+mod openclaw;
 mod profiles;
 
 use crate::config::Config;
@@ -159,8 +162,8 @@ fn init_logging() {
 
 /// `rota migrate --from URL`: copies the database at `from` into `to` (the configured one).
 async fn copy_from(from: &str, config: &Config, to: &dyn Store) -> Result<()> {
-    let source = crate::config::DatabaseTarget::parse(from)?;
-    if source == config.database()? {
+    let source = crate::store::DatabaseTarget::parse(from)?;
+    if source == crate::store::DatabaseTarget::of(config)? {
         bail!("--from names the configured database itself");
     }
     if !source.exists() {
@@ -186,7 +189,7 @@ async fn copy_from(from: &str, config: &Config, to: &dyn Store) -> Result<()> {
 /// missing (for the commands whose work is to store something: `profiles add`, `agents create`,
 /// `login`, `import`, `migrate`).
 pub(crate) async fn open_store(config: &Config) -> Result<Arc<dyn Store>> {
-    let target = config.database()?;
+    let target = crate::store::DatabaseTarget::of(config)?;
     crate::store::open(&target).await.with_context(|| format!("opening database {target}"))
 }
 
@@ -194,7 +197,7 @@ pub(crate) async fn open_store(config: &Config) -> Result<Arc<dyn Store>> {
 /// stored never leaves an empty `rota.db` behind (run in the wrong directory, or without the
 /// `--config` that names the real database).
 pub(crate) async fn open_existing(config: &Config) -> Result<Arc<dyn Store>> {
-    let target = config.database()?;
+    let target = crate::store::DatabaseTarget::of(config)?;
     if !target.exists() {
         bail!("{}", no_database(&target, config_file().as_deref()));
     }
@@ -202,7 +205,7 @@ pub(crate) async fn open_existing(config: &Config) -> Result<Arc<dyn Store>> {
 }
 
 /// There is no database at `target`: why that may be (which config was read) and what to do.
-pub(crate) fn no_database(target: &crate::config::DatabaseTarget, file: Option<&Path>) -> String {
+pub(crate) fn no_database(target: &crate::store::DatabaseTarget, file: Option<&Path>) -> String {
     let from = match file {
         Some(f) => format!("the database.url of {}", f.display()),
         None => "the default database.url: no config file was read".into(),
@@ -225,7 +228,7 @@ static CONFIG_FILE: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::
 
 async fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
-        Command::Doctor { json } => crate::doctor::run(cli.config.as_deref(), json).await,
+        Command::Doctor { json } => crate::cli::doctor::run(cli.config.as_deref(), json).await,
         Command::Serve { listen } => {
             let (config, file) = load_sound(cli.config.as_deref())?;
             crate::server::run(config, file, listen).await?;
@@ -236,10 +239,10 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 bail!(
                     "rota demo takes no --config: it writes its own, {} beside its database (--database), and serves it; \
                      `rota serve --config PATH` runs the gateway with yours",
-                    crate::demo::CONFIG_FILE
+                    crate::cli::demo::CONFIG_FILE
                 );
             }
-            crate::demo::run(&listen, &database).await?;
+            crate::cli::demo::run(&listen, &database).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Migrate { from } => {

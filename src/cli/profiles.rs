@@ -125,7 +125,8 @@ async fn add(config: &Config, provider: &str, name: &str, kind: &str, expires: O
     let new = rules::check_new(config, provider, name, kind, expires, now).map_err(anyhow::Error::msg)?;
     let secret = read_secret(new.kind)?;
     let store = open(config).await?;
-    let (key, origin) = resolve_key(&config.key_anchor()?, &store.secret_key_ids().await?, config.secrets.keyring)?;
+    let (key, origin) =
+        resolve_key(&crate::store::key_anchor(config)?, &store.secret_key_ids().await?, config.secrets.keyring)?;
     let sealed = key.seal(&new.id, new.field, &secret);
     let profile = StoredProfile::stored(new.id.clone(), new.kind, new.expires_at, now);
     let credential = Credential::new(new.kind, secret);

@@ -8,6 +8,7 @@ mod plan;
 pub mod relay;
 mod serve;
 mod thinking;
+pub mod translate;
 pub mod upstream;
 pub mod wire;
 
@@ -19,7 +20,6 @@ use crate::agents::Agent;
 use crate::engine::ProfileId;
 use crate::engine::chain::{FallbackOverride, bounded, check_names};
 use crate::middleware::{BodyTimeout, RequestId};
-use crate::translate;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
@@ -205,7 +205,7 @@ async fn count_tokens(
     };
     let first = &chain[0];
     let provider = &config.providers[&first.provider];
-    if provider.api == crate::config::Api::Anthropic
+    if provider.api == crate::config::WireFormat::Anthropic
         && let Some(answer) = gw.count_upstream(&inc, first, provider).await
     {
         return answer;

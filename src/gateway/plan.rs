@@ -2,9 +2,9 @@
 //! format, and its answers translated back. Chosen once per candidate.
 
 use super::wire::{self, Api};
-use crate::config::Api as WireFormat;
+use crate::config::WireFormat;
+use crate::gateway::translate::{self, StreamTranslator};
 use crate::prices::Tokens;
-use crate::translate::{self, StreamTranslator};
 use axum::http::HeaderValue;
 use bytes::Bytes;
 use serde::ser::{Serialize, SerializeMap, Serializer};

@@ -5,10 +5,11 @@
 //! the blocks another provider signed (or nobody did) before calling an Anthropic-format
 //! provider, and retries once without any thinking when the upstream still refuses a signature.
 
+use parking_lot::Mutex;
 use serde_json::{Map, Value};
 use sha2::Digest;
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// How many signatures are remembered (the oldest are forgotten first): a few hundred bytes each.
 const KEPT: usize = 20_000;
@@ -32,7 +33,7 @@ type Signers = (HashMap<Key, Arc<str>>, VecDeque<Key>);
 impl Origins {
     pub fn record<'a>(&self, provider: &str, signatures: impl IntoIterator<Item = &'a str>) {
         let provider: Arc<str> = provider.into();
-        let mut guard = self.inner.lock().expect("origins lock");
+        let mut guard = self.inner.lock();
         let (map, order) = &mut *guard;
         for s in signatures {
             let k = key(s);
@@ -48,7 +49,7 @@ impl Origins {
     }
 
     fn of(&self, signature: &str) -> Option<Arc<str>> {
-        self.inner.lock().expect("origins lock").0.get(&key(signature)).cloned()
+        self.inner.lock().0.get(&key(signature)).cloned()
     }
 
     /// The request without the thinking blocks `provider` cannot verify: unsigned ones, and
@@ -268,6 +269,6 @@ mod tests {
         origins.record("p", sigs.iter().map(String::as_str));
         assert_eq!(origins.of("s0"), None);
         assert_eq!(origins.of("s5").as_deref(), Some("p"));
-        assert_eq!(origins.inner.lock().unwrap().0.len(), KEPT);
+        assert_eq!(origins.inner.lock().0.len(), KEPT);
     }
 }

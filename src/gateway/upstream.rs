@@ -2,13 +2,14 @@
 
 use super::wire::Api;
 use crate::book::Credential;
-use crate::config::{Api as WireFormat, Provider, Timeouts};
+use crate::config::{Provider, Timeouts, WireFormat};
 use crate::redact::error_text;
 use axum::http::HeaderMap;
 use bytes::Bytes;
+use parking_lot::RwLock;
 use secrecy::{ExposeSecret, SecretString};
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 /// Client headers forwarded upstream, per wire format (everything else is rota's business or
 /// the agent's key).
@@ -53,10 +54,10 @@ impl Upstream {
 
     /// A POST to `url`, parsed once.
     fn post(&self, url: String) -> reqwest::RequestBuilder {
-        let parsed = self.endpoints.read().unwrap_or_else(|e| e.into_inner()).get(&url).cloned();
+        let parsed = self.endpoints.read().get(&url).cloned();
         match parsed.or_else(|| {
             let parsed = reqwest::Url::parse(&url).ok()?;
-            self.endpoints.write().unwrap_or_else(|e| e.into_inner()).insert(url.clone(), parsed.clone());
+            self.endpoints.write().insert(url.clone(), parsed.clone());
             Some(parsed)
         }) {
             Some(parsed) => self.client.post(parsed),

@@ -1,9 +1,9 @@
 //! What differs between the client APIs rota serves: paths, error bodies, where the session
 //! key and token usage live, and which event commits a stream.
 
-use crate::config::Api as WireFormat;
+use crate::config::WireFormat;
+use crate::gateway::translate::sse::Event;
 use crate::prices::Tokens;
-use crate::translate::sse::Event;
 use serde_json::{Value, json};
 
 /// The API a client called.
@@ -160,7 +160,7 @@ fn usage_in(usage: Option<&Value>, message: Option<&Value>, response: Option<&Va
     let field = |names: &[&str]| names.iter().find_map(|n| u.pointer(n).and_then(Value::as_i64));
     // Anthropic leaves cached prompt tokens out of `input_tokens`; they count as input here.
     let input = field(&["/prompt_tokens"])
-        .or_else(|| u.get("input_tokens").map(|_| crate::translate::response::prompt_tokens(u)));
+        .or_else(|| u.get("input_tokens").map(|_| crate::gateway::translate::response::prompt_tokens(u)));
     Tokens {
         input,
         output: field(&["/completion_tokens", "/output_tokens"]),
@@ -288,7 +288,7 @@ pub fn classify_event(upstream: Api, ev: &Event, glance: Option<&Glance>) -> See
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::translate::sse::Splitter;
+    use crate::gateway::translate::sse::Splitter;
 
     fn ev(raw: &str) -> Event {
         Splitter::default().push(raw.as_bytes()).remove(0)

@@ -6,13 +6,14 @@ mod postgres;
 mod records;
 mod sql;
 mod sqlite;
+mod target;
 
 pub use copy::{Copied, CopyError, copy};
 pub use postgres::PgStore;
 pub use records::{AttemptRecord, AttemptRow, Kind, Outcome, RequestRecord, RequestRow};
 pub use sqlite::SqliteStore;
+pub use target::{DatabaseTarget, key_anchor, redacted_url};
 
-use crate::config::DatabaseTarget;
 use std::sync::Arc;
 
 /// Resolves when `wake` (from `Store::wake`) says another writer changed something; never

@@ -81,7 +81,7 @@ impl PgStore {
             .connect_with(opts)
             .await?;
         MIGRATOR.run(&pool).await?;
-        Ok(PgStore { pool, description: crate::config::redacted_url(url), wake: Default::default() })
+        Ok(PgStore { pool, description: crate::store::redacted_url(url), wake: Default::default() })
     }
 
     pub fn pool(&self) -> &PgPool {

@@ -261,7 +261,7 @@ async fn an_sqlite_deployment_copied_into_postgres_keeps_its_state_its_audit_log
     assert!(!again.status.success());
     assert!(String::from_utf8_lossy(&again.stderr).contains("already holds profiles"), "a second copy is refused");
 
-    let target = rota::store::open(&rota::config::DatabaseTarget::Postgres(pg.clone())).await.unwrap();
+    let target = rota::store::open(&rota::store::DatabaseTarget::Postgres(pg.clone())).await.unwrap();
     assert_eq!(state(target.snapshot().await.unwrap()), state(old.store.snapshot().await.unwrap()));
     let pool = sqlx::PgPool::connect(&pg).await.unwrap();
     for (i, sql) in queries().iter().enumerate() {
@@ -853,7 +853,7 @@ async fn rows_that_shutdown_gives_up_on_are_counted_as_shed() {
 /// A row the database refuses for its content (here a failed check: an `api` no request has)
 /// is set aside after the batch's third try, logged and counted, and the rows behind it are
 /// written: it never holds up the audit log.
-async fn a_row_the_database_refuses_is_set_aside(target: rota::config::DatabaseTarget) {
+async fn a_row_the_database_refuses_is_set_aside(target: rota::store::DatabaseTarget) {
     let store = rota::store::open(&target).await.unwrap();
     let audit = rota::audit::Audit::start(store.clone(), 100);
     let row = |id: &str, api: &'static str| rota::store::RequestRow {
@@ -891,11 +891,11 @@ async fn a_row_the_database_refuses_is_set_aside(target: rota::config::DatabaseT
 #[tokio::test]
 async fn a_row_sqlite_refuses_is_set_aside_and_the_rows_behind_it_are_written() {
     let dir = tempfile::tempdir().unwrap();
-    a_row_the_database_refuses_is_set_aside(rota::config::DatabaseTarget::Sqlite(dir.path().join("rota.db"))).await;
+    a_row_the_database_refuses_is_set_aside(rota::store::DatabaseTarget::Sqlite(dir.path().join("rota.db"))).await;
 }
 
 #[tokio::test]
 async fn a_row_postgres_refuses_is_set_aside_and_the_rows_behind_it_are_written() {
     let url = support::postgres_database().await;
-    a_row_the_database_refuses_is_set_aside(rota::config::DatabaseTarget::Postgres(url)).await;
+    a_row_the_database_refuses_is_set_aside(rota::store::DatabaseTarget::Postgres(url)).await;
 }

@@ -729,12 +729,12 @@ async fn sigterm_answers_every_request_waiting_on_a_silent_upstream_and_audits_i
     let _alone = crate::support::Alone::take();
     let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let upstream = format!("http://{}", silent.local_addr().unwrap());
-    let held = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let held = Arc::new(parking_lot::Mutex::new(Vec::new()));
     let holder = {
         let held = held.clone();
         tokio::spawn(async move {
             while let Ok((socket, _)) = silent.accept().await {
-                held.lock().unwrap().push(socket);
+                held.lock().push(socket);
             }
         })
     };
@@ -763,11 +763,11 @@ async fn sigterm_answers_every_request_waiting_on_a_silent_upstream_and_audits_i
         })
         .collect();
     let t = Instant::now();
-    while held.lock().unwrap().len() < N {
+    while held.lock().len() < N {
         assert!(
             t.elapsed() < Duration::from_secs(30),
             "{} of {N} calls reached the upstream",
-            held.lock().unwrap().len()
+            held.lock().len()
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

@@ -586,7 +586,7 @@ async fn chat_client_is_served_by_an_anthropic_upstream_through_translation() {
     body["model"] = json!("anthropic/claude-sonnet-4-5");
     body["stream"] = json!(true);
     let text = rota.chat(body, &[]).await.text().await.unwrap();
-    let events = rota::translate::sse::Splitter::default().push(text.as_bytes());
+    let events = rota::gateway::translate::sse::Splitter::default().push(text.as_bytes());
     let data: Vec<&str> = events.iter().map(|e| e.data.as_str()).collect();
     assert!(data[0].contains("\"role\":\"assistant\""), "{text}");
     assert!(data.iter().any(|d| d.contains("\"content\":\"t1\"")), "{text}");
@@ -607,8 +607,11 @@ async fn anthropic_client_is_served_by_an_openai_upstream_through_translation() 
     assert_eq!(v["stop_reason"], "end_turn");
     assert_eq!(v["usage"], json!({"input_tokens": 3, "output_tokens": 2}));
     let text = rota.messages(json!({"model": "openai/gpt-4.1", "max_tokens": 10, "stream": true, "messages": [{"role": "user", "content": "hi"}]})).await.text().await.unwrap();
-    let names: Vec<String> =
-        rota::translate::sse::Splitter::default().push(text.as_bytes()).iter().filter_map(|e| e.name.clone()).collect();
+    let names: Vec<String> = rota::gateway::translate::sse::Splitter::default()
+        .push(text.as_bytes())
+        .iter()
+        .filter_map(|e| e.name.clone())
+        .collect();
     assert_eq!(names.first().map(String::as_str), Some("message_start"), "{text}");
     assert_eq!(names.last().map(String::as_str), Some("message_stop"), "{text}");
     assert!(names.iter().filter(|n| *n == "content_block_delta").count() == 3, "{text}");
@@ -1136,10 +1139,10 @@ async fn a_changed_config_file_applies_to_the_next_request_and_a_broken_edit_is_
     served_by("backup").await;
     // A broken edit (an unknown provider) is rejected: the last good config stays.
     std::fs::write(&file, original.replace("fast = \"openai/gpt-4.1\"", "fast = \"nowhere/x\"")).unwrap();
-    tokio::time::sleep(rota::reload::SETTLE + rota::reload::EVERY * 3).await;
+    tokio::time::sleep(rota::server::reload::SETTLE + rota::server::reload::EVERY * 3).await;
     assert_eq!(fast().await.headers()["x-rota-provider"], "backup");
     std::fs::write(&file, "this is not toml [").unwrap();
-    tokio::time::sleep(rota::reload::SETTLE + rota::reload::EVERY * 3).await;
+    tokio::time::sleep(rota::server::reload::SETTLE + rota::server::reload::EVERY * 3).await;
     let r = fast().await;
     assert_eq!((r.status().as_u16(), r.headers()["x-rota-provider"].to_str().unwrap()), (200, "backup"));
 }
@@ -1192,7 +1195,7 @@ async fn metrics_count_the_traffic_sent() {
 
 /// The events of an SSE body, with `created` (the translator's clock) left out.
 fn events_of(text: &str) -> Vec<(Option<String>, String)> {
-    let mut split = rota::translate::sse::Splitter::default();
+    let mut split = rota::gateway::translate::sse::Splitter::default();
     let evs = split.push(text.as_bytes());
     assert!(split.rest().is_empty(), "half an event reached the client: {text}");
     evs.into_iter()

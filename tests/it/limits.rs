@@ -302,7 +302,7 @@ async fn limits_are_created_and_changed_through_the_admin_api_and_the_config_fil
 /// The store's counters: a minute's claims never pass its limit, however many ask at once and
 /// whatever they ask for; a day sums its requests' tokens and cost; old minutes and days are
 /// pruned.
-async fn counters_count_exactly_and_old_ones_go(target: rota::config::DatabaseTarget) {
+async fn counters_count_exactly_and_old_ones_go(target: rota::store::DatabaseTarget) {
     let store = rota::store::open(&target).await.unwrap();
     let minute = 1_764_633_600_000;
     let asks = (0..20).map(|_| store.claim_requests("planner", minute, 1, 7));
@@ -338,13 +338,13 @@ async fn counters_count_exactly_and_old_ones_go(target: rota::config::DatabaseTa
 #[tokio::test]
 async fn counters_in_sqlite_count_exactly_and_old_ones_go() {
     let dir = tempfile::tempdir().unwrap();
-    counters_count_exactly_and_old_ones_go(rota::config::DatabaseTarget::Sqlite(dir.path().join("rota.db"))).await;
+    counters_count_exactly_and_old_ones_go(rota::store::DatabaseTarget::Sqlite(dir.path().join("rota.db"))).await;
 }
 
 #[tokio::test]
 async fn counters_in_postgres_count_exactly_and_old_ones_go() {
     let url = support::postgres_database().await;
-    counters_count_exactly_and_old_ones_go(rota::config::DatabaseTarget::Postgres(url)).await;
+    counters_count_exactly_and_old_ones_go(rota::store::DatabaseTarget::Postgres(url)).await;
 }
 
 /// A PostgreSQL server of the test's own (`scripts/postgres.sh`), which it may freeze: the

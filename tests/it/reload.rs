@@ -68,7 +68,7 @@ async fn a_config_file_caught_half_written_under_load_answers_no_request() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let took = started.elapsed();
-    assert!(took >= rota::reload::SETTLE - Duration::from_millis(100), "applied before it settled: {took:?}");
+    assert!(took >= rota::server::reload::SETTLE - Duration::from_millis(100), "applied before it settled: {took:?}");
     tokio::time::sleep(Duration::from_millis(300)).await;
     stop.store(true, Ordering::Relaxed);
     let mut answered = 0;

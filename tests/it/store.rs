@@ -3,9 +3,10 @@
 //! the file in plaintext.
 
 use rota::book::Book;
-use rota::config::{Config, DatabaseTarget};
+use rota::config::Config;
 use rota::engine::{Change, Failure, ProfileId, ProfileType, Reason, Until};
 use rota::secrets::{MasterKey, SecretField};
+use rota::store::DatabaseTarget;
 use rota::store::{AttemptRecord, AuditQuery, Pruned, RequestRecord, SqliteStore, Store, StoredProfile};
 use secrecy::{ExposeSecret, SecretString};
 use std::sync::Arc;

@@ -16,7 +16,8 @@ use rota::store::{Store, StoredProfile};
 use secrecy::SecretString;
 use serde_json::{Value, json};
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How the mock writes a stream's bytes: as real servers do, never only one event per read.
@@ -96,35 +97,35 @@ pub struct Mock(Arc<Mutex<MockState>>);
 impl Mock {
     /// Queues replies for calls made with `key` (then 200s).
     pub fn script(&self, key: &str, replies: Vec<Reply>) {
-        self.0.lock().unwrap().script.entry(key.to_string()).or_default().extend(replies);
+        self.0.lock().script.entry(key.to_string()).or_default().extend(replies);
     }
 
     /// Grants access tokens valid for `secs`, each after `delay`.
     pub fn token_endpoint(&self, secs: u64, delay: Duration) {
-        let mut st = self.0.lock().unwrap();
+        let mut st = self.0.lock();
         (st.token_lifetime, st.token_delay) = (Some(secs), delay);
     }
 
     /// Drops the replies still queued (calls then get 200s).
     pub fn unscript(&self) {
-        self.0.lock().unwrap().script.clear();
+        self.0.lock().script.clear();
     }
 
     /// The request bodies the mock received, in order.
     pub fn bodies(&self) -> Vec<Value> {
-        self.0.lock().unwrap().bodies.clone()
+        self.0.lock().bodies.clone()
     }
 
     pub fn seen(&self) -> Vec<Seen> {
-        self.0.lock().unwrap().seen.clone()
+        self.0.lock().seen.clone()
     }
 
     pub fn token_calls(&self) -> usize {
-        self.0.lock().unwrap().token_calls
+        self.0.lock().token_calls
     }
 
     pub fn aborted(&self) -> usize {
-        self.0.lock().unwrap().aborted
+        self.0.lock().aborted
     }
 
     pub fn keys(&self) -> Vec<String> {
@@ -167,7 +168,7 @@ async fn answer(State(mock): State<Mock>, uri: axum::http::Uri, headers: HeaderM
     let anthropic = uri.path() == "/v1/messages";
     let stream = req["stream"].as_bool().unwrap_or(false);
     let reply = {
-        let mut st = mock.0.lock().unwrap();
+        let mut st = mock.0.lock();
         st.seen.push(Seen { key: key.clone(), path: uri.path().to_string(), model: model.clone() });
         st.bodies.push(req.clone());
         st.script.get_mut(&key).and_then(VecDeque::pop_front).unwrap_or(if stream {
@@ -302,7 +303,7 @@ fn writes(body: &[String], how: Writes) -> Vec<Bytes> {
 /// whose claims the code itself names: `code_for(sub, email)` (issuer `https://idp.test`).
 async fn token(State(mock): State<Mock>, body: Bytes) -> Response {
     let (n, lifetime, delay) = {
-        let mut st = mock.0.lock().unwrap();
+        let mut st = mock.0.lock();
         st.token_calls += 1;
         (st.token_calls, st.token_lifetime.unwrap_or(3600), st.token_delay)
     };
@@ -361,7 +362,7 @@ fn sse(reply: Reply, anthropic: bool, mock: Mock) -> Response {
         match reply {
             Reply::Stream(n) => write_all(writes(&stream_events(anthropic, n), Writes::Whole), Writes::Whole).await,
             Reply::Raw(body, how) => {
-                let mut split = rota::translate::sse::Splitter::default();
+                let mut split = rota::gateway::translate::sse::Splitter::default();
                 let mut evs: Vec<String> =
                     split.push(body.as_bytes()).into_iter().map(|e| String::from_utf8(e.raw).unwrap()).collect();
                 evs.push(String::from_utf8(split.rest().to_vec()).unwrap());
@@ -406,7 +407,7 @@ fn sse(reply: Reply, anthropic: bool, mock: Mock) -> Response {
                 send(first_content(anthropic).concat()).await;
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_secs(30)) => {}
-                    _ = tx.closed() => mock.0.lock().unwrap().aborted += 1,
+                    _ = tx.closed() => mock.0.lock().aborted += 1,
                 }
             }
             _ => unreachable!(),
@@ -599,15 +600,15 @@ pub enum Db {
 /// of their own: while one runs, no other test's rota does. Every `Rota` and every CLI test's
 /// directory holds a `Share`; a fault case waits, `Alone`, until none is held, and a new share
 /// waits for the case to end. A test that holds a share never waits for another.
-static GATE: (std::sync::Mutex<(usize, bool)>, std::sync::Condvar) =
-    (std::sync::Mutex::new((0, false)), std::sync::Condvar::new());
+static GATE: (Mutex<(usize, bool)>, parking_lot::Condvar) = (Mutex::new((0, false)), parking_lot::Condvar::new());
 
 /// A test's part of the process, taken from the fault cases (`GATE`).
 pub struct Share(());
 
 impl Share {
     pub fn take() -> Share {
-        let mut st = GATE.1.wait_while(GATE.0.lock().unwrap(), |(_, alone)| *alone).unwrap();
+        let mut st = GATE.0.lock();
+        GATE.1.wait_while(&mut st, |(_, alone)| *alone);
         st.0 += 1;
         Share(())
     }
@@ -615,7 +616,7 @@ impl Share {
 
 impl Drop for Share {
     fn drop(&mut self) {
-        GATE.0.lock().unwrap().0 -= 1;
+        GATE.0.lock().0 -= 1;
         GATE.1.notify_all();
     }
 }
@@ -625,7 +626,8 @@ pub struct Alone(());
 
 impl Alone {
     pub fn take() -> Alone {
-        let mut st = GATE.1.wait_while(GATE.0.lock().unwrap(), |(shares, alone)| *shares > 0 || *alone).unwrap();
+        let mut st = GATE.0.lock();
+        GATE.1.wait_while(&mut st, |(shares, alone)| *shares > 0 || *alone);
         st.1 = true;
         Alone(())
     }
@@ -633,7 +635,7 @@ impl Alone {
 
 impl Drop for Alone {
     fn drop(&mut self) {
-        GATE.0.lock().unwrap().1 = false;
+        GATE.0.lock().1 = false;
         GATE.1.notify_all();
     }
 }
@@ -681,8 +683,9 @@ impl Rota {
         let file = dir.path().join("rota.toml");
         std::fs::write(&file, &text).unwrap();
         let (loaded, _) = Config::load(Some(&file)).unwrap_or_else(|e| panic!("{e}"));
-        let store = rota::store::open(&loaded.database().unwrap()).await.unwrap();
-        let (key, _) = resolve_key(&loaded.key_anchor().unwrap(), &[], rota::secrets::Choice::Off).unwrap();
+        let store = rota::store::open(&rota::store::DatabaseTarget::of(&loaded).unwrap()).await.unwrap();
+        let (key, _) =
+            resolve_key(&rota::store::key_anchor(&loaded).unwrap(), &[], rota::secrets::Choice::Off).unwrap();
         for (i, (id, secret)) in profiles.iter().enumerate() {
             let pid: ProfileId = id.parse().unwrap();
             let sealed = key.seal(&pid, SecretField::ApiKey, &SecretString::from(secret.to_string()));
@@ -751,7 +754,7 @@ impl Rota {
     /// backend runs it.
     pub async fn another(&self) -> Rota {
         let (config, _) = Config::load(Some(&self.dir.path().join("rota.toml"))).unwrap();
-        let store = rota::store::open(&config.database().unwrap()).await.unwrap();
+        let store = rota::store::open(&rota::store::DatabaseTarget::of(&config).unwrap()).await.unwrap();
         Self::serve(self.dir.clone(), (self.agent_key.clone(), self.admin_key.clone()), store, self.clock.clone()).await
     }
 
@@ -759,7 +762,7 @@ impl Rota {
     /// and admin keys.
     pub async fn on_config(dir: tempfile::TempDir, keys: (String, String)) -> Rota {
         let (config, _) = Config::load(Some(&dir.path().join("rota.toml"))).unwrap();
-        let store = rota::store::open(&config.database().unwrap()).await.unwrap();
+        let store = rota::store::open(&rota::store::DatabaseTarget::of(&config).unwrap()).await.unwrap();
         Self::serve(Arc::new(dir), keys, store, None).await
     }
 
@@ -898,12 +901,12 @@ impl Rota {
 
 /// A pool on the config's SQLite file, for tests that read it with SQL (`None` on PostgreSQL).
 async fn sqlite_pool(config: &Config) -> Option<sqlx::SqlitePool> {
-    match config.database().unwrap() {
-        rota::config::DatabaseTarget::Sqlite(path) => {
+    match rota::store::DatabaseTarget::of(config).unwrap() {
+        rota::store::DatabaseTarget::Sqlite(path) => {
             let opts = sqlx::sqlite::SqliteConnectOptions::new().filename(path).busy_timeout(Duration::from_secs(10));
             Some(sqlx::SqlitePool::connect_with(opts).await.unwrap())
         }
-        rota::config::DatabaseTarget::Postgres(_) => None,
+        rota::store::DatabaseTarget::Postgres(_) => None,
     }
 }
 
@@ -945,7 +948,7 @@ impl Process {
 
     /// SIGTERM, and its exit awaited: it must exit 0 (all written).
     async fn stop(&self) {
-        let child = self.child.lock().unwrap().take();
+        let child = self.child.lock().take();
         if let Some(child) = child {
             let status = tokio::task::spawn_blocking(move || stop(child)).await.unwrap();
             assert!(status.success(), "rota exited with {status} on SIGTERM");
@@ -956,13 +959,13 @@ impl Process {
         self.stop().await;
         let (dir, listen) = (self.dir.clone(), self.listen.clone());
         let (child, _) = tokio::task::spawn_blocking(move || Self::spawn(dir.path(), &listen)).await.unwrap();
-        *self.child.lock().unwrap() = Some(child);
+        *self.child.lock() = Some(child);
     }
 }
 
 impl Drop for Process {
     fn drop(&mut self) {
-        if let Some(mut child) = self.child.lock().unwrap().take() {
+        if let Some(mut child) = self.child.lock().take() {
             let _ = child.kill();
             let _ = child.wait();
         }

@@ -3,8 +3,8 @@
 //! gateway's own SSE splitter) and round-trip properties.
 
 use proptest::prelude::*;
-use rota::translate::sse::Splitter;
-use rota::translate::{
+use rota::gateway::translate::sse::Splitter;
+use rota::gateway::translate::{
     DEFAULT_MAX_TOKENS, StreamTranslator, Translated, Untranslatable, chat_response_to_messages, chat_to_messages,
     messages_response_to_chat, messages_to_chat,
 };

@@ -4,7 +4,7 @@
     Anthropic SDK --messages--> rota --chat-->     llmock /v1/chat/completions
 
 rota translates the request on the way up and the answer (or stream) on the way back
-(src/translate, docs/translation.md). Each test checks three things: the SDK parses what rota
+(src/gateway/translate, docs/translation.md). Each test checks three things: the SDK parses what rota
 answers and sees exactly what llmock was told to say; the key tap shows the body rota sent
 upstream, in the upstream's format and with the upstream's auth header; rota's audit rows.
 The SDKs run with `max_retries=0`, as in test_sdks.py.

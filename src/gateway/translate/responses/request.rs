@@ -1,6 +1,6 @@
 //! Request bodies: OpenAI Responses ⇄ OpenAI chat completions.
 
-use crate::translate::{Translated, Untranslatable};
+use crate::gateway::translate::{Translated, Untranslatable};
 use serde_json::{Map, Value, json};
 
 fn fail<T>(why: impl Into<String>) -> Result<T, Untranslatable> {
@@ -521,7 +521,8 @@ mod tests {
     #[test]
     fn the_real_codex_request_translates_to_chat() {
         let recorded: Value =
-            serde_json::from_str(include_str!("../../../tests/fixtures/agents/codex-0.169.0-responses.json")).unwrap();
+            serde_json::from_str(include_str!("../../../../tests/fixtures/agents/codex-0.169.0-responses.json"))
+                .unwrap();
         let t = responses_to_chat(recorded["body"].as_object().unwrap()).expect("translatable");
         let b = &t.body;
         assert_eq!(

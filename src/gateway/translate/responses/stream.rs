@@ -3,7 +3,7 @@
 //! source is the relay's business, never closed cleanly here.
 
 use super::*;
-use crate::translate::sse::Event;
+use crate::gateway::translate::sse::Event;
 use serde_json::Map;
 
 fn sse_data(v: &Value) -> Vec<u8> {
@@ -481,32 +481,38 @@ impl ResponsesToChat {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::translate::sse::Splitter;
+    use crate::gateway::translate::sse::Splitter;
     use proptest::prelude::*;
 
     /// Recorded chat streams (`tests/fixtures/streams/`), the source of `ChatToResponses`.
     const CHAT: [(&str, &str); 6] = [
-        ("openai-chat-text", include_str!("../../../tests/fixtures/streams/openai-chat-text.sse")),
-        ("openai-chat-tool", include_str!("../../../tests/fixtures/streams/openai-chat-tool.sse")),
-        ("openai-chat-preamble", include_str!("../../../tests/fixtures/streams/openai-chat-preamble.sse")),
-        ("openai-chat-reasoning", include_str!("../../../tests/fixtures/streams/openai-chat-reasoning.sse")),
+        ("openai-chat-text", include_str!("../../../../tests/fixtures/streams/openai-chat-text.sse")),
+        ("openai-chat-tool", include_str!("../../../../tests/fixtures/streams/openai-chat-tool.sse")),
+        ("openai-chat-preamble", include_str!("../../../../tests/fixtures/streams/openai-chat-preamble.sse")),
+        ("openai-chat-reasoning", include_str!("../../../../tests/fixtures/streams/openai-chat-reasoning.sse")),
         (
             "openai-chat-error-before-content",
-            include_str!("../../../tests/fixtures/streams/openai-chat-error-before-content.sse"),
+            include_str!("../../../../tests/fixtures/streams/openai-chat-error-before-content.sse"),
         ),
-        ("openai-chat-truncated", include_str!("../../../tests/fixtures/streams/openai-chat-truncated.sse")),
+        ("openai-chat-truncated", include_str!("../../../../tests/fixtures/streams/openai-chat-truncated.sse")),
     ];
 
     /// Recorded Responses streams, the source of `ResponsesToChat`.
     const RESPONSES: [(&str, &str); 5] = [
-        ("openai-responses-text", include_str!("../../../tests/fixtures/streams/openai-responses-text.sse")),
-        ("openai-responses-tool", include_str!("../../../tests/fixtures/streams/openai-responses-tool.sse")),
-        ("openai-responses-reasoning", include_str!("../../../tests/fixtures/streams/openai-responses-reasoning.sse")),
+        ("openai-responses-text", include_str!("../../../../tests/fixtures/streams/openai-responses-text.sse")),
+        ("openai-responses-tool", include_str!("../../../../tests/fixtures/streams/openai-responses-tool.sse")),
+        (
+            "openai-responses-reasoning",
+            include_str!("../../../../tests/fixtures/streams/openai-responses-reasoning.sse"),
+        ),
         (
             "openai-responses-error-before-content",
-            include_str!("../../../tests/fixtures/streams/openai-responses-error-before-content.sse"),
+            include_str!("../../../../tests/fixtures/streams/openai-responses-error-before-content.sse"),
         ),
-        ("openai-responses-truncated", include_str!("../../../tests/fixtures/streams/openai-responses-truncated.sse")),
+        (
+            "openai-responses-truncated",
+            include_str!("../../../../tests/fixtures/streams/openai-responses-truncated.sse"),
+        ),
     ];
 
     #[derive(Clone, Copy, Debug, PartialEq)]

@@ -1,11 +1,14 @@
 //! `rota serve`: opens the store, unlocks the secrets, loads the profile book and serves HTTP
 //! until SIGTERM or Ctrl-C, then flushes every pending write.
 
+pub mod app;
+pub mod reload;
+pub mod upkeep;
+
 use crate::access::AgentCache;
 use crate::api::ApiState;
 use crate::api::oauth::Logins;
 use crate::api::session::Sessions;
-use crate::app::AppState;
 use crate::audit::Audit;
 use crate::book::Book;
 use crate::config::Config;
@@ -15,6 +18,7 @@ use crate::gateway::upstream::Upstream;
 use crate::leases::Leases;
 use crate::refresh::Refresher;
 use crate::secrets::resolve_key;
+use crate::server::app::AppState;
 use crate::settings::Settings;
 use crate::walk::Runtime;
 use anyhow::{Context, Result};
@@ -36,9 +40,10 @@ impl App {
 
     /// [`App::build`] on `clock` (tests move time on).
     pub async fn build_on(config: Config, watched: Option<std::path::PathBuf>, clock: Arc<dyn Clock>) -> Result<App> {
-        let target = config.database()?;
+        let target = crate::store::DatabaseTarget::of(&config)?;
         let store = crate::store::open(&target).await.with_context(|| format!("opening database {target}"))?;
-        let (key, origin) = resolve_key(&config.key_anchor()?, &store.secret_key_ids().await?, config.secrets.keyring)?;
+        let (key, origin) =
+            resolve_key(&crate::store::key_anchor(&config)?, &store.secret_key_ids().await?, config.secrets.keyring)?;
         tracing::info!(key_id = key.id(), from = %origin, database = %target, "master key ready");
         let key = Arc::new(key);
         let book = Arc::new(Book::load(store.clone(), &config, key.clone(), clock.now()).await?);
@@ -57,9 +62,9 @@ impl App {
         ));
         // The background tasks end when the runtime is dropped.
         refresher.sweep(live.clone(), runtime.tasks());
-        crate::upkeep::start(store.clone(), live, clock.clone(), runtime.tasks());
+        crate::server::upkeep::start(store.clone(), live, clock.clone(), runtime.tasks());
         if let Some(path) = watched {
-            crate::reload::watch(path, sender, book.clone(), runtime.tasks());
+            crate::server::reload::watch(path, sender, book.clone(), runtime.tasks());
         }
         let leases = Leases::start(clock, runtime.tasks());
         let agents = AgentCache::load(store.clone()).await?;
@@ -95,7 +100,7 @@ impl App {
         let graceful = hyper_util::server::graceful::GracefulShutdown::new();
         let mut http = hyper::server::conn::http1::Builder::new();
         http.timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(server.header_timeout);
-        let service = hyper_util::service::TowerToHyperService::new(crate::app::router(self.state));
+        let service = hyper_util::service::TowerToHyperService::new(crate::server::app::router(self.state));
         tokio::pin!(shutdown);
         loop {
             // A connection over `server.max_connections` waits in the kernel's accept queue.

@@ -16,21 +16,22 @@
 
 use crate::config::Config;
 use crate::engine::{ProfileId, ProfileType};
+use crate::gateway::translate::{self, StreamTranslator, sse::Splitter};
 use crate::gateway::wire::Api;
 use crate::secrets::{SecretField, resolve_key};
 use crate::server::App;
 use crate::store::{SqliteStore, Store, StoredProfile};
-use crate::translate::{self, StreamTranslator, sse::Splitter};
 use anyhow::{Context, Result};
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
+use parking_lot::Mutex;
 use secrecy::{ExposeSecret, SecretString};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 const PROFILES: [(&str, &str); 6] = [
     ("alpha:steady", "sim-alpha-steady"),
@@ -121,7 +122,8 @@ pub async fn run(listen: &str, db: &Path) -> Result<()> {
     // a DATABASE_URL or ROTA_* variable set for another rota does not move the demo).
     let config = Config::from_file(&config_file).map_err(|e| anyhow::anyhow!("{}: {e}", config_file.display()))?;
     let store = SqliteStore::open(&absolute).await.with_context(|| format!("opening {}", absolute.display()))?;
-    let (key, _) = resolve_key(&config.key_anchor()?, &store.secret_key_ids().await?, crate::secrets::Choice::Off)?;
+    let (key, _) =
+        resolve_key(&crate::store::key_anchor(&config)?, &store.secret_key_ids().await?, crate::secrets::Choice::Off)?;
     for (i, (id, secret)) in PROFILES.iter().enumerate() {
         let pid: ProfileId = id.parse()?;
         let sealed = key.seal(&pid, SecretField::ApiKey, &SecretString::from(*secret));
@@ -223,7 +225,7 @@ async fn simulate(State(sim): State<Sim>, uri: Uri, headers: HeaderMap, body: By
         .unwrap_or_default();
     let now = chrono::Utc::now().timestamp_millis();
     let (calls, left) = {
-        let mut m = sim.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut m = sim.0.lock();
         let c = m.entry(key.clone()).or_default();
         if c.minute != now / 60_000 {
             (c.minute, c.in_minute) = (now / 60_000, 0);
@@ -351,7 +353,7 @@ fn reply(chat: &serde_json::Map<String, Value>, model: &str) -> Value {
         let last = text.lines().map(unnumbered).rfind(|l| !l.is_empty()).unwrap_or_default();
         return json!({"role": "assistant", "content": format!("The tool said: {last}")});
     }
-    let asked = last.map(|m| crate::translate::request::text_of(&m["content"])).unwrap_or_default();
+    let asked = last.map(|m| crate::gateway::translate::request::text_of(&m["content"])).unwrap_or_default();
     let path = asked.split_whitespace().skip_while(|w| !w.eq_ignore_ascii_case("read")).nth(1);
     let tools = chat.get("tools").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
     if let Some(path) = path.filter(|p| p.starts_with('/')) {

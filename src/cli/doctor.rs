@@ -4,10 +4,11 @@
 
 use crate::agents::{Agent, Limits};
 use crate::book::Roster;
-use crate::config::{Config, DatabaseTarget};
+use crate::config::Config;
 use crate::engine::chain::{ChainError, ChainRequest, FallbackOverride};
 use crate::secrets::{check_key, find_key_with, key_file_for};
 use crate::status::{QuotaInfo, Status};
+use crate::store::DatabaseTarget;
 use crate::store::Snapshot;
 use anyhow::Result;
 use serde::Serialize;
@@ -76,7 +77,7 @@ async fn build(config: &Config, file: Option<&Path>) -> Report {
         ..Default::default()
     };
     let mut stored_agents = Vec::new();
-    let snapshot = match config.database() {
+    let snapshot = match crate::store::DatabaseTarget::of(config) {
         Err(e) => {
             report.problems.extend(e.0);
             Snapshot::default()
@@ -125,7 +126,7 @@ async fn build(config: &Config, file: Option<&Path>) -> Report {
                 let formats: Vec<String> = chain
                     .iter()
                     .map(|c| (c, config.providers[&c.provider].api))
-                    .filter(|(_, api)| *api != crate::config::Api::Openai)
+                    .filter(|(_, api)| *api != crate::config::WireFormat::Openai)
                     .map(|(c, api)| format!("{} ({})", c.label(), api.as_str()))
                     .collect();
                 if !formats.is_empty() {
@@ -214,7 +215,7 @@ async fn inspect_database(
     let store = crate::store::open(target).await?;
     let applied = store.applied_migrations().await?;
     report.database = Some(format!("{target} ({applied} migration(s) applied)"));
-    let path = &config.key_anchor()?;
+    let path = &crate::store::key_anchor(config)?;
     let ids = store.secret_key_ids().await?;
     report.key = Some(match find_key_with(path, keyring) {
         Err(e) => {

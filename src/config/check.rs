@@ -1,0 +1,170 @@
+//! What deserializing cannot check: names that must exist, chains that must resolve, secrets
+//! that must be set, numbers that must be in range. Every message names the key at fault.
+
+use super::Config;
+use crate::engine::ProfileType;
+use crate::engine::chain::{self, ChainRequest};
+use crate::engine::profile::valid_provider_name;
+use secrecy::ExposeSecret;
+use std::path::Path;
+
+impl Config {
+    /// Everything wrong with a parsed configuration, each naming its key. Empty when sound.
+    pub fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.server.max_connections == 0 {
+            out.push("server.max_connections: must be at least 1".into());
+        }
+        if self.audit.queue == 0 {
+            out.push("audit.queue: must be at least 1".into());
+        }
+        if self.audit.prune_every.is_zero() || self.database.checkpoint_every.is_zero() {
+            out.push("audit.prune_every and database.checkpoint_every: must be longer than 0s".into());
+        }
+        for (name, p) in &self.providers {
+            if !valid_provider_name(name) {
+                out.push(format!("providers.{name}: provider names may only hold a-z, 0-9, `-` and `_`"));
+            }
+            if !(p.base_url.starts_with("http://") || p.base_url.starts_with("https://")) {
+                out.push(format!("providers.{name}.base_url: `{}` is not an http(s) URL", p.base_url));
+            }
+        }
+        for (id, p) in &self.auth.profiles {
+            let key = format!("auth.profiles.\"{id}\"");
+            if p.provider != id.provider() {
+                out.push(format!(
+                    "{key}.provider: `{}` does not match the id's provider `{}`",
+                    p.provider,
+                    id.provider()
+                ));
+            }
+            if !self.has_provider(&p.provider) {
+                out.push(format!(
+                    "{key}.provider: unknown provider `{}` (configure [providers.{}])",
+                    p.provider, p.provider
+                ));
+            }
+            let (field, var) = match p.kind {
+                ProfileType::ApiKey => ("api_key_env", &p.api_key_env),
+                ProfileType::Token => ("token_env", &p.token_env),
+                ProfileType::OAuth => {
+                    out.push(format!(
+                        "{key}.type: oauth profiles are created by logging in (`rota login {}`), not declared",
+                        p.provider
+                    ));
+                    continue;
+                }
+            };
+            match var {
+                None => {
+                    out.push(format!("{key}.{field}: missing; name the environment variable that holds the secret"))
+                }
+                Some(v) if p.secret().is_none() => {
+                    out.push(format!("{key}.{field}: environment variable `{v}` is unset or empty"));
+                }
+                Some(v) => {
+                    if let Some(bad) = p.secret().and_then(|s| crate::secrets::invisible(s.expose_secret())) {
+                        out.push(format!(
+                            "{key}.{field}: environment variable `{v}` holds {bad} (a secret is visible ASCII)"
+                        ));
+                    }
+                }
+            }
+        }
+        for (provider, ids) in &self.auth.order {
+            if !self.has_provider(provider) {
+                out.push(format!("auth.order.{provider}: unknown provider `{provider}`"));
+            }
+            for id in ids.iter().filter(|id| id.provider() != provider) {
+                out.push(format!("auth.order.{provider}: `{id}` belongs to another provider"));
+            }
+        }
+        let c = &self.cooldown;
+        if c.factor == 0 {
+            out.push("cooldown.factor: must be at least 1".into());
+        }
+        if c.base.is_zero() || c.max < c.base {
+            out.push("cooldown: `base` must be positive and no longer than `max`".into());
+        }
+        if self.billing.base.is_zero() || self.billing.max < self.billing.base {
+            out.push("billing: `base` must be positive and no longer than `max`".into());
+        }
+        if self.server.session_idle.is_zero() {
+            out.push("server.session_idle: must be positive".into());
+        }
+        if let Some(file) = &self.server.metrics_token_file
+            && let Err(why) = read_token_file(file)
+        {
+            out.push(format!("server.metrics_token_file: {why}"));
+        }
+        for (name, a) in &self.agents {
+            out.extend(a.limits().problems(&format!("agents.{name}.")));
+        }
+        self.routing_problems(&mut out);
+        out
+    }
+
+    fn routing_problems(&self, out: &mut Vec<String>) {
+        let resolve = |model: &str, fallbacks: Option<&[String]>| {
+            let req =
+                ChainRequest { model: Some(model), agent_fallbacks: fallbacks, failover: true, ..Default::default() };
+            self.chain(&req)
+        };
+        let none: &[String] = &[];
+        if let Some(primary) = &self.models.primary
+            && let Err(e) = resolve(primary, Some(none))
+        {
+            out.push(format!("models.primary: {e}"));
+        }
+        for (i, f) in self.models.fallbacks.iter().enumerate() {
+            if let Err(e) = resolve(f, Some(none)) {
+                out.push(format!("models.fallbacks[{i}]: {e}"));
+            }
+        }
+        for (name, target) in &self.aliases {
+            if let Err(e) = resolve(target, Some(none)) {
+                out.push(format!("aliases.{name}: {e}"));
+            }
+        }
+        let mut vms: Vec<&String> = self.virtual_models.keys().collect();
+        vms.sort();
+        for name in vms {
+            if let Err(e) = resolve(name, Some(none)) {
+                out.push(format!("virtual_models.\"{name}\": {e}"));
+            }
+        }
+        for key in self.models.context_fallbacks.keys() {
+            let at = format!("models.context_fallbacks.\"{key}\"");
+            match chain::split_model_ref(key) {
+                Some((provider, model)) if self.has_provider(provider) => {
+                    let cand = chain::Candidate { provider: provider.into(), model: model.into() };
+                    if let Err(e) = self.context_chain(&cand, 0) {
+                        out.push(format!("{at}: {e}"));
+                    }
+                }
+                Some((provider, _)) => {
+                    out.push(format!("{at}: names unknown provider `{provider}` (configure [providers.{provider}])"))
+                }
+                None => out.push(format!("{at}: expected `provider/model`, the model that overflows")),
+            }
+        }
+        for (agent, a) in &self.agents {
+            for (i, f) in a.fallbacks.iter().flatten().enumerate() {
+                if let Err(e) = resolve(f, Some(none)) {
+                    out.push(format!("agents.{agent}.fallbacks[{i}]: {e}"));
+                }
+            }
+        }
+    }
+}
+
+/// The token in `file` (trimmed): an error that says why when it cannot be read or is empty.
+/// The error never holds the file's content.
+pub fn read_token_file(file: &Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(format!("{} is empty", file.display()));
+    }
+    Ok(token.to_string())
+}

@@ -1,0 +1,96 @@
+//! The configuration file (`rota.toml`), `ROTA_*` environment overrides and `.env`
+//! (docs/config.md): its types and defaults (`schema`), reading it (`load`), what parsing cannot
+//! check (`check`) and the messages of a config that does not load (`diagnose`).
+
+mod check;
+mod diagnose;
+mod load;
+mod schema;
+
+pub use check::read_token_file;
+pub use diagnose::{ConfigError, did_you_mean};
+pub use load::{DEFAULT_FILE, DEMO_FILE, Source, demo_hint};
+pub use schema::*;
+
+use crate::engine::CooldownPolicy;
+use crate::engine::ProfileId;
+use crate::engine::chain::{self, ChainRequest, Routing};
+use std::collections::HashMap;
+
+/// The models the config names, by provider (`Config::named_models`).
+pub type NamedModels = HashMap<String, std::collections::HashSet<String>>;
+
+impl Config {
+    /// Every concrete model the config names (the primary, fallbacks, context fallbacks,
+    /// aliases, virtual models' targets, agents' fallbacks), by provider: the models whose
+    /// names rota may use as metric labels, where any other is `other` (a client may name
+    /// models without end).
+    pub fn named_models(&self) -> NamedModels {
+        let m = &self.models;
+        let refs = m
+            .primary
+            .iter()
+            .chain(&m.fallbacks)
+            .chain(m.context_fallbacks.iter().flat_map(|(k, v)| std::iter::once(k).chain(v)))
+            .chain(self.aliases.values())
+            .chain(self.agents.values().flat_map(|a| a.fallbacks.iter().flatten()))
+            .map(String::as_str)
+            .chain(self.virtual_models.values().flat_map(|v| v.targets.iter().map(|t| t.model())));
+        let mut named = NamedModels::new();
+        for (provider, model) in refs.filter_map(crate::engine::chain::split_model_ref) {
+            named.entry(provider.to_string()).or_default().insert(model.to_string());
+        }
+        named
+    }
+
+    /// `[cooldown]` and `[billing]` as the engine takes them.
+    pub fn cooldown_policy(&self) -> CooldownPolicy {
+        CooldownPolicy { cooldown: self.cooldown.clone(), billing: self.billing.clone() }
+    }
+
+    /// Profiles declared in the file for `provider`, sorted by id.
+    pub fn configured_profiles(&self, provider: &str) -> Vec<ProfileId> {
+        self.auth.profiles.keys().filter(|id| id.provider() == provider).cloned().collect()
+    }
+
+    pub fn has_provider(&self, name: &str) -> bool {
+        self.providers.contains_key(name)
+    }
+
+    /// Resolves a chain with this configuration's routing.
+    pub fn chain(&self, req: &ChainRequest<'_>) -> Result<Vec<chain::Candidate>, chain::ChainError> {
+        self.routing(|routing| chain::resolve(routing, req))
+    }
+
+    fn routing<R>(&self, with: impl FnOnce(&Routing<'_>) -> R) -> R {
+        let known = |p: &str| self.has_provider(p);
+        with(&Routing {
+            providers: &known,
+            aliases: &self.aliases,
+            virtual_models: &self.virtual_models,
+            primary: self.models.primary.as_deref(),
+            fallbacks: &self.models.fallbacks,
+        })
+    }
+
+    /// The models to try after `overflowed` answered `context_overflow` (`models.context_fallbacks`).
+    pub fn context_chain(
+        &self,
+        overflowed: &chain::Candidate,
+        roll: u64,
+    ) -> Result<Vec<chain::Candidate>, chain::ChainError> {
+        self.routing(|routing| chain::context_chain(routing, &self.models.context_fallbacks, overflowed, roll))
+    }
+
+    /// The limits in force for `agent`: each key of its `[agents.NAME]` section, else the
+    /// stored value.
+    pub fn agent_limits(&self, agent: &crate::agents::Agent) -> crate::agents::Limits {
+        match self.agents.get(&agent.name) {
+            Some(section) => agent.limits.over(&section.limits()),
+            None => agent.limits,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

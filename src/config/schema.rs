@@ -1,0 +1,445 @@
+//! The configuration's types, each with its defaults written once: in its `impl Default`,
+//! which `#[serde(default)]` fills every key left out from (docs/config.md).
+
+use crate::engine::chain::VirtualModel;
+use crate::engine::classify::Rule;
+use crate::engine::duration::deserialize as duration;
+use crate::engine::order::Rotation;
+use crate::engine::{BillingLane, CooldownLane, Millis, ProfileId, ProfileType, RefreshWindow};
+use crate::prices::Price;
+use secrecy::SecretString;
+use serde::{Deserialize, Deserializer};
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub server: Server,
+    pub database: Database,
+    pub audit: AuditConfig,
+    pub providers: BTreeMap<String, Provider>,
+    pub auth: Auth,
+    pub models: Models,
+    pub aliases: HashMap<String, String>,
+    pub virtual_models: HashMap<String, VirtualModel>,
+    pub agents: BTreeMap<String, AgentConfig>,
+    /// The cooldown and billing lanes: the engine's types, whose defaults are
+    /// `CooldownPolicy::default()`'s.
+    pub cooldown: CooldownLane,
+    pub billing: BillingLane,
+    pub rotation: RotationConfig,
+    pub failover: Failover,
+    pub classification: Classification,
+    pub timeouts: Timeouts,
+    pub limits: LimitsConfig,
+    pub leases: LeasesConfig,
+    pub refresh: Refresh,
+    pub secrets: Secrets,
+    /// Prices by `"provider/model"` or `"model"`, over the shipped table (`src/prices.toml`).
+    pub prices: BTreeMap<String, Price>,
+}
+
+/// Where the master key lives (docs/gateway.md, "Secrets").
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Secrets {
+    /// `auto` (the Secret Service when a DBus session offers one), `secret-service`, `keyutils`
+    /// (survives no reboot) or `off`. `ROTA_MASTER_KEY` always comes first.
+    pub keyring: crate::keyring::Choice,
+    /// The master key's file (its name ends in `.key`). Default: beside the SQLite file
+    /// (`rota.db` → `rota.key`); with PostgreSQL, `rota.key` in the working directory.
+    pub key_file: Option<PathBuf>,
+}
+
+/// Upstream timeouts (docs/gateway.md).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Timeouts {
+    #[serde(deserialize_with = "duration")]
+    pub connect: Duration,
+    /// Until the upstream's answer (non-streaming) or first content event (streaming).
+    #[serde(deserialize_with = "duration")]
+    pub first_byte: Duration,
+    /// A stream that sends nothing for this long has stalled (keep-alive comments do not count).
+    #[serde(deserialize_with = "duration")]
+    pub idle: Duration,
+    /// Ceiling for a whole request, every attempt included.
+    #[serde(deserialize_with = "duration")]
+    pub total: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            connect: Duration::from_secs(10),
+            first_byte: Duration::from_secs(120),
+            idle: Duration::from_secs(60),
+            total: Duration::from_secs(600),
+        }
+    }
+}
+
+/// OAuth token refresh (docs/api.md).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Refresh {
+    /// Access tokens are refreshed this long before they expire.
+    #[serde(deserialize_with = "duration")]
+    pub lead: Duration,
+}
+
+impl Default for Refresh {
+    fn default() -> Self {
+        Refresh { lead: Duration::from_secs(300) }
+    }
+}
+
+impl Refresh {
+    /// The refresh window of an access token that expires at `expires_at`.
+    pub fn window(&self, expires_at: Millis) -> RefreshWindow {
+        RefreshWindow { expires_at, lead: self.lead.as_millis() as Millis }
+    }
+}
+
+/// The lease API (docs/api.md).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LeasesConfig {
+    /// How long a lease waits for its report; past it, the lease expires without changing stats.
+    #[serde(deserialize_with = "duration")]
+    pub ttl: Duration,
+    /// Outstanding leases one agent may hold; past it, its new leases get 429.
+    pub max_live_per_agent: usize,
+    /// Failure reports one agent may make per minute; past it, its reports get 429.
+    pub failure_reports_per_minute: u32,
+    /// Success reports one agent may make per minute (each may carry quota headers that order
+    /// a profile last); past it, its reports get 429.
+    pub success_reports_per_minute: u32,
+}
+
+impl Default for LeasesConfig {
+    fn default() -> Self {
+        LeasesConfig {
+            ttl: Duration::from_secs(600),
+            max_live_per_agent: 1000,
+            failure_reports_per_minute: 600,
+            success_reports_per_minute: 6000,
+        }
+    }
+}
+
+/// Request limits.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Largest request body accepted, in bytes (413 beyond).
+    pub max_body_bytes: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig { max_body_bytes: 32 * 1024 * 1024 }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Server {
+    pub listen: String,
+    /// After SIGTERM: how long requests in flight may still run before open streams are cut
+    /// (with the in-band error, audited `cancelled`).
+    #[serde(deserialize_with = "duration")]
+    pub shutdown_grace: Duration,
+    /// A connection that has not sent a whole request head within this is closed.
+    #[serde(deserialize_with = "duration")]
+    pub header_timeout: Duration,
+    /// A request body that has not arrived whole within this is refused (408).
+    #[serde(deserialize_with = "duration")]
+    pub body_timeout: Duration,
+    /// Connections served at once; more wait in the kernel's accept queue.
+    pub max_connections: usize,
+    /// The address browsers reach rota at (`https://rota.example.com`): OAuth's `redirect_uri`
+    /// is built from it, never from the request's `Host`, and with `https` the console's and
+    /// the logins' cookies are `Secure`. Unset: the `Host` header and plain `http` (loopback and
+    /// development only).
+    #[serde(deserialize_with = "public_url")]
+    pub public_url: Option<String>,
+    /// A console session unused for this long is signed out; each use extends it.
+    #[serde(deserialize_with = "duration")]
+    pub session_idle: Duration,
+    /// A file holding the bearer token `/metrics` asks for (read at each scrape, so it can be
+    /// replaced without a restart). Unset: `/metrics` needs no token.
+    pub metrics_token_file: Option<PathBuf>,
+}
+
+impl Default for Server {
+    fn default() -> Self {
+        Server {
+            listen: "127.0.0.1:8080".into(),
+            shutdown_grace: Duration::from_secs(30),
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+            max_connections: 4096,
+            public_url: None,
+            session_idle: Duration::from_secs(30 * 60),
+            metrics_token_file: None,
+        }
+    }
+}
+
+impl Server {
+    /// Whether cookies carry `Secure`: `public_url` is an `https` address.
+    pub fn secure_cookies(&self) -> bool {
+        self.public_url.as_deref().is_some_and(|u| u.starts_with("https://"))
+    }
+}
+
+/// `server.public_url`: an `http(s)` origin (scheme, host, optional port; no path, query,
+/// fragment or user), kept without a trailing slash. Empty is unset (`ROTA_SERVER__PUBLIC_URL=`).
+fn public_url<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let Some(text) = Option::<String>::deserialize(d)?.filter(|t| !t.trim().is_empty()) else { return Ok(None) };
+    check_public_url(&text).map(Some).map_err(serde::de::Error::custom)
+}
+
+pub fn check_public_url(text: &str) -> Result<String, String> {
+    let text = text.trim();
+    let bad = |why: &str| {
+        format!(
+            "invalid public_url `{text}`: {why}; write the address browsers reach rota at, e.g. \"https://rota.example.com\""
+        )
+    };
+    let url = url::Url::parse(text).map_err(|e| bad(&e.to_string()))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(bad("the scheme must be http or https"));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(bad("no host"));
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(bad("no user or password belongs in it"));
+    }
+    if url.path() != "/" || url.query().is_some() || url.fragment().is_some() {
+        return Err(bad("rota is served at the root of its address: no path, query or fragment"));
+    }
+    Ok(url.origin().ascii_serialization())
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Database {
+    pub url: String,
+    /// SQLite: the size the write-ahead log is truncated to after a checkpoint, in MiB.
+    pub wal_limit_mb: u64,
+    /// SQLite: how often the write-ahead log is copied into the database (and truncated when
+    /// over `wal_limit_mb`).
+    #[serde(deserialize_with = "duration")]
+    pub checkpoint_every: Duration,
+}
+
+impl Default for Database {
+    fn default() -> Self {
+        Database { url: "sqlite://rota.db".into(), wal_limit_mb: 64, checkpoint_every: Duration::from_secs(1) }
+    }
+}
+
+/// The audit trail's writer and its retention (docs/audit.md).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuditConfig {
+    /// Rows (requests and attempts) waiting to be written at most; beyond, rows are shed and
+    /// counted (`rota_audit_dropped_total`).
+    pub queue: usize,
+    /// How long raw `requests` and `attempts` rows are kept; `0s` keeps them for ever.
+    #[serde(deserialize_with = "duration")]
+    pub retention: Duration,
+    /// How often rows past `retention` are rolled up into `usage_daily` and deleted.
+    #[serde(deserialize_with = "duration")]
+    pub prune_every: Duration,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        AuditConfig {
+            queue: 50_000,
+            retention: Duration::from_secs(30 * 86_400),
+            prune_every: Duration::from_secs(3600),
+        }
+    }
+}
+
+/// A provider's wire format (docs/config.md, docs/translation.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WireFormat {
+    /// OpenAI's own: chat completions and the Responses API, each passed through.
+    Openai,
+    /// Chat completions only (most OpenAI-compatible servers): Responses requests are
+    /// translated to chat.
+    OpenaiChat,
+    /// The Responses API only: chat and messages requests are translated to it.
+    OpenaiResponses,
+    Anthropic,
+}
+
+impl WireFormat {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WireFormat::Openai => "openai",
+            WireFormat::OpenaiChat => "openai-chat",
+            WireFormat::OpenaiResponses => "openai-responses",
+            WireFormat::Anthropic => "anthropic",
+        }
+    }
+
+    /// Whether the provider authenticates and lists models as OpenAI does.
+    pub fn is_openai(self) -> bool {
+        self != WireFormat::Anthropic
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Provider {
+    pub api: WireFormat,
+    pub base_url: String,
+    pub oauth: Option<OAuth>,
+    /// The cheap authenticated call rota makes to confirm an agent's claim that a credential
+    /// is revoked or out of credit (`GET base_url + confirm_path`); default `/models` for the
+    /// OpenAI format, `/v1/models` for Anthropic's.
+    pub confirm_path: Option<String>,
+}
+
+/// OAuth 2.0 / OIDC settings of a provider (used by the login flows).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OAuth {
+    pub authorize_url: String,
+    pub token_url: String,
+    pub device_url: Option<String>,
+    pub userinfo_url: Option<String>,
+    pub client_id: String,
+    pub client_secret_env: Option<String>,
+    #[serde(default)]
+    pub scopes: Vec<String>,
+    #[serde(default)]
+    pub extra_params: BTreeMap<String, String>,
+    /// The redirect URI registered with the provider, when it is not rota's own
+    /// `/oauth/callback` (e.g. a loopback address a CLI tool registered): the console then asks
+    /// for the final URL to be pasted.
+    pub redirect_uri: Option<String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Auth {
+    pub profiles: BTreeMap<ProfileId, ProfileConfig>,
+    pub order: BTreeMap<String, Vec<ProfileId>>,
+}
+
+/// A profile declared in the config file; its secret comes from an environment variable.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileConfig {
+    pub provider: String,
+    #[serde(rename = "type", default = "api_key")]
+    pub kind: ProfileType,
+    /// The variable holding the API key (`type = "api_key"`).
+    pub api_key_env: Option<String>,
+    /// The variable holding the bearer token (`type = "token"`).
+    pub token_env: Option<String>,
+    /// When a static token stops working (RFC 3339).
+    pub expires: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+fn api_key() -> ProfileType {
+    ProfileType::ApiKey
+}
+
+impl ProfileConfig {
+    pub fn secret_env(&self) -> Option<&str> {
+        self.api_key_env.as_deref().or(self.token_env.as_deref())
+    }
+
+    /// The secret, read from its environment variable now. Empty counts as unset.
+    pub fn secret(&self) -> Option<SecretString> {
+        let value = std::env::var(self.secret_env()?).ok()?;
+        let value = value.trim();
+        (!value.is_empty()).then(|| SecretString::from(value.to_string()))
+    }
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Models {
+    pub primary: Option<String>,
+    pub fallbacks: Vec<String>,
+    /// docs/rotation.md: on a `context_overflow` of the key (`provider/model`), try these models (with a
+    /// larger window) instead of returning the error.
+    pub context_fallbacks: BTreeMap<String, Vec<String>>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentConfig {
+    /// Replaces `models.fallbacks` for this agent; `[]` means no fallback.
+    pub fallbacks: Option<Vec<String>>,
+    /// Its lease reports are evidence, like rota's own calls: they may reach the disabled lanes
+    /// without rota's confirming call.
+    pub trusted: bool,
+    /// Requests admitted per minute (clock-aligned, across every server); over it, 429.
+    pub requests_per_minute: Option<i64>,
+    /// Input plus output tokens per UTC day; over it, 429 until midnight UTC.
+    pub tokens_per_day: Option<i64>,
+    /// USD per UTC day (from the requests' `cost`); over it, 429 until midnight UTC.
+    pub cost_per_day: Option<f64>,
+}
+
+impl AgentConfig {
+    /// The limits this section sets (each wins over the agent's stored value).
+    pub fn limits(&self) -> crate::agents::Limits {
+        crate::agents::Limits {
+            requests_per_minute: self.requests_per_minute,
+            tokens_per_day: self.tokens_per_day,
+            cost_per_day: self.cost_per_day,
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RotationConfig {
+    pub order: Rotation,
+    /// Rotate before the 429: a profile whose remaining requests for a model, as the
+    /// provider's last answer reported them, are at or below this goes after the profiles that
+    /// still have quota, until the provider's reset time.
+    pub quota_floor: u32,
+    /// The same for remaining tokens: the estimate of the next request's size.
+    pub quota_tokens_floor: u32,
+}
+
+impl RotationConfig {
+    pub fn floor(&self) -> crate::engine::quota::Floor {
+        crate::engine::quota::Floor { requests: self.quota_floor.into(), tokens: self.quota_tokens_floor.into() }
+    }
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Failover {
+    pub enabled: bool,
+}
+
+impl Default for Failover {
+    fn default() -> Self {
+        Failover { enabled: true }
+    }
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Classification {
+    /// Checked before the built-in table.
+    pub rules: Vec<Rule>,
+}
