@@ -38,6 +38,12 @@ impl Live {
     pub fn get(&self) -> Arc<Settings> {
         self.0.borrow().clone()
     }
+
+    /// The settings in force, when they changed since this reader last looked (`changed` or
+    /// the channel's start); one atomic read when they did not.
+    pub fn changed(&mut self) -> Option<Arc<Settings>> {
+        self.0.has_changed().unwrap_or(false).then(|| self.0.borrow_and_update().clone())
+    }
 }
 
 /// The sender (for the reload task) and the first reader of `settings`.

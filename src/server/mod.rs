@@ -46,12 +46,12 @@ impl App {
             resolve_key(&crate::store::key_anchor(&config)?, &store.secret_key_ids().await?, config.secrets.keyring)?;
         tracing::info!(key_id = key.id(), from = %origin, database = %target, "master key ready");
         let key = Arc::new(key);
-        let book = Arc::new(Book::load(store.clone(), &config, key.clone(), clock.now()).await?);
-        book.sweep_every(std::time::Duration::from_secs(1), clock.clone());
         let audit = Audit::start(store.clone(), config.audit.queue);
         let upstream = Upstream::new(&config.timeouts);
-        let refresher = Arc::new(Refresher::new(book.clone(), store.clone(), key.clone(), clock.clone()));
         let (sender, live) = crate::settings::channel(Settings::new(config));
+        let book = Arc::new(Book::load(store.clone(), live.clone(), key.clone(), clock.now()).await?);
+        book.sweep_every(std::time::Duration::from_secs(1), clock.clone());
+        let refresher = Arc::new(Refresher::new(book.clone(), store.clone(), key.clone(), clock.clone()));
         let runtime = Arc::new(Runtime::new(
             live.clone(),
             book.clone(),
@@ -64,7 +64,7 @@ impl App {
         refresher.sweep(live.clone(), runtime.tasks());
         crate::server::upkeep::start(store.clone(), live, clock.clone(), runtime.tasks());
         if let Some(path) = watched {
-            crate::server::reload::watch(path, sender, book.clone(), runtime.tasks());
+            crate::server::reload::watch(path, sender, runtime.tasks());
         }
         let leases = Leases::start(clock, runtime.tasks());
         let agents = AgentCache::load(store.clone()).await?;

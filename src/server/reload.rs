@@ -2,7 +2,6 @@
 //! once it has stopped changing; a broken edit is rejected and logged, and the last good config
 //! stays in force.
 
-use crate::book::Book;
 use crate::config::Config;
 use crate::settings::Settings;
 use std::path::{Path, PathBuf};
@@ -38,9 +37,8 @@ struct Seen {
 }
 
 /// Watches `path` until `tasks` is cancelled, and puts each good change in force once the file
-/// has settled (`SETTLE`): the book takes its profiles and orders, then `settings` sends it to
-/// every reader.
-pub fn watch(path: PathBuf, settings: watch::Sender<Arc<Settings>>, book: Arc<Book>, tasks: CancellationToken) {
+/// has settled (`SETTLE`): `settings` sends it to every reader, the book among them.
+pub fn watch(path: PathBuf, settings: watch::Sender<Arc<Settings>>, tasks: CancellationToken) {
     tokio::spawn(tasks.run_until_cancelled_owned(async move {
         let mut read = stamp(&path);
         let mut seen = Seen { stamp: read, since: Instant::now() };
@@ -62,7 +60,6 @@ pub fn watch(path: PathBuf, settings: watch::Sender<Arc<Settings>>, book: Arc<Bo
             read = now;
             match loaded {
                 Ok(config) => {
-                    book.set_config(&config);
                     settings.send_replace(Arc::new(Settings::new(config)));
                     tracing::info!(file = %path.display(), "config reloaded; it applies to the next request");
                 }

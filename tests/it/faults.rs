@@ -764,11 +764,7 @@ async fn sigterm_answers_every_request_waiting_on_a_silent_upstream_and_audits_i
         .collect();
     let t = Instant::now();
     while held.lock().len() < N {
-        assert!(
-            t.elapsed() < Duration::from_secs(30),
-            "{} of {N} calls reached the upstream",
-            held.lock().len()
-        );
+        assert!(t.elapsed() < Duration::from_secs(30), "{} of {N} calls reached the upstream", held.lock().len());
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     server.signal("-TERM");

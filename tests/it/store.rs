@@ -48,7 +48,7 @@ async fn usage_stats_survive_a_restart_exactly() {
         let store = SqliteStore::open(&path).await.unwrap();
         add_key(&store, &k, "openai:a", "sk-a").await;
         add_key(&store, &k, "openai:b", "sk-b").await;
-        let book = Book::load(Arc::new(store.clone()), &config, Arc::new(key()), T0).await.unwrap();
+        let book = Book::load(Arc::new(store.clone()), live(&config), Arc::new(key()), T0).await.unwrap();
         let a = id("openai:a");
         book.mark_used(&a, None, T0);
         book.record_failure(&a, &failure(Reason::RateLimit, "gpt-4.1", T0), T0 + 5);
@@ -98,7 +98,7 @@ async fn usage_stats_survive_a_restart_exactly() {
     assert_eq!(snap.stats[&id("openai:a")], before.0);
     assert_eq!(snap.stats[&id("openai:b")], before.1);
     assert_eq!(snap.model_cooldowns[&("openai".to_string(), "gpt-9".to_string())].until, T0 + 60 + 60_000);
-    let book = Book::load(Arc::new(store), &config, Arc::new(key()), T0 + 100).await.unwrap();
+    let book = Book::load(Arc::new(store), live(&config), Arc::new(key()), T0 + 100).await.unwrap();
     assert_eq!(book.stats(&id("openai:a")).unwrap(), before.0);
     assert_eq!(book.model_cooled_until("openai", "gpt-9", T0 + 100), Some(T0 + 60 + 60_000));
     match book.credential(&id("openai:b")).unwrap() {
@@ -114,7 +114,7 @@ async fn two_hundred_concurrent_failures_on_one_profile_lose_nothing() {
     let config = Config::from_toml(CONFIG).unwrap();
     let store = SqliteStore::open(&path).await.unwrap();
     add_key(&store, &key(), "openai:hot", "sk-hot").await;
-    let book = Arc::new(Book::load(Arc::new(store.clone()), &config, Arc::new(key()), T0).await.unwrap());
+    let book = Arc::new(Book::load(Arc::new(store.clone()), live(&config), Arc::new(key()), T0).await.unwrap());
     let hot = id("openai:hot");
     let tasks: Vec<_> = (0..200)
         .map(|i| {
@@ -161,7 +161,7 @@ async fn three_instances_times_two_hundred_failures(target: DatabaseTarget) {
     let mut books = Vec::new();
     for _ in 0..3 {
         let store = rota::store::open(&target).await.unwrap();
-        books.push(Arc::new(Book::load(store, &config, Arc::new(key()), T0).await.unwrap()));
+        books.push(Arc::new(Book::load(store, live(&config), Arc::new(key()), T0).await.unwrap()));
     }
     let hot = id("openai:hot");
     let mut tasks = Vec::new();
@@ -213,8 +213,8 @@ async fn latest_quota_report_wins(target: DatabaseTarget) {
     let first = rota::store::open(&target).await.unwrap();
     add_key(first.as_ref(), &key(), "openai:q", "sk-q").await;
     let (a, b) = (
-        Book::load(rota::store::open(&target).await.unwrap(), &config, Arc::new(key()), T0).await.unwrap(),
-        Book::load(rota::store::open(&target).await.unwrap(), &config, Arc::new(key()), T0).await.unwrap(),
+        Book::load(rota::store::open(&target).await.unwrap(), live(&config), Arc::new(key()), T0).await.unwrap(),
+        Book::load(rota::store::open(&target).await.unwrap(), live(&config), Arc::new(key()), T0).await.unwrap(),
     );
     let q = id("openai:q");
     let report = |model: &str, remaining: i64, seen_at: i64| Quota {
@@ -408,7 +408,7 @@ async fn stats_written_after_a_removal_do_not_resurrect_the_profile() {
     let store = SqliteStore::open(&dir.path().join("rota.db")).await.unwrap();
     let config = Config::from_toml(CONFIG).unwrap();
     add_key(&store, &key(), "openai:a", "sk-a").await;
-    let book = Book::load(Arc::new(store.clone()), &config, Arc::new(key()), T0).await.unwrap();
+    let book = Book::load(Arc::new(store.clone()), live(&config), Arc::new(key()), T0).await.unwrap();
     // A change queued while another writer removes the profile.
     assert_eq!(book.record_failure(&id("openai:a"), &failure(Reason::Auth, "m", T0), T0), Some(Until::At(T0 + 60_000)));
     store.remove_profile(&id("openai:a")).await.unwrap();
@@ -842,7 +842,7 @@ async fn the_stats_backlog_is_bounded_by_the_profiles_not_by_the_requests() {
         sqlx::query(sql).execute(&mut *tx).await.unwrap();
     }
     tx.commit().await.unwrap();
-    let book = Book::load(Arc::new(store.clone()), &config, Arc::new(key()), T0).await.unwrap();
+    let book = Book::load(Arc::new(store.clone()), live(&config), Arc::new(key()), T0).await.unwrap();
     let ids: Vec<ProfileId> = (0..PROFILES).map(|i| id(&format!("openai:p{i}"))).collect();
 
     let mut auditor = store.pool().acquire().await.unwrap();
@@ -885,4 +885,30 @@ async fn the_stats_backlog_is_bounded_by_the_profiles_not_by_the_requests() {
 /// The change feed's head: one more for each row write of the shared state (docs/scale.md).
 async fn change_head(conn: &mut sqlx::SqliteConnection) -> i64 {
     sqlx::query_scalar("SELECT n FROM change_seq").fetch_one(conn).await.unwrap()
+}
+
+/// Settings in force that never change (no reload task holds the sender).
+fn live(config: &Config) -> rota::settings::Live {
+    rota::settings::channel(rota::settings::Settings::new(config.clone())).1
+}
+
+/// The book reads the live settings, not a copy of its own: a reload (a new value sent on the
+/// channel, as the reload task sends it) sets the cooldown of the next failure.
+#[tokio::test]
+async fn the_book_follows_the_settings_in_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(&dir.path().join("rota.db")).await.unwrap();
+    for name in ["openai:a", "openai:b"] {
+        add_key(&store, &key(), name, "sk-x").await;
+    }
+    let config = Config::from_toml(CONFIG).unwrap();
+    let (sender, live) = rota::settings::channel(rota::settings::Settings::new(config));
+    let book = Book::load(Arc::new(store), live, Arc::new(key()), T0).await.unwrap();
+    let until = book.record_failure(&id("openai:a"), &failure(Reason::RateLimit, "m", T0), T0);
+    assert_eq!(until, Some(Until::At(T0 + 60_000)), "the default ladder's first step");
+
+    let faster = Config::from_toml(&format!("{CONFIG}[cooldown]\nbase = \"5s\"\n")).unwrap();
+    sender.send_replace(Arc::new(rota::settings::Settings::new(faster)));
+    let until = book.record_failure(&id("openai:b"), &failure(Reason::RateLimit, "m", T0), T0);
+    assert_eq!(until, Some(Until::At(T0 + 5_000)), "the reloaded ladder, without a restart");
 }

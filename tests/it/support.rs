@@ -8,6 +8,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use bytes::Bytes;
+use parking_lot::Mutex;
 use rota::config::Config;
 use rota::engine::{ProfileId, ProfileType};
 use rota::secrets::{SecretField, resolve_key};
@@ -16,7 +17,6 @@ use rota::store::{Store, StoredProfile};
 use secrecy::SecretString;
 use serde_json::{Value, json};
 use std::collections::{HashMap, VecDeque};
-use parking_lot::Mutex;
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -1,0 +1,171 @@
+//! The book's first read of the store, and what a snapshot's sealed secrets open to.
+
+use super::state::{Inner, Roster, SESSION_KEYS, SESSION_TTL};
+use super::sync::{FEED_EVERY, GATHER, Stats};
+use super::{Book, Credential, Shared};
+use crate::behind::{self, Writer};
+use crate::config::Config;
+use crate::engine::gate::ProbeThrottle;
+use crate::engine::recent::Recent;
+use crate::engine::{Millis, ProfileId, ProfileType, ProfileView, UsageStats, Views};
+use crate::secrets::{MasterKey, OpenError, SecretField};
+use crate::settings::Live;
+use crate::store::{Origin, Snapshot, Store, StoreError, StoredProfile};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Open(#[from] OpenError),
+}
+
+impl Book {
+    /// Loads every profile, decrypting stored secrets, and starts the writer and the feed.
+    pub async fn load(store: Arc<dyn Store>, live: Live, key: Arc<MasterKey>, now: Millis) -> Result<Book, LoadError> {
+        let settings = live.get();
+        let config = &settings.config;
+        store.sync_config_profiles(&config_rows(config, now)).await?;
+        let seen = store.feed_head(None).await?;
+        let snapshot = store.snapshot().await?;
+        let (roster, credentials, token_versions) = unseal(&snapshot, config, &key)?;
+        let inner = Inner {
+            settings: settings.clone(),
+            live,
+            roster,
+            credentials,
+            token_versions,
+            model_cooldowns: snapshot.model_cooldowns,
+            probes: ProbeThrottle::default(),
+            sessions: Recent::new(SESSION_TTL, SESSION_KEYS),
+            rotation: HashMap::new(),
+            inflight: HashMap::new(),
+            pending: HashMap::new(),
+            pending_changes: HashMap::new(),
+            model_inflight: HashMap::new(),
+            model_pending: HashMap::new(),
+            queued: 0,
+            local_edits: 0,
+        };
+        let shared = Arc::new(Shared { inner: Mutex::new(inner), key, writer: Writer::new() });
+        let mut feed = tokio::time::interval(FEED_EVERY);
+        feed.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let sink = Stats { shared: shared.clone(), seen, feed, wake: store.wake() };
+        behind::spawn(shared.writer.clone(), store, sink, GATHER);
+        Ok(Book { shared })
+    }
+}
+
+/// What a snapshot's secrets unseal to: the roster, the credentials and the refresh-token
+/// versions.
+pub(super) type Unsealed = (Roster, HashMap<ProfileId, Credential>, HashMap<ProfileId, Vec<u8>>);
+
+/// Builds the profile views ordering works on, from what is stored plus the config file.
+/// A stored profile has a usable secret when the right sealed field exists (decryption is
+/// checked at load); a declared one when its environment variable is set.
+pub fn views(snapshot: &Snapshot, config: &Config) -> Views {
+    let mut out = Views::default();
+    for p in &snapshot.profiles {
+        let declared = config.auth.profiles.get(&p.id);
+        if p.origin == Origin::Config && declared.is_none() {
+            continue; // removed from the config file: its row stays for the audit trail only
+        }
+        let has_secret = match declared {
+            Some(d) => d.secret().is_some(),
+            None => stored_secret_usable(p.kind, snapshot.secrets.get(&p.id).map(Vec::as_slice).unwrap_or(&[])),
+        };
+        let view = ProfileView {
+            id: p.id.clone(),
+            kind: declared.map_or(p.kind, |d| d.kind),
+            enabled: p.enabled,
+            has_secret,
+            expires_at: declared.map_or(p.expires_at, |d| d.expires.map(|e| e.timestamp_millis())),
+            stats: snapshot.stats.get(&p.id).cloned().unwrap_or_default(),
+        };
+        out.insert(p.id.clone(), view);
+    }
+    for (id, d) in &config.auth.profiles {
+        out.entry(id.clone()).or_insert_with(|| ProfileView {
+            id: id.clone(),
+            kind: d.kind,
+            enabled: true,
+            has_secret: d.secret().is_some(),
+            expires_at: d.expires.map(|e| e.timestamp_millis()),
+            stats: UsageStats::default(),
+        });
+    }
+    out
+}
+
+fn stored_secret_usable(kind: ProfileType, sealed: &[crate::secrets::Sealed]) -> bool {
+    let has = |f| sealed.iter().any(|s| s.field == f);
+    match kind {
+        ProfileType::ApiKey => has(SecretField::ApiKey),
+        ProfileType::Token => has(SecretField::Token),
+        // An OAuth profile with only a refresh token is kept: it will be refreshed.
+        ProfileType::OAuth => has(SecretField::AccessToken) || has(SecretField::RefreshToken),
+    }
+}
+
+/// The profiles the config file declares, as rows for the store.
+pub fn config_rows(config: &Config, now: Millis) -> Vec<StoredProfile> {
+    config
+        .auth
+        .profiles
+        .iter()
+        .map(|(id, p)| StoredProfile {
+            id: id.clone(),
+            kind: p.kind,
+            origin: Origin::Config,
+            enabled: true,
+            email: None,
+            expires_at: p.expires.map(|e| e.timestamp_millis()),
+            created_at: now,
+            oauth_subject: None,
+        })
+        .collect()
+}
+
+/// The stored roster, credentials and refresh-token versions of a snapshot.
+pub(super) fn unseal(snapshot: &Snapshot, config: &Config, key: &MasterKey) -> Result<Unsealed, OpenError> {
+    let roster = Roster::new(snapshot, config);
+    let mut credentials = HashMap::new();
+    for (id, p) in config.auth.profiles.iter() {
+        if let Some(secret) = p.secret() {
+            let c = if p.kind == ProfileType::Token { Credential::Token(secret) } else { Credential::ApiKey(secret) };
+            credentials.insert(id.clone(), c);
+        }
+    }
+    for (id, sealed) in &snapshot.secrets {
+        if config.auth.profiles.contains_key(id) {
+            continue;
+        }
+        let mut fields = HashMap::new();
+        for s in sealed {
+            fields.insert(s.field, key.open(id, s)?);
+        }
+        let c = match roster.views.get(id).map(|v| v.kind) {
+            Some(ProfileType::ApiKey) => fields.remove(&SecretField::ApiKey).map(Credential::ApiKey),
+            Some(ProfileType::Token) => fields.remove(&SecretField::Token).map(Credential::Token),
+            Some(ProfileType::OAuth) => Some(Credential::OAuth {
+                access: fields.remove(&SecretField::AccessToken),
+                refresh: fields.remove(&SecretField::RefreshToken),
+            }),
+            None => None,
+        };
+        if let Some(c) = c {
+            credentials.insert(id.clone(), c);
+        }
+    }
+    let token_versions = snapshot
+        .secrets
+        .iter()
+        .filter_map(|(id, s)| {
+            Some((id.clone(), s.iter().find(|s| s.field == SecretField::RefreshToken)?.nonce.clone()))
+        })
+        .collect();
+    Ok((roster, credentials, token_versions))
+}

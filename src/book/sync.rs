@@ -1,0 +1,300 @@
+//! The book's write-behind: changes written in batches and replayed on the rows as stored, and
+//! the change feed read between them (docs/scale.md).
+
+use super::load::{LoadError, unseal};
+use super::state::Inner;
+use super::{Book, ModelKey, Shared};
+use crate::behind::Sink;
+use crate::engine::{Change, CooldownPolicy, ModelChange, ModelCooldown, ProfileId, UsageStats};
+use crate::store::{Snapshot, Store, StoreError};
+use parking_lot::MutexGuard;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// How often the change feed is read: other writers' changes are in force within this much
+/// (plus the time a reload takes).
+pub const FEED_EVERY: Duration = Duration::from_millis(250);
+
+/// How long changes gather before a write that nobody waits for.
+pub(super) const GATHER: Duration = Duration::from_millis(50);
+
+/// The most profiles one write of the stats writer takes: about 20 ms of the database's time
+/// under load (a batch of 2,000 took 148 ms), so the audit writer's turn is never long in coming.
+const STATS_BATCH: usize = 256;
+
+/// What the writer took to write: the changes of each profile and model.
+pub(super) struct Batch {
+    stats: Vec<(ProfileId, Vec<Change>)>,
+    models: Vec<(ModelKey, Vec<ModelChange>)>,
+}
+
+/// What waits for the stats writer (`Book::backlog`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Backlog {
+    pub inflight: usize,
+    pub pending: usize,
+    pub changes: usize,
+}
+
+impl Book {
+    /// Waits until every change made so far is written. Concurrent callers share the writer's
+    /// transactions (group commit).
+    pub async fn flush(&self) {
+        let target = self.lock().queued;
+        self.shared.writer.written(target).await;
+    }
+    /// `flush`, for at most `limit`: whether everything made so far is written.
+    pub async fn durable(&self, limit: Duration) -> bool {
+        tokio::time::timeout(limit, self.flush()).await.is_ok()
+    }
+    /// Whether the last write of stats failed (the writer retries it), and how many profiles
+    /// and models have changes waiting.
+    pub fn writer_state(&self) -> (bool, usize) {
+        let inner = self.lock();
+        let waiting =
+            inner.pending.len() + inner.inflight.len() + inner.model_pending.len() + inner.model_inflight.len();
+        (self.shared.writer.failing(), waiting)
+    }
+    /// What waits for the stats writer: the profiles whose changes it is writing, those whose
+    /// changes are queued, and the changes of both (coalesced: `Unwritten`).
+    pub fn backlog(&self) -> Backlog {
+        let inner = self.lock();
+        Backlog {
+            inflight: inner.inflight.len(),
+            pending: inner.pending.len(),
+            changes: inner.inflight.values().map(Vec::len).sum::<usize>()
+                + inner.pending.values().map(|p| p.replay().count()).sum::<usize>(),
+        }
+    }
+    /// The longest one batch of stats took to write since start.
+    pub fn slowest_write(&self) -> Duration {
+        self.shared.writer.slowest()
+    }
+}
+
+/// The book's write-behind (`crate::behind`): the queued changes, written in batches, and the
+/// change feed, read between them. One task does both, so a reload never races a batch being
+/// written. A batch is replayed on the rows as stored, and the rows written back become the
+/// book's state. A failing batch is retried until the database takes it (busy, read-only or
+/// failing for a while: nothing is dropped, and later changes coalesce meanwhile). From the
+/// third failure on, rows are also tried one by one: when some of them can be written, the
+/// database works and the others are bad rows, logged with their key and given up, so that one
+/// cannot hold back the rest. The task ends when the book is dropped, after writing what was
+/// left.
+pub(super) struct Stats {
+    pub(super) shared: Arc<Shared>,
+    /// The change feed's position read so far.
+    pub(super) seen: i64,
+    pub(super) feed: tokio::time::Interval,
+    pub(super) wake: Option<watch::Receiver<u64>>,
+}
+
+impl Sink for Stats {
+    type Batch = Batch;
+    const WHAT: &'static str = "usage stats";
+
+    fn ready(&self) -> bool {
+        self.shared.full()
+    }
+
+    fn take(&mut self) -> (Batch, u64) {
+        self.shared.take()
+    }
+
+    fn rows(batch: &Batch) -> usize {
+        batch.stats.len() + batch.models.len()
+    }
+
+    async fn write(&mut self, store: &dyn Store, batch: &Batch) -> Result<(), StoreError> {
+        let applied = store.apply(&batch.stats, &batch.models, &self.shared.policy()).await?;
+        self.shared.settle(&batch.stats, &batch.models, applied.stats, applied.models);
+        if applied.feed.0 == self.seen {
+            self.seen = applied.feed.1; // the entries in between are this batch's own
+        }
+        Ok(())
+    }
+
+    /// Writes each row of the batch alone; when at least one could be written, settles them
+    /// all (the ones that could not are logged and given up) and returns true.
+    async fn isolate(&mut self, store: &dyn Store, batch: &Batch) -> bool {
+        let shared = &self.shared;
+        let policy = shared.policy();
+        let mut written = (Vec::new(), Vec::new());
+        let mut bad = Vec::new();
+        for row in &batch.stats {
+            match store.apply(std::slice::from_ref(row), &[], &policy).await {
+                Ok(applied) => written.0.extend(applied.stats),
+                Err(e) => bad.push((row.0.to_string(), e)),
+            }
+        }
+        for row in &batch.models {
+            match store.apply(&[], std::slice::from_ref(row), &policy).await {
+                Ok(applied) => written.1.extend(applied.models),
+                Err(e) => bad.push((format!("model {}/{}", row.0.0, row.0.1), e)),
+            }
+        }
+        if bad.len() == batch.stats.len() + batch.models.len() {
+            return false;
+        }
+        for (key, e) in bad {
+            tracing::error!(key, error = %e, "usage stats of this profile or model could not be written; given up");
+        }
+        shared.settle(&batch.stats, &batch.models, written.0, written.1);
+        true
+    }
+
+    async fn idle(&mut self) {
+        tokio::select! {
+            _ = self.feed.tick() => {}
+            _ = crate::store::woken(&mut self.wake) => {}
+        }
+    }
+
+    async fn between(&mut self, store: &dyn Store) {
+        match follow(store, &self.shared, self.seen).await {
+            Ok(head) => self.seen = head,
+            Err(e) => tracing::warn!(error = %e, "reading the change feed failed; retrying"),
+        }
+    }
+}
+
+/// Reads the change feed after `seen` and reloads what changed; returns the new position.
+async fn follow(store: &dyn Store, shared: &Shared, seen: i64) -> Result<i64, LoadError> {
+    let entries = store.changes_after(seen).await?;
+    let Some(head) = entries.last().map(|e| e.seq) else { return Ok(seen) };
+    let kinds = |k: &str| entries.iter().any(|e| e.kind == k);
+    if kinds("profile") || kinds("order") {
+        let edits = shared.lock().local_edits;
+        let snapshot = store.snapshot().await?;
+        // An own edit made meanwhile may be newer than the snapshot: read again next time.
+        return Ok(if shared.reload(snapshot, edits)? { head } else { seen });
+    }
+    let mut ids: Vec<ProfileId> =
+        entries.iter().filter(|e| e.kind == "stats").filter_map(|e| e.key.parse().ok()).collect();
+    ids.sort();
+    ids.dedup();
+    if !ids.is_empty() {
+        shared.refresh_stats(store.stats_of(&ids).await?);
+    }
+    if kinds("model") {
+        shared.refresh_models(store.model_cooldowns().await?);
+    }
+    Ok(head)
+}
+
+impl Shared {
+    /// The book's state, with the settings in force: when they changed since the last look,
+    /// the rotation indexes built under the old ones go.
+    pub(super) fn lock(&self) -> MutexGuard<'_, Inner> {
+        let mut inner = self.inner.lock();
+        if let Some(settings) = inner.live.changed() {
+            inner.settings = settings;
+            inner.forget_order();
+        }
+        inner
+    }
+
+    fn policy(&self) -> CooldownPolicy {
+        self.lock().policy()
+    }
+
+    /// Moves every queued change to the writer (in flight until settled), with the count of
+    /// changes queued up to them.
+    fn take(&self) -> (Batch, u64) {
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        // At most `STATS_BATCH` profiles a batch, so that one write transaction stays short beside
+        // the audit writer's (they take turns); what is left is the next batch's, at once.
+        let ids: Vec<ProfileId> = inner.pending.keys().take(STATS_BATCH).cloned().collect();
+        let mut stats: Vec<(ProfileId, Vec<Change>)> = ids
+            .into_iter()
+            .filter_map(|id| {
+                inner.pending_changes.remove(&id);
+                let p = inner.pending.remove(&id)?;
+                Some((id, p.into_changes()))
+            })
+            .collect();
+        stats.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut models: Vec<(ModelKey, Vec<ModelChange>)> = inner.model_pending.drain().collect();
+        models.sort_by(|a, b| a.0.cmp(&b.0));
+        for (id, changes) in &stats {
+            inner.inflight.insert(id.clone(), changes.clone());
+        }
+        for (key, changes) in &models {
+            inner.model_inflight.insert(key.clone(), changes.clone());
+        }
+        let left: u64 = inner.pending_changes.values().sum();
+        if left > 0 {
+            self.writer.wake();
+        }
+        (Batch { stats, models }, inner.queued - left)
+    }
+
+    /// Whether a whole batch waits.
+    fn full(&self) -> bool {
+        self.lock().pending.len() >= STATS_BATCH
+    }
+
+    /// A batch was written (or given up): its changes are no longer in flight, and the rows
+    /// as stored, with what was queued since replayed on top, become the book's state.
+    fn settle(
+        &self,
+        stats: &[(ProfileId, Vec<Change>)],
+        models: &[(ModelKey, Vec<ModelChange>)],
+        stored: Vec<(ProfileId, UsageStats)>,
+        stored_models: Vec<(ModelKey, ModelCooldown)>,
+    ) {
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        let policy = inner.policy();
+        for (id, _) in stats {
+            inner.inflight.remove(id);
+        }
+        for (key, _) in models {
+            inner.model_inflight.remove(key);
+        }
+        inner.put_stats(stored, &policy);
+        inner.put_models(stored_models, &policy);
+    }
+
+    fn refresh_stats(&self, stored: Vec<(ProfileId, Option<UsageStats>)>) {
+        let mut inner = self.lock();
+        let policy = inner.policy();
+        inner.put_stats(stored.into_iter().filter_map(|(id, s)| Some((id, s?))).collect(), &policy);
+    }
+
+    fn refresh_models(&self, stored: HashMap<ModelKey, ModelCooldown>) {
+        let mut inner = self.lock();
+        let policy = inner.policy();
+        inner.put_models(stored.into_iter().collect(), &policy);
+    }
+
+    /// Profiles, secrets or orders changed in the database: the roster and credentials are
+    /// rebuilt from it; sessions and probe throttles stay. Not when this server edited its
+    /// roster since `edits` was read (false).
+    fn reload(&self, snapshot: Snapshot, edits: u64) -> Result<bool, LoadError> {
+        let settings = self.lock().settings.clone();
+        let (mut roster, credentials, token_versions) = unseal(&snapshot, &settings.config, &self.key)?;
+        let mut guard = self.lock();
+        let inner = &mut *guard;
+        let policy = inner.policy();
+        if inner.local_edits != edits {
+            return Ok(false);
+        }
+        for (id, view) in roster.views.iter_mut() {
+            for c in inner.unwritten(id) {
+                view.stats.apply(&c, &policy);
+            }
+        }
+        inner.pending.retain(|id, _| roster.views.contains_key(id));
+        inner.pending_changes.retain(|id, _| roster.views.contains_key(id));
+        inner.roster = roster;
+        inner.forget_order();
+        inner.credentials = credentials;
+        inner.token_versions = token_versions;
+        inner.put_models(snapshot.model_cooldowns.into_iter().collect(), &policy);
+        Ok(true)
+    }
+}
