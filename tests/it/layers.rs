@@ -1,6 +1,7 @@
-//! The binary crate's top-level modules import one another one way only: no module reaches,
-//! through any chain of `crate::` paths, back to itself (docs/architecture.md). Read from the
-//! source text, so a cycle fails here before a reader trips over it.
+//! The library's top-level modules import one another one way only: no module reaches,
+//! through any chain of `crate::` paths, back to itself, and none imports from a layer above its
+//! own, as `src/lib.rs` lists them (docs/architecture.md, "Layers"). Read from the source text,
+//! so a cycle or an upward import fails here before a reader trips over it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -60,6 +61,61 @@ fn top_level_modules_import_one_another_one_way() {
     assert!(graph.len() > 20, "the source tree was read: {:?}", graph.keys());
     let cycles: Vec<String> = graph.keys().filter_map(|m| cycle(&graph, m)).map(|c| c.join(" → ")).collect();
     assert!(cycles.is_empty(), "import cycles between top-level modules:\n{}", cycles.join("\n"));
+}
+
+/// Each module `src/lib.rs` declares, with the rank of its `// layer:` section (0 lowest), and
+/// the sections' names.
+fn layers() -> (BTreeMap<String, usize>, Vec<String>) {
+    let lib = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lib.rs")).unwrap();
+    let header = regex::Regex::new(r"^// layer: (\w+)").unwrap();
+    let module = regex::Regex::new(r"^pub (?:mod (\w+)|use \w+ as (\w+));").unwrap();
+    let (mut rank, mut names) = (BTreeMap::new(), Vec::new());
+    for line in lib.lines() {
+        if let Some(c) = header.captures(line) {
+            names.push(c[1].to_string());
+        } else if let Some(c) = module.captures(line) {
+            let name = c.get(1).or(c.get(2)).unwrap().as_str().to_string();
+            assert!(!names.is_empty(), "`{line}` comes before the first `// layer:` line of src/lib.rs");
+            assert!(rank.insert(name, names.len() - 1).is_none(), "`{line}` is declared twice");
+        }
+    }
+    (rank, names)
+}
+
+/// Every import that goes up: (module, its layer, the module it imports, that one's layer).
+fn upward(graph: &BTreeMap<String, BTreeSet<String>>, rank: &BTreeMap<String, usize>) -> Vec<String> {
+    let mut up = Vec::new();
+    for (from, named) in graph {
+        for to in named.iter().filter(|to| rank.contains_key(*to)) {
+            if rank[to] > rank[from] {
+                up.push(format!("{from} (layer {}) imports {to} (layer {})", rank[from], rank[to]));
+            }
+        }
+    }
+    up
+}
+
+#[test]
+fn no_module_imports_from_a_layer_above_its_own() {
+    let graph = imports();
+    let (rank, names) = layers();
+    assert!(names.len() >= 5, "src/lib.rs names its layers: {names:?}");
+    let undeclared: Vec<&String> = graph.keys().filter(|m| !rank.contains_key(*m)).collect();
+    assert!(undeclared.is_empty(), "modules of src/ that src/lib.rs lists in no layer: {undeclared:?}");
+    let up = upward(&graph, &rank);
+    assert!(up.is_empty(), "imports that go up a layer (layers: {}):\n{}", names.join(" < "), up.join("\n"));
+}
+
+#[test]
+fn the_layer_check_finds_an_import_that_goes_up() {
+    let graph: BTreeMap<String, BTreeSet<String>> = [
+        ("store".to_string(), BTreeSet::from(["config".to_string()])),
+        ("config".to_string(), BTreeSet::from(["store".to_string(), "engine".to_string()])),
+    ]
+    .into();
+    let rank: BTreeMap<String, usize> =
+        [("engine".to_string(), 0), ("config".to_string(), 1), ("store".to_string(), 2)].into();
+    assert_eq!(upward(&graph, &rank), ["config (layer 1) imports store (layer 2)"]);
 }
 
 #[test]
