@@ -9,20 +9,22 @@
 use super::ApiState;
 use super::{ApiError, Body, Caller};
 use crate::book::Credential;
+use crate::config::WireFormat;
 use crate::engine::chain::{FallbackOverride, bounded, check_names};
 use crate::engine::classify::{Classified, Echoed, Observed};
-use crate::engine::{Millis, ProfileId, Reason};
+use crate::engine::{Millis, ProfileId, ProfileType, Reason};
 use crate::gateway::upstream::Upstream;
 use crate::leases::{Ended, Leases, Live, MAX_LIVE, expire_one};
 use crate::middleware::RequestId;
 use crate::prices::Tokens;
 use crate::redact::redact;
 use crate::settings::Settings;
+use crate::store::Kind;
 use crate::walk::{Attempt, Runtime, Spent, Step, Trail, Verdict, Walk};
 use axum::Json;
 use axum::extract::{Path, State};
 use secrecy::ExposeSecret;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Serialize, Serializer};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -62,13 +64,18 @@ pub struct Lease {
     /// The attempt's sequence number in the request.
     pub attempt: u32,
     /// `primary`, `retry`, `rotate`, `fallback` or `probe`.
-    pub kind: String,
+    #[serde(serialize_with = "attempt_kind")]
+    #[schema(value_type = String)]
+    pub kind: Kind,
     /// For a retry: wait this long before calling.
     pub retry_in_ms: u64,
     pub profile_id: String,
     pub provider: String,
-    /// The provider's wire format: `openai` or `anthropic`.
-    pub api: String,
+    /// The provider's wire format: `openai`, `openai-chat`, `openai-responses` or `anthropic`
+    /// (docs/config.md).
+    #[serde(serialize_with = "wire_format")]
+    #[schema(value_type = String)]
+    pub api: WireFormat,
     /// The base URL the provider's official SDK takes.
     pub base_url: String,
     /// The model to send upstream.
@@ -80,7 +87,8 @@ pub struct Lease {
 pub struct LeasedCredential {
     /// `api_key`, `token` or `oauth` (an OAuth access token).
     #[serde(rename = "type")]
-    pub kind: String,
+    #[schema(value_type = String)]
+    pub kind: ProfileType,
     /// The secret itself: an API key goes in the SDK's `api_key`; a token or OAuth access token
     /// in `Authorization: Bearer`.
     pub secret: String,
@@ -88,7 +96,7 @@ pub struct LeasedCredential {
     pub expires_at: Option<String>,
 }
 
-#[derive(Deserialize, ToSchema, Clone, Copy, PartialEq, Eq, Debug)]
+#[derive(Deserialize, Serialize, ToSchema, Clone, Copy, PartialEq, Eq, Debug)]
 #[serde(rename_all = "lowercase")]
 pub enum ReportOutcome {
     Success,
@@ -125,7 +133,6 @@ pub struct Usage {
     pub cache_write_tokens: Option<i64>,
 }
 
-/// What a report came to.
 /// The most tokens one report may count of each kind: far above any model's window, far
 /// below what the audit's columns and the agents' day totals hold.
 pub const TOKENS_MAX: i64 = 100_000_000;
@@ -164,11 +171,23 @@ pub struct ReportAnswer {
     pub next: Option<Lease>,
 }
 
+/// What a report came to.
 #[derive(Serialize, ToSchema)]
 pub struct Recorded {
-    pub outcome: String,
+    pub outcome: ReportOutcome,
     /// The failure reason (docs/rotation.md), for a failure.
-    pub reason: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub reason: Option<Reason>,
+}
+
+/// A lease's `kind`: the attempt's kind by the name the `attempts` rows hold.
+fn attempt_kind<S: Serializer>(kind: &Kind, to: S) -> Result<S::Ok, S::Error> {
+    to.serialize_str(kind.as_str())
+}
+
+/// A lease's `api`: the wire format by its name in the config file.
+fn wire_format<S: Serializer>(api: &WireFormat, to: S) -> Result<S::Ok, S::Error> {
+    to.serialize_str(api.as_str())
 }
 
 fn rfc3339(ms: Millis) -> String {
@@ -241,10 +260,10 @@ async fn issue(
     let expires_at = now + settings.config.leases.ttl.as_millis() as Millis;
     let id = Uuid::new_v4();
     let (kind, secret) = match &att.cred {
-        Credential::ApiKey(s) => ("api_key", s.expose_secret().to_string()),
-        Credential::Token(s) => ("token", s.expose_secret().to_string()),
+        Credential::ApiKey(s) => (ProfileType::ApiKey, s.expose_secret().to_string()),
+        Credential::Token(s) => (ProfileType::Token, s.expose_secret().to_string()),
         Credential::OAuth { access, .. } => {
-            ("oauth", access.as_ref().map(|s| s.expose_secret().to_string()).unwrap_or_default())
+            (ProfileType::OAuth, access.as_ref().map(|s| s.expose_secret().to_string()).unwrap_or_default())
         }
     };
     let lease = Lease {
@@ -252,18 +271,14 @@ async fn issue(
         expires_at: rfc3339(expires_at),
         request_id: walk.trail.request_id.clone(),
         attempt: row.seq,
-        kind: att.kind.as_str().into(),
+        kind: att.kind,
         retry_in_ms: retry_in.as_millis() as u64,
         profile_id: att.pid.to_string(),
         provider: att.cand.provider.clone(),
-        api: provider.api.as_str().into(),
+        api: provider.api,
         base_url: provider.base_url.clone(),
         model: att.cand.model.clone(),
-        credential: LeasedCredential {
-            kind: kind.into(),
-            secret,
-            expires_at: runtime.book.expires_at(&att.pid).map(rfc3339),
-        },
+        credential: LeasedCredential { kind, secret, expires_at: runtime.book.expires_at(&att.pid).map(rfc3339) },
     };
     let live = Live { agent: agent.to_string(), walk, settings, attempt: att, row, issued_at: now, expires_at };
     leases.lock().insert(id, live);
@@ -449,7 +464,7 @@ async fn report(
             cache_write_1h: None,
         };
         walk.succeeded(book, row, report.http_status.unwrap_or(200), tokens, now);
-        let recorded = Recorded { outcome: "success".into(), reason: None };
+        let recorded = Recorded { outcome: ReportOutcome::Success, reason: None };
         return Ok(Json(ReportAnswer { request_id, recorded, next: None }));
     }
     let secrets = attempt.cred.secrets();
@@ -475,7 +490,7 @@ async fn report(
         runtime.settle(&mut walk, &settings.config, &attempt, row, &mut class, report.http_status, true).await;
     runtime.durable(&walk).await;
     let reason = class.reason;
-    let recorded = Recorded { outcome: "failure".into(), reason: Some(reason.to_string()) };
+    let recorded = Recorded { outcome: ReportOutcome::Failure, reason: Some(reason) };
     match verdict {
         Verdict::Stop => {
             let status = report.http_status.unwrap_or(502);
@@ -560,4 +575,26 @@ async fn weigh_claim(
 
 fn expired(id: Uuid) -> ApiError {
     ApiError::LeaseExpired(format!("lease {id} expired before its report (leases.ttl); no stats changed — lease again"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The credential's type, the outcome and the reason go on the wire by their names (`as_str`).
+    #[test]
+    fn the_lease_apis_enums_are_written_by_their_names() {
+        for kind in [ProfileType::OAuth, ProfileType::Token, ProfileType::ApiKey] {
+            let credential = LeasedCredential { kind, secret: "s".into(), expires_at: None };
+            let want = format!(r#"{{"type":"{}","secret":"s","expires_at":null}}"#, kind.as_str());
+            assert_eq!(serde_json::to_string(&credential).unwrap(), want);
+        }
+        let success = Recorded { outcome: ReportOutcome::Success, reason: None };
+        assert_eq!(serde_json::to_string(&success).unwrap(), r#"{"outcome":"success","reason":null}"#);
+        for reason in Reason::ALL {
+            let failure = Recorded { outcome: ReportOutcome::Failure, reason: Some(reason) };
+            let want = format!(r#"{{"outcome":"failure","reason":"{}"}}"#, reason.as_str());
+            assert_eq!(serde_json::to_string(&failure).unwrap(), want);
+        }
+    }
 }
