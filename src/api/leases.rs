@@ -9,20 +9,22 @@
 use super::ApiState;
 use super::{ApiError, Body, Caller};
 use crate::book::Credential;
+use crate::config::WireFormat;
 use crate::engine::chain::{FallbackOverride, bounded, check_names};
 use crate::engine::classify::{Classified, Echoed, Observed};
-use crate::engine::{Millis, ProfileId, Reason};
+use crate::engine::{Millis, ProfileId, ProfileType, Reason};
 use crate::gateway::upstream::Upstream;
 use crate::leases::{Ended, Leases, Live, MAX_LIVE, expire_one};
 use crate::middleware::RequestId;
 use crate::prices::Tokens;
 use crate::redact::redact;
 use crate::settings::Settings;
+use crate::store::Kind;
 use crate::walk::{Attempt, Runtime, Spent, Step, Trail, Verdict, Walk};
 use axum::Json;
 use axum::extract::{Path, State};
 use secrecy::ExposeSecret;
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Serialize, Serializer};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -62,13 +64,18 @@ pub struct Lease {
     /// The attempt's sequence number in the request.
     pub attempt: u32,
     /// `primary`, `retry`, `rotate`, `fallback` or `probe`.
-    pub kind: String,
+    #[serde(serialize_with = "attempt_kind")]
+    #[schema(value_type = String)]
+    pub kind: Kind,
     /// For a retry: wait this long before calling.
     pub retry_in_ms: u64,
     pub profile_id: String,
     pub provider: String,
-    /// The provider's wire format: `openai` or `anthropic`.
-    pub api: String,
+    /// The provider's wire format: `openai`, `openai-chat`, `openai-responses` or `anthropic`
+    /// (docs/config.md).
+    #[serde(serialize_with = "wire_format")]
+    #[schema(value_type = String)]
+    pub api: WireFormat,
     /// The base URL the provider's official SDK takes.
     pub base_url: String,
     /// The model to send upstream.
@@ -80,7 +87,8 @@ pub struct Lease {
 pub struct LeasedCredential {
     /// `api_key`, `token` or `oauth` (an OAuth access token).
     #[serde(rename = "type")]
-    pub kind: String,
+    #[schema(value_type = String)]
+    pub kind: ProfileType,
     /// The secret itself: an API key goes in the SDK's `api_key`; a token or OAuth access token
     /// in `Authorization: Bearer`.
     pub secret: String,
@@ -88,7 +96,7 @@ pub struct LeasedCredential {
     pub expires_at: Option<String>,
 }
 
-#[derive(Deserialize, ToSchema, Clone, Copy, PartialEq, Eq, Debug)]
+#[derive(Deserialize, Serialize, ToSchema, Clone, Copy, PartialEq, Eq, Debug)]
 #[serde(rename_all = "lowercase")]
 pub enum ReportOutcome {
     Success,
@@ -109,6 +117,25 @@ pub struct Report {
     pub usage: Option<Usage>,
 }
 
+impl Report {
+    /// A report that can be true: a success with no error and no other status than a 2xx, an
+    /// HTTP status code, token counts in range.
+    fn check(&self) -> Result<(), ApiError> {
+        if self.outcome == ReportOutcome::Success
+            && (self.error.is_some() || self.http_status.is_some_and(|s| !(200..300).contains(&s)))
+        {
+            return Err(ApiError::BadRequest("a success report carries no error and a 2xx http_status".into()));
+        }
+        if self.http_status.is_some_and(|s| !(100..600).contains(&s)) {
+            return Err(ApiError::BadRequest("http_status must be an HTTP status code (100-599)".into()));
+        }
+        if let Some(usage) = &self.usage {
+            usage.check()?;
+        }
+        Ok(())
+    }
+}
+
 /// The provider's token counts, for the attempt's and the request's rows and their cost.
 #[derive(Deserialize, ToSchema, Clone, Copy, Default)]
 #[serde(deny_unknown_fields)]
@@ -125,7 +152,6 @@ pub struct Usage {
     pub cache_write_tokens: Option<i64>,
 }
 
-/// What a report came to.
 /// The most tokens one report may count of each kind: far above any model's window, far
 /// below what the audit's columns and the agents' day totals hold.
 pub const TOKENS_MAX: i64 = 100_000_000;
@@ -164,11 +190,23 @@ pub struct ReportAnswer {
     pub next: Option<Lease>,
 }
 
+/// What a report came to.
 #[derive(Serialize, ToSchema)]
 pub struct Recorded {
-    pub outcome: String,
+    pub outcome: ReportOutcome,
     /// The failure reason (docs/rotation.md), for a failure.
-    pub reason: Option<String>,
+    #[schema(value_type = Option<String>)]
+    pub reason: Option<Reason>,
+}
+
+/// A lease's `kind`: the attempt's kind by the name the `attempts` rows hold.
+fn attempt_kind<S: Serializer>(kind: &Kind, to: S) -> Result<S::Ok, S::Error> {
+    to.serialize_str(kind.as_str())
+}
+
+/// A lease's `api`: the wire format by its name in the config file.
+fn wire_format<S: Serializer>(api: &WireFormat, to: S) -> Result<S::Ok, S::Error> {
+    to.serialize_str(api.as_str())
 }
 
 fn rfc3339(ms: Millis) -> String {
@@ -186,27 +224,7 @@ async fn issue(
 ) -> Result<Lease, ApiError> {
     // The caps come before a profile is chosen: a refused lease marks nothing (`last_used`
     // moves only when a lease is issued).
-    let cap = settings.config.leases.max_live_per_agent;
-    let (total, mine) = {
-        let table = leases.lock();
-        (table.live.len(), table.held.get(agent).copied().unwrap_or(0))
-    };
-    if mine >= cap {
-        walk.trail.finish(429, None, Spent::default());
-        return Err(ApiError::TooManyLeases {
-            status: 429,
-            message: format!(
-                "agent {agent} holds {mine} outstanding leases, its limit (leases.max_live_per_agent = {cap}): report them first"
-            ),
-        });
-    }
-    if total >= MAX_LIVE {
-        walk.trail.finish(503, None, Spent::default());
-        return Err(ApiError::TooManyLeases {
-            status: 503,
-            message: format!("{MAX_LIVE} leases are outstanding: report them first"),
-        });
-    }
+    within_caps(leases, agent, settings.config.leases.max_live_per_agent, &mut walk)?;
     let att = loop {
         let att = match walk.next(&runtime.book, &settings.config, agent, runtime.clock.now(), |_, _| Ok(())) {
             Step::Try(att) => att,
@@ -240,34 +258,62 @@ async fn issue(
     let row = walk.trail.row(att.kind, &att.cand, Some(&att.pid), now);
     let expires_at = now + settings.config.leases.ttl.as_millis() as Millis;
     let id = Uuid::new_v4();
-    let (kind, secret) = match &att.cred {
-        Credential::ApiKey(s) => ("api_key", s.expose_secret().to_string()),
-        Credential::Token(s) => ("token", s.expose_secret().to_string()),
-        Credential::OAuth { access, .. } => {
-            ("oauth", access.as_ref().map(|s| s.expose_secret().to_string()).unwrap_or_default())
-        }
-    };
+    let (kind, secret) = leased_secret(&att.cred);
     let lease = Lease {
         lease_id: id.to_string(),
         expires_at: rfc3339(expires_at),
         request_id: walk.trail.request_id.clone(),
         attempt: row.seq,
-        kind: att.kind.as_str().into(),
+        kind: att.kind,
         retry_in_ms: retry_in.as_millis() as u64,
         profile_id: att.pid.to_string(),
         provider: att.cand.provider.clone(),
-        api: provider.api.as_str().into(),
+        api: provider.api,
         base_url: provider.base_url.clone(),
         model: att.cand.model.clone(),
-        credential: LeasedCredential {
-            kind: kind.into(),
-            secret,
-            expires_at: runtime.book.expires_at(&att.pid).map(rfc3339),
-        },
+        credential: LeasedCredential { kind, secret, expires_at: runtime.book.expires_at(&att.pid).map(rfc3339) },
     };
     let live = Live { agent: agent.to_string(), walk, settings, attempt: att, row, issued_at: now, expires_at };
     leases.lock().insert(id, live);
     Ok(lease)
+}
+
+/// Refuses a lease past the caps, the agent's (`leases.max_live_per_agent`) and then everyone's
+/// (`MAX_LIVE`), and ends the walk's request with the refusal.
+fn within_caps(leases: &Leases, agent: &str, cap: usize, walk: &mut Walk) -> Result<(), ApiError> {
+    let (total, mine) = {
+        let table = leases.lock();
+        (table.live.len(), table.held.get(agent).copied().unwrap_or(0))
+    };
+    if mine >= cap {
+        walk.trail.finish(429, None, Spent::default());
+        return Err(ApiError::TooManyLeases {
+            status: 429,
+            message: format!(
+                "agent {agent} holds {mine} outstanding leases, its limit (leases.max_live_per_agent = {cap}): report them first"
+            ),
+        });
+    }
+    if total >= MAX_LIVE {
+        walk.trail.finish(503, None, Spent::default());
+        return Err(ApiError::TooManyLeases {
+            status: 503,
+            message: format!("{MAX_LIVE} leases are outstanding: report them first"),
+        });
+    }
+    Ok(())
+}
+
+/// The credential a lease hands out: its type and its secret (an OAuth profile's access token,
+/// empty when it has none).
+fn leased_secret(cred: &Credential) -> (ProfileType, String) {
+    match cred {
+        Credential::ApiKey(s) => (ProfileType::ApiKey, s.expose_secret().to_string()),
+        Credential::Token(s) => (ProfileType::Token, s.expose_secret().to_string()),
+        Credential::OAuth { access, .. } => {
+            (ProfileType::OAuth, access.as_ref().map(|s| s.expose_secret().to_string()).unwrap_or_default())
+        }
+    }
 }
 
 /// Lease a credential
@@ -361,86 +407,17 @@ async fn report(
 ) -> Result<Json<ReportAnswer>, ApiError> {
     let id = Uuid::parse_str(&raw_id)
         .map_err(|_| ApiError::BadRequest(format!("`{raw_id}` is not a lease id (a UUID from POST /api/v1/leases)")))?;
-    if report.outcome == ReportOutcome::Success
-        && (report.error.is_some() || report.http_status.is_some_and(|s| !(200..300).contains(&s)))
-    {
-        return Err(ApiError::BadRequest("a success report carries no error and a 2xx http_status".into()));
-    }
-    if report.http_status.is_some_and(|s| !(100..600).contains(&s)) {
-        return Err(ApiError::BadRequest("http_status must be an HTTP status code (100-599)".into()));
-    }
-    if let Some(usage) = &report.usage {
-        usage.check()?;
-    }
+    report.check()?;
     let runtime = &state.runtime;
     let now = runtime.clock.now();
-    let live = {
-        let mut table = state.leases.lock();
-        let owner = table
-            .live
-            .get(&id)
-            .map(|l| (l.agent.clone(), None))
-            .or_else(|| table.ended.get(&id, now).map(|((a, e), _)| (a.clone(), Some(*e))));
-        match owner {
-            None => {
-                return Err(ApiError::NotFound(format!("no lease {id}: it was never issued, or ended over a day ago")));
-            }
-            Some((owner, _)) if owner != agent.name => {
-                return Err(ApiError::Forbidden(format!("lease {id} belongs to another agent")));
-            }
-            Some((_, Some(Ended::Reported))) => {
-                return Err(ApiError::LeaseReported(format!("lease {id} was already reported")));
-            }
-            Some((_, Some(Ended::Expired))) => return Err(expired(id)),
-            Some((_, None)) => {}
-        }
-        // Both kinds are rate-limited: a failure may cool a profile, a success's quota headers
-        // may order it last.
-        let success = report.outcome == ReportOutcome::Success;
-        let leases = &runtime.settings().config.leases;
-        let (limit, key, kind) = match success {
-            true => (leases.success_reports_per_minute, "success_reports_per_minute", "success"),
-            false => (leases.failure_reports_per_minute, "failure_reports_per_minute", "failure"),
-        };
-        if let Err(wait) = table.count_report(&agent.name, success, limit, now) {
-            return Err(ApiError::TooManyReports {
-                success,
-                message: format!(
-                    "agent {} made {limit} {kind} reports this minute, its limit (leases.{key}); the lease stays valid: report it again later",
-                    agent.name
-                ),
-                retry_after: wait,
-            });
-        }
-        let live = table.remove(&id).expect("found above");
-        if now >= live.expires_at {
-            table.ended.insert(id, (live.agent.clone(), Ended::Expired), now);
-            drop(table);
-            expire_one(live, now, "the lease expired unreported");
-            return Err(expired(id));
-        }
-        table.ended.insert(id, (live.agent.clone(), Ended::Reported), now);
-        live
-    };
+    let live = take_reported(&state, &agent.name, id, report.outcome, now)?;
     let Live { agent: name, mut walk, settings, attempt, mut row, issued_at, .. } = live;
-    let book = &runtime.book;
     row.duration_ms = Some(now - issued_at);
     let request_id = walk.trail.request_id.clone();
-    let usage = report.usage.unwrap_or_default();
     let trusted = settings.config.agents.get(&name).is_some_and(|a| a.trusted);
-    // The remaining quota the provider's headers reported: an agent's claim, so its reset may
-    // order the profile last for no longer than a claimed cooldown (`cooldown.max`).
-    let cooldown = &settings.config.cooldown;
-    let max_wait = if trusted { cooldown.hint_max } else { cooldown.max }.as_millis() as Millis;
-    let pairs = report.headers.iter().map(|(k, v)| (k.as_str(), v.as_str()));
-    // As for rota's own calls: an answer the upstream served or throttled, not a missing model's.
-    let served_or_throttled = report.outcome == ReportOutcome::Success || report.http_status == Some(429);
-    if let Some(quota) =
-        crate::engine::quota::read(pairs, &attempt.cand.model, now, max_wait).filter(|_| served_or_throttled)
-    {
-        book.record_quota(&attempt.pid, quota);
-    }
+    record_quota(runtime, &settings, &attempt, &report, trusted, now);
     if report.outcome == ReportOutcome::Success {
+        let usage = report.usage.unwrap_or_default();
         let tokens = Tokens {
             input: usage.input_tokens,
             output: usage.output_tokens,
@@ -448,10 +425,121 @@ async fn report(
             cache_write: usage.cache_write_tokens,
             cache_write_1h: None,
         };
-        walk.succeeded(book, row, report.http_status.unwrap_or(200), tokens, now);
-        let recorded = Recorded { outcome: "success".into(), reason: None };
+        walk.succeeded(&runtime.book, row, report.http_status.unwrap_or(200), tokens, now);
+        let recorded = Recorded { outcome: ReportOutcome::Success, reason: None };
         return Ok(Json(ReportAnswer { request_id, recorded, next: None }));
     }
+    let http_status = report.http_status;
+    let mut class = classify_failure(&settings, &attempt, report, now);
+    if !trusted {
+        weigh_claim(runtime, &state.upstream, &settings, &attempt, &mut class).await;
+    }
+    let verdict = runtime.settle(&mut walk, &settings.config, &attempt, row, &mut class, http_status, true).await;
+    runtime.durable(&walk).await;
+    let reason = class.reason;
+    let recorded = Recorded { outcome: ReportOutcome::Failure, reason: Some(reason) };
+    match verdict {
+        Verdict::Stop => {
+            let status = http_status.unwrap_or(502);
+            walk.trail.finish(status, None, Spent::default());
+            let why = if settings.config.failover.enabled {
+                format!("{reason} does not fail over")
+            } else {
+                format!("{reason}, and failover is off (failover.enabled = false)")
+            };
+            let message = format!("{why}: {}", class.message);
+            Err(ApiError::NotRetryable { status, message, reason: Some(reason.to_string()) })
+        }
+        verdict => {
+            let wait = if let Verdict::Retry(backoff) = verdict { backoff } else { Duration::ZERO };
+            let next = issue(runtime, &state.leases, &name, settings, walk, wait).await?;
+            Ok(Json(ReportAnswer { request_id, recorded, next: Some(next) }))
+        }
+    }
+}
+
+/// Takes the lease `id` out of the table for its report: refused when it is unknown, another
+/// agent's, already ended, or past the agent's report rate (the lease then stays valid). A lease
+/// found past its expiry is expired here.
+fn take_reported(
+    state: &ApiState,
+    agent: &str,
+    id: Uuid,
+    outcome: ReportOutcome,
+    now: Millis,
+) -> Result<Live, ApiError> {
+    let mut table = state.leases.lock();
+    let owner = table
+        .live
+        .get(&id)
+        .map(|l| (l.agent.clone(), None))
+        .or_else(|| table.ended.get(&id, now).map(|((a, e), _)| (a.clone(), Some(*e))));
+    match owner {
+        None => {
+            return Err(ApiError::NotFound(format!("no lease {id}: it was never issued, or ended over a day ago")));
+        }
+        Some((owner, _)) if owner != agent => {
+            return Err(ApiError::Forbidden(format!("lease {id} belongs to another agent")));
+        }
+        Some((_, Some(Ended::Reported))) => {
+            return Err(ApiError::LeaseReported(format!("lease {id} was already reported")));
+        }
+        Some((_, Some(Ended::Expired))) => return Err(expired(id)),
+        Some((_, None)) => {}
+    }
+    // Both kinds are rate-limited: a failure may cool a profile, a success's quota headers
+    // may order it last.
+    let success = outcome == ReportOutcome::Success;
+    let leases = &state.runtime.settings().config.leases;
+    let (limit, key, kind) = match success {
+        true => (leases.success_reports_per_minute, "success_reports_per_minute", "success"),
+        false => (leases.failure_reports_per_minute, "failure_reports_per_minute", "failure"),
+    };
+    if let Err(wait) = table.count_report(agent, success, limit, now) {
+        return Err(ApiError::TooManyReports {
+            success,
+            message: format!(
+                "agent {agent} made {limit} {kind} reports this minute, its limit (leases.{key}); the lease stays valid: report it again later"
+            ),
+            retry_after: wait,
+        });
+    }
+    let live = table.remove(&id).expect("found above");
+    if now >= live.expires_at {
+        table.ended.insert(id, (live.agent.clone(), Ended::Expired), now);
+        drop(table);
+        expire_one(live, now, "the lease expired unreported");
+        return Err(expired(id));
+    }
+    table.ended.insert(id, (live.agent.clone(), Ended::Reported), now);
+    Ok(live)
+}
+
+/// The remaining quota the provider's headers reported, after an answer the upstream served or
+/// throttled (as for rota's own calls; not a missing model's). An agent's claim: its reset may
+/// order the profile last for no longer than a claimed cooldown (`cooldown.max`).
+fn record_quota(
+    runtime: &Runtime,
+    settings: &Settings,
+    attempt: &Attempt,
+    report: &Report,
+    trusted: bool,
+    now: Millis,
+) {
+    let cooldown = &settings.config.cooldown;
+    let max_wait = if trusted { cooldown.hint_max } else { cooldown.max }.as_millis() as Millis;
+    let pairs = report.headers.iter().map(|(k, v)| (k.as_str(), v.as_str()));
+    let served_or_throttled = report.outcome == ReportOutcome::Success || report.http_status == Some(429);
+    if let Some(quota) =
+        crate::engine::quota::read(pairs, &attempt.cand.model, now, max_wait).filter(|_| served_or_throttled)
+    {
+        runtime.book.record_quota(&attempt.pid, quota);
+    }
+}
+
+/// A failure report classified as the gateway classifies its own answers, with the leased
+/// secrets redacted from the agent's text and from the classification's message.
+fn classify_failure(settings: &Settings, attempt: &Attempt, report: Report, now: Millis) -> Classified {
     let secrets = attempt.cred.secrets();
     let headers: Vec<(String, String)> = report.headers.into_iter().map(|(k, v)| (k.to_ascii_lowercase(), v)).collect();
     let text = redact(report.error.as_deref().unwrap_or(""), &secrets);
@@ -468,32 +556,7 @@ async fn report(
     };
     let mut class = settings.classifier.classify(&observed, now);
     class.message = redact(&class.message, &secrets);
-    if !trusted {
-        weigh_claim(runtime, &state.upstream, &settings, &attempt, &mut class).await;
-    }
-    let verdict =
-        runtime.settle(&mut walk, &settings.config, &attempt, row, &mut class, report.http_status, true).await;
-    runtime.durable(&walk).await;
-    let reason = class.reason;
-    let recorded = Recorded { outcome: "failure".into(), reason: Some(reason.to_string()) };
-    match verdict {
-        Verdict::Stop => {
-            let status = report.http_status.unwrap_or(502);
-            walk.trail.finish(status, None, Spent::default());
-            let why = if settings.config.failover.enabled {
-                format!("{reason} does not fail over")
-            } else {
-                format!("{reason}, and failover is off (failover.enabled = false)")
-            };
-            let message = format!("{why}: {}", class.message);
-            Err(ApiError::NotRetryable { status, message, reason: Some(reason.to_string()) })
-        }
-        verdict => {
-            let wait = if let Verdict::Retry(backoff) = verdict { backoff } else { Duration::ZERO };
-            let next = issue(runtime, &state.leases, &name, settings, walk, wait).await?;
-            Ok(Json(ReportAnswer { request_id, recorded, next: Some(next) }))
-        }
-    }
+    class
 }
 
 /// An untrusted agent's report is a claim (docs/rotation.md "Evidence"): it may cool the profile on the
@@ -560,4 +623,26 @@ async fn weigh_claim(
 
 fn expired(id: Uuid) -> ApiError {
     ApiError::LeaseExpired(format!("lease {id} expired before its report (leases.ttl); no stats changed — lease again"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The credential's type, the outcome and the reason go on the wire by their names (`as_str`).
+    #[test]
+    fn the_lease_apis_enums_are_written_by_their_names() {
+        for kind in [ProfileType::OAuth, ProfileType::Token, ProfileType::ApiKey] {
+            let credential = LeasedCredential { kind, secret: "s".into(), expires_at: None };
+            let want = format!(r#"{{"type":"{}","secret":"s","expires_at":null}}"#, kind.as_str());
+            assert_eq!(serde_json::to_string(&credential).unwrap(), want);
+        }
+        let success = Recorded { outcome: ReportOutcome::Success, reason: None };
+        assert_eq!(serde_json::to_string(&success).unwrap(), r#"{"outcome":"success","reason":null}"#);
+        for reason in Reason::ALL {
+            let failure = Recorded { outcome: ReportOutcome::Failure, reason: Some(reason) };
+            let want = format!(r#"{{"outcome":"failure","reason":"{}"}}"#, reason.as_str());
+            assert_eq!(serde_json::to_string(&failure).unwrap(), want);
+        }
+    }
 }

@@ -113,15 +113,26 @@ pub async fn run(listen: &str, db: &Path) -> Result<()> {
     let absolute = std::fs::canonicalize(dir).with_context(|| format!("reading {}", dir.display()))?.join(name);
     let config_file = if dir == Path::new(".") { PathBuf::from(CONFIG_FILE) } else { dir.join(CONFIG_FILE) };
     let upstream = start_simulator().await?;
+    let (config, admin_key) = fresh_demo(&absolute, &config_file, &upstream).await?;
+    let app = App::build(config, None).await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    let signal = crate::server::shutdown_signal();
+    print_welcome(&url, &upstream, db, &config_file, &admin_key);
+    app.serve(listener, signal).await
+}
+
+/// Starts the demo afresh: the database deleted, the config file written, the simulated
+/// profiles and an admin agent stored. Returns the config and the admin agent's key.
+async fn fresh_demo(absolute: &Path, config_file: &Path, upstream: &str) -> Result<(Config, SecretString)> {
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", absolute.display()));
     }
-    std::fs::write(&config_file, config_text(&absolute, &upstream))
+    std::fs::write(config_file, config_text(absolute, upstream))
         .with_context(|| format!("writing {}", config_file.display()))?;
     // What the CLI reads with `--config rota-demo.toml` is what the demo serves (the file alone:
     // a DATABASE_URL or ROTA_* variable set for another rota does not move the demo).
-    let config = Config::from_file(&config_file).map_err(|e| anyhow::anyhow!("{}: {e}", config_file.display()))?;
-    let store = SqliteStore::open(&absolute).await.with_context(|| format!("opening {}", absolute.display()))?;
+    let config = Config::from_file(config_file).map_err(|e| anyhow::anyhow!("{}: {e}", config_file.display()))?;
+    let store = SqliteStore::open(absolute).await.with_context(|| format!("opening {}", absolute.display()))?;
     let (key, _) =
         resolve_key(&crate::store::key_anchor(&config)?, &store.secret_key_ids().await?, crate::secrets::Choice::Off)?;
     for (i, (id, secret)) in PROFILES.iter().enumerate() {
@@ -141,9 +152,12 @@ pub async fn run(listen: &str, db: &Path) -> Result<()> {
         )
         .await?;
     store.close().await;
+    Ok((config, admin_key))
+}
 
-    let app = App::build(config, None).await?;
-    let url = format!("http://{}", listener.local_addr()?);
+/// What the demo serves and how to try it: the console, the admin key (shown only now), curl
+/// commands for rotation and fallback, and the CLI against the demo's database.
+fn print_welcome(url: &str, upstream: &str, db: &Path, config_file: &Path, admin_key: &SecretString) {
     let cfg = config_file.display();
     let chat = |model: &str| {
         format!(
@@ -151,7 +165,6 @@ pub async fn run(listen: &str, db: &Path) -> Result<()> {
              -d '{{\"model\":\"{model}\",\"messages\":[{{\"role\":\"user\",\"content\":\"hi\"}}]}}' -D -"
         )
     };
-    let signal = crate::server::shutdown_signal();
     println!("rota demo listening on {url} (simulated upstreams at {upstream}, database {})", db.display());
     println!(
         "providers: alpha (keys steady, flaky: 429 every 3rd call, down: always 503), gamma (down), beta (chat completions only), claude (Anthropic's format); each key 10 requests a minute, its answers say how many are left"
@@ -181,7 +194,6 @@ pub async fn run(listen: &str, db: &Path) -> Result<()> {
     if let Some(var) = ["DATABASE_URL", "ROTA_DATABASE__URL"].into_iter().find(|v| std::env::var_os(v).is_some()) {
         println!("  (with {var} unset: it is set here, and would send these commands to another database)");
     }
-    app.serve(listener, signal).await
 }
 
 #[derive(Clone, Default)]
@@ -297,33 +309,7 @@ fn answer(key: &str, calls: u64, api: Api, body: &[u8]) -> Response {
     let message = reply(&chat, &model);
     let tool = message.get("tool_calls").is_some();
     if req.get("stream").and_then(Value::as_bool) == Some(true) {
-        let chunk = |delta: Value, finish: Value| {
-            json!({"id": "chatcmpl-sim", "object": "chat.completion.chunk", "created": 0, "model": model,
-                   "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
-        };
-        let mut delta = message.clone();
-        if let Some(calls) = delta.get_mut("tool_calls").and_then(Value::as_array_mut) {
-            calls.iter_mut().enumerate().for_each(|(i, c)| c["index"] = json!(i));
-        }
-        let usage = json!({"id": "chatcmpl-sim", "object": "chat.completion.chunk", "created": 0, "model": model,
-                           "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}});
-        let events = format!(
-            "data: {}\n\ndata: {}\n\ndata: {}\n\ndata: {usage}\n\ndata: [DONE]\n\n",
-            chunk(json!({"role": "assistant", "content": ""}), Value::Null),
-            chunk(delta, Value::Null),
-            chunk(json!({}), json!(if tool { "tool_calls" } else { "stop" })),
-        );
-        let translator = match api {
-            Api::Chat => None,
-            Api::Messages => Some(StreamTranslator::chat_to_anthropic()),
-            Api::Responses => Some(StreamTranslator::chat_to_responses()),
-        };
-        let bytes = match translator {
-            None => events.into_bytes(),
-            Some(mut t) => Splitter::default().push(events.as_bytes()).iter().flat_map(|e| t.push(e)).collect(),
-        };
-        // A whole answer in one write, as a fast server sends a short one.
-        return ([("content-type", "text/event-stream")], Body::from(bytes)).into_response();
+        return streamed(api, &model, &message, tool);
     }
     let answer = json!({"id": "chatcmpl-sim", "object": "chat.completion", "created": 0, "model": model,
         "choices": [{"index": 0, "message": message, "finish_reason": if tool { "tool_calls" } else { "stop" }}],
@@ -334,6 +320,38 @@ fn answer(key: &str, calls: u64, api: Api, body: &[u8]) -> Response {
         Api::Responses => translate::chat_answer_to_responses(&answer),
     };
     axum::Json(answer).into_response()
+}
+
+/// The simulator's answer streamed: chat completion chunks (the message whole in one), written
+/// in the format called.
+fn streamed(api: Api, model: &str, message: &Value, tool: bool) -> Response {
+    let chunk = |delta: Value, finish: Value| {
+        json!({"id": "chatcmpl-sim", "object": "chat.completion.chunk", "created": 0, "model": model,
+               "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+    };
+    let mut delta = message.clone();
+    if let Some(calls) = delta.get_mut("tool_calls").and_then(Value::as_array_mut) {
+        calls.iter_mut().enumerate().for_each(|(i, c)| c["index"] = json!(i));
+    }
+    let usage = json!({"id": "chatcmpl-sim", "object": "chat.completion.chunk", "created": 0, "model": model,
+                       "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}});
+    let events = format!(
+        "data: {}\n\ndata: {}\n\ndata: {}\n\ndata: {usage}\n\ndata: [DONE]\n\n",
+        chunk(json!({"role": "assistant", "content": ""}), Value::Null),
+        chunk(delta, Value::Null),
+        chunk(json!({}), json!(if tool { "tool_calls" } else { "stop" })),
+    );
+    let translator = match api {
+        Api::Chat => None,
+        Api::Messages => Some(StreamTranslator::chat_to_anthropic()),
+        Api::Responses => Some(StreamTranslator::chat_to_responses()),
+    };
+    let bytes = match translator {
+        None => events.into_bytes(),
+        Some(mut t) => Splitter::default().push(events.as_bytes()).iter().flat_map(|e| t.push(e)).collect(),
+    };
+    // A whole answer in one write, as a fast server sends a short one.
+    ([("content-type", "text/event-stream")], Body::from(bytes)).into_response()
 }
 
 /// What the simulated model says to a chat request: asked to `read` an absolute path and

@@ -5,7 +5,8 @@
 use crate::agents::{Agent, Limits};
 use crate::book::Roster;
 use crate::config::Config;
-use crate::engine::chain::{ChainError, ChainRequest, FallbackOverride};
+use crate::engine::Millis;
+use crate::engine::chain::{Candidate, ChainError, ChainRequest, FallbackOverride};
 use crate::secrets::{check_key, find_key_with, key_file_for};
 use crate::status::{QuotaInfo, Status};
 use crate::store::DatabaseTarget;
@@ -76,11 +77,25 @@ async fn build(config: &Config, file: Option<&Path>) -> Report {
         problems: config.problems(),
         ..Default::default()
     };
-    let mut stored_agents = Vec::new();
-    let snapshot = match crate::store::DatabaseTarget::of(config) {
+    let (snapshot, stored_agents) = read_database(config, file, &mut report).await;
+    let roster = Roster::new(&snapshot, config);
+    let now = chrono::Utc::now().timestamp_millis();
+    let mut agents: Vec<String> = config.agents.keys().cloned().collect();
+    agents.insert(0, "(default)".into());
+    for agent in agents {
+        let entry = agent_chain(config, &roster, &stored_agents, agent, now, &mut report);
+        report.agents.push(entry);
+    }
+    report
+}
+
+/// The database's profiles and agents; none when there is no database yet (with a note) or it
+/// cannot be read (with the problem).
+async fn read_database(config: &Config, file: Option<&Path>, report: &mut Report) -> (Snapshot, Vec<Agent>) {
+    match crate::store::DatabaseTarget::of(config) {
         Err(e) => {
             report.problems.extend(e.0);
-            Snapshot::default()
+            (Snapshot::default(), Vec::new())
         }
         Ok(target) if !target.exists() => {
             report.database =
@@ -88,120 +103,112 @@ async fn build(config: &Config, file: Option<&Path>) -> Report {
             if let Some(hint) = crate::config::demo_hint(file) {
                 report.notes.push(hint);
             }
-            Snapshot::default()
+            (Snapshot::default(), Vec::new())
         }
-        Ok(target) => match inspect_database(&target, config, &mut report).await {
-            Ok((s, agents)) => {
-                stored_agents = agents;
-                s
-            }
+        Ok(target) => match inspect_database(&target, config, report).await {
+            Ok(read) => read,
             Err(e) => {
                 report.problems.push(format!("database {target}: {e:#}"));
-                Snapshot::default()
+                (Snapshot::default(), Vec::new())
             }
         },
-    };
-    let roster = Roster::new(&snapshot, config);
-    let now = chrono::Utc::now().timestamp_millis();
-    let mut agents: Vec<String> = config.agents.keys().cloned().collect();
-    agents.insert(0, "(default)".into());
-    for agent in agents {
-        let fallbacks = config.agents.get(&agent).and_then(|a| a.fallbacks.as_deref());
-        let stored = stored_agents.iter().find(|a| a.name == agent && a.revoked_at.is_none());
-        let limits = match (stored, config.agents.get(&agent)) {
-            (Some(a), _) => config.agent_limits(a),
-            (None, Some(section)) => section.limits(),
-            (None, None) => Limits::default(),
-        };
-        let limits = limits.describe().is_some().then_some(limits);
-        let req = ChainRequest {
-            model: None,
-            agent_fallbacks: fallbacks,
-            fallback_override: FallbackOverride::Inherit,
-            roll: 0,
-            failover: config.failover.enabled,
-        };
-        let entry = match config.chain(&req) {
-            Ok(chain) => {
-                let formats: Vec<String> = chain
-                    .iter()
-                    .map(|c| (c, config.providers[&c.provider].api))
-                    .filter(|(_, api)| *api != crate::config::WireFormat::Openai)
-                    .map(|(c, api)| format!("{} ({})", c.label(), api.as_str()))
-                    .collect();
-                if !formats.is_empty() {
-                    report.notes.push(format!(
-                        "agent {agent}: {}: requests in another format are translated for them (docs/translation.md)",
-                        formats.join(", ")
-                    ));
-                }
-                let steps = chain
-                    .iter()
-                    .map(|c| {
-                        let slots = roster
-                            .order(config, &c.provider, &c.model, None, None, now)
-                            .map(|o| o.slots)
-                            .unwrap_or_default();
-                        let line = |id: &crate::engine::ProfileId, note: &str| {
-                            let v = &roster.views[id];
-                            let status = Status::for_model(v, &c.model, now);
-                            let quota = QuotaInfo::of(&v.stats, config.rotation.floor(), now);
-                            ProfileLine {
-                                id: id.to_string(),
-                                kind: v.kind.to_string(),
-                                display: format!("{}{note}", status.display(now)),
-                                status,
-                                quota: quota.into_iter().find(|q| q.model == c.model),
-                            }
-                        };
-                        let mut profiles: Vec<ProfileLine> = slots.iter().map(|s| line(&s.id, "")).collect();
-                        // Profiles of the provider that the order leaves out, so nobody wonders why.
-                        let mut left_out: Vec<_> = roster
-                            .views
-                            .keys()
-                            .filter(|id| id.provider() == c.provider && !slots.iter().any(|s| &s.id == *id))
-                            .collect();
-                        left_out.sort();
-                        let explicit = roster
-                            .orders
-                            .get(&c.provider)
-                            .or(config.auth.order.get(&c.provider))
-                            .is_some_and(|o| !o.is_empty());
-                        let configured = config.configured_profiles(&c.provider);
-                        profiles.extend(left_out.into_iter().map(|id| {
-                            let why = if roster.views[id].unusable(now).is_some() {
-                                ""
-                            } else if explicit {
-                                " — not in rotation: auth.order does not name it"
-                            } else if !configured.is_empty() && !configured.contains(id) {
-                                " — not in rotation: the config file declares this provider's profiles"
-                            } else {
-                                " — not in rotation"
-                            };
-                            line(id, why)
-                        }));
-                        ChainStep { model: c.label(), profiles }
-                    })
-                    .collect();
-                AgentChain { agent, limits, chain: steps, error: None }
-            }
-            Err(e) => {
-                let no_model = matches!(e, ChainError::NoModel);
-                let error = if no_model { NO_MODEL.to_string() } else { e.to_string() };
-                // Once, and not again when the config's own check already said it.
-                if !report.problems.iter().any(|p| p.contains(&error)) {
-                    report.problems.push(if no_model {
-                        error.clone()
-                    } else {
-                        format!("agent {agent}: the chain cannot be resolved: {error}")
-                    });
-                }
-                AgentChain { agent, limits, chain: vec![], error: Some(error) }
-            }
-        };
-        report.agents.push(entry);
     }
-    report
+}
+
+/// One agent's chain, profile by profile, with its limits; a chain that cannot be resolved is
+/// a problem, said once.
+fn agent_chain(
+    config: &Config,
+    roster: &Roster,
+    stored_agents: &[Agent],
+    agent: String,
+    now: Millis,
+    report: &mut Report,
+) -> AgentChain {
+    let fallbacks = config.agents.get(&agent).and_then(|a| a.fallbacks.as_deref());
+    let stored = stored_agents.iter().find(|a| a.name == agent && a.revoked_at.is_none());
+    let limits = match (stored, config.agents.get(&agent)) {
+        (Some(a), _) => config.agent_limits(a),
+        (None, Some(section)) => section.limits(),
+        (None, None) => Limits::default(),
+    };
+    let limits = limits.describe().is_some().then_some(limits);
+    let req = ChainRequest {
+        model: None,
+        agent_fallbacks: fallbacks,
+        fallback_override: FallbackOverride::Inherit,
+        roll: 0,
+        failover: config.failover.enabled,
+    };
+    match config.chain(&req) {
+        Ok(chain) => {
+            let formats: Vec<String> = chain
+                .iter()
+                .map(|c| (c, config.providers[&c.provider].api))
+                .filter(|(_, api)| *api != crate::config::WireFormat::Openai)
+                .map(|(c, api)| format!("{} ({})", c.label(), api.as_str()))
+                .collect();
+            if !formats.is_empty() {
+                report.notes.push(format!(
+                    "agent {agent}: {}: requests in another format are translated for them (docs/translation.md)",
+                    formats.join(", ")
+                ));
+            }
+            let steps = chain.iter().map(|c| chain_step(config, roster, c, now)).collect();
+            AgentChain { agent, limits, chain: steps, error: None }
+        }
+        Err(e) => {
+            let no_model = matches!(e, ChainError::NoModel);
+            let error = if no_model { NO_MODEL.to_string() } else { e.to_string() };
+            // Once, and not again when the config's own check already said it.
+            if !report.problems.iter().any(|p| p.contains(&error)) {
+                report.problems.push(if no_model {
+                    error.clone()
+                } else {
+                    format!("agent {agent}: the chain cannot be resolved: {error}")
+                });
+            }
+            AgentChain { agent, limits, chain: vec![], error: Some(error) }
+        }
+    }
+}
+
+/// One model of a chain: its provider's profiles in the order rotation tries them now, then
+/// those the order leaves out, each with why.
+fn chain_step(config: &Config, roster: &Roster, c: &Candidate, now: Millis) -> ChainStep {
+    let slots = roster.order(config, &c.provider, &c.model, None, None, now).map(|o| o.slots).unwrap_or_default();
+    let line = |id: &crate::engine::ProfileId, note: &str| {
+        let v = &roster.views[id];
+        let status = Status::for_model(v, &c.model, now);
+        let quota = QuotaInfo::of(&v.stats, config.rotation.floor(), now);
+        ProfileLine {
+            id: id.to_string(),
+            kind: v.kind.to_string(),
+            display: format!("{}{note}", status.display(now)),
+            status,
+            quota: quota.into_iter().find(|q| q.model == c.model),
+        }
+    };
+    let mut profiles: Vec<ProfileLine> = slots.iter().map(|s| line(&s.id, "")).collect();
+    // Profiles of the provider that the order leaves out, so nobody wonders why.
+    let mut left_out: Vec<_> =
+        roster.views.keys().filter(|id| id.provider() == c.provider && !slots.iter().any(|s| &s.id == *id)).collect();
+    left_out.sort();
+    let explicit = roster.orders.get(&c.provider).or(config.auth.order.get(&c.provider)).is_some_and(|o| !o.is_empty());
+    let configured = config.configured_profiles(&c.provider);
+    profiles.extend(left_out.into_iter().map(|id| {
+        let why = if roster.views[id].unusable(now).is_some() {
+            ""
+        } else if explicit {
+            " — not in rotation: auth.order does not name it"
+        } else if !configured.is_empty() && !configured.contains(id) {
+            " — not in rotation: the config file declares this provider's profiles"
+        } else {
+            " — not in rotation"
+        };
+        line(id, why)
+    }));
+    ChainStep { model: c.label(), profiles }
 }
 
 /// Opens the existing database (applying pending migrations), and checks the key against its

@@ -343,6 +343,10 @@ async fn refused_reports_change_nothing_and_say_why() {
         let (code, v) = rota.api("POST", &path, Some(&key), Some(bad.clone())).await;
         assert_eq!((code, v["error"]["type"].as_str()), (400, Some("bad_request")), "{bad}");
     }
+    // An unknown outcome: the message names the field and the values it takes.
+    let (_, v) = rota.api("POST", &path, Some(&key), Some(json!({"outcome": "maybe"}))).await;
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.contains("outcome: unknown variant `maybe`, expected `success` or `failure`"), "{message}");
     let (code, _) = rota.api("POST", &path, None, Some(ok.clone())).await;
     assert_eq!(code, 401);
     assert_eq!(stats(&rota).await, before, "refused reports change no stats");
