@@ -20,6 +20,9 @@ fn agent_days<'a>(requests: impl Iterator<Item = &'a RequestRecord>) -> BTreeMap
     days
 }
 
+/// A row of `usage_daily`: the day (UTC, `YYYY-MM-DD`), agent, provider, model and profile.
+type Day = (String, String, String, String, String);
+
 /// An audit batch's attempts summed per hour and profile, for `usage_hourly`.
 #[derive(Default)]
 struct Hourly<'a> {
@@ -149,6 +152,24 @@ where
         // `ON CONFLICT DO NOTHING`: a retried batch whose first commit did land (an I/O
         // error after the commit record was written) adds nothing twice.
         let mut tx = self.store.audit_tx().await?;
+        let hourly = Self::insert_attempts(&mut tx, attempts).await?;
+        Self::add_to_hours(&mut tx, &hourly.sums).await?;
+        Self::recount_hours(&mut tx, &hourly.recount).await?;
+        let inserted = Self::insert_requests(&mut tx, requests).await?;
+        // Each agent's day (`agent_usage`) takes the tokens and cost of its requests
+        // written now (not those of a retried batch's rows that had landed).
+        let days = agent_days(requests.iter().filter(|r| inserted.contains(&r.id)));
+        Self::add_to_agent_days(&mut tx, &days).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Inserts attempts, in chunks of the prepared shapes; the sums of those that were new, per
+    /// hour and profile.
+    async fn insert_attempts<'a>(
+        tx: &mut DB::Connection,
+        attempts: &'a [AttemptRecord],
+    ) -> Result<Hourly<'a>, StoreError> {
         let mut hourly = Hourly::default();
         for chunk in shaped(attempts) {
             let mut q = sqlx::query(S::texts().attempts.sql(chunk.len()));
@@ -177,7 +198,15 @@ where
             let inserted = q.execute(&mut *tx).await?.rows_affected();
             hourly.add(chunk, inserted);
         }
-        for ((hour, profile), [n, ok, failed, tin, tout]) in &hourly.sums {
+        Ok(hourly)
+    }
+
+    /// Adds attempts' sums to their hours' rows of `usage_hourly`.
+    async fn add_to_hours(
+        tx: &mut DB::Connection,
+        sums: &BTreeMap<(Millis, &str), [i64; 5]>,
+    ) -> Result<(), StoreError> {
+        for ((hour, profile), [n, ok, failed, tin, tout]) in sums {
             sqlx::query(
                 "INSERT INTO usage_hourly (hour, profile_id, attempts, successes, failures, tokens_in, tokens_out)
                  VALUES ($1, $2, $3, $4, $5, $6, $7)
@@ -198,7 +227,12 @@ where
             .execute(&mut *tx)
             .await?;
         }
-        for (hour, profile) in &hourly.recount {
+        Ok(())
+    }
+
+    /// Counts these hours of these profiles in `usage_hourly` again, from `attempts`.
+    async fn recount_hours(tx: &mut DB::Connection, hours: &BTreeSet<(Millis, &str)>) -> Result<(), StoreError> {
+        for (hour, profile) in hours {
             sqlx::query(
                 "INSERT INTO usage_hourly (hour, profile_id, attempts, successes, failures, tokens_in, tokens_out)
                  SELECT $1, profile_id, count(*), sum(CASE WHEN outcome = 'success' THEN 1 ELSE 0 END),
@@ -215,6 +249,14 @@ where
             .execute(&mut *tx)
             .await?;
         }
+        Ok(())
+    }
+
+    /// Inserts requests, in chunks of the prepared shapes; the ids of those that were new.
+    async fn insert_requests(
+        tx: &mut DB::Connection,
+        requests: &[RequestRecord],
+    ) -> Result<HashSet<String>, StoreError> {
         let mut inserted: HashSet<String> = HashSet::new();
         for chunk in shaped(requests) {
             let mut q = sqlx::query_scalar::<_, String>(S::texts().requests.sql(chunk.len()));
@@ -238,10 +280,15 @@ where
             }
             inserted.extend(q.fetch_all(&mut *tx).await?);
         }
-        // Each agent's day (`agent_usage`) takes the tokens and cost of its requests
-        // written now (not those of a retried batch's rows that had landed).
-        let days = agent_days(requests.iter().filter(|r| inserted.contains(&r.id)));
-        for ((agent, day), (tokens, cost)) in &days {
+        Ok(inserted)
+    }
+
+    /// Adds tokens and cost to agents' days in `agent_usage`.
+    async fn add_to_agent_days(
+        tx: &mut DB::Connection,
+        days: &BTreeMap<(&str, Millis), (i64, f64)>,
+    ) -> Result<(), StoreError> {
+        for ((agent, day), (tokens, cost)) in days {
             sqlx::query(
                 "INSERT INTO agent_usage (agent, period, period_start, tokens, cost) VALUES ($1, 'day', $2, $3, $4)
                  ON CONFLICT (agent, period, period_start) DO UPDATE SET
@@ -254,7 +301,6 @@ where
             .execute(&mut *tx)
             .await?;
         }
-        tx.commit().await?;
         Ok(())
     }
 
@@ -287,8 +333,21 @@ where
             .bind((upto + 1).min(before))
             .execute(&mut *tx)
             .await?;
-        let mut days: BTreeMap<(String, String, String, String, String), [i64; 5]> = BTreeMap::new();
-        for r in &gone {
+        Self::add_to_days(&mut tx, &Self::daily_sums(&gone)?).await?;
+        let requests = sqlx::query("DELETE FROM requests WHERE started_at <= $1 AND started_at < $2")
+            .bind(upto)
+            .bind(before)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        tx.commit().await?;
+        Ok(Pruned { attempts: gone.len() as u64, requests, more: last.is_some() })
+    }
+
+    /// Deleted attempts summed per day, agent, provider, model and profile.
+    fn daily_sums(gone: &[DB::Row]) -> Result<BTreeMap<Day, [i64; 5]>, StoreError> {
+        let mut days: BTreeMap<Day, [i64; 5]> = BTreeMap::new();
+        for r in gone {
             let day = chrono::DateTime::from_timestamp_millis(r.try_get("started_at")?)
                 .map(|t| t.format("%Y-%m-%d").to_string())
                 .unwrap_or_default();
@@ -298,7 +357,12 @@ where
             let outcome: String = r.try_get("outcome")?;
             count_attempt(days.entry(key).or_default(), &outcome, r.try_get("tokens_in")?, r.try_get("tokens_out")?);
         }
-        for ((day, agent, provider, model, profile), [n, ok, failed, tin, tout]) in &days {
+        Ok(days)
+    }
+
+    /// Adds attempts' sums to their days' rows of `usage_daily`.
+    async fn add_to_days(tx: &mut DB::Connection, days: &BTreeMap<Day, [i64; 5]>) -> Result<(), StoreError> {
+        for ((day, agent, provider, model, profile), [n, ok, failed, tin, tout]) in days {
             sqlx::query(
                 "INSERT INTO usage_daily (day, agent, provider, model, profile_id, attempts, successes, failures,
                      tokens_in, tokens_out) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
@@ -322,14 +386,7 @@ where
             .execute(&mut *tx)
             .await?;
         }
-        let requests = sqlx::query("DELETE FROM requests WHERE started_at <= $1 AND started_at < $2")
-            .bind(upto)
-            .bind(before)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-        tx.commit().await?;
-        Ok(Pruned { attempts: gone.len() as u64, requests, more: last.is_some() })
+        Ok(())
     }
 }
 
