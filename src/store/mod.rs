@@ -1,5 +1,5 @@
 //! Persistence behind one seam: the embedded SQLite store and the PostgreSQL store run the same
-//! SQL (`sql.rs`) on the same schema (`migrations/sqlite`, `migrations/postgres`).
+//! SQL (`sql/`) on the same schema (`migrations/sqlite`, `migrations/postgres`).
 
 mod copy;
 mod postgres;

@@ -1,29 +1,16 @@
 //! The PostgreSQL store, for a fleet of instances sharing one state (docs/scale.md).
 
-use super::sql::{
-    AGENT_COLUMNS, Hourly, SELECTIVE, STATS_UPDATE, STATS_UPSERT, Shapes, agent_days, attempt_filters, corrupt,
-    count_attempt, now, shaped, sql_store, stats_of, whole_hours,
-};
-use super::{
-    AgentUsage, Applied, AttemptRecord, AuditQuery, FailureWindow, FeedEntry, LimitsPatch, Origin, ProfileUsage,
-    Pruned, RequestRecord, SeriesRows, Snapshot, Store, StoreError, StoredProfile,
-};
-use crate::agents::{Agent, Limits};
-use crate::engine::quota::{Quota, Window};
-use crate::engine::{
-    Change, Cooldown, CooldownPolicy, Disabled, Millis, ModelChange, ModelCooldown, ProfileId, Reason, UsageStats,
-};
-use crate::secrets::{Sealed, SecretField};
-use async_trait::async_trait;
-use sqlx::postgres::{PgConnectOptions, PgConnection, PgListener, PgPool, PgPoolOptions, PgRow, PgSslMode};
-use sqlx::{Postgres, Row};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use super::StoreError;
+use super::sql::{Backend, Texts};
+use sqlx::Postgres;
+use sqlx::migrate::Migrator;
+use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgSslMode};
 use std::str::FromStr;
-use std::sync::OnceLock;
+use std::sync::{LazyLock, OnceLock};
 use std::time::Duration;
 use tokio::sync::watch;
 
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres");
+static MIGRATOR: Migrator = sqlx::migrate!("./migrations/postgres");
 
 /// PostgreSQL's `statement_timeout`: a statement (or a lock it waits for) that takes longer is
 /// cancelled by the server, so a stuck one frees its connection. Generous: audit listings and
@@ -87,6 +74,44 @@ impl PgStore {
     pub fn pool(&self) -> &PgPool {
         &self.pool
     }
+}
+
+async fn listen(pool: &PgPool, tx: &watch::Sender<u64>) -> Result<(), sqlx::Error> {
+    let mut listener = PgListener::connect_with(pool).await?;
+    listener.listen(CHANNEL).await?;
+    loop {
+        // `None`: the connection was lost (and is re-established by the next call); wake the
+        // reader so that it catches up on what it may have missed.
+        let _ = listener.try_recv().await?;
+        tx.send_modify(|n| *n += 1);
+        if tx.is_closed() {
+            return Ok(());
+        }
+    }
+}
+
+/// The statements of PostgreSQL's own text: the audit's INSERTs take `$N` parameters, and
+/// `json_array_elements_text` turns the JSON array of ids bound as `$1` into rows (`load_many`).
+static TEXTS: LazyLock<Texts> = LazyLock::new(|| Texts::new(true, "SELECT json_array_elements_text($1::json)"));
+
+impl Backend for PgStore {
+    type Db = Postgres;
+
+    fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    fn description(&self) -> &str {
+        &self.description
+    }
+
+    fn migrator() -> &'static Migrator {
+        &MIGRATOR
+    }
+
+    fn texts() -> &'static Texts {
+        &TEXTS
+    }
 
     /// A transaction that may change the shared state. It takes the change feed's counter row
     /// first, as every writer's trigger would at its first write: taking it up front orders
@@ -110,9 +135,6 @@ impl PgStore {
         Ok(self.pool.begin().await?)
     }
 
-    /// A receiver bumped on every `NOTIFY rota_changes`, listened to by one task per store
-    /// (started on first use). The listener reconnects by itself; a notification lost while it
-    /// does is caught up by the feed's poll.
     /// A broken PostgreSQL connection fails its next use and is replaced by the pool.
     fn write_error(&self, _: &StoreError) {}
 
@@ -141,6 +163,9 @@ impl PgStore {
         None
     }
 
+    /// A receiver bumped on every `NOTIFY rota_changes`, listened to by one task per store
+    /// (started on first use). The listener reconnects by itself; a notification lost while it
+    /// does is caught up by the feed's poll.
     fn wake_channel(&self) -> Option<watch::Receiver<u64>> {
         let rx = self.wake.get_or_init(|| {
             let (tx, rx) = watch::channel(0u64);
@@ -161,33 +186,6 @@ impl PgStore {
         Some(rx.clone())
     }
 }
-
-async fn listen(pool: &PgPool, tx: &watch::Sender<u64>) -> Result<(), sqlx::Error> {
-    let mut listener = PgListener::connect_with(pool).await?;
-    listener.listen(CHANNEL).await?;
-    loop {
-        // `None`: the connection was lost (and is re-established by the next call); wake the
-        // reader so that it catches up on what it may have missed.
-        let _ = listener.try_recv().await?;
-        tx.send_modify(|n| *n += 1);
-        if tx.is_closed() {
-            return Ok(());
-        }
-    }
-}
-
-/// The audit's INSERTs.
-static ATTEMPTS: std::sync::LazyLock<Shapes> = std::sync::LazyLock::new(|| Shapes::attempts(true));
-static REQUESTS: std::sync::LazyLock<Shapes> = std::sync::LazyLock::new(|| Shapes::requests(true));
-
-/// The ids of a JSON array bound as `$1`, as rows (`load_many`).
-static OF: std::sync::LazyLock<[String; 3]> =
-    std::sync::LazyLock::new(|| stats_of("SELECT json_array_elements_text($1::json)"));
-static STATS_OF: std::sync::LazyLock<&str> = std::sync::LazyLock::new(|| &OF[0]);
-static COOLDOWNS_OF: std::sync::LazyLock<&str> = std::sync::LazyLock::new(|| &OF[1]);
-static QUOTAS_OF: std::sync::LazyLock<&str> = std::sync::LazyLock::new(|| &OF[2]);
-
-sql_store!(PgStore, Postgres, PgRow, PgConnection);
 
 #[cfg(test)]
 mod tests {

@@ -1,31 +1,16 @@
 //! The embedded SQLite store (WAL, busy timeout, migrations applied at open).
 
-use super::sql::{
-    AGENT_COLUMNS, Hourly, SELECTIVE, STATS_UPDATE, STATS_UPSERT, Shapes, agent_days, attempt_filters, corrupt,
-    count_attempt, now, shaped, sql_store, stats_of, whole_hours,
-};
-use super::{
-    AgentUsage, Applied, AttemptRecord, AuditQuery, FailureWindow, FeedEntry, LimitsPatch, Origin, ProfileUsage,
-    Pruned, RequestRecord, SeriesRows, Snapshot, Store, StoreError, StoredProfile,
-};
-use crate::agents::{Agent, Limits};
-use crate::engine::quota::{Quota, Window};
-use crate::engine::{
-    Change, Cooldown, CooldownPolicy, Disabled, Millis, ModelChange, ModelCooldown, ProfileId, Reason, UsageStats,
-};
-use crate::secrets::{Sealed, SecretField};
-use async_trait::async_trait;
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
-};
-use sqlx::{Row, Sqlite, SqlitePool};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use super::StoreError;
+use super::sql::{Backend, Texts};
+use sqlx::migrate::Migrator;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Sqlite, SqlitePool};
 use std::path::Path;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
+static MIGRATOR: Migrator = sqlx::migrate!("./migrations/sqlite");
 
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
@@ -132,6 +117,32 @@ impl SqliteStore {
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
     }
+}
+
+/// The statements of SQLite's own text. The audit's INSERTs take `?` parameters: SQLite looks a
+/// numbered one up by walking the statement's list of names, so binding a 64-row INSERT's 1,152
+/// `$N` parameters took over half a million instructions. `json_each` turns the JSON array of
+/// ids bound as `$1` into rows (`load_many`).
+static TEXTS: LazyLock<Texts> = LazyLock::new(|| Texts::new(false, "SELECT value FROM json_each($1)"));
+
+impl Backend for SqliteStore {
+    type Db = Sqlite;
+
+    fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    fn description(&self) -> &str {
+        &self.description
+    }
+
+    fn migrator() -> &'static Migrator {
+        &MIGRATOR
+    }
+
+    fn texts() -> &'static Texts {
+        &TEXTS
+    }
 
     /// A write transaction that holds the write lock from its start (`BEGIN IMMEDIATE`): one
     /// that reads before it writes cannot fail on another connection's commit in between
@@ -203,21 +214,6 @@ impl SqliteStore {
         }
     }
 
-    /// `RESTART` (or `TRUNCATE`) on a connection of its own, waiting `RESTART_WAIT` at most for
-    /// readers; the checkpoint's outcome (busy: 0 when the log was started over).
-    async fn restart_wal(&self, truncate: bool) -> Result<i64, StoreError> {
-        let mut conn = self.pool.acquire().await?;
-        sqlx::query(sqlx::AssertSqlSafe(format!("PRAGMA busy_timeout = {}", RESTART_WAIT.as_millis())))
-            .execute(&mut *conn)
-            .await?;
-        let sql = if truncate { "PRAGMA wal_checkpoint(TRUNCATE)" } else { "PRAGMA wal_checkpoint(RESTART)" };
-        let done = sqlx::query_scalar::<_, i64>(sql).fetch_one(&mut *conn).await;
-        sqlx::query(sqlx::AssertSqlSafe(format!("PRAGMA busy_timeout = {}", BUSY_TIMEOUT.as_millis())))
-            .execute(&mut *conn)
-            .await?;
-        Ok(done?)
-    }
-
     fn longest_hold(&self) -> Option<Duration> {
         Some(Duration::from_micros(self.hold.load(Ordering::Relaxed)))
     }
@@ -242,16 +238,19 @@ impl SqliteStore {
     }
 }
 
-/// The audit's INSERTs, with `?` parameters: SQLite looks a numbered one up by walking the
-/// statement's list of names, so binding a 64-row INSERT's 1,152 `$N` parameters took over half a
-/// million instructions.
-static ATTEMPTS: std::sync::LazyLock<Shapes> = std::sync::LazyLock::new(|| Shapes::attempts(false));
-static REQUESTS: std::sync::LazyLock<Shapes> = std::sync::LazyLock::new(|| Shapes::requests(false));
-
-/// The ids of a JSON array bound as `$1`, as rows (`load_many`).
-static OF: std::sync::LazyLock<[String; 3]> = std::sync::LazyLock::new(|| stats_of("SELECT value FROM json_each($1)"));
-static STATS_OF: std::sync::LazyLock<&str> = std::sync::LazyLock::new(|| &OF[0]);
-static COOLDOWNS_OF: std::sync::LazyLock<&str> = std::sync::LazyLock::new(|| &OF[1]);
-static QUOTAS_OF: std::sync::LazyLock<&str> = std::sync::LazyLock::new(|| &OF[2]);
-
-sql_store!(SqliteStore, Sqlite, SqliteRow, SqliteConnection);
+impl SqliteStore {
+    /// `RESTART` (or `TRUNCATE`) on a connection of its own, waiting `RESTART_WAIT` at most for
+    /// readers; the checkpoint's outcome (busy: 0 when the log was started over).
+    async fn restart_wal(&self, truncate: bool) -> Result<i64, StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!("PRAGMA busy_timeout = {}", RESTART_WAIT.as_millis())))
+            .execute(&mut *conn)
+            .await?;
+        let sql = if truncate { "PRAGMA wal_checkpoint(TRUNCATE)" } else { "PRAGMA wal_checkpoint(RESTART)" };
+        let done = sqlx::query_scalar::<_, i64>(sql).fetch_one(&mut *conn).await;
+        sqlx::query(sqlx::AssertSqlSafe(format!("PRAGMA busy_timeout = {}", BUSY_TIMEOUT.as_millis())))
+            .execute(&mut *conn)
+            .await?;
+        Ok(done?)
+    }
+}

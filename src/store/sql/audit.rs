@@ -1,0 +1,410 @@
+//! The audit log written: each request's row and its attempts' (every request writes them, in
+//! batches), the hourly and daily roll-ups and the agents' day counters kept with them, and the
+//! pruning of old rows.
+
+use super::{Affected, Backend, Driver, HOUR, Sql, Value};
+use crate::engine::Millis;
+use crate::store::{AttemptRecord, Pruned, RequestRecord, StoreError};
+use sqlx::{ColumnIndex, Encode, Executor, Row, Type};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+
+/// The tokens (in and out) and cost of requests, summed per agent and UTC day (its start).
+fn agent_days<'a>(requests: impl Iterator<Item = &'a RequestRecord>) -> BTreeMap<(&'a str, Millis), (i64, f64)> {
+    let mut days: BTreeMap<(&str, Millis), (i64, f64)> = BTreeMap::new();
+    for r in requests {
+        let Some(agent) = r.agent.as_deref() else { continue };
+        let sums = days.entry((agent, crate::agents::day_start(r.started_at))).or_default();
+        sums.0 += r.tokens_in.unwrap_or(0) + r.tokens_out.unwrap_or(0);
+        sums.1 += r.cost.unwrap_or(0.0);
+    }
+    days
+}
+
+/// A row of `usage_daily`: the day (UTC, `YYYY-MM-DD`), agent, provider, model and profile.
+type Day = (String, String, String, String, String);
+
+/// An audit batch's attempts summed per hour and profile, for `usage_hourly`.
+#[derive(Default)]
+struct Hourly<'a> {
+    /// Attempts, successes, failures, tokens in and out of the rows that were inserted.
+    sums: BTreeMap<(Millis, &'a str), [i64; 5]>,
+    /// Hours to count again from `attempts`: a chunk only some of whose rows were new.
+    recount: BTreeSet<(Millis, &'a str)>,
+}
+
+impl<'a> Hourly<'a> {
+    /// A chunk of attempts of which `inserted` were new. None: a retried batch whose first
+    /// commit did land (`ON CONFLICT DO NOTHING`), already counted; all: added; some (which
+    /// ones is not known): their hours are counted again from the table.
+    fn add(&mut self, chunk: &'a [AttemptRecord], inserted: u64) {
+        if inserted == 0 {
+            return;
+        }
+        for a in chunk {
+            let Some(profile) = a.profile_id.as_deref() else { continue };
+            let key = (a.started_at.div_euclid(HOUR) * HOUR, profile);
+            if inserted < chunk.len() as u64 {
+                self.recount.insert(key);
+                continue;
+            }
+            count_attempt(self.sums.entry(key).or_default(), &a.outcome, a.tokens_in, a.tokens_out);
+        }
+    }
+}
+
+/// Adds one attempt to a roll-up's attempts, successes, failures, tokens in and out.
+fn count_attempt(sums: &mut [i64; 5], outcome: &str, tokens_in: Option<i64>, tokens_out: Option<i64>) {
+    sums[0] += 1;
+    sums[1] += i64::from(outcome == "success");
+    sums[2] += i64::from(outcome == "failure");
+    sums[3] += tokens_in.unwrap_or(0);
+    sums[4] += tokens_out.unwrap_or(0);
+}
+
+/// The row counts of the audit's multi-row INSERTs, largest first.
+const SHAPES: [usize; 3] = [64, 8, 1];
+
+/// `rows` cut into chunks whose lengths are among [`SHAPES`], the largest that fits first.
+fn shaped<T>(mut rows: &[T]) -> impl Iterator<Item = &[T]> {
+    std::iter::from_fn(move || {
+        let n = SHAPES.into_iter().find(|&n| rows.len() >= n)?;
+        let (chunk, rest) = rows.split_at(n);
+        rows = rest;
+        Some(chunk)
+    })
+}
+
+/// `INSERT INTO {table} VALUES (…), … ON CONFLICT DO NOTHING`, one text per shape.
+pub(super) struct Shapes([String; SHAPES.len()]);
+
+impl Shapes {
+    /// The attempts table's INSERTs; `numbered`: `$N` parameters, else `?`.
+    pub(super) fn attempts(numbered: bool) -> Shapes {
+        Shapes::new(
+            "attempts (request_id, seq, kind, agent, provider, model, profile_id, started_at, duration_ms, ttfb_ms,
+             http_status, outcome, reason, retry_after_ms, cooldown_until, error, tokens_in, tokens_out, cost)",
+            19,
+            numbered,
+        )
+    }
+
+    /// The requests table's INSERTs.
+    pub(super) fn requests(numbered: bool) -> Shapes {
+        Shapes::new(
+            "requests (id, agent, api, requested_model, served_model, served_profile, status, attempts, started_at,
+             duration_ms, stream, tokens_in, tokens_out, error, cost)",
+            15,
+            numbered,
+        )
+        .returning("id")
+    }
+
+    fn new(table: &str, columns: usize, numbered: bool) -> Shapes {
+        Shapes(SHAPES.map(|rows| {
+            let values: Vec<String> = (0..rows)
+                .map(|r| {
+                    let row: Vec<String> = (1..=columns)
+                        .map(|c| if numbered { format!("${}", r * columns + c) } else { "?".to_string() })
+                        .collect();
+                    format!("({})", row.join(", "))
+                })
+                .collect();
+            format!("INSERT INTO {table} VALUES {} ON CONFLICT DO NOTHING", values.join(", "))
+        }))
+    }
+
+    /// The same INSERTs answering with `column` of each row they inserted.
+    fn returning(self, column: &str) -> Shapes {
+        Shapes(self.0.map(|sql| format!("{sql} RETURNING {column}")))
+    }
+
+    fn sql(&self, rows: usize) -> &str {
+        &self.0[SHAPES.iter().position(|&n| n == rows).expect("a chunk of shaped()")]
+    }
+}
+
+impl<S, DB> Sql<'_, S>
+where
+    S: Backend<Db = DB>,
+    DB: Driver,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'n> &'n str: ColumnIndex<DB::Row> + Encode<'n, DB> + Type<DB>,
+    for<'n> Option<&'n str>: Encode<'n, DB>,
+    usize: ColumnIndex<DB::Row>,
+    bool: Value<DB>,
+    i64: Value<DB>,
+    f64: Value<DB>,
+    String: Value<DB>,
+    Vec<u8>: Value<DB>,
+    Option<i64>: Value<DB>,
+    Option<f64>: Value<DB>,
+    Option<String>: Value<DB>,
+{
+    pub(super) async fn insert_audit(
+        &self,
+        requests: &[RequestRecord],
+        attempts: &[AttemptRecord],
+    ) -> Result<(), StoreError> {
+        // Multi-row INSERTs of 64, 8 or 1 rows (`shaped`): few statements a batch, since each
+        // is a round trip to the SQLite worker thread, and only three SQL texts a table, each
+        // parsed once and kept in the connection's statement cache. (A text per batch size
+        // was parsed anew for every batch: a third of the audit's cost at low load.)
+        // `ON CONFLICT DO NOTHING`: a retried batch whose first commit did land (an I/O
+        // error after the commit record was written) adds nothing twice.
+        let mut tx = self.store.audit_tx().await?;
+        let hourly = Self::insert_attempts(&mut tx, attempts).await?;
+        Self::add_to_hours(&mut tx, &hourly.sums).await?;
+        Self::recount_hours(&mut tx, &hourly.recount).await?;
+        let inserted = Self::insert_requests(&mut tx, requests).await?;
+        // Each agent's day (`agent_usage`) takes the tokens and cost of its requests
+        // written now (not those of a retried batch's rows that had landed).
+        let days = agent_days(requests.iter().filter(|r| inserted.contains(&r.id)));
+        Self::add_to_agent_days(&mut tx, &days).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Inserts attempts, in chunks of the prepared shapes; the sums of those that were new, per
+    /// hour and profile.
+    async fn insert_attempts<'a>(
+        tx: &mut DB::Connection,
+        attempts: &'a [AttemptRecord],
+    ) -> Result<Hourly<'a>, StoreError> {
+        let mut hourly = Hourly::default();
+        for chunk in shaped(attempts) {
+            let mut q = sqlx::query(S::texts().attempts.sql(chunk.len()));
+            for a in chunk {
+                q = q
+                    .bind(&a.request_id)
+                    .bind(a.seq)
+                    .bind(&a.kind)
+                    .bind(&a.agent)
+                    .bind(&a.provider)
+                    .bind(&a.model)
+                    .bind(&a.profile_id)
+                    .bind(a.started_at)
+                    .bind(a.duration_ms)
+                    .bind(a.ttfb_ms)
+                    .bind(a.http_status)
+                    .bind(&a.outcome)
+                    .bind(&a.reason)
+                    .bind(a.retry_after_ms)
+                    .bind(a.cooldown_until)
+                    .bind(&a.error)
+                    .bind(a.tokens_in)
+                    .bind(a.tokens_out)
+                    .bind(a.cost);
+            }
+            let inserted = q.execute(&mut *tx).await?.rows_affected();
+            hourly.add(chunk, inserted);
+        }
+        Ok(hourly)
+    }
+
+    /// Adds attempts' sums to their hours' rows of `usage_hourly`.
+    async fn add_to_hours(
+        tx: &mut DB::Connection,
+        sums: &BTreeMap<(Millis, &str), [i64; 5]>,
+    ) -> Result<(), StoreError> {
+        for ((hour, profile), [n, ok, failed, tin, tout]) in sums {
+            sqlx::query(
+                "INSERT INTO usage_hourly (hour, profile_id, attempts, successes, failures, tokens_in, tokens_out)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)
+                 ON CONFLICT (hour, profile_id) DO UPDATE SET
+                     attempts = usage_hourly.attempts + excluded.attempts,
+                     successes = usage_hourly.successes + excluded.successes,
+                     failures = usage_hourly.failures + excluded.failures,
+                     tokens_in = usage_hourly.tokens_in + excluded.tokens_in,
+                     tokens_out = usage_hourly.tokens_out + excluded.tokens_out",
+            )
+            .bind(hour)
+            .bind(profile)
+            .bind(n)
+            .bind(ok)
+            .bind(failed)
+            .bind(tin)
+            .bind(tout)
+            .execute(&mut *tx)
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Counts these hours of these profiles in `usage_hourly` again, from `attempts`.
+    async fn recount_hours(tx: &mut DB::Connection, hours: &BTreeSet<(Millis, &str)>) -> Result<(), StoreError> {
+        for (hour, profile) in hours {
+            sqlx::query(
+                "INSERT INTO usage_hourly (hour, profile_id, attempts, successes, failures, tokens_in, tokens_out)
+                 SELECT $1, profile_id, count(*), sum(CASE WHEN outcome = 'success' THEN 1 ELSE 0 END),
+                        sum(CASE WHEN outcome = 'failure' THEN 1 ELSE 0 END), coalesce(sum(tokens_in), 0),
+                        coalesce(sum(tokens_out), 0)
+                 FROM attempts WHERE started_at >= $1 AND started_at < $1 + 3600000 AND profile_id = $2
+                 GROUP BY profile_id
+                 ON CONFLICT (hour, profile_id) DO UPDATE SET attempts = excluded.attempts,
+                     successes = excluded.successes, failures = excluded.failures,
+                     tokens_in = excluded.tokens_in, tokens_out = excluded.tokens_out",
+            )
+            .bind(hour)
+            .bind(profile)
+            .execute(&mut *tx)
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Inserts requests, in chunks of the prepared shapes; the ids of those that were new.
+    async fn insert_requests(
+        tx: &mut DB::Connection,
+        requests: &[RequestRecord],
+    ) -> Result<HashSet<String>, StoreError> {
+        let mut inserted: HashSet<String> = HashSet::new();
+        for chunk in shaped(requests) {
+            let mut q = sqlx::query_scalar::<_, String>(S::texts().requests.sql(chunk.len()));
+            for r in chunk {
+                q = q
+                    .bind(&r.id)
+                    .bind(&r.agent)
+                    .bind(&r.api)
+                    .bind(&r.requested_model)
+                    .bind(&r.served_model)
+                    .bind(&r.served_profile)
+                    .bind(r.status)
+                    .bind(r.attempts)
+                    .bind(r.started_at)
+                    .bind(r.duration_ms)
+                    .bind(r.stream)
+                    .bind(r.tokens_in)
+                    .bind(r.tokens_out)
+                    .bind(&r.error)
+                    .bind(r.cost);
+            }
+            inserted.extend(q.fetch_all(&mut *tx).await?);
+        }
+        Ok(inserted)
+    }
+
+    /// Adds tokens and cost to agents' days in `agent_usage`.
+    async fn add_to_agent_days(
+        tx: &mut DB::Connection,
+        days: &BTreeMap<(&str, Millis), (i64, f64)>,
+    ) -> Result<(), StoreError> {
+        for ((agent, day), (tokens, cost)) in days {
+            sqlx::query(
+                "INSERT INTO agent_usage (agent, period, period_start, tokens, cost) VALUES ($1, 'day', $2, $3, $4)
+                 ON CONFLICT (agent, period, period_start) DO UPDATE SET
+                     tokens = agent_usage.tokens + excluded.tokens, cost = agent_usage.cost + excluded.cost",
+            )
+            .bind(*agent)
+            .bind(day)
+            .bind(tokens)
+            .bind(cost)
+            .execute(&mut *tx)
+            .await?;
+        }
+        Ok(())
+    }
+
+    pub(super) async fn newest_audit(&self) -> Result<Option<Millis>, StoreError> {
+        let mut conn = self.store.pool().acquire().await?;
+        Ok(sqlx::query_scalar("SELECT max(started_at) FROM requests").fetch_one(&mut *conn).await?)
+    }
+
+    pub(super) async fn prune_audit(&self, before: Millis, batch: usize) -> Result<Pruned, StoreError> {
+        let mut tx = self.store.audit_tx().await?;
+        // The batch ends at the `batch`-th oldest attempt (all of its millisecond go too).
+        let last: Option<i64> = sqlx::query_scalar(
+            "SELECT started_at FROM attempts WHERE started_at < $1 ORDER BY started_at LIMIT 1 OFFSET $2",
+        )
+        .bind(before)
+        .bind(batch as i64 - 1)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let upto = last.unwrap_or(before - 1);
+        let gone = sqlx::query(
+            "DELETE FROM attempts WHERE started_at <= $1 AND started_at < $2
+             RETURNING started_at, agent, provider, model, profile_id, outcome, tokens_in, tokens_out",
+        )
+        .bind(upto)
+        .bind(before)
+        .fetch_all(&mut *tx)
+        .await?;
+        // The hours whose attempts are all gone now (usage_daily keeps their sums).
+        sqlx::query("DELETE FROM usage_hourly WHERE hour + 3600000 <= $1")
+            .bind((upto + 1).min(before))
+            .execute(&mut *tx)
+            .await?;
+        Self::add_to_days(&mut tx, &Self::daily_sums(&gone)?).await?;
+        let requests = sqlx::query("DELETE FROM requests WHERE started_at <= $1 AND started_at < $2")
+            .bind(upto)
+            .bind(before)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        tx.commit().await?;
+        Ok(Pruned { attempts: gone.len() as u64, requests, more: last.is_some() })
+    }
+
+    /// Deleted attempts summed per day, agent, provider, model and profile.
+    fn daily_sums(gone: &[DB::Row]) -> Result<BTreeMap<Day, [i64; 5]>, StoreError> {
+        let mut days: BTreeMap<Day, [i64; 5]> = BTreeMap::new();
+        for r in gone {
+            let day = chrono::DateTime::from_timestamp_millis(r.try_get("started_at")?)
+                .map(|t| t.format("%Y-%m-%d").to_string())
+                .unwrap_or_default();
+            let text =
+                |c: &str| -> Result<String, sqlx::Error> { Ok(r.try_get::<Option<String>, _>(c)?.unwrap_or_default()) };
+            let key = (day, text("agent")?, text("provider")?, text("model")?, text("profile_id")?);
+            let outcome: String = r.try_get("outcome")?;
+            count_attempt(days.entry(key).or_default(), &outcome, r.try_get("tokens_in")?, r.try_get("tokens_out")?);
+        }
+        Ok(days)
+    }
+
+    /// Adds attempts' sums to their days' rows of `usage_daily`.
+    async fn add_to_days(tx: &mut DB::Connection, days: &BTreeMap<Day, [i64; 5]>) -> Result<(), StoreError> {
+        for ((day, agent, provider, model, profile), [n, ok, failed, tin, tout]) in days {
+            sqlx::query(
+                "INSERT INTO usage_daily (day, agent, provider, model, profile_id, attempts, successes, failures,
+                     tokens_in, tokens_out) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+                 ON CONFLICT (day, agent, provider, model, profile_id) DO UPDATE SET
+                     attempts = usage_daily.attempts + excluded.attempts,
+                     successes = usage_daily.successes + excluded.successes,
+                     failures = usage_daily.failures + excluded.failures,
+                     tokens_in = usage_daily.tokens_in + excluded.tokens_in,
+                     tokens_out = usage_daily.tokens_out + excluded.tokens_out",
+            )
+            .bind(day)
+            .bind(agent)
+            .bind(provider)
+            .bind(model)
+            .bind(profile)
+            .bind(n)
+            .bind(ok)
+            .bind(failed)
+            .bind(tin)
+            .bind(tout)
+            .execute(&mut *tx)
+            .await?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_are_cut_into_the_prepared_shapes() {
+        let rows: Vec<usize> = (0..147).collect();
+        let lens: Vec<usize> = shaped(&rows).map(<[usize]>::len).collect();
+        assert_eq!(lens, [64, 64, 8, 8, 1, 1, 1]);
+        assert_eq!(shaped(&rows).flatten().copied().collect::<Vec<_>>(), rows);
+        assert_eq!(shaped::<usize>(&[]).count(), 0);
+        let s = Shapes::new("t (a, b)", 2, true);
+        assert_eq!(s.sql(1), "INSERT INTO t (a, b) VALUES ($1, $2) ON CONFLICT DO NOTHING");
+        assert!(s.sql(8).ends_with("($15, $16) ON CONFLICT DO NOTHING"));
+        assert!(s.sql(64).contains("($127, $128)"));
+        assert!(Shapes::new("t (a, b)", 2, false).sql(8).ends_with("(?, ?), (?, ?) ON CONFLICT DO NOTHING"));
+    }
+}

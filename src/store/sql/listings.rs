@@ -1,0 +1,249 @@
+//! The audit log read: its listings (`GET /api/v1/attempts`, `/requests`), the usage per profile
+//! and per time bucket, and the windows failures put profiles in.
+
+use super::{Backend, Driver, HOUR, Sql, Value};
+use crate::engine::Millis;
+use crate::store::{AttemptRecord, AuditQuery, FailureWindow, ProfileUsage, RequestRecord, SeriesRows, StoreError};
+use sqlx::{ColumnIndex, Encode, Executor, Type};
+
+/// Fewer matching attempts than this, and a requests listing filtered on attempts looks its
+/// requests up from them; more, and it walks the requests (see `requests`).
+const SELECTIVE: i64 = 5_000;
+
+/// The filters of an audit query on attempt columns: profile, provider, model, reason, outcome.
+fn attempt_filters(q: &AuditQuery) -> [(&'static str, &Option<String>); 5] {
+    [
+        ("profile_id", &q.profile),
+        ("provider", &q.provider),
+        ("model", &q.model),
+        ("reason", &q.reason),
+        ("outcome", &q.outcome),
+    ]
+}
+
+/// The whole hours in `[since, until)`, as `[first, last)`: empty (`first == last == until`)
+/// when there is none.
+fn whole_hours(since: Millis, until: Millis) -> (Millis, Millis) {
+    let first = (since + HOUR - 1).div_euclid(HOUR) * HOUR;
+    let last = until.div_euclid(HOUR) * HOUR;
+    if first < last { (first, last) } else { (until, until) }
+}
+
+impl<S, DB> Sql<'_, S>
+where
+    S: Backend<Db = DB>,
+    DB: Driver,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'n> &'n str: ColumnIndex<DB::Row> + Encode<'n, DB> + Type<DB>,
+    for<'n> Option<&'n str>: Encode<'n, DB>,
+    usize: ColumnIndex<DB::Row>,
+    bool: Value<DB>,
+    i64: Value<DB>,
+    f64: Value<DB>,
+    String: Value<DB>,
+    Vec<u8>: Value<DB>,
+    Option<i64>: Value<DB>,
+    Option<f64>: Value<DB>,
+    Option<String>: Value<DB>,
+{
+    /// `AND column = value` for each filter given: only those, so that each can seek its index
+    /// (a `($n IS NULL OR column = $n)` term can use none: the listing scanned and sorted
+    /// every attempt).
+    fn push_equal(qb: &mut sqlx::QueryBuilder<DB>, filters: &[(&str, &Option<String>)]) {
+        for (column, value) in filters {
+            if let Some(v) = value {
+                qb.push(format_args!(" AND {column} = ")).push_bind(v.clone());
+            }
+        }
+    }
+
+    /// An audit listing's own filters: agent, request id (`id`: the table's column), time.
+    fn push_filters(qb: &mut sqlx::QueryBuilder<DB>, q: &AuditQuery, id: &str) {
+        Self::push_equal(qb, &[("agent", &q.agent), (id, &q.request_id)]);
+        if let Some(since) = q.since {
+            qb.push(" AND started_at >= ").push_bind(since);
+        }
+        if let Some(until) = q.until {
+            qb.push(" AND started_at < ").push_bind(until);
+        }
+    }
+
+    pub(super) async fn attempts(&self, q: &AuditQuery) -> Result<Vec<AttemptRecord>, StoreError> {
+        let mut qb = sqlx::QueryBuilder::new(
+            "SELECT request_id, seq, kind, agent, provider, model, profile_id, started_at, duration_ms, ttfb_ms,
+                    http_status, outcome, reason, retry_after_ms, cooldown_until, error, tokens_in, tokens_out,
+                    cost
+             FROM attempts WHERE TRUE",
+        );
+        Self::push_filters(&mut qb, q, "request_id");
+        Self::push_equal(&mut qb, &attempt_filters(q));
+        if let Some((t, id, seq)) = &q.after {
+            // The plain bound first: the row comparison alone seeks no index.
+            qb.push(" AND started_at <= ").push_bind(*t);
+            qb.push(" AND (started_at, request_id, seq) < (").push_bind(*t).push(", ").push_bind(id.clone());
+            qb.push(", ").push_bind(*seq).push(")");
+        }
+        qb.push(" ORDER BY started_at DESC, request_id DESC, seq DESC LIMIT ").push_bind(i64::from(q.limit));
+        Ok(qb.build_query_as::<AttemptRecord>().fetch_all(self.store.pool()).await?)
+    }
+
+    pub(super) async fn requests(&self, q: &AuditQuery) -> Result<Vec<RequestRecord>, StoreError> {
+        let mut qb = sqlx::QueryBuilder::new(
+            "SELECT id, agent, api, requested_model, served_model, served_profile, status, attempts, started_at,
+                    duration_ms, stream, tokens_in, tokens_out, error, cost
+             FROM requests r WHERE TRUE",
+        );
+        Self::push_filters(&mut qb, q, "id");
+        if let Some((t, id, _)) = &q.after {
+            qb.push(" AND started_at <= ").push_bind(*t);
+            qb.push(" AND (started_at, id) < (").push_bind(*t).push(", ").push_bind(id.clone()).push(")");
+        }
+        let of_attempts = attempt_filters(q);
+        if of_attempts.iter().any(|(_, v)| v.is_some()) {
+            // Few matching attempts: the requests are looked up from them (each filter has
+            // its index). Many: the requests are walked newest first, each one's attempts
+            // looked up by request id, and the page fills fast. (Either way alone took
+            // seconds at millions of rows: walking every request for a value no attempt
+            // has, or gathering and sorting hundreds of thousands of matches.)
+            let mut count = sqlx::QueryBuilder::new("SELECT count(*) FROM (SELECT 1 FROM attempts WHERE TRUE");
+            Self::push_equal(&mut count, &of_attempts);
+            count.push(" LIMIT ").push_bind(SELECTIVE).push(") n");
+            let matching: i64 = count.build_query_scalar().fetch_one(self.store.pool()).await?;
+            if matching < SELECTIVE {
+                qb.push(" AND id IN (SELECT request_id FROM attempts WHERE TRUE");
+                Self::push_equal(&mut qb, &of_attempts);
+                qb.push(")");
+            } else {
+                // Kept as `($n IS NULL OR …)` on purpose: so written, the planner looks
+                // the request's attempts up by request id; with a plain
+                // `a.profile_id = $n` it walked the filter's index instead.
+                qb.push(" AND EXISTS (SELECT 1 FROM attempts a WHERE a.request_id = r.id");
+                for (column, value) in of_attempts {
+                    qb.push(" AND (").push_bind(value.clone());
+                    qb.push(format_args!(" IS NULL OR a.{column} = ")).push_bind(value.clone()).push(")");
+                }
+                qb.push(")");
+            }
+        }
+        qb.push(" ORDER BY started_at DESC, id DESC LIMIT ").push_bind(i64::from(q.limit));
+        Ok(qb.build_query_as::<RequestRecord>().fetch_all(self.store.pool()).await?)
+    }
+
+    pub(super) async fn usage(&self, since: Millis, until: Millis) -> Result<Vec<ProfileUsage>, StoreError> {
+        // Whole hours from usage_hourly, the partial ones at either end from attempts.
+        let (first, last) = whole_hours(since, until);
+        let rows = sqlx::query_as::<_, ProfileUsage>(
+            "SELECT profile_id, CAST(sum(attempts) AS BIGINT) AS attempts,
+                    CAST(sum(successes) AS BIGINT) AS successes, CAST(sum(failures) AS BIGINT) AS failures,
+                    CAST(sum(tokens_in) AS BIGINT) AS tokens_in, CAST(sum(tokens_out) AS BIGINT) AS tokens_out
+             FROM (
+                 SELECT profile_id, attempts, successes, failures, tokens_in, tokens_out
+                 FROM usage_hourly WHERE hour >= $3 AND hour < $4
+                 UNION ALL
+                 SELECT profile_id, 1, CASE WHEN outcome = 'success' THEN 1 ELSE 0 END,
+                        CASE WHEN outcome = 'failure' THEN 1 ELSE 0 END, coalesce(tokens_in, 0),
+                        coalesce(tokens_out, 0)
+                 FROM attempts
+                 WHERE profile_id IS NOT NULL
+                   AND ((started_at >= $1 AND started_at < $3) OR (started_at >= $4 AND started_at < $2))
+             ) u
+             GROUP BY profile_id ORDER BY profile_id",
+        )
+        .bind(since)
+        .bind(until)
+        .bind(first)
+        .bind(last)
+        .fetch_all(self.store.pool())
+        .await?;
+        Ok(rows)
+    }
+
+    pub(super) async fn usage_series(
+        &self,
+        since: Millis,
+        until: Millis,
+        step: Millis,
+    ) -> Result<SeriesRows, StoreError> {
+        // One pass over the range of attempts_listing (started_at first) and one over
+        // requests_started; the buckets are grouped in the database.
+        let attempts = sqlx::query_as::<_, (i64, String, String, Option<String>, i64)>(
+            "SELECT CAST((started_at - $1) / $3 AS BIGINT) AS bucket, provider, outcome, reason,
+                    CAST(count(*) AS BIGINT) AS n
+             FROM attempts WHERE started_at >= $1 AND started_at < $2
+             GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4",
+        )
+        .bind(since)
+        .bind(until)
+        .bind(step)
+        .fetch_all(self.store.pool())
+        .await?;
+        let requests = sqlx::query_as::<_, (i64, String, i64)>(
+            "SELECT CAST((started_at - $1) / $3 AS BIGINT) AS bucket,
+                    CASE WHEN attempts = 0 THEN 'refused'
+                         WHEN status >= 200 AND status < 300 THEN 'served'
+                         ELSE 'failed' END AS outcome,
+                    CAST(count(*) AS BIGINT) AS n
+             FROM requests WHERE started_at >= $1 AND started_at < $2
+             GROUP BY 1, 2 ORDER BY 1, 2",
+        )
+        .bind(since)
+        .bind(until)
+        .bind(step)
+        .fetch_all(self.store.pool())
+        .await?;
+        Ok(SeriesRows { attempts, requests })
+    }
+
+    pub(super) async fn failure_windows(
+        &self,
+        (far, near): (Millis, Millis),
+        since: Millis,
+        until: Millis,
+    ) -> Result<Vec<FailureWindow>, StoreError> {
+        // The failures from `near` on through attempts_outcome (outcome, started_at); the
+        // disabling ones from `far` to `near` through attempts_reason (reason,
+        // started_at); each one's next success through attempts_profile (profile_id,
+        // started_at), walked in order and stopped at the first (a cooling profile is
+        // rarely called). Sorted by the caller.
+        Ok(sqlx::query_as::<_, FailureWindow>(
+            "SELECT w.profile_id, w.started_at, w.duration_ms, w.reason, w.cooldown_until,
+                    (SELECT s.started_at FROM attempts s
+                     WHERE s.profile_id = w.profile_id AND s.started_at > w.started_at
+                       AND s.started_at < CASE WHEN w.cooldown_until IS NULL OR w.cooldown_until > $4
+                                               THEN $4 ELSE w.cooldown_until END
+                       AND s.outcome = 'success'
+                     ORDER BY s.started_at LIMIT 1) AS next_success
+             FROM (
+                 SELECT profile_id, started_at, duration_ms, reason, cooldown_until FROM attempts
+                 WHERE outcome = 'failure' AND started_at >= $2 AND started_at < $4 AND profile_id IS NOT NULL
+                   AND (cooldown_until > $3 OR (cooldown_until IS NULL AND reason = 'auth_permanent'))
+                 UNION ALL
+                 SELECT profile_id, started_at, duration_ms, reason, cooldown_until FROM attempts
+                 WHERE reason IN ('billing', 'auth_permanent') AND started_at >= $1 AND started_at < $2
+                   AND started_at < $4 AND outcome = 'failure' AND profile_id IS NOT NULL
+                   AND (cooldown_until > $3 OR (cooldown_until IS NULL AND reason = 'auth_permanent'))
+             ) w",
+        )
+        .bind(far)
+        .bind(near)
+        .bind(since)
+        .bind(until)
+        .fetch_all(self.store.pool())
+        .await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_window_splits_into_its_whole_hours_and_the_parts_at_its_ends() {
+        let h = HOUR;
+        assert_eq!(whole_hours(0, 3 * h), (0, 3 * h));
+        assert_eq!(whole_hours(1, 3 * h - 1), (h, 2 * h));
+        assert_eq!(whole_hours(h + 5, 2 * h - 5), (2 * h - 5, 2 * h - 5), "no whole hour");
+        assert_eq!(whole_hours(h + 5, 2 * h), (2 * h, 2 * h), "no whole hour, ending on one");
+        assert_eq!(whole_hours(-h - 1, 0), (-h, 0));
+    }
+}
