@@ -154,10 +154,11 @@ fn nothing_in_the_repository_points_outside_it() {
         for entry in std::fs::read_dir(&dir).unwrap() {
             let path = entry.unwrap().path();
             let name = path.file_name().unwrap().to_string_lossy().to_string();
+            if skip.contains(&name.as_str()) {
+                continue; // `.git` is a file in a worktree
+            }
             if path.is_dir() {
-                if !skip.contains(&name.as_str()) {
-                    dirs.push(path);
-                }
+                dirs.push(path);
                 continue;
             }
             let Ok(text) = std::fs::read_to_string(&path) else { continue }; // not text
