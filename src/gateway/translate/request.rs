@@ -71,51 +71,7 @@ fn push_message(out: &mut Vec<Value>, role: &str, mut blocks: Vec<Value>) {
 pub fn chat_to_messages(req: &Map<String, Value>) -> Result<Translated, Untranslatable> {
     let mut out = Map::new();
     let mut dropped = Vec::new();
-    let mut system: Vec<String> = Vec::new();
-    let mut messages: Vec<Value> = Vec::new();
-    for m in req.get("messages").and_then(Value::as_array).into_iter().flatten() {
-        let role = m.get("role").and_then(Value::as_str).unwrap_or("");
-        let content = m.get("content").unwrap_or(&Value::Null);
-        match role {
-            "system" | "developer" => system.push(text_of(content)),
-            "user" => {
-                let blocks = match content {
-                    Value::String(s) => vec![json!({"type": "text", "text": s})],
-                    Value::Array(parts) => parts.iter().map(chat_part_to_block).collect::<Result<_, _>>()?,
-                    _ => vec![],
-                };
-                push_message(&mut messages, "user", blocks);
-            }
-            "assistant" => {
-                let mut blocks = Vec::new();
-                let text = text_of(content);
-                if !text.is_empty() {
-                    blocks.push(json!({"type": "text", "text": text}));
-                }
-                for call in m.get("tool_calls").and_then(Value::as_array).into_iter().flatten() {
-                    let args = call.pointer("/function/arguments").and_then(Value::as_str).unwrap_or("{}");
-                    let input: Value = serde_json::from_str(if args.trim().is_empty() { "{}" } else { args })
-                        .map_err(|e| Untranslatable(format!("tool call arguments are not JSON: {e}")))?;
-                    blocks.push(json!({
-                        "type": "tool_use",
-                        "id": call.get("id").cloned().unwrap_or(json!("")),
-                        "name": call.pointer("/function/name").cloned().unwrap_or(json!("")),
-                        "input": input,
-                    }));
-                }
-                push_message(&mut messages, "assistant", blocks);
-            }
-            "tool" => {
-                let block = json!({
-                    "type": "tool_result",
-                    "tool_use_id": m.get("tool_call_id").cloned().unwrap_or(json!("")),
-                    "content": text_of(content),
-                });
-                push_message(&mut messages, "user", vec![block]);
-            }
-            other => return fail(format!("message role {other:?} has no Anthropic counterpart")),
-        }
-    }
+    let (system, messages) = chat_messages_to_anthropic(req)?;
     if !system.is_empty() {
         out.insert("system".into(), json!(system.join("\n\n")));
     }
@@ -144,36 +100,10 @@ pub fn chat_to_messages(req: &Map<String, Value>) -> Result<Translated, Untransl
                 out.insert("metadata".into(), json!({"user_id": value}));
             }
             "tools" => {
-                let tools: Vec<Value> = value
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|t| {
-                        let f = t.get("function").unwrap_or(t);
-                        let mut tool = json!({"name": f.get("name").cloned().unwrap_or(json!("")),
-                                              "input_schema": f.get("parameters").cloned().unwrap_or(json!({"type": "object"}))});
-                        if let Some(d) = f.get("description") {
-                            tool["description"] = d.clone();
-                        }
-                        tool
-                    })
-                    .collect();
-                out.insert("tools".into(), Value::Array(tools));
+                out.insert("tools".into(), Value::Array(tools_to_anthropic(value)));
             }
             "tool_choice" => {
-                let mut choice = match value {
-                    Value::String(s) if s == "auto" => json!({"type": "auto"}),
-                    Value::String(s) if s == "required" => json!({"type": "any"}),
-                    Value::String(s) if s == "none" => json!({"type": "none"}),
-                    Value::Object(o) => {
-                        json!({"type": "tool", "name": o.get("function").and_then(|f| f.get("name")).cloned().unwrap_or(json!(""))})
-                    }
-                    other => return fail(format!("tool_choice {other} has no Anthropic counterpart")),
-                };
-                if req.get("parallel_tool_calls") == Some(&json!(false)) && choice["type"] != "none" {
-                    choice["disable_parallel_tool_use"] = json!(true);
-                }
-                out.insert("tool_choice".into(), choice);
+                out.insert("tool_choice".into(), tool_choice_to_anthropic(value, req)?);
             }
             "parallel_tool_calls" if !req.contains_key("tool_choice") && value == &json!(false) => {
                 out.insert("tool_choice".into(), json!({"type": "auto", "disable_parallel_tool_use": true}));
@@ -193,6 +123,96 @@ pub fn chat_to_messages(req: &Map<String, Value>) -> Result<Translated, Untransl
         }
     }
     Ok(Translated { body: out, dropped })
+}
+
+/// A chat request's messages as Anthropic's: the system and developer messages' texts (the
+/// `system` prompt), and the conversation, a tool's result in a user turn.
+fn chat_messages_to_anthropic(req: &Map<String, Value>) -> Result<(Vec<String>, Vec<Value>), Untranslatable> {
+    let mut system: Vec<String> = Vec::new();
+    let mut messages: Vec<Value> = Vec::new();
+    for m in req.get("messages").and_then(Value::as_array).into_iter().flatten() {
+        let role = m.get("role").and_then(Value::as_str).unwrap_or("");
+        let content = m.get("content").unwrap_or(&Value::Null);
+        match role {
+            "system" | "developer" => system.push(text_of(content)),
+            "user" => {
+                let blocks = match content {
+                    Value::String(s) => vec![json!({"type": "text", "text": s})],
+                    Value::Array(parts) => parts.iter().map(chat_part_to_block).collect::<Result<_, _>>()?,
+                    _ => vec![],
+                };
+                push_message(&mut messages, "user", blocks);
+            }
+            "assistant" => push_message(&mut messages, "assistant", assistant_to_blocks(m, content)?),
+            "tool" => {
+                let block = json!({
+                    "type": "tool_result",
+                    "tool_use_id": m.get("tool_call_id").cloned().unwrap_or(json!("")),
+                    "content": text_of(content),
+                });
+                push_message(&mut messages, "user", vec![block]);
+            }
+            other => return fail(format!("message role {other:?} has no Anthropic counterpart")),
+        }
+    }
+    Ok((system, messages))
+}
+
+/// An assistant message as Anthropic blocks: its text, then a `tool_use` block per tool call.
+fn assistant_to_blocks(m: &Value, content: &Value) -> Result<Vec<Value>, Untranslatable> {
+    let mut blocks = Vec::new();
+    let text = text_of(content);
+    if !text.is_empty() {
+        blocks.push(json!({"type": "text", "text": text}));
+    }
+    for call in m.get("tool_calls").and_then(Value::as_array).into_iter().flatten() {
+        let args = call.pointer("/function/arguments").and_then(Value::as_str).unwrap_or("{}");
+        let input: Value = serde_json::from_str(if args.trim().is_empty() { "{}" } else { args })
+            .map_err(|e| Untranslatable(format!("tool call arguments are not JSON: {e}")))?;
+        blocks.push(json!({
+            "type": "tool_use",
+            "id": call.get("id").cloned().unwrap_or(json!("")),
+            "name": call.pointer("/function/name").cloned().unwrap_or(json!("")),
+            "input": input,
+        }));
+    }
+    Ok(blocks)
+}
+
+/// Chat's function tools as Anthropic tools.
+fn tools_to_anthropic(tools: &Value) -> Vec<Value> {
+    tools
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|t| {
+            let f = t.get("function").unwrap_or(t);
+            let mut tool = json!({"name": f.get("name").cloned().unwrap_or(json!("")),
+                                  "input_schema": f.get("parameters").cloned().unwrap_or(json!({"type": "object"}))});
+            if let Some(d) = f.get("description") {
+                tool["description"] = d.clone();
+            }
+            tool
+        })
+        .collect()
+}
+
+/// Chat's `tool_choice` as Anthropic's, with `parallel_tool_calls: false` as
+/// `disable_parallel_tool_use`.
+fn tool_choice_to_anthropic(choice: &Value, req: &Map<String, Value>) -> Result<Value, Untranslatable> {
+    let mut choice = match choice {
+        Value::String(s) if s == "auto" => json!({"type": "auto"}),
+        Value::String(s) if s == "required" => json!({"type": "any"}),
+        Value::String(s) if s == "none" => json!({"type": "none"}),
+        Value::Object(o) => {
+            json!({"type": "tool", "name": o.get("function").and_then(|f| f.get("name")).cloned().unwrap_or(json!(""))})
+        }
+        other => return fail(format!("tool_choice {other} has no Anthropic counterpart")),
+    };
+    if req.get("parallel_tool_calls") == Some(&json!(false)) && choice["type"] != "none" {
+        choice["disable_parallel_tool_use"] = json!(true);
+    }
+    Ok(choice)
 }
 
 fn block_to_chat_part(block: &Value) -> Result<Value, Untranslatable> {
@@ -218,80 +238,7 @@ fn block_to_chat_part(block: &Value) -> Result<Value, Untranslatable> {
 pub fn messages_to_chat(req: &Map<String, Value>) -> Result<Translated, Untranslatable> {
     let mut out = Map::new();
     let mut dropped = Vec::new();
-    let mut messages: Vec<Value> = Vec::new();
-    if let Some(system) = req.get("system") {
-        note_cache_control(system, &mut dropped);
-        messages.push(json!({"role": "system", "content": text_of(system)}));
-    }
-    for m in req.get("messages").and_then(Value::as_array).into_iter().flatten() {
-        let role = m.get("role").and_then(Value::as_str).unwrap_or("");
-        let blocks: Vec<Value> = match m.get("content") {
-            Some(Value::String(s)) => vec![json!({"type": "text", "text": s})],
-            Some(Value::Array(b)) => b.clone(),
-            _ => vec![],
-        };
-        note_cache_control(&Value::Array(blocks.clone()), &mut dropped);
-        match role {
-            // Claude Code sends instructions in the middle of a conversation as a `system`
-            // message; chat takes a system message anywhere.
-            "system" => messages.push(json!({"role": "system", "content": text_of(&Value::Array(blocks))})),
-            "user" => {
-                let mut parts = Vec::new();
-                for b in &blocks {
-                    if b.get("type").and_then(Value::as_str) == Some("tool_result") {
-                        let content = b.get("content").unwrap_or(&Value::Null);
-                        let images = content.as_array().into_iter().flatten().any(|p| p["type"] != "text");
-                        if images {
-                            note(&mut dropped, "non-text tool_result content");
-                        }
-                        messages.push(json!({
-                            "role": "tool",
-                            "tool_call_id": b.get("tool_use_id").cloned().unwrap_or(json!("")),
-                            "content": text_of(content),
-                        }));
-                    } else {
-                        parts.push(block_to_chat_part(b)?);
-                    }
-                }
-                if !parts.is_empty() {
-                    let all_text = parts.iter().all(|p| p["type"] == "text");
-                    let content =
-                        if all_text && parts.len() == 1 { parts[0]["text"].clone() } else { Value::Array(parts) };
-                    messages.push(json!({"role": "user", "content": content}));
-                }
-            }
-            "assistant" => {
-                let mut text = Vec::new();
-                let mut calls = Vec::new();
-                for b in &blocks {
-                    match b.get("type").and_then(Value::as_str) {
-                        Some("text") => text.push(b.get("text").and_then(Value::as_str).unwrap_or("").to_string()),
-                        Some("tool_use") => calls.push(json!({
-                            "id": b.get("id").cloned().unwrap_or(json!("")),
-                            "type": "function",
-                            "function": {
-                                "name": b.get("name").cloned().unwrap_or(json!("")),
-                                "arguments": b.get("input").unwrap_or(&json!({})).to_string(),
-                            },
-                        })),
-                        Some("thinking") | Some("redacted_thinking") => note(&mut dropped, "thinking blocks"),
-                        other => {
-                            return fail(format!(
-                                "assistant block type {:?} has no OpenAI chat counterpart",
-                                other.unwrap_or("?")
-                            ));
-                        }
-                    }
-                }
-                let mut msg = json!({"role": "assistant", "content": if text.is_empty() { Value::Null } else { json!(text.join("")) }});
-                if !calls.is_empty() {
-                    msg["tool_calls"] = Value::Array(calls);
-                }
-                messages.push(msg);
-            }
-            other => return fail(format!("message role {other:?} has no OpenAI chat counterpart")),
-        }
-    }
+    let messages = anthropic_messages_to_chat(req, &mut dropped)?;
     out.insert("messages".into(), Value::Array(messages));
     for (key, value) in req {
         match key.as_str() {
@@ -315,38 +262,11 @@ pub fn messages_to_chat(req: &Map<String, Value>) -> Result<Translated, Untransl
                 None => dropped.push("metadata".into()),
             },
             "tools" => {
-                let mut tools = Vec::new();
-                for t in value.as_array().into_iter().flatten() {
-                    // A server tool (`web_search_20250305`, `bash_20250124`, …) runs at Anthropic:
-                    // a chat model has nothing to run it with.
-                    match t.get("type").and_then(Value::as_str) {
-                        None | Some("custom") => {}
-                        Some(other) => {
-                            note(&mut dropped, &format!("tools[type={other}]"));
-                            continue;
-                        }
-                    }
-                    note_cache_control(t, &mut dropped);
-                    let mut f = json!({"name": t.get("name").cloned().unwrap_or(json!("")),
-                                       "parameters": t.get("input_schema").cloned().unwrap_or(json!({"type": "object"}))});
-                    if let Some(d) = t.get("description") {
-                        f["description"] = d.clone();
-                    }
-                    tools.push(json!({"type": "function", "function": f}));
-                }
+                let tools = tools_to_chat(value, &mut dropped);
                 out.insert("tools".into(), Value::Array(tools));
             }
             "tool_choice" => {
-                let choice = match value.get("type").and_then(Value::as_str) {
-                    Some("auto") => json!("auto"),
-                    Some("any") => json!("required"),
-                    Some("none") => json!("none"),
-                    Some("tool") => {
-                        json!({"type": "function", "function": {"name": value.get("name").cloned().unwrap_or(json!(""))}})
-                    }
-                    _ => return fail(format!("tool_choice {value} has no OpenAI counterpart")),
-                };
-                out.insert("tool_choice".into(), choice);
+                out.insert("tool_choice".into(), tool_choice_to_chat(value)?);
                 if value.get("disable_parallel_tool_use") == Some(&json!(true)) {
                     out.insert("parallel_tool_calls".into(), json!(false));
                 }
@@ -366,4 +286,132 @@ pub fn messages_to_chat(req: &Map<String, Value>) -> Result<Translated, Untransl
         }
     }
     Ok(Translated { body: out, dropped })
+}
+
+/// A messages request's system prompt and messages as chat messages.
+fn anthropic_messages_to_chat(
+    req: &Map<String, Value>,
+    dropped: &mut Vec<String>,
+) -> Result<Vec<Value>, Untranslatable> {
+    let mut messages: Vec<Value> = Vec::new();
+    if let Some(system) = req.get("system") {
+        note_cache_control(system, dropped);
+        messages.push(json!({"role": "system", "content": text_of(system)}));
+    }
+    for m in req.get("messages").and_then(Value::as_array).into_iter().flatten() {
+        let role = m.get("role").and_then(Value::as_str).unwrap_or("");
+        let blocks: Vec<Value> = match m.get("content") {
+            Some(Value::String(s)) => vec![json!({"type": "text", "text": s})],
+            Some(Value::Array(b)) => b.clone(),
+            _ => vec![],
+        };
+        note_cache_control(&Value::Array(blocks.clone()), dropped);
+        match role {
+            // Claude Code sends instructions in the middle of a conversation as a `system`
+            // message; chat takes a system message anywhere.
+            "system" => messages.push(json!({"role": "system", "content": text_of(&Value::Array(blocks))})),
+            "user" => user_blocks_to_chat(&blocks, &mut messages, dropped)?,
+            "assistant" => messages.push(assistant_blocks_to_chat(&blocks, dropped)?),
+            other => return fail(format!("message role {other:?} has no OpenAI chat counterpart")),
+        }
+    }
+    Ok(messages)
+}
+
+/// A user turn as chat messages: a `tool` message per tool result, then one user message with
+/// the other blocks (a single text as a string).
+fn user_blocks_to_chat(
+    blocks: &[Value],
+    messages: &mut Vec<Value>,
+    dropped: &mut Vec<String>,
+) -> Result<(), Untranslatable> {
+    let mut parts = Vec::new();
+    for b in blocks {
+        if b.get("type").and_then(Value::as_str) == Some("tool_result") {
+            let content = b.get("content").unwrap_or(&Value::Null);
+            let images = content.as_array().into_iter().flatten().any(|p| p["type"] != "text");
+            if images {
+                note(dropped, "non-text tool_result content");
+            }
+            messages.push(json!({
+                "role": "tool",
+                "tool_call_id": b.get("tool_use_id").cloned().unwrap_or(json!("")),
+                "content": text_of(content),
+            }));
+        } else {
+            parts.push(block_to_chat_part(b)?);
+        }
+    }
+    if !parts.is_empty() {
+        let all_text = parts.iter().all(|p| p["type"] == "text");
+        let content = if all_text && parts.len() == 1 { parts[0]["text"].clone() } else { Value::Array(parts) };
+        messages.push(json!({"role": "user", "content": content}));
+    }
+    Ok(())
+}
+
+/// An assistant turn as one chat message: its texts joined, its tool uses as tool calls (its
+/// thinking blocks dropped).
+fn assistant_blocks_to_chat(blocks: &[Value], dropped: &mut Vec<String>) -> Result<Value, Untranslatable> {
+    let mut text = Vec::new();
+    let mut calls = Vec::new();
+    for b in blocks {
+        match b.get("type").and_then(Value::as_str) {
+            Some("text") => text.push(b.get("text").and_then(Value::as_str).unwrap_or("").to_string()),
+            Some("tool_use") => calls.push(json!({
+                "id": b.get("id").cloned().unwrap_or(json!("")),
+                "type": "function",
+                "function": {
+                    "name": b.get("name").cloned().unwrap_or(json!("")),
+                    "arguments": b.get("input").unwrap_or(&json!({})).to_string(),
+                },
+            })),
+            Some("thinking") | Some("redacted_thinking") => note(dropped, "thinking blocks"),
+            other => {
+                return fail(format!("assistant block type {:?} has no OpenAI chat counterpart", other.unwrap_or("?")));
+            }
+        }
+    }
+    let mut msg =
+        json!({"role": "assistant", "content": if text.is_empty() { Value::Null } else { json!(text.join("")) }});
+    if !calls.is_empty() {
+        msg["tool_calls"] = Value::Array(calls);
+    }
+    Ok(msg)
+}
+
+/// Anthropic's tools as chat function tools; a server tool (`web_search_20250305`,
+/// `bash_20250124`, …) runs at Anthropic, and a chat model has nothing to run it with: dropped.
+fn tools_to_chat(tools: &Value, dropped: &mut Vec<String>) -> Vec<Value> {
+    let mut out = Vec::new();
+    for t in tools.as_array().into_iter().flatten() {
+        match t.get("type").and_then(Value::as_str) {
+            None | Some("custom") => {}
+            Some(other) => {
+                note(dropped, &format!("tools[type={other}]"));
+                continue;
+            }
+        }
+        note_cache_control(t, dropped);
+        let mut f = json!({"name": t.get("name").cloned().unwrap_or(json!("")),
+                           "parameters": t.get("input_schema").cloned().unwrap_or(json!({"type": "object"}))});
+        if let Some(d) = t.get("description") {
+            f["description"] = d.clone();
+        }
+        out.push(json!({"type": "function", "function": f}));
+    }
+    out
+}
+
+/// Anthropic's `tool_choice` as chat's.
+fn tool_choice_to_chat(choice: &Value) -> Result<Value, Untranslatable> {
+    Ok(match choice.get("type").and_then(Value::as_str) {
+        Some("auto") => json!("auto"),
+        Some("any") => json!("required"),
+        Some("none") => json!("none"),
+        Some("tool") => {
+            json!({"type": "function", "function": {"name": choice.get("name").cloned().unwrap_or(json!(""))}})
+        }
+        _ => return fail(format!("tool_choice {choice} has no OpenAI counterpart")),
+    })
 }

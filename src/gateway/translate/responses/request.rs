@@ -349,51 +349,7 @@ fn input_parts(content: &Value) -> Result<Vec<Value>, Untranslatable> {
 pub fn chat_to_responses(req: &Map<String, Value>) -> Result<Translated, Untranslatable> {
     let mut out = Map::new();
     let mut dropped = Vec::new();
-    let mut instructions: Vec<String> = Vec::new();
-    let mut input: Vec<Value> = Vec::new();
-    for m in req.get("messages").and_then(Value::as_array).into_iter().flatten() {
-        let role = str_of(m, "role");
-        let content = m.get("content").unwrap_or(&Value::Null);
-        match role {
-            "system" | "developer" if input.is_empty() => instructions.push(joined_text(content, "\n")),
-            "system" | "developer" | "user" => {
-                input.push(json!({"type": "message", "role": role, "content": input_parts(content)?}));
-            }
-            "assistant" => {
-                let mut parts = Vec::new();
-                let text = joined_text(content, "");
-                if !text.is_empty() {
-                    parts.push(json!({"type": "output_text", "text": text}));
-                }
-                if let Some(r) = m.get("refusal").and_then(Value::as_str).filter(|r| !r.is_empty()) {
-                    parts.push(json!({"type": "refusal", "refusal": r}));
-                }
-                if !parts.is_empty() {
-                    input.push(json!({"type": "message", "role": "assistant", "content": parts}));
-                }
-                if m.get("reasoning_content").is_some_and(is_set) {
-                    note(&mut dropped, "reasoning_content");
-                }
-                for call in m.get("tool_calls").and_then(Value::as_array).into_iter().flatten() {
-                    if call.get("type").and_then(Value::as_str).is_some_and(|t| t != "function") {
-                        return fail(format!("tool call of type {} has no Responses counterpart", call["type"]));
-                    }
-                    input.push(json!({
-                        "type": "function_call",
-                        "call_id": str_of(call, "id"),
-                        "name": call.pointer("/function/name").cloned().unwrap_or(json!("")),
-                        "arguments": call.pointer("/function/arguments").cloned().unwrap_or(json!("")),
-                    }));
-                }
-            }
-            "tool" => input.push(json!({
-                "type": "function_call_output",
-                "call_id": str_of(m, "tool_call_id"),
-                "output": joined_text(content, ""),
-            })),
-            other => return fail(format!("message role {other:?} has no Responses counterpart")),
-        }
-    }
+    let (instructions, input) = messages_to_input(req, &mut dropped)?;
     if !instructions.is_empty() {
         out.insert("instructions".into(), json!(instructions.join("\n\n")));
     }
@@ -446,56 +402,135 @@ pub fn chat_to_responses(req: &Map<String, Value>) -> Result<Translated, Untrans
                 text["verbosity"] = value.clone();
             }
             "response_format" => {
-                let format = match value.get("type").and_then(Value::as_str) {
-                    Some("json_schema") => {
-                        let mut f = json!({"type": "json_schema"});
-                        for (k, v) in value.get("json_schema").and_then(Value::as_object).into_iter().flatten() {
-                            f[k] = v.clone();
-                        }
-                        f
-                    }
-                    Some("json_object") => json!({"type": "json_object"}),
-                    Some("text") | None => continue,
-                    Some(other) => {
-                        return fail(format!("response_format of type {other:?} has no Responses counterpart"));
-                    }
-                };
-                let text = out.entry("text").or_insert_with(|| json!({}));
-                text["format"] = format;
+                if let Some(format) = response_format_to_text(value)? {
+                    let text = out.entry("text").or_insert_with(|| json!({}));
+                    text["format"] = format;
+                }
             }
             "tools" => {
-                let mut tools = Vec::new();
-                for t in value.as_array().into_iter().flatten() {
-                    if t.get("type").and_then(Value::as_str) != Some("function") {
-                        return fail(format!("tools of type {} have no Responses counterpart rota maps", t["type"]));
-                    }
-                    let f = t.get("function").unwrap_or(&Value::Null);
-                    let mut tool = json!({"type": "function", "name": str_of(f, "name")});
-                    for k in ["description", "parameters", "strict"] {
-                        if let Some(v) = f.get(k).filter(|v| is_set(v)) {
-                            tool[k] = v.clone();
-                        }
-                    }
-                    tools.push(tool);
-                }
-                out.insert("tools".into(), Value::Array(tools));
+                out.insert("tools".into(), Value::Array(tools_to_responses(value)?));
             }
             "tool_choice" => {
-                let choice = match value {
-                    Value::String(_) => value.clone(),
-                    Value::Object(o) if o.get("type").and_then(Value::as_str) == Some("function") => {
-                        json!({"type": "function", "name": value.pointer("/function/name").cloned().unwrap_or(json!(""))})
-                    }
-                    Value::Null => continue,
-                    other => return fail(format!("tool_choice {other} has no Responses counterpart")),
-                };
-                out.insert("tool_choice".into(), choice);
+                if let Some(choice) = tool_choice_to_responses(value)? {
+                    out.insert("tool_choice".into(), choice);
+                }
             }
             _ if value.is_null() => {}
             _ => note(&mut dropped, key.clone()),
         }
     }
     Ok(Translated { body: out, dropped })
+}
+
+/// A chat request's messages as Responses input: the leading system and developer messages'
+/// texts (the `instructions`), and the input items.
+fn messages_to_input(
+    req: &Map<String, Value>,
+    dropped: &mut Vec<String>,
+) -> Result<(Vec<String>, Vec<Value>), Untranslatable> {
+    let mut instructions: Vec<String> = Vec::new();
+    let mut input: Vec<Value> = Vec::new();
+    for m in req.get("messages").and_then(Value::as_array).into_iter().flatten() {
+        let role = str_of(m, "role");
+        let content = m.get("content").unwrap_or(&Value::Null);
+        match role {
+            "system" | "developer" if input.is_empty() => instructions.push(joined_text(content, "\n")),
+            "system" | "developer" | "user" => {
+                input.push(json!({"type": "message", "role": role, "content": input_parts(content)?}));
+            }
+            "assistant" => assistant_to_input(m, content, &mut input, dropped)?,
+            "tool" => input.push(json!({
+                "type": "function_call_output",
+                "call_id": str_of(m, "tool_call_id"),
+                "output": joined_text(content, ""),
+            })),
+            other => return fail(format!("message role {other:?} has no Responses counterpart")),
+        }
+    }
+    Ok((instructions, input))
+}
+
+/// An assistant message as input items: a message of its text and refusal, then a
+/// `function_call` per tool call (its `reasoning_content` dropped).
+fn assistant_to_input(
+    m: &Value,
+    content: &Value,
+    input: &mut Vec<Value>,
+    dropped: &mut Vec<String>,
+) -> Result<(), Untranslatable> {
+    let mut parts = Vec::new();
+    let text = joined_text(content, "");
+    if !text.is_empty() {
+        parts.push(json!({"type": "output_text", "text": text}));
+    }
+    if let Some(r) = m.get("refusal").and_then(Value::as_str).filter(|r| !r.is_empty()) {
+        parts.push(json!({"type": "refusal", "refusal": r}));
+    }
+    if !parts.is_empty() {
+        input.push(json!({"type": "message", "role": "assistant", "content": parts}));
+    }
+    if m.get("reasoning_content").is_some_and(is_set) {
+        note(dropped, "reasoning_content");
+    }
+    for call in m.get("tool_calls").and_then(Value::as_array).into_iter().flatten() {
+        if call.get("type").and_then(Value::as_str).is_some_and(|t| t != "function") {
+            return fail(format!("tool call of type {} has no Responses counterpart", call["type"]));
+        }
+        input.push(json!({
+            "type": "function_call",
+            "call_id": str_of(call, "id"),
+            "name": call.pointer("/function/name").cloned().unwrap_or(json!("")),
+            "arguments": call.pointer("/function/arguments").cloned().unwrap_or(json!("")),
+        }));
+    }
+    Ok(())
+}
+
+/// Chat's `response_format` as the Responses `text.format`; none for plain text.
+fn response_format_to_text(format: &Value) -> Result<Option<Value>, Untranslatable> {
+    Ok(Some(match format.get("type").and_then(Value::as_str) {
+        Some("json_schema") => {
+            let mut f = json!({"type": "json_schema"});
+            for (k, v) in format.get("json_schema").and_then(Value::as_object).into_iter().flatten() {
+                f[k] = v.clone();
+            }
+            f
+        }
+        Some("json_object") => json!({"type": "json_object"}),
+        Some("text") | None => return Ok(None),
+        Some(other) => return fail(format!("response_format of type {other:?} has no Responses counterpart")),
+    }))
+}
+
+/// Chat's function tools as Responses function tools (flat: no `function` object).
+fn tools_to_responses(tools: &Value) -> Result<Vec<Value>, Untranslatable> {
+    let mut out = Vec::new();
+    for t in tools.as_array().into_iter().flatten() {
+        if t.get("type").and_then(Value::as_str) != Some("function") {
+            return fail(format!("tools of type {} have no Responses counterpart rota maps", t["type"]));
+        }
+        let f = t.get("function").unwrap_or(&Value::Null);
+        let mut tool = json!({"type": "function", "name": str_of(f, "name")});
+        for k in ["description", "parameters", "strict"] {
+            if let Some(v) = f.get(k).filter(|v| is_set(v)) {
+                tool[k] = v.clone();
+            }
+        }
+        out.push(tool);
+    }
+    Ok(out)
+}
+
+/// Chat's `tool_choice` as the Responses one; none for `null`.
+fn tool_choice_to_responses(choice: &Value) -> Result<Option<Value>, Untranslatable> {
+    Ok(Some(match choice {
+        Value::String(_) => choice.clone(),
+        Value::Object(o) if o.get("type").and_then(Value::as_str) == Some("function") => {
+            json!({"type": "function", "name": choice.pointer("/function/name").cloned().unwrap_or(json!(""))})
+        }
+        Value::Null => return Ok(None),
+        other => return fail(format!("tool_choice {other} has no Responses counterpart")),
+    }))
 }
 
 #[cfg(test)]
