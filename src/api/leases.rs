@@ -20,7 +20,7 @@ use crate::prices::Tokens;
 use crate::redact::redact;
 use crate::settings::Settings;
 use crate::store::Kind;
-use crate::walk::{Attempt, Runtime, Spent, Step, Trail, Verdict, Walk};
+use crate::walk::{Attempt, Failed, Runtime, Spent, Step, Trail, Verdict, Walk};
 use axum::Json;
 use axum::extract::{Path, State};
 use secrecy::ExposeSecret;
@@ -425,7 +425,7 @@ async fn report(
             cache_write: usage.cache_write_tokens,
             cache_write_1h: None,
         };
-        walk.succeeded(&runtime.book, row, report.http_status.unwrap_or(200), tokens, now);
+        walk.succeeded(&runtime.book, &attempt, row, report.http_status.unwrap_or(200), tokens, now);
         let recorded = Recorded { outcome: ReportOutcome::Success, reason: None };
         return Ok(Json(ReportAnswer { request_id, recorded, next: None }));
     }
@@ -434,7 +434,8 @@ async fn report(
     if !trusted {
         weigh_claim(runtime, &state.upstream, &settings, &attempt, &mut class).await;
     }
-    let verdict = runtime.settle(&mut walk, &settings.config, &attempt, row, &mut class, http_status, true).await;
+    let failed = Failed { row, class: &mut class, status: http_status, may_retry: true };
+    let verdict = runtime.settle(&mut walk, &settings.config, attempt, failed).await;
     runtime.durable(&walk).await;
     let reason = class.reason;
     let recorded = Recorded { outcome: ReportOutcome::Failure, reason: Some(reason) };

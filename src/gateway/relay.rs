@@ -8,7 +8,6 @@
 
 use super::call::Opened;
 use super::wire::{self, Api, Glance, Seen};
-use crate::book::Credential;
 use crate::engine::classify::{Classified, Observed};
 use crate::engine::{Millis, Reason};
 use crate::gateway::translate::StreamTranslator;
@@ -17,8 +16,7 @@ use crate::prices::Tokens;
 use crate::redact::redact;
 use crate::settings::Settings;
 use crate::store::AttemptRow;
-use crate::walk::Runtime;
-use crate::walk::{Ended, STOPPING, Walk};
+use crate::walk::{Attempt, Ended, Runtime, STOPPING, Walk};
 use axum::body::Body;
 use axum::http::HeaderValue;
 use axum::response::Response;
@@ -160,7 +158,7 @@ pub fn respond(
     mut walk: Walk,
     mut row: AttemptRow,
     opened: Opened,
-    cred: Credential,
+    att: Attempt,
     timing: (Instant, Option<Millis>),
     deadline: Instant,
 ) -> Response {
@@ -174,7 +172,7 @@ pub fn respond(
     row.http_status = Some(200);
     tokio::spawn(async move {
         let timeouts = &settings.config.timeouts;
-        let secrets = cred.secrets();
+        let secrets = att.cred.secrets();
         let failed = |reason: Reason, message: String| Ended::Failed {
             class: Classified {
                 reason,
@@ -241,7 +239,7 @@ pub fn respond(
         drop(tx);
         row.duration_ms = Some(sent.elapsed().as_millis() as Millis);
         signed.record(&row.provider, relay.signatures.iter().map(String::as_str));
-        walk.stream_ended(&book, row, ended, relay.tokens, clock.now());
+        walk.stream_ended(&book, &att, row, ended, relay.tokens, clock.now());
     });
     let mut rx = rx;
     let stream = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx));

@@ -17,7 +17,7 @@ use crate::engine::chain::{Candidate, FallbackOverride};
 use crate::engine::{Millis, ProfileId, Reason};
 use crate::settings::Settings;
 use crate::store::{AttemptRow, Store};
-use crate::walk::{Runtime, STOPPING, Spent, Step, Trail, Verdict, Walk};
+use crate::walk::{Failed, Runtime, STOPPING, Spent, Step, Trail, Verdict, Walk};
 use axum::http::HeaderMap;
 use axum::response::Response;
 use serde_json::Value;
@@ -198,21 +198,12 @@ impl Gateway {
                     let trail = walk.trail.clone();
                     let timing = (sent, ttfb_ms);
                     let settings = inc.settings.clone();
-                    let resp = relay::respond(
-                        &self.runtime,
-                        settings,
-                        inc.api,
-                        walk,
-                        row,
-                        *opened,
-                        att.cred,
-                        timing,
-                        deadline,
-                    );
+                    let resp =
+                        relay::respond(&self.runtime, settings, inc.api, walk, row, *opened, att, timing, deadline);
                     return Ok(with_rota_headers(resp, &trail, &cand, &pid, dropped));
                 }
                 Called::Served(resp, tokens) => {
-                    walk.succeeded(&self.runtime.book, row, resp.status().as_u16(), tokens, self.runtime.now());
+                    walk.succeeded(&self.runtime.book, &att, row, resp.status().as_u16(), tokens, self.runtime.now());
                     self.runtime.durable(&walk).await;
                     return Ok(with_rota_headers(resp, &walk.trail, cand, pid, dropped));
                 }
@@ -228,7 +219,7 @@ impl Gateway {
                         && thinking::has_thinking(body) =>
                 {
                     thinking_retried = true;
-                    walk.retry_same(row, &f.class, f.status, "thinking blocks taken out");
+                    walk.retry_same(att, row, &f.class, f.status, "thinking blocks taken out");
                     let without = thinking::without_thinking(body).expect("the guard saw thinking");
                     let prepared = planned.as_mut().expect("a candidate under way is planned");
                     prepared.body = Some(without);
@@ -237,7 +228,9 @@ impl Gateway {
                 Called::Failed(f) => {
                     let mut class = f.class.clone();
                     let may_retry = Instant::now() < deadline;
-                    match self.runtime.settle(&mut walk, config, &att, row, &mut class, f.status, may_retry).await {
+                    let (cand, pid) = (cand.clone(), pid.clone());
+                    let failed = Failed { row, class: &mut class, status: f.status, may_retry };
+                    match self.runtime.settle(&mut walk, config, att, failed).await {
                         Verdict::Retry(backoff) => {
                             tokio::time::sleep_until(deadline.min(Instant::now() + backoff)).await
                         }
@@ -253,7 +246,7 @@ impl Gateway {
                                 _ => GatewayError::Failed { status, message: class.message, retry_after: None }
                                     .answer(inc.api, &inc.request_id),
                             };
-                            return Ok(with_rota_headers(resp, &walk.trail, cand, pid, dropped));
+                            return Ok(with_rota_headers(resp, &walk.trail, &cand, &pid, dropped));
                         }
                     }
                 }

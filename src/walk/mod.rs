@@ -1,222 +1,47 @@
 //! The failover walk of one request, shared by the gateway (which makes each upstream call
 //! itself) and the lease API (whose agent makes it): which profile of which model comes next,
-//! what a failure does to the profile and to the walk, and every attempt and skip audited.
+//! what a failure does to the profile and to the walk, and every attempt and skip audited (its
+//! `Trail`).
 //!
 //! A walk is driven by `next` (the next attempt, or the end) and `failed` / `succeeded` (what
-//! the attempt came to). The gateway drives it in one loop; a lease drives it one report at a
-//! time, so both produce the same attempts, in the same order, for the same faults.
+//! the attempt came to), each told with the `Attempt` that `next` handed out. The gateway drives
+//! it in one loop; a lease drives it one report at a time, so both produce the same attempts,
+//! in the same order, for the same faults.
 
 mod runtime;
+mod trail;
 pub use runtime::Runtime;
+pub use trail::{Spent, Trail};
 
-use crate::audit::Audit;
 use crate::book::{Book, Credential};
-use crate::config::{Config, NamedModels};
+use crate::config::Config;
 use crate::engine::aggregate::{Aggregated, ModelFailure, aggregate};
 use crate::engine::chain::Candidate;
 use crate::engine::classify::Classified;
 use crate::engine::gate::{Availability, Gate, Position};
+use crate::engine::order::Ordered;
 use crate::engine::{Failure, Millis, Next as After, ProfileId, Reason, Until};
-use crate::limits::Limiter;
-use crate::metrics::Metrics;
-use crate::prices::{Prices, Tokens};
+use crate::prices::Tokens;
 use crate::redact::truncate;
-use crate::settings::Settings;
 use crate::status::until_ms;
-use crate::store::{AttemptRow, Kind, Outcome, RequestRow};
-use std::sync::Arc;
+use crate::store::{AttemptRow, Kind, Outcome};
 use std::time::Duration;
-use tokio::time::Instant;
 
 /// Why an attempt still under way when `server.shutdown_grace` ran out was cut.
 pub const STOPPING: &str = "rota is shutting down (server.shutdown_grace is over)";
 
-/// The request-level audit state: the attempt sequence and the `requests` row.
-#[derive(Clone)]
-pub struct Trail {
-    audit: Audit,
-    metrics: Arc<Metrics>,
-    /// Told what the request spent (its agent's day).
-    limits: Arc<Limiter>,
-    /// The prices in force when the request arrived.
-    prices: Arc<Prices>,
-    /// The models the config named then (metric labels).
-    named: Arc<NamedModels>,
-    /// `provider/model` of the first attempt or skip, to tell a failover.
-    first_candidate: Option<String>,
-    /// Time spent in upstream calls, to tell rota's own overhead.
-    upstream_ms: Millis,
-    /// `provider/model via profile: reason` of each failed upstream call, for a timeout's answer.
-    tried: Vec<String>,
-    pub request_id: String,
-    agent: String,
-    api: &'static str,
-    requested_model: Option<String>,
-    stream: bool,
-    started_at: Millis,
-    started: Instant,
-    pub seq: u32,
-    /// rota's own message for a request it answers with an error of its own (the aggregated
-    /// error of an exhausted walk): `requests.error`.
-    error: Option<String>,
-}
-
-/// A message of rota's as `requests.error` keeps it: anything shaped like a credential masked
-/// (the message is built from model names and redacted upstream messages; a client may put
-/// anything in a model name), at most 500 characters.
-fn request_error(message: &str) -> String {
-    truncate(&crate::redact::redact(message, &[]), 500)
-}
-
-impl Trail {
-    /// The trail of a request of `agent` arriving now, written through `runtime`'s audit
-    /// writer and metrics, priced and labelled with `settings`.
-    pub fn new(
-        runtime: &Runtime,
-        settings: &Settings,
-        request_id: String,
-        agent: String,
-        (api, requested_model, stream): (&'static str, Option<String>, bool),
-    ) -> Trail {
-        Trail {
-            audit: runtime.audit.clone(),
-            metrics: runtime.metrics.clone(),
-            limits: runtime.limits.clone(),
-            prices: settings.prices.clone(),
-            named: settings.named.clone(),
-            first_candidate: None,
-            upstream_ms: 0,
-            tried: Vec::new(),
-            request_id,
-            agent,
-            api,
-            requested_model,
-            stream,
-            started_at: runtime.now(),
-            started: Instant::now(),
-            seq: 0,
-            error: None,
-        }
-    }
-
-    /// Whether the config named `provider/model` when the request arrived.
-    pub fn names(&self, provider: &str, model: &str) -> bool {
-        self.named.get(provider).is_some_and(|m| m.contains(model))
-    }
-
-    /// A new attempt row with the next sequence number, outcome `failure` until told otherwise.
-    pub fn row(&mut self, kind: Kind, cand: &Candidate, profile: Option<&ProfileId>, started_at: Millis) -> AttemptRow {
-        self.seq += 1;
-        AttemptRow {
-            request_id: self.request_id.clone(),
-            seq: self.seq,
-            kind,
-            agent: Some(self.agent.clone()),
-            provider: cand.provider.clone(),
-            model: cand.model.clone(),
-            profile_id: profile.map(|p| p.to_string()),
-            started_at,
-            duration_ms: None,
-            ttfb_ms: None,
-            http_status: None,
-            outcome: Outcome::Failure,
-            reason: None,
-            retry_after_ms: None,
-            cooldown_until: None,
-            error: None,
-            tokens_in: None,
-            tokens_out: None,
-            cost: None,
-        }
-    }
-
-    /// Sets the row's token counts and, when `priced` (the counts are final), what they cost.
-    fn spend(&self, row: &mut AttemptRow, tokens: Tokens, priced: bool) -> Spent {
-        (row.tokens_in, row.tokens_out) = (tokens.input, tokens.output);
-        row.cost = priced.then(|| self.prices.cost(&row.provider, &row.model, tokens)).flatten();
-        Spent { tokens_in: row.tokens_in, tokens_out: row.tokens_out, cost: row.cost }
-    }
-
-    /// Audits one attempt or skip (and counts it in the metrics).
-    pub fn record(&mut self, row: AttemptRow) {
-        if self.first_candidate.is_none() {
-            self.first_candidate = Some(format!("{}/{}", row.provider, row.model));
-        }
-        if let Some(profile) = &row.profile_id {
-            self.upstream_ms += row.duration_ms.unwrap_or(0);
-            if row.outcome == Outcome::Failure {
-                let reason = row.reason.map_or("failure", Reason::as_str);
-                self.tried.push(format!("{}/{} via {profile}: {reason}", row.provider, row.model));
-            }
-        }
-        self.metrics.observe_attempt(&row, &self.named);
-        self.audit.attempt(row);
-    }
-
-    /// The failed upstream calls so far.
-    pub fn tried(&self) -> &[String] {
-        &self.tried
-    }
-
-    /// Writes the `requests` row; `spent`: what the serving attempt used.
-    pub fn finish(&self, status: u16, served: Option<(&Candidate, &ProfileId)>, spent: Spent) {
-        self.write(status, served, spent, self.error.clone());
-    }
-
-    /// Writes the `requests` row of a request rota answered with an error of its own: a
-    /// refusal (an unknown model, a bad request, a pin it cannot serve), a timeout, a refresh
-    /// that failed. `message` is what the client was told.
-    pub fn refuse(&self, status: u16, message: &str) {
-        self.write(status, None, Spent::default(), Some(request_error(message)));
-    }
-
-    fn write(&self, status: u16, served: Option<(&Candidate, &ProfileId)>, spent: Spent, error: Option<String>) {
-        let duration_ms = self.started.elapsed().as_millis() as Millis;
-        let row = RequestRow {
-            id: self.request_id.clone(),
-            agent: Some(self.agent.clone()),
-            api: self.api,
-            requested_model: self.requested_model.clone(),
-            served_model: served.map(|(c, _)| c.label()),
-            served_profile: served.map(|(_, p)| p.to_string()),
-            status,
-            attempts: self.seq,
-            started_at: self.started_at,
-            duration_ms,
-            stream: self.stream,
-            tokens_in: spent.tokens_in,
-            tokens_out: spent.tokens_out,
-            error,
-            cost: spent.cost,
-        };
-        // Only a buffered gateway answer tells rota's own share of the time; a stream's or a
-        // lease's time is the client's.
-        let overhead = (!self.stream && self.api != "lease").then(|| duration_ms - self.upstream_ms);
-        self.metrics.observe_request(&row, self.first_candidate.as_deref(), overhead);
-        let tokens = row.tokens_in.unwrap_or(0) + row.tokens_out.unwrap_or(0);
-        if tokens > 0 || row.cost.is_some() {
-            self.limits.spent(&self.agent, self.started_at, tokens, row.cost.unwrap_or(0.0));
-        }
-        self.audit.request(row);
-    }
-}
-
-/// What the attempt that served a request used: the request row's tokens and cost.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Spent {
-    pub tokens_in: Option<i64>,
-    pub tokens_out: Option<i64>,
-    pub cost: Option<f64>,
-}
-
-/// The next upstream call to make.
-#[derive(Clone, Debug)]
+/// The next upstream call to make, and the handle its outcome is told with. While the call is
+/// under way the attempt holds the walk's place among its candidate's profiles; `failed` and
+/// `retry_same` give it back for the next `next`, `succeeded` and `stream_ended` end the walk.
+/// Only `next` makes one, so no outcome can be told of an attempt that was not made.
+#[derive(Debug)]
 pub struct Attempt {
     pub index: usize,
     pub cand: Candidate,
     pub pid: ProfileId,
     pub cred: Credential,
     pub kind: Kind,
+    cursor: Box<Cursor>,
 }
 
 /// What `next` found.
@@ -226,6 +51,18 @@ pub enum Step {
     Refuse(String),
     /// Every candidate failed or was skipped.
     Exhausted(Aggregated),
+}
+
+/// A failed attempt as the walk is told of it (`Walk::failed`, `Runtime::settle`).
+pub struct Failed<'a> {
+    pub row: AttemptRow,
+    /// What the failure was; it ends as recorded (`Runtime::settle` may make it
+    /// `auth_permanent`).
+    pub class: &'a mut Classified,
+    /// The upstream's HTTP status, when it answered.
+    pub status: Option<u16>,
+    /// Whether a same-profile retry still fits in the request's time.
+    pub may_retry: bool,
 }
 
 /// What a failed attempt leads to.
@@ -253,7 +90,8 @@ pub enum Ended {
     Stopped(String),
 }
 
-/// The profiles of the candidate under way.
+/// The profiles of the candidate under way, and the walk's place among them.
+#[derive(Debug)]
 struct Cursor {
     slots: Vec<ProfileId>,
     j: usize,
@@ -270,6 +108,49 @@ struct Cursor {
     last: Option<ModelFailure>,
 }
 
+impl Cursor {
+    /// The profiles of a candidate that its gate lets the walk try: the usable ones in order,
+    /// or only the first when none is usable or the gate probes. `picked`: `Book::pick` marked
+    /// the first one used.
+    fn of(ordered: Ordered, picked: bool, gate: Gate) -> Cursor {
+        let probe = gate == Gate::Probe;
+        let usable: Vec<ProfileId> =
+            ordered.slots.iter().filter(|s| s.blocked.is_none()).map(|s| s.id.clone()).collect();
+        let slots = if usable.is_empty() || probe {
+            ordered.slots.iter().take(1).map(|s| s.id.clone()).collect()
+        } else {
+            usable
+        };
+        Cursor {
+            slots,
+            j: 0,
+            tries: 0,
+            probe,
+            pinned: ordered.pinned,
+            picked: picked && !probe,
+            more: ordered.more && !probe,
+            tried: Vec::new(),
+            last: None,
+        }
+    }
+
+    /// What an attempt with the profile at the cursor is; `first`: the request has had no
+    /// attempt or skip yet.
+    fn kind(&self, first: bool) -> Kind {
+        if self.probe && self.tries == 0 && self.j == 0 {
+            Kind::Probe
+        } else if self.tries > 0 {
+            Kind::Retry
+        } else if first {
+            Kind::Primary
+        } else if self.j > 0 || !self.tried.is_empty() {
+            Kind::Rotate
+        } else {
+            Kind::Fallback
+        }
+    }
+}
+
 pub struct Walk {
     chain: Vec<Candidate>,
     /// `failover.enabled = false`: the first choice only, no retry, rotation or fallback.
@@ -279,7 +160,9 @@ pub struct Walk {
     /// Profiles this request must not use (a lease's `exclude`).
     exclude: Vec<ProfileId>,
     index: usize,
-    cur: Option<Cursor>,
+    /// The place among the profiles of the candidate under way, between its attempts (an
+    /// attempt under way holds it).
+    cur: Option<Box<Cursor>>,
     failures: Vec<ModelFailure>,
     /// A failure of this request put a profile or a model in a window: the answer waits until
     /// that is written (`Engine::durable`).
@@ -292,6 +175,20 @@ fn describe(row: &mut AttemptRow, class: &Classified) {
     row.reason = Some(class.reason);
     row.retry_after_ms = class.hint.map(|h| h.wait_ms);
     row.error = Some(truncate(&class.message, 500));
+}
+
+/// What a candidate's profiles allow: its model cooling (`model_not_found`), no profile, every
+/// profile cooling, or a usable one.
+fn availability(book: &Book, cand: &Candidate, ordered: &Ordered, now: Millis) -> Availability {
+    if let Some(until) = book.model_cooled_until(&cand.provider, &cand.model, now) {
+        Availability::Cooled { until: Until::At(until), reason: Reason::ModelNotFound }
+    } else if ordered.slots.is_empty() {
+        Availability::NoProfile
+    } else if let Some((until, reason)) = ordered.all_blocked() {
+        Availability::Cooled { until, reason }
+    } else {
+        Availability::Usable
+    }
 }
 
 impl Walk {
@@ -341,118 +238,112 @@ impl Walk {
         mut admit: impl FnMut(usize, &Candidate) -> Result<(), String>,
     ) -> Step {
         loop {
-            if let Some(cur) = self.cur.as_mut() {
-                while cur.j < cur.slots.len() {
-                    let pid = &cur.slots[cur.j];
-                    if let Some(cred) = book.credential(pid) {
-                        let kind = if cur.probe && cur.tries == 0 && cur.j == 0 {
-                            Kind::Probe
-                        } else if cur.tries > 0 {
-                            Kind::Retry
-                        } else if self.trail.seq == 0 {
-                            Kind::Primary
-                        } else if cur.j > 0 || !cur.tried.is_empty() {
-                            Kind::Rotate
-                        } else {
-                            Kind::Fallback
-                        };
-                        let cand = self.chain[self.index].clone();
-                        // The first profile was marked used when it was picked; a rotation or a
-                        // retry marks the one it tries.
-                        if cur.j > 0 || cur.tries > 0 || !cur.picked {
-                            book.mark_used(pid, self.session.as_deref(), now);
-                        }
-                        return Step::Try(Attempt { index: self.index, cand, pid: pid.clone(), cred, kind });
-                    }
-                    cur.j += 1;
-                    cur.tries = 0;
-                }
-                if cur.more {
-                    // The next usable profiles of this candidate, those tried left out.
-                    cur.tried.append(&mut cur.slots);
-                    let exclude: Vec<ProfileId> = self.exclude.iter().chain(&cur.tried).cloned().collect();
-                    let cand = &self.chain[self.index];
-                    let target = (cand.provider.as_str(), cand.model.as_str());
-                    if let Ok((ordered, picked)) =
-                        book.pick(config, target, self.session.as_deref(), None, &exclude, now)
-                    {
-                        cur.slots = ordered.slots.into_iter().filter(|s| s.blocked.is_none()).map(|s| s.id).collect();
-                        (cur.j, cur.tries, cur.picked, cur.more) = (0, 0, picked, ordered.more);
-                        if !cur.slots.is_empty() {
-                            continue;
-                        }
-                    }
-                }
-                self.failures.extend(cur.last.take());
-                self.cur = None;
-                self.index += 1;
-                continue;
+            if let Some(cur) = self.cur.take()
+                && let Some(att) = self.resume(book, config, cur, now)
+            {
+                return Step::Try(att);
             }
             let Some(cand) = self.chain.get(self.index).cloned() else {
                 let out = aggregate(&self.failures, now);
-                self.trail.error = Some(request_error(&out.message));
+                self.trail.answered(&out.message);
                 return Step::Exhausted(out);
             };
             if let Err(why) = admit(self.index, &cand) {
                 self.skip(&cand, Reason::WireFormat, None, format!("{}: {why}", cand.provider), now);
                 continue;
             }
-            let pin = self.pin.as_ref().filter(|p| p.provider() == cand.provider);
-            let target = (cand.provider.as_str(), cand.model.as_str());
-            let (ordered, picked) = match book.pick(config, target, self.session.as_deref(), pin, &self.exclude, now) {
-                Ok(o) => o,
-                Err(e) => return Step::Refuse(e.to_string()),
-            };
-            let avail = if let Some(until) = book.model_cooled_until(&cand.provider, &cand.model, now) {
-                Availability::Cooled { until: Until::At(until), reason: Reason::ModelNotFound }
-            } else if ordered.slots.is_empty() {
-                Availability::NoProfile
-            } else if let Some((until, reason)) = ordered.all_blocked() {
-                Availability::Cooled { until, reason }
-            } else {
-                Availability::Usable
-            };
-            let gate = if ordered.pinned && !ordered.slots.is_empty() {
-                Gate::Try
-            } else {
-                let pos = Position { index: self.index, len: self.chain.len(), agent, provider: &cand.provider };
-                book.gate(pos, avail, now)
-            };
-            if let Gate::Skip { reason, until } = gate {
-                let msg = match until {
-                    Some(u) => format!("every profile is cooling ({reason}) until {}", crate::status::time(u.key())),
-                    None if reason == Reason::NoProfile
-                        && self.exclude.iter().any(|p| p.provider() == cand.provider) =>
-                    {
-                        format!("provider {} has no usable profile that is not excluded", cand.provider)
-                    }
-                    None if reason == Reason::NoProfile => {
-                        format!("provider {} has no profile with a usable secret", cand.provider)
-                    }
-                    None => reason.to_string(),
-                };
-                self.skip(&cand, reason, until, msg, now);
-                continue;
+            match self.begin(book, config, agent, &cand, now) {
+                Ok(cur) => self.cur = cur,
+                Err(pin) => return Step::Refuse(pin),
             }
-            let usable: Vec<ProfileId> =
-                ordered.slots.iter().filter(|s| s.blocked.is_none()).map(|s| s.id.clone()).collect();
-            let slots = if usable.is_empty() || gate == Gate::Probe {
-                ordered.slots.iter().take(1).map(|s| s.id.clone()).collect()
-            } else {
-                usable
-            };
-            let picked = picked && gate != Gate::Probe;
-            self.cur = Some(Cursor {
-                slots,
-                j: 0,
-                tries: 0,
-                probe: gate == Gate::Probe,
-                pinned: ordered.pinned,
-                picked,
-                more: ordered.more && gate != Gate::Probe,
-                tried: Vec::new(),
-                last: None,
-            });
+        }
+    }
+
+    /// The next attempt of the candidate under way: its next profile with a credential, then
+    /// the further profiles its order has (`more`). `None` once it has none left: its latest
+    /// failure goes to the aggregated error, and the walk on to the next candidate.
+    fn resume(&mut self, book: &Book, config: &Config, mut cur: Box<Cursor>, now: Millis) -> Option<Attempt> {
+        loop {
+            while cur.j < cur.slots.len() {
+                let pid = &cur.slots[cur.j];
+                if let Some(cred) = book.credential(pid) {
+                    let kind = cur.kind(self.trail.seq == 0);
+                    let cand = self.chain[self.index].clone();
+                    // The first profile was marked used when it was picked; a rotation or a
+                    // retry marks the one it tries.
+                    if cur.j > 0 || cur.tries > 0 || !cur.picked {
+                        book.mark_used(pid, self.session.as_deref(), now);
+                    }
+                    let pid = pid.clone();
+                    return Some(Attempt { index: self.index, cand, pid, cred, kind, cursor: cur });
+                }
+                cur.j += 1;
+                cur.tries = 0;
+            }
+            if !(cur.more && self.more(book, config, &mut cur, now)) {
+                self.failures.extend(cur.last);
+                self.index += 1;
+                return None;
+            }
+        }
+    }
+
+    /// The next usable profiles of the candidate under way, those tried left out (its order
+    /// went on past the first ones: `Ordered::more`); false when there are none.
+    fn more(&self, book: &Book, config: &Config, cur: &mut Cursor, now: Millis) -> bool {
+        cur.tried.append(&mut cur.slots);
+        let exclude: Vec<ProfileId> = self.exclude.iter().chain(&cur.tried).cloned().collect();
+        let cand = &self.chain[self.index];
+        let target = (cand.provider.as_str(), cand.model.as_str());
+        let Ok((ordered, picked)) = book.pick(config, target, self.session.as_deref(), None, &exclude, now) else {
+            return false;
+        };
+        cur.slots = ordered.slots.into_iter().filter(|s| s.blocked.is_none()).map(|s| s.id).collect();
+        (cur.j, cur.tries, cur.picked, cur.more) = (0, 0, picked, ordered.more);
+        !cur.slots.is_empty()
+    }
+
+    /// Begins the candidate `cand`: its provider's profiles in order, as far as its gate lets
+    /// them be tried (docs/rotation.md). `None` when the gate skips it (audited); the error is
+    /// a pin that cannot serve it.
+    fn begin(
+        &mut self,
+        book: &Book,
+        config: &Config,
+        agent: &str,
+        cand: &Candidate,
+        now: Millis,
+    ) -> Result<Option<Box<Cursor>>, String> {
+        let pin = self.pin.as_ref().filter(|p| p.provider() == cand.provider);
+        let target = (cand.provider.as_str(), cand.model.as_str());
+        let (ordered, picked) =
+            book.pick(config, target, self.session.as_deref(), pin, &self.exclude, now).map_err(|e| e.to_string())?;
+        let avail = availability(book, cand, &ordered, now);
+        let gate = if ordered.pinned && !ordered.slots.is_empty() {
+            Gate::Try
+        } else {
+            let pos = Position { index: self.index, len: self.chain.len(), agent, provider: &cand.provider };
+            book.gate(pos, avail, now)
+        };
+        if let Gate::Skip { reason, until } = gate {
+            let message = self.skipped(cand, reason, until);
+            self.skip(cand, reason, until, message, now);
+            return Ok(None);
+        }
+        Ok(Some(Box::new(Cursor::of(ordered, picked, gate))))
+    }
+
+    /// Why the gate skips `cand`, as its row and the aggregated error say.
+    fn skipped(&self, cand: &Candidate, reason: Reason, until: Option<Until>) -> String {
+        match until {
+            Some(u) => format!("every profile is cooling ({reason}) until {}", crate::status::time(u.key())),
+            None if reason == Reason::NoProfile && self.exclude.iter().any(|p| p.provider() == cand.provider) => {
+                format!("provider {} has no usable profile that is not excluded", cand.provider)
+            }
+            None if reason == Reason::NoProfile => {
+                format!("provider {} has no profile with a usable secret", cand.provider)
+            }
+            None => reason.to_string(),
         }
     }
 
@@ -468,52 +359,61 @@ impl Walk {
         self.index += 1;
     }
 
-    /// The attempt under way failed as `class` says: records it on the profile (or the model)
-    /// and in the audit, and tells what comes next. `may_retry`: whether a same-profile retry
-    /// still fits in the request's time.
+    /// `att` failed as `failed.class` says: records it on the profile (or the model) and in the
+    /// audit, takes back the walk's place and tells what comes next.
     pub fn failed(
         &mut self,
         book: &Book,
-        mut row: AttemptRow,
-        class: &Classified,
-        status: Option<u16>,
-        may_retry: bool,
+        config: &Config,
+        mut att: Attempt,
+        failed: Failed<'_>,
         now: Millis,
     ) -> Verdict {
+        let verdict = self.verdict(book, config, &mut att, failed, now);
+        self.cur = Some(att.cursor);
+        verdict
+    }
+
+    /// What `failed` records, and what comes next: the same profile again while its retries
+    /// last, else the next profile or model, or the end of the walk.
+    fn verdict(&mut self, book: &Book, config: &Config, att: &mut Attempt, failed: Failed<'_>, now: Millis) -> Verdict {
+        let Failed { mut row, class, status, may_retry } = failed;
         let reason = class.reason;
         row.http_status = status;
-        let cur = self.cur.as_mut().expect("a failure is reported for an attempt under way");
+        let cur = &mut att.cursor;
         if cur.tries < reason.same_profile_retries() && may_retry && !self.single {
-            book.count_failure(&cur.slots[cur.j], reason, now);
+            book.count_failure(&att.pid, reason, now);
             describe(&mut row, class);
             self.trail.record(row);
             cur.tries += 1;
             let backoff = 100 * u64::from(cur.tries) + fastrand::u64(0..100);
             return Verdict::Retry(Duration::from_millis(backoff));
         }
-        let until = self.mark(book, row, class, now);
-        let cur = self.cur.as_mut().expect("checked above");
-        let cand = &self.chain[self.index];
-        cur.last = Some(ModelFailure {
-            label: cand.label(),
-            reason,
-            message: class.message.clone(),
-            status,
-            until,
-            skipped: false,
-        });
+        let until = self.mark(book, att, row, class, now);
+        let message = class.message.clone();
+        att.cursor.last =
+            Some(ModelFailure { label: att.cand.label(), reason, message, status, until, skipped: false });
         if self.single || reason.next() == After::Stop {
-            return Verdict::Stop;
+            let larger = reason == Reason::ContextOverflow && self.overflow(config, att);
+            return if larger { Verdict::Moved } else { Verdict::Stop };
         }
+        let cur = &mut att.cursor;
         cur.j = if reason.next() == After::NextModel || cur.pinned { cur.slots.len() } else { cur.j + 1 };
         cur.tries = 0;
         Verdict::Moved
     }
 
-    /// The candidate under way answered `context_overflow` (and `failed` said stop): go on with
-    /// `larger`, the models with a larger window (`models.context_fallbacks`, docs/rotation.md), which
-    /// replace the rest of the chain; models already tried are left out. Whether the walk goes on.
-    pub fn overflow_to(&mut self, larger: Vec<Candidate>) -> bool {
+    /// `att`'s candidate answered `context_overflow`, which stops the walk: it goes on with the
+    /// models of a larger window instead (`models.context_fallbacks`, docs/rotation.md), which
+    /// replace the rest of the chain; models already tried are left out. Whether it goes on.
+    fn overflow(&mut self, config: &Config, att: &mut Attempt) -> bool {
+        let larger = match config.context_chain(&att.cand, fastrand::u64(..)) {
+            Ok(larger) => larger,
+            Err(e) => {
+                tracing::warn!("models.context_fallbacks.\"{}\": {e}", att.cand.label());
+                return false;
+            }
+        };
         let tried = &self.chain[..=self.index];
         let larger: Vec<Candidate> = larger.into_iter().filter(|c| !tried.contains(c)).collect();
         if self.single || larger.is_empty() {
@@ -521,18 +421,23 @@ impl Walk {
         }
         self.chain.truncate(self.index + 1);
         self.chain.extend(larger);
-        let cur = self.cur.as_mut().expect("an overflow is reported for an attempt under way");
-        cur.j = cur.slots.len();
-        cur.tries = 0;
+        att.cursor.j = att.cursor.slots.len();
+        att.cursor.tries = 0;
         true
     }
 
-    /// Records a failure of the attempt under way: counted on the profile that made the call,
-    /// with its mark where it leaves one (the profile's windows, or the model's), and its row;
-    /// returns the window it set.
-    fn mark(&mut self, book: &Book, mut row: AttemptRow, class: &Classified, now: Millis) -> Option<Until> {
-        let cur = self.cur.as_ref().expect("a failure is reported for an attempt under way");
-        let cand = &self.chain[self.index];
+    /// Records a failure of `att`: counted on the profile that made the call, with its mark
+    /// where it leaves one (the profile's windows, or the model's), and its row; returns the
+    /// window it set.
+    fn mark(
+        &mut self,
+        book: &Book,
+        att: &Attempt,
+        mut row: AttemptRow,
+        class: &Classified,
+        now: Millis,
+    ) -> Option<Until> {
+        let cand = &att.cand;
         let failure = Failure {
             reason: class.reason,
             model: cand.model.clone(),
@@ -541,7 +446,7 @@ impl Walk {
             started_at: row.started_at,
             claim: class.claim,
         };
-        let profile_until = book.record_failure(&cur.slots[cur.j], &failure, now);
+        let profile_until = book.record_failure(&att.pid, &failure, now);
         let until = match class.reason.next() {
             // A model the config names cools on its provider; any other is only moved past: a
             // client may name models without end, and each would be kept and written.
@@ -586,61 +491,76 @@ impl Walk {
         )
     }
 
-    /// The committed stream of the attempt under way ended: it served the request, or failed
-    /// after commit (no failover then: the client has the in-band error).
-    pub fn stream_ended(&mut self, book: &Book, mut row: AttemptRow, ended: Ended, tokens: Tokens, now: Millis) {
+    /// The committed stream of `att` ended: it served the request, or failed after commit (no
+    /// failover then: the client has the in-band error).
+    pub fn stream_ended(
+        &mut self,
+        book: &Book,
+        att: &Attempt,
+        mut row: AttemptRow,
+        ended: Ended,
+        tokens: Tokens,
+        now: Millis,
+    ) {
         // Only a whole stream's usage is final: a cut one's cost is not known.
         let spent = self.trail.spend(&mut row, tokens, matches!(ended, Ended::Whole));
-        let pid = {
-            let cur = self.cur.as_ref().expect("a stream is reported for an attempt under way");
-            cur.slots[cur.j].clone()
-        };
         match ended {
             Ended::Whole => {
-                book.record_success(&pid, &self.chain[self.index].model, row.started_at, now);
+                book.record_success(&att.pid, &att.cand.model, row.started_at, now);
                 row.outcome = Outcome::Success;
                 self.trail.record(row);
             }
             Ended::Failed { class, .. } => {
-                self.mark(book, row, &class, now);
+                self.mark(book, att, row, &class, now);
             }
             Ended::Deadline(message) => self.abandoned(row, &message),
             Ended::Stopped(message) => self.stopped(row, &message),
         }
-        self.trail.finish(200, Some((&self.chain[self.index], &pid)), spent);
+        self.trail.finish(200, Some((&att.cand, &att.pid)), spent);
     }
 
-    /// Whether the attempt under way is the profile's first try in this request, and another
-    /// may follow (not when failover is off).
-    pub fn first_try(&self) -> bool {
-        !self.single && self.cur.as_ref().is_some_and(|c| c.tries == 0)
+    /// Whether `att` is its profile's first try in this request, and another may follow (not
+    /// when failover is off).
+    pub fn first_try(&self, att: &Attempt) -> bool {
+        !self.single && att.cursor.tries == 0
     }
 
-    /// The attempt under way failed for a cause rota has since removed (`then`: an expired OAuth
-    /// token refreshed, thinking blocks taken out): records it (no cooldown, no failure counted)
-    /// and tries the same profile once more.
-    pub fn retry_same(&mut self, mut row: AttemptRow, class: &Classified, status: Option<u16>, then: &str) {
-        let cur = self.cur.as_mut().expect("a failure is reported for an attempt under way");
+    /// `att` failed for a cause rota has since removed (`then`: an expired OAuth token
+    /// refreshed, thinking blocks taken out): records it (no cooldown, no failure counted),
+    /// takes back the walk's place, and the same profile is tried once more.
+    pub fn retry_same(
+        &mut self,
+        mut att: Attempt,
+        mut row: AttemptRow,
+        class: &Classified,
+        status: Option<u16>,
+        then: &str,
+    ) {
         row.reason = Some(class.reason);
         row.http_status = status;
         row.error = Some(truncate(&format!("{} ({then}; trying again)", class.message), 500));
         self.trail.record(row);
-        cur.tries += 1;
+        att.cursor.tries += 1;
+        self.cur = Some(att.cursor);
     }
 
-    /// The attempt under way was served: records it and the request.
-    pub fn succeeded(&mut self, book: &Book, mut row: AttemptRow, status: u16, tokens: Tokens, now: Millis) {
-        let att_pid = {
-            let cur = self.cur.as_ref().expect("a success is reported for an attempt under way");
-            cur.slots[cur.j].clone()
-        };
-        book.record_success(&att_pid, &self.chain[self.index].model, row.started_at, now);
+    /// `att` served the request: records it and the request.
+    pub fn succeeded(
+        &mut self,
+        book: &Book,
+        att: &Attempt,
+        mut row: AttemptRow,
+        status: u16,
+        tokens: Tokens,
+        now: Millis,
+    ) {
+        book.record_success(&att.pid, &att.cand.model, row.started_at, now);
         row.outcome = Outcome::Success;
         row.http_status = Some(status);
         let spent = self.trail.spend(&mut row, tokens, true);
         self.trail.record(row);
-        self.trail.finish(status, Some((&self.chain[self.index], &att_pid)), spent);
-        self.log_fallback(&self.chain[self.index]);
+        self.trail.finish(status, Some((&att.cand, &att.pid)), spent);
+        self.log_fallback(&att.cand);
     }
 
     /// The line docs/audit.md asks for when a request was served by a later model of its chain.

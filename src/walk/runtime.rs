@@ -2,7 +2,7 @@
 //! writer, metrics, the clock, the OAuth refresher and the settings in force. "Engine" means
 //! only the pure rules (`rota::engine`); this is the runtime around them.
 
-use super::{Attempt, Verdict, Walk};
+use super::{Attempt, Failed, Verdict, Walk};
 use crate::audit::Audit;
 use crate::book::{Book, Credential};
 use crate::config::Config;
@@ -13,7 +13,7 @@ use crate::limits::Limiter;
 use crate::metrics::Metrics;
 use crate::refresh::{Refresher, access_of};
 use crate::settings::{Live, Settings};
-use crate::store::{AttemptRow, Store};
+use crate::store::Store;
 use crate::watchdog::Watchdog;
 use std::sync::Arc;
 use std::time::Duration;
@@ -100,9 +100,11 @@ impl Runtime {
                 let now = self.now();
                 let mut row = walk.trail.row(att.kind, &att.cand, Some(&att.pid), now);
                 row.duration_ms = Some(0);
-                let class =
+                let mut class =
                     Classified { reason: f.reason, hint: None, account_wide: true, message: f.message, claim: false };
-                Err((walk.failed(&self.book, row, &class, None, false, now), class.message))
+                let failed = Failed { row, class: &mut class, status: None, may_retry: false };
+                let verdict = walk.failed(&self.book, config, att, failed, now);
+                Err((verdict, class.message))
             }
         }
     }
@@ -110,40 +112,22 @@ impl Runtime {
     /// What a failed attempt leads to (docs/rotation.md), for the gateway and leases alike. An OAuth
     /// token the upstream refused (401) is refreshed first, and the same profile is then tried
     /// once more (`Retry` without backoff); a refresh token refused for good makes the failure
-    /// `auth_permanent`. `class` ends as recorded.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn settle(
-        &self,
-        walk: &mut Walk,
-        config: &Config,
-        att: &Attempt,
-        row: AttemptRow,
-        class: &mut Classified,
-        status: Option<u16>,
-        may_retry: bool,
-    ) -> Verdict {
-        if class.reason == Reason::Auth && matches!(att.cred, Credential::OAuth { .. }) && walk.first_try() {
+    /// `auth_permanent`. `failed.class` ends as recorded.
+    pub async fn settle(&self, walk: &mut Walk, config: &Config, att: Attempt, failed: Failed<'_>) -> Verdict {
+        if failed.class.reason == Reason::Auth && matches!(att.cred, Credential::OAuth { .. }) && walk.first_try(&att) {
             match self.refresher.refresh(config, &att.pid, access_of(&att.cred).as_deref()).await {
                 Ok(_) => {
-                    walk.retry_same(row, class, status, "the access token was refreshed");
+                    let Failed { row, class, status, .. } = failed;
+                    walk.retry_same(att, row, class, status, "the access token was refreshed");
                     return Verdict::Retry(Duration::ZERO);
                 }
-                Err(r) if r.reason == Reason::AuthPermanent => (class.reason, class.message) = (r.reason, r.message),
+                Err(r) if r.reason == Reason::AuthPermanent => {
+                    (failed.class.reason, failed.class.message) = (r.reason, r.message)
+                }
                 Err(_) => {}
             }
         }
-        let verdict = walk.failed(&self.book, row, class, status, may_retry, self.now());
-        if verdict == Verdict::Stop && class.reason == Reason::ContextOverflow {
-            match config.context_chain(&att.cand, fastrand::u64(..)) {
-                Ok(larger) => {
-                    if walk.overflow_to(larger) {
-                        return Verdict::Moved;
-                    }
-                }
-                Err(e) => tracing::warn!("models.context_fallbacks.\"{}\": {e}", att.cand.label()),
-            }
-        }
-        verdict
+        walk.failed(&self.book, config, att, failed, self.now())
     }
 
     /// The settings in force now.

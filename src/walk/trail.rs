@@ -1,0 +1,201 @@
+//! The audit trail of one request: its attempt rows in sequence, and its `requests` row with
+//! what the serving attempt spent, written through the audit writer and counted in the metrics
+//! (docs/audit.md).
+
+use super::Runtime;
+use crate::audit::Audit;
+use crate::config::NamedModels;
+use crate::engine::chain::Candidate;
+use crate::engine::{Millis, ProfileId, Reason};
+use crate::limits::Limiter;
+use crate::metrics::Metrics;
+use crate::prices::{Prices, Tokens};
+use crate::redact::truncate;
+use crate::settings::Settings;
+use crate::store::{AttemptRow, Kind, Outcome, RequestRow};
+use std::sync::Arc;
+use tokio::time::Instant;
+
+/// The request-level audit state: the attempt sequence and the `requests` row.
+#[derive(Clone)]
+pub struct Trail {
+    audit: Audit,
+    metrics: Arc<Metrics>,
+    /// Told what the request spent (its agent's day).
+    limits: Arc<Limiter>,
+    /// The prices in force when the request arrived.
+    prices: Arc<Prices>,
+    /// The models the config named then (metric labels).
+    named: Arc<NamedModels>,
+    /// `provider/model` of the first attempt or skip, to tell a failover.
+    first_candidate: Option<String>,
+    /// Time spent in upstream calls, to tell rota's own overhead.
+    upstream_ms: Millis,
+    /// `provider/model via profile: reason` of each failed upstream call, for a timeout's answer.
+    tried: Vec<String>,
+    pub request_id: String,
+    agent: String,
+    api: &'static str,
+    requested_model: Option<String>,
+    stream: bool,
+    started_at: Millis,
+    started: Instant,
+    pub seq: u32,
+    /// rota's own message for a request it answers with an error of its own (the aggregated
+    /// error of an exhausted walk): `requests.error`.
+    error: Option<String>,
+}
+
+/// A message of rota's as `requests.error` keeps it: anything shaped like a credential masked
+/// (the message is built from model names and redacted upstream messages; a client may put
+/// anything in a model name), at most 500 characters.
+fn request_error(message: &str) -> String {
+    truncate(&crate::redact::redact(message, &[]), 500)
+}
+
+impl Trail {
+    /// The trail of a request of `agent` arriving now, written through `runtime`'s audit
+    /// writer and metrics, priced and labelled with `settings`.
+    pub fn new(
+        runtime: &Runtime,
+        settings: &Settings,
+        request_id: String,
+        agent: String,
+        (api, requested_model, stream): (&'static str, Option<String>, bool),
+    ) -> Trail {
+        Trail {
+            audit: runtime.audit.clone(),
+            metrics: runtime.metrics.clone(),
+            limits: runtime.limits.clone(),
+            prices: settings.prices.clone(),
+            named: settings.named.clone(),
+            first_candidate: None,
+            upstream_ms: 0,
+            tried: Vec::new(),
+            request_id,
+            agent,
+            api,
+            requested_model,
+            stream,
+            started_at: runtime.now(),
+            started: Instant::now(),
+            seq: 0,
+            error: None,
+        }
+    }
+
+    /// Whether the config named `provider/model` when the request arrived.
+    pub fn names(&self, provider: &str, model: &str) -> bool {
+        self.named.get(provider).is_some_and(|m| m.contains(model))
+    }
+
+    /// A new attempt row with the next sequence number, outcome `failure` until told otherwise.
+    pub fn row(&mut self, kind: Kind, cand: &Candidate, profile: Option<&ProfileId>, started_at: Millis) -> AttemptRow {
+        self.seq += 1;
+        AttemptRow {
+            request_id: self.request_id.clone(),
+            seq: self.seq,
+            kind,
+            agent: Some(self.agent.clone()),
+            provider: cand.provider.clone(),
+            model: cand.model.clone(),
+            profile_id: profile.map(|p| p.to_string()),
+            started_at,
+            duration_ms: None,
+            ttfb_ms: None,
+            http_status: None,
+            outcome: Outcome::Failure,
+            reason: None,
+            retry_after_ms: None,
+            cooldown_until: None,
+            error: None,
+            tokens_in: None,
+            tokens_out: None,
+            cost: None,
+        }
+    }
+
+    /// Sets the row's token counts and, when `priced` (the counts are final), what they cost.
+    pub(super) fn spend(&self, row: &mut AttemptRow, tokens: Tokens, priced: bool) -> Spent {
+        (row.tokens_in, row.tokens_out) = (tokens.input, tokens.output);
+        row.cost = priced.then(|| self.prices.cost(&row.provider, &row.model, tokens)).flatten();
+        Spent { tokens_in: row.tokens_in, tokens_out: row.tokens_out, cost: row.cost }
+    }
+
+    /// Audits one attempt or skip (and counts it in the metrics).
+    pub fn record(&mut self, row: AttemptRow) {
+        if self.first_candidate.is_none() {
+            self.first_candidate = Some(format!("{}/{}", row.provider, row.model));
+        }
+        if let Some(profile) = &row.profile_id {
+            self.upstream_ms += row.duration_ms.unwrap_or(0);
+            if row.outcome == Outcome::Failure {
+                let reason = row.reason.map_or("failure", Reason::as_str);
+                self.tried.push(format!("{}/{} via {profile}: {reason}", row.provider, row.model));
+            }
+        }
+        self.metrics.observe_attempt(&row, &self.named);
+        self.audit.attempt(row);
+    }
+
+    /// The failed upstream calls so far.
+    pub fn tried(&self) -> &[String] {
+        &self.tried
+    }
+
+    /// The message of the error rota answers the request with itself (the aggregated error of
+    /// an exhausted walk), kept as `requests.error`.
+    pub(super) fn answered(&mut self, message: &str) {
+        self.error = Some(request_error(message));
+    }
+
+    /// Writes the `requests` row; `spent`: what the serving attempt used.
+    pub fn finish(&self, status: u16, served: Option<(&Candidate, &ProfileId)>, spent: Spent) {
+        self.write(status, served, spent, self.error.clone());
+    }
+
+    /// Writes the `requests` row of a request rota answered with an error of its own: a
+    /// refusal (an unknown model, a bad request, a pin it cannot serve), a timeout, a refresh
+    /// that failed. `message` is what the client was told.
+    pub fn refuse(&self, status: u16, message: &str) {
+        self.write(status, None, Spent::default(), Some(request_error(message)));
+    }
+
+    fn write(&self, status: u16, served: Option<(&Candidate, &ProfileId)>, spent: Spent, error: Option<String>) {
+        let duration_ms = self.started.elapsed().as_millis() as Millis;
+        let row = RequestRow {
+            id: self.request_id.clone(),
+            agent: Some(self.agent.clone()),
+            api: self.api,
+            requested_model: self.requested_model.clone(),
+            served_model: served.map(|(c, _)| c.label()),
+            served_profile: served.map(|(_, p)| p.to_string()),
+            status,
+            attempts: self.seq,
+            started_at: self.started_at,
+            duration_ms,
+            stream: self.stream,
+            tokens_in: spent.tokens_in,
+            tokens_out: spent.tokens_out,
+            error,
+            cost: spent.cost,
+        };
+        // Only a buffered gateway answer tells rota's own share of the time; a stream's or a
+        // lease's time is the client's.
+        let overhead = (!self.stream && self.api != "lease").then(|| duration_ms - self.upstream_ms);
+        self.metrics.observe_request(&row, self.first_candidate.as_deref(), overhead);
+        let tokens = row.tokens_in.unwrap_or(0) + row.tokens_out.unwrap_or(0);
+        if tokens > 0 || row.cost.is_some() {
+            self.limits.spent(&self.agent, self.started_at, tokens, row.cost.unwrap_or(0.0));
+        }
+        self.audit.request(row);
+    }
+}
+
+/// What the attempt that served a request used: the request row's tokens and cost.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Spent {
+    pub tokens_in: Option<i64>,
+    pub tokens_out: Option<i64>,
+    pub cost: Option<f64>,
+}
