@@ -6,7 +6,7 @@ by side, in one run, with `hey` driving the load (see docs/performance.md).
 
 For each scenario: requests/s, p50/p99 latency, the latency rota adds (rota minus direct),
 rota's CPU time per request (utime+stime from /proc) and its peak RSS (VmHWM, reset before each
-scenario), next to the floor: `rota-floor` (bench/floor.rs), a bare pass-through proxy on the
+scenario), next to the floor: `rota-floor` (crates/rota-bench/src/floor.rs), a bare pass-through proxy on the
 same stack, whose figures are what any proxy in front of the mock costs. `--callgrind` adds
 instructions per request, rota's and the floor's, counted by valgrind. `--peers` adds LiteLLM's
 proxy and Portkey's gateway in front of the same mock.

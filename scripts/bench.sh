@@ -28,10 +28,11 @@ for a in "$@"; do
         args+=("$a")
     fi
 done
+# rota, and the mock and the floor (crates/rota-bench).
 if [[ $profile == release ]]; then
-    cargo build --release --locked --bin rota --bin rota-mock --bin rota-floor
+    cargo build --release --locked --workspace --bins
 else
-    cargo build --locked --bin rota --bin rota-mock --bin rota-floor
+    cargo build --locked --workspace --bins
 fi
 
 need=()

@@ -23,7 +23,8 @@ trap 'scripts/postgres.sh stop "$pg" || true; rm -rf "$pg"' EXIT
 eval "$(scripts/postgres.sh start "$pg")"
 
 cargo test --locked --workspace
-cargo build --locked
+# rota, and the benchmark's mock and floor (crates/rota-bench), which scripts/audit_scale.py runs.
+cargo build --locked --workspace --bins
 
 req=tests/peers/requirements.txt
 stamp=.venv/.requirements.sha256
