@@ -81,14 +81,28 @@ pub struct CallFailure {
 /// A call and its timings.
 pub struct Call {
     pub called: Called,
+    pub timing: Timing,
+}
+
+/// An attempt's timings, measured from the moment its request was sent.
+#[derive(Clone, Copy)]
+pub struct Timing {
     /// When the request was sent.
     pub sent: Instant,
     /// Time to the first byte of the upstream's body.
     pub ttfb_ms: Option<Millis>,
 }
 
-fn since(t: Instant) -> Millis {
-    t.elapsed().as_millis() as Millis
+impl Timing {
+    /// The request is sent now.
+    fn sent_now() -> Timing {
+        Timing { sent: Instant::now(), ttfb_ms: None }
+    }
+
+    /// A byte of the answer came: the first one, unless one came before.
+    fn answered(&mut self) {
+        self.ttfb_ms.get_or_insert_with(|| self.sent.elapsed().as_millis() as Millis);
+    }
 }
 
 impl Gateway {
@@ -114,17 +128,20 @@ impl Gateway {
             Called::Failed(Box::new(CallFailure { class, status, body, deadline }))
         };
         let transport = |text: &str| transport(settings, text, now);
-        let sent = Instant::now();
-        let mut ttfb_ms = None;
-        let done = |called: Called, ttfb_ms: Option<Millis>| Call { called, sent, ttfb_ms };
+        let mut timing = Timing::sent_now();
         let answer = timeout_at(
             first_byte,
             self.upstream.send(provider, plan.upstream(), &att.cred, Bytes::from(bytes), &inc.headers, inc.stream),
         )
         .await;
         let mut resp = match answer {
-            Err(_) => return done(fail(transport("timed out waiting for the upstream's answer"), None, None), None),
-            Ok(Err(e)) => return done(fail(transport(&e.to_string()), None, None), None),
+            Err(_) => {
+                return Call {
+                    called: fail(transport("timed out waiting for the upstream's answer"), None, None),
+                    timing,
+                };
+            }
+            Ok(Err(e)) => return Call { called: fail(transport(&e.to_string()), None, None), timing },
             Ok(Ok(r)) => r,
         };
         let status = resp.status().as_u16();
@@ -134,16 +151,18 @@ impl Gateway {
             self.observe_quota(settings, att, resp.headers());
         }
         if (200..300).contains(&status) && inc.stream {
-            let called = match self.open(settings, (inc, att), plan, resp, first_byte, sent, &mut ttfb_ms).await {
+            let called = match self.open((inc, att), plan, resp, first_byte, &mut timing).await {
                 Ok(opened) => Called::Stream(Box::new(opened)),
                 Err(class) => fail(class, None, None),
             };
-            return done(called, ttfb_ms);
+            return Call { called, timing };
         }
-        let body = match timeout_at(first_byte, read_body(&mut resp, sent, &mut ttfb_ms)).await {
+        let body = match timeout_at(first_byte, read_body(&mut resp, &mut timing)).await {
             Ok(Ok(b)) => b,
-            Ok(Err(e)) => return done(fail(transport(&error_text(&e)), None, None), ttfb_ms),
-            Err(_) => return done(fail(transport("timed out reading the upstream's answer"), None, None), ttfb_ms),
+            Ok(Err(e)) => return Call { called: fail(transport(&error_text(&e)), None, None), timing },
+            Err(_) => {
+                return Call { called: fail(transport("timed out reading the upstream's answer"), None, None), timing };
+            }
         };
         if (200..300).contains(&status)
             && let Some((answer, tokens)) = plan.response(body.clone())
@@ -161,7 +180,7 @@ impl Gateway {
             if let Some(ct) = ct {
                 out.headers_mut().insert("content-type", ct);
             }
-            return done(Called::Served(out, tokens), ttfb_ms);
+            return Call { called: Called::Served(out, tokens), timing };
         }
         let text = String::from_utf8_lossy(&body);
         let headers: Vec<(String, String)> = resp
@@ -181,7 +200,7 @@ impl Gateway {
             );
         }
         let redacted = Bytes::from(redact(&text, &secrets));
-        done(fail(class, Some(status), Some(redacted)), ttfb_ms)
+        Call { called: fail(class, Some(status), Some(redacted)), timing }
     }
 
     /// Keeps what the answer's rate-limit headers say of the profile's remaining quota for the
@@ -197,17 +216,15 @@ impl Gateway {
 
     /// Reads a 2xx stream up to its first content event (docs/gateway.md): what came before it is
     /// held, and an error event, a stall or an end before it is a failure that fails over.
-    #[allow(clippy::too_many_arguments)]
     async fn open(
         &self,
-        settings: &Settings,
         (inc, att): (&Incoming, &Attempt),
         plan: Plan,
         resp: reqwest::Response,
         first_byte: Instant,
-        sent: Instant,
-        ttfb_ms: &mut Option<Millis>,
+        timing: &mut Timing,
     ) -> Result<Opened, Classified> {
+        let settings = &inc.settings;
         let mut rest = resp.bytes_stream().boxed();
         let mut relay = Relay::new(plan.upstream(), plan.stream_translator(&inc.body));
         let now = self.runtime.now();
@@ -221,7 +238,7 @@ impl Gateway {
                 Ok(Some(Err(e))) => return Err(transport(settings, &error_text(&e), now)),
                 Ok(Some(Ok(c))) => c,
             };
-            ttfb_ms.get_or_insert_with(|| since(sent));
+            timing.answered();
             relay.push(&chunk);
             match relay.phase() {
                 Phase::Held => {}
@@ -255,15 +272,11 @@ fn transport(settings: &Settings, text: &str, now: Millis) -> Classified {
 
 /// The whole body of a buffered answer, noting when its first byte came (the end, for an
 /// empty body).
-async fn read_body(
-    resp: &mut reqwest::Response,
-    sent: Instant,
-    ttfb_ms: &mut Option<Millis>,
-) -> reqwest::Result<Bytes> {
+async fn read_body(resp: &mut reqwest::Response, timing: &mut Timing) -> reqwest::Result<Bytes> {
     let mut first: Option<Bytes> = None;
     let mut more: Vec<u8> = Vec::new();
     while let Some(chunk) = resp.chunk().await? {
-        ttfb_ms.get_or_insert_with(|| since(sent));
+        timing.answered();
         match &first {
             None => first = Some(chunk),
             Some(f) => {
@@ -274,6 +287,6 @@ async fn read_body(
             }
         }
     }
-    ttfb_ms.get_or_insert_with(|| since(sent));
+    timing.answered();
     Ok(if more.is_empty() { first.unwrap_or_default() } else { Bytes::from(more) })
 }

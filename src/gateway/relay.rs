@@ -148,27 +148,32 @@ impl Relay {
     }
 }
 
+/// The attempt whose stream is committed, with all the relay hands the walk when it ends.
+pub struct Committed {
+    pub walk: Walk,
+    pub att: Attempt,
+    /// The attempt's row, its time to first byte set.
+    pub row: AttemptRow,
+    pub opened: Opened,
+    /// When the request was sent.
+    pub sent: Instant,
+}
+
 /// Answers the client with a committed stream: the held bytes now, the rest from a task that
 /// forwards it and hands the walk the stream's ending.
-#[allow(clippy::too_many_arguments)]
 pub fn respond(
     runtime: &Runtime,
     settings: Arc<Settings>,
     client: Api,
-    mut walk: Walk,
-    mut row: AttemptRow,
-    opened: Opened,
-    att: Attempt,
-    timing: (Instant, Option<Millis>),
+    committed: Committed,
     deadline: Instant,
 ) -> Response {
+    let Committed { mut walk, att, mut row, opened, sent } = committed;
     let Opened { mut relay, rest: mut upstream, client: asked, signed } = opened;
-    let (sent, ttfb_ms) = timing;
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
     let book = runtime.book.clone();
     let clock = runtime.clock.clone();
     let stopping = runtime.stopping.clone();
-    row.ttfb_ms = ttfb_ms;
     row.http_status = Some(200);
     tokio::spawn(async move {
         let timeouts = &settings.config.timeouts;

@@ -5,9 +5,9 @@
 //! shares.
 
 use super::answer::{self, GatewayError, with_rota_headers};
-use super::call::{Call, Called};
+use super::call::{Call, CallFailure, Called};
 use super::plan::{Plan, Prepared};
-use super::relay;
+use super::relay::{self, Committed};
 use super::thinking;
 use super::upstream::Upstream;
 use super::wire::Api;
@@ -17,10 +17,12 @@ use crate::engine::chain::{Candidate, FallbackOverride};
 use crate::engine::{Millis, ProfileId, Reason};
 use crate::settings::Settings;
 use crate::store::{AttemptRow, Store};
-use crate::walk::{Failed, Runtime, STOPPING, Spent, Step, Trail, Verdict, Walk};
+use crate::walk::{Attempt, Failed, Runtime, STOPPING, Spent, Step, Trail, Verdict, Walk};
 use axum::http::HeaderMap;
 use axum::response::Response;
+use bytes::Bytes;
 use serde_json::Value;
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use tokio::time::Instant;
 
@@ -52,6 +54,21 @@ pub struct Incoming {
     pub headers: HeaderMap,
     pub request_id: String,
 }
+
+/// A request as the gateway walks it, beside the walk itself (which a committed stream's relay
+/// takes with it).
+struct Serving<'a> {
+    inc: &'a Incoming,
+    /// Where `timeouts.total` ends the request.
+    deadline: Instant,
+    /// The call of the candidate under way, planned when the walk admitted it.
+    planned: Option<Prepared>,
+    /// A refused thinking signature is retried once, without thinking (`thinking`).
+    thinking_retried: bool,
+}
+
+/// What an attempt's answer leads to: the request's answer, or the walk going on.
+type Turn = ControlFlow<Result<Response, GatewayError>, Walk>;
 
 /// Records the attempt in flight (and the request) as cancelled if the client goes away and
 /// the request future is dropped mid-call.
@@ -99,8 +116,29 @@ impl Gateway {
         // While the audit writer lags, requests wait for it here, so that a crash cannot lose
         // more than the last moment's rows (docs/audit.md).
         self.runtime.audit.admit().await;
+        let deadline = Instant::now() + inc.settings.config.timeouts.total;
+        let mut walk = self.walk_for(&inc)?;
+        let mut req = Serving { inc: &inc, deadline, planned: None, thinking_retried: false };
+        loop {
+            if Instant::now() >= deadline {
+                return Err(self.timed_out(&inc, &walk));
+            }
+            if self.runtime.stopping.is_cancelled() {
+                return Err(stopped(&walk));
+            }
+            let Some(att) = self.next_attempt(&mut req, &mut walk).await? else { continue };
+            let row = walk.trail.row(att.kind, &att.cand, Some(&att.pid), self.runtime.now());
+            walk = match self.attempt(&mut req, walk, att, row).await {
+                ControlFlow::Break(answer) => return answer,
+                ControlFlow::Continue(walk) => walk,
+            };
+        }
+    }
+
+    /// The request's walk through its chain of candidates, or the refusal of a model no chain
+    /// serves (audited).
+    fn walk_for(&self, inc: &Incoming) -> Result<Walk, GatewayError> {
         let config = &inc.settings.config;
-        let deadline = Instant::now() + config.timeouts.total;
         let requested = inc.body.get("model").and_then(Value::as_str).map(str::to_string);
         let trail = self.trail(&inc.request_id, inc.api, &inc.agent, requested.clone(), inc.stream);
         let chain = match self.runtime.chain(config, &inc.agent.name, requested.as_deref(), inc.fallbacks.clone()) {
@@ -114,143 +152,154 @@ impl Gateway {
                 return Err(e);
             }
         };
-        let mut walk = Walk::new(chain, inc.session.clone(), inc.pin.clone(), trail).failover(config.failover.enabled);
-        let mut planned: Option<Prepared> = None;
-        // A refused thinking signature is retried once, without thinking (`thinking`).
-        let mut thinking_retried = false;
-        loop {
-            if Instant::now() >= deadline {
-                return Err(self.timed_out(&inc, &walk));
+        Ok(Walk::new(chain, inc.session.clone(), inc.pin.clone(), trail).failover(config.failover.enabled))
+    }
+
+    /// The walk's next attempt, its credential ready and the call of its candidate planned
+    /// (`prepare`); `None` when a refresh of its credential failed and the walk goes on. The
+    /// error ends the request: a pin that cannot serve it, every candidate failed, a refresh
+    /// failure that does not fail over.
+    async fn next_attempt(&self, req: &mut Serving<'_>, walk: &mut Walk) -> Result<Option<Attempt>, GatewayError> {
+        let (inc, planned) = (req.inc, &mut req.planned);
+        let config = &inc.settings.config;
+        let admit = |index: usize, cand: &Candidate| {
+            if planned.as_ref().is_none_or(|p| p.index != index) {
+                *planned = Some(self.prepare(inc, index, cand)?);
             }
-            if self.runtime.stopping.is_cancelled() {
-                return Err(stopped(&walk));
+            Ok(())
+        };
+        let att = match walk.next(&self.runtime.book, config, &inc.agent.name, self.runtime.now(), admit) {
+            Step::Try(att) => att,
+            Step::Refuse(message) => {
+                walk.trail.refuse(400, &message);
+                return Err(GatewayError::BadRequest(message));
             }
-            let admit = |index: usize, cand: &Candidate| {
-                if planned.as_ref().is_none_or(|p| p.index != index) {
-                    let plan = Plan::choose(inc.api, config.providers[&cand.provider].api);
-                    let (mut body, mut dropped) = match plan.request(&inc.body)? {
-                        Some(t) => (Some(t.body), t.dropped),
-                        None => (None, Vec::new()),
-                    };
-                    if plan.upstream() == Api::Messages
-                        && let Some(verifiable) =
-                            self.signed.for_provider(body.as_ref().unwrap_or(&inc.body), &cand.provider)
-                    {
-                        body = Some(verifiable);
-                        dropped.push("thinking blocks signed elsewhere".into());
-                    }
-                    if !dropped.is_empty() {
-                        tracing::warn!(fields = %dropped.join(", "), "dropped fields with no counterpart in the {} format", plan.upstream().as_str());
-                    }
-                    planned = Some(Prepared { index, plan, body, dropped });
-                }
-                Ok(())
-            };
-            let att = match walk.next(&self.runtime.book, config, &inc.agent.name, self.runtime.now(), admit) {
-                Step::Try(att) => att,
-                Step::Refuse(message) => {
-                    walk.trail.refuse(400, &message);
-                    return Err(GatewayError::BadRequest(message));
-                }
-                Step::Exhausted(out) => {
-                    self.runtime.durable(&walk).await;
-                    tracing::warn!(status = out.status, "{}", out.message);
-                    walk.trail.finish(out.status, None, Spent::default());
-                    let (status, message, retry_after) = (out.status, out.message, out.retry_after_secs);
-                    return Err(GatewayError::Failed { status, message, retry_after });
-                }
-            };
-            let prepared = planned.as_ref().expect("next admitted the candidate");
-            let (plan, body) = (prepared.plan, prepared.body.as_ref().unwrap_or(&*inc.body));
-            let dropped = super::plan::dropped_header(&prepared.dropped);
-            let att = match self.runtime.ready(&mut walk, config, att).await {
-                Ok(att) => att,
-                Err((Verdict::Stop, message)) => {
-                    self.runtime.durable(&walk).await;
-                    walk.trail.refuse(502, &message);
-                    return Err(GatewayError::Failed { status: 502, message, retry_after: None });
-                }
-                Err(_) => continue,
-            };
-            let (cand, pid) = (&att.cand, &att.pid);
-            let started_at = self.runtime.now();
-            let row = walk.trail.row(att.kind, cand, Some(pid), started_at);
-            let guard = InFlight { row: Some(row), trail: walk.trail.clone(), started: Instant::now() };
-            let call = tokio::select! {
-                call = self.call(&inc, &att, plan, body, deadline) => Some(call),
-                _ = self.runtime.stopping.cancelled() => None,
-            };
-            let Some(Call { called, sent, ttfb_ms }) = call else {
-                let mut row = guard.done();
-                row.duration_ms = Some(self.runtime.now().saturating_sub(row.started_at).max(0));
-                walk.stopped(row, STOPPING);
+            Step::Exhausted(out) => {
+                self.runtime.durable(walk).await;
+                tracing::warn!(status = out.status, "{}", out.message);
+                walk.trail.finish(out.status, None, Spent::default());
+                let (status, message, retry_after) = (out.status, out.message, out.retry_after_secs);
+                return Err(GatewayError::Failed { status, message, retry_after });
+            }
+        };
+        match self.runtime.ready(walk, config, att).await {
+            Ok(att) => Ok(Some(att)),
+            Err((Verdict::Stop, message)) => {
+                self.runtime.durable(walk).await;
+                walk.trail.refuse(502, &message);
+                Err(GatewayError::Failed { status: 502, message, retry_after: None })
+            }
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// The call of candidate `index` planned: the request in its provider's wire format, with
+    /// the thinking blocks another provider signed taken out (`thinking`). The error says why
+    /// that format cannot carry the request.
+    fn prepare(&self, inc: &Incoming, index: usize, cand: &Candidate) -> Result<Prepared, String> {
+        let plan = Plan::choose(inc.api, inc.settings.config.providers[&cand.provider].api);
+        let (mut body, mut dropped) = match plan.request(&inc.body)? {
+            Some(t) => (Some(t.body), t.dropped),
+            None => (None, Vec::new()),
+        };
+        if plan.upstream() == Api::Messages
+            && let Some(verifiable) = self.signed.for_provider(body.as_ref().unwrap_or(&inc.body), &cand.provider)
+        {
+            body = Some(verifiable);
+            dropped.push("thinking blocks signed elsewhere".into());
+        }
+        if !dropped.is_empty() {
+            tracing::warn!(fields = %dropped.join(", "), "dropped fields with no counterpart in the {} format", plan.upstream().as_str());
+        }
+        Ok(Prepared { index, plan, body, dropped })
+    }
+
+    /// One attempt: its upstream call, and what the answer leads to (docs/gateway.md): the
+    /// request's answer, or the walk going on.
+    async fn attempt(&self, req: &mut Serving<'_>, mut walk: Walk, att: Attempt, row: AttemptRow) -> Turn {
+        let Serving { inc, deadline, planned, thinking_retried } = req;
+        let (inc, deadline) = (*inc, *deadline);
+        let prepared = planned.as_mut().expect("next admitted the candidate");
+        let (plan, body) = (prepared.plan, prepared.body.as_ref().unwrap_or(&*inc.body));
+        let dropped = super::plan::dropped_header(&prepared.dropped);
+        let guard = InFlight { row: Some(row), trail: walk.trail.clone(), started: Instant::now() };
+        let call = tokio::select! {
+            call = self.call(inc, &att, plan, body, deadline) => Some(call),
+            _ = self.runtime.stopping.cancelled() => None,
+        };
+        let mut row = guard.done();
+        let Some(Call { called, timing }) = call else {
+            row.duration_ms = Some(self.runtime.now().saturating_sub(row.started_at).max(0));
+            walk.stopped(row, STOPPING);
+            self.runtime.durable(&walk).await;
+            return ControlFlow::Break(Err(stopped(&walk)));
+        };
+        row.ttfb_ms = timing.ttfb_ms;
+        row.duration_ms = Some(timing.sent.elapsed().as_millis() as Millis);
+        let f = match called {
+            Called::Stream(opened) => {
                 self.runtime.durable(&walk).await;
-                return Err(stopped(&walk));
-            };
-            let mut row = guard.done();
-            row.ttfb_ms = ttfb_ms;
-            row.duration_ms = Some(sent.elapsed().as_millis() as Millis);
-            match called {
-                Called::Stream(opened) => {
-                    self.runtime.durable(&walk).await;
-                    walk.log_fallback(cand);
-                    let (cand, pid) = (cand.clone(), pid.clone());
-                    let trail = walk.trail.clone();
-                    let timing = (sent, ttfb_ms);
-                    let settings = inc.settings.clone();
-                    let resp =
-                        relay::respond(&self.runtime, settings, inc.api, walk, row, *opened, att, timing, deadline);
-                    return Ok(with_rota_headers(resp, &trail, &cand, &pid, dropped));
-                }
-                Called::Served(resp, tokens) => {
-                    walk.succeeded(&self.runtime.book, &att, row, resp.status().as_u16(), tokens, self.runtime.now());
-                    self.runtime.durable(&walk).await;
-                    return Ok(with_rota_headers(resp, &walk.trail, cand, pid, dropped));
-                }
-                Called::Failed(f) if f.deadline => {
-                    walk.abandoned(row, &f.class.message);
-                    self.runtime.durable(&walk).await;
-                    return Err(self.timed_out(&inc, &walk));
-                }
-                Called::Failed(f)
-                    if !thinking_retried
-                        && plan.upstream() == Api::Messages
-                        && thinking::refused_signature(f.status, f.body.as_deref().unwrap_or_default())
-                        && thinking::has_thinking(body) =>
-                {
-                    thinking_retried = true;
-                    walk.retry_same(att, row, &f.class, f.status, "thinking blocks taken out");
-                    let without = thinking::without_thinking(body).expect("the guard saw thinking");
-                    let prepared = planned.as_mut().expect("a candidate under way is planned");
-                    prepared.body = Some(without);
-                    prepared.dropped.push("thinking blocks".into());
-                }
-                Called::Failed(f) => {
-                    let mut class = f.class.clone();
-                    let may_retry = Instant::now() < deadline;
-                    let (cand, pid) = (cand.clone(), pid.clone());
-                    let failed = Failed { row, class: &mut class, status: f.status, may_retry };
-                    match self.runtime.settle(&mut walk, config, att, failed).await {
-                        Verdict::Retry(backoff) => {
-                            tokio::time::sleep_until(deadline.min(Instant::now() + backoff)).await
-                        }
-                        Verdict::Moved => {}
-                        Verdict::Stop => {
-                            self.runtime.durable(&walk).await;
-                            let status = f.status.unwrap_or(502);
-                            walk.trail.finish(status, None, Spent::default());
-                            let resp = match f.body {
-                                Some(body) if f.status.is_some() && !plan.translates() => {
-                                    answer::upstream_answer(status, body)
-                                }
-                                _ => GatewayError::Failed { status, message: class.message, retry_after: None }
-                                    .answer(inc.api, &inc.request_id),
-                            };
-                            return Ok(with_rota_headers(resp, &walk.trail, &cand, &pid, dropped));
-                        }
-                    }
-                }
+                walk.log_fallback(&att.cand);
+                let (cand, pid, trail) = (att.cand.clone(), att.pid.clone(), walk.trail.clone());
+                let committed = Committed { walk, att, row, opened: *opened, sent: timing.sent };
+                let resp = relay::respond(&self.runtime, inc.settings.clone(), inc.api, committed, deadline);
+                return ControlFlow::Break(Ok(with_rota_headers(resp, &trail, &cand, &pid, dropped)));
             }
+            Called::Served(resp, tokens) => {
+                walk.succeeded(&self.runtime.book, &att, row, resp.status().as_u16(), tokens, self.runtime.now());
+                self.runtime.durable(&walk).await;
+                return ControlFlow::Break(Ok(with_rota_headers(resp, &walk.trail, &att.cand, &att.pid, dropped)));
+            }
+            Called::Failed(f) => *f,
+        };
+        if f.deadline {
+            walk.abandoned(row, &f.class.message);
+            self.runtime.durable(&walk).await;
+            return ControlFlow::Break(Err(self.timed_out(inc, &walk)));
+        }
+        if !*thinking_retried
+            && plan.upstream() == Api::Messages
+            && thinking::refused_signature(f.status, f.body.as_deref().unwrap_or_default())
+            && thinking::has_thinking(body)
+        {
+            *thinking_retried = true;
+            walk.retry_same(att, row, &f.class, f.status, "thinking blocks taken out");
+            let without = thinking::without_thinking(body).expect("the guard saw thinking");
+            prepared.body = Some(without);
+            prepared.dropped.push("thinking blocks".into());
+            return ControlFlow::Continue(walk);
+        }
+        let CallFailure { mut class, status, body: said, .. } = f;
+        let (cand, pid) = (att.cand.clone(), att.pid.clone());
+        let failed = Failed { row, class: &mut class, status, may_retry: Instant::now() < deadline };
+        match self.runtime.settle(&mut walk, &inc.settings.config, att, failed).await {
+            Verdict::Retry(backoff) => tokio::time::sleep_until(deadline.min(Instant::now() + backoff)).await,
+            Verdict::Moved => {}
+            Verdict::Stop => {
+                let resp = self.upstream_stopped(inc, &walk, (status, said), class.message, plan).await;
+                return ControlFlow::Break(Ok(with_rota_headers(resp, &walk.trail, &cand, &pid, dropped)));
+            }
+        }
+        ControlFlow::Continue(walk)
+    }
+
+    /// The answer when the upstream's failure (its status and redacted body, rota's `message`)
+    /// does not fail over: the upstream's own answer when the client speaks its format, else
+    /// rota's error. Its `requests` row is written once the windows the walk opened are.
+    async fn upstream_stopped(
+        &self,
+        inc: &Incoming,
+        walk: &Walk,
+        (status, body): (Option<u16>, Option<Bytes>),
+        message: String,
+        plan: Plan,
+    ) -> Response {
+        self.runtime.durable(walk).await;
+        let code = status.unwrap_or(502);
+        walk.trail.finish(code, None, Spent::default());
+        match body {
+            Some(body) if status.is_some() && !plan.translates() => answer::upstream_answer(code, body),
+            _ => GatewayError::Failed { status: code, message, retry_after: None }.answer(inc.api, &inc.request_id),
         }
     }
 
