@@ -21,6 +21,7 @@ mod leases;
 mod limits;
 mod quota;
 mod reload;
+mod spans;
 mod store;
 mod thinking;
 mod translation;
