@@ -24,6 +24,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use std::sync::Arc;
 use tokio::time::{Instant, timeout_at};
+use tracing::Instrument;
 
 /// Where a stream stands.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -160,7 +161,8 @@ pub struct Committed {
 }
 
 /// Answers the client with a committed stream: the held bytes now, the rest from a task that
-/// forwards it and hands the walk the stream's ending.
+/// forwards it and hands the walk the stream's ending. The task runs in a span of its own
+/// (`relay`) within the current one: what it logs carries the request's id.
 pub fn respond(
     runtime: &Runtime,
     settings: Arc<Settings>,
@@ -175,7 +177,7 @@ pub fn respond(
     let clock = runtime.clock.clone();
     let stopping = runtime.stopping.clone();
     row.http_status = Some(200);
-    tokio::spawn(async move {
+    let relay_task = async move {
         let timeouts = &settings.config.timeouts;
         let secrets = att.cred.secrets();
         let failed = |reason: Reason, message: String| Ended::Failed {
@@ -245,7 +247,8 @@ pub fn respond(
         row.duration_ms = Some(sent.elapsed().as_millis() as Millis);
         signed.record(&row.provider, relay.signatures.iter().map(String::as_str));
         walk.stream_ended(&book, &att, row, ended, relay.tokens, clock.now());
-    });
+    };
+    tokio::spawn(relay_task.instrument(tracing::info_span!("relay")));
     let mut rx = rx;
     let stream = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx));
     let mut resp = Response::new(Body::from_stream(stream));

@@ -25,6 +25,7 @@ use serde_json::Value;
 use std::ops::ControlFlow;
 use std::sync::Arc;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 /// The gateway's state: the runtime its walks share, the client that calls upstreams, the
 /// agents it serves and the store that counts their use of their limits.
@@ -128,7 +129,16 @@ impl Gateway {
             }
             let Some(att) = self.next_attempt(&mut req, &mut walk).await? else { continue };
             let row = walk.trail.row(att.kind, &att.cand, Some(&att.pid), self.runtime.now());
-            walk = match self.attempt(&mut req, walk, att, row).await {
+            // The fields are read only when the span is enabled (`info`): a disabled one costs no
+            // formatting. Never a secret or a body in them (docs/gateway.md).
+            let span = tracing::info_span!(
+                "attempt",
+                provider = att.cand.provider.as_str(),
+                model = att.cand.model.as_str(),
+                profile = att.pid.as_str(),
+                n = row.seq
+            );
+            walk = match self.attempt(&mut req, walk, att, row).instrument(span).await {
                 ControlFlow::Break(answer) => return answer,
                 ControlFlow::Continue(walk) => walk,
             };

@@ -22,6 +22,7 @@ mod limits;
 mod quota;
 mod reload;
 mod schema;
+mod spans;
 mod store;
 mod thinking;
 mod translation;
