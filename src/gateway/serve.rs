@@ -138,7 +138,9 @@ impl Gateway {
                 profile = att.pid.as_str(),
                 n = row.seq
             );
-            walk = match self.attempt(&mut req, walk, att, row).instrument(span).await {
+            // Boxed: the attempt's future is most of the request's, and inline it would be
+            // copied whole wherever the request's future moves (docs/performance.md).
+            walk = match Box::pin(self.attempt(&mut req, walk, att, row).instrument(span)).await {
                 ControlFlow::Break(answer) => return answer,
                 ControlFlow::Continue(walk) => walk,
             };
