@@ -98,6 +98,9 @@ pub struct QuotaInfo {
     pub remaining_tokens: Option<i64>,
     pub limit_tokens: Option<i64>,
     pub tokens_reset_at: Option<Millis>,
+    /// The share of a ChatGPT plan's window left, in percent (Codex), the window with the least.
+    pub plan_left_percent: Option<i64>,
+    pub plan_reset_at: Option<Millis>,
     /// When the answer that reported it arrived (Unix ms).
     pub seen_at: Millis,
     /// Until when the profile is at its floor (`rotation.quota_floor`, `quota_tokens_floor`)
@@ -119,6 +122,8 @@ impl QuotaInfo {
                 remaining_tokens: q.tokens.map(|w| w.remaining),
                 limit_tokens: q.tokens.and_then(|w| w.limit),
                 tokens_reset_at: q.tokens.and_then(|w| w.reset_at),
+                plan_left_percent: q.plan.map(|w| w.remaining),
+                plan_reset_at: q.plan.and_then(|w| w.reset_at),
                 seen_at: q.seen_at,
                 low_until: q.low_until(floor, now),
             })
@@ -139,6 +144,7 @@ impl QuotaInfo {
         let parts: Vec<String> = [
             part("requests", self.remaining_requests, self.limit_requests, self.requests_reset_at),
             part("tokens", self.remaining_tokens, self.limit_tokens, self.tokens_reset_at),
+            part("% of the plan", self.plan_left_percent, None, self.plan_reset_at),
         ]
         .into_iter()
         .flatten()
@@ -244,6 +250,7 @@ mod tests {
                 model: "gpt-4.1".into(),
                 requests: Some(Window { remaining: 0, limit: Some(3), reset_at: Some(now + 42_000) }),
                 tokens: Some(Window { remaining: 90_000, limit: None, reset_at: None }),
+                plan: None,
                 seen_at: now - 2_000,
             }],
             ..Default::default()

@@ -9,7 +9,7 @@
 use super::ApiState;
 use super::{ApiError, Body, Caller};
 use crate::book::Credential;
-use crate::config::WireFormat;
+use crate::config::{KeyHeader, WireFormat};
 use crate::engine::chain::{FallbackOverride, bounded, check_names};
 use crate::engine::classify::{Classified, Echoed, Observed};
 use crate::engine::{Millis, ProfileId, ProfileType, Reason};
@@ -92,6 +92,9 @@ pub struct LeasedCredential {
     /// The secret itself: an API key goes in the SDK's `api_key`; a token or OAuth access token
     /// in `Authorization: Bearer`.
     pub secret: String,
+    /// The header the secret travels in: `authorization` (as `Bearer SECRET`), `x-api-key`
+    /// or `api-key` (the provider's `key_header`, docs/providers.md).
+    pub header: &'static str,
     /// When the credential stops working, if known (RFC 3339).
     pub expires_at: Option<String>,
 }
@@ -268,10 +271,22 @@ async fn issue(
         retry_in_ms: retry_in.as_millis() as u64,
         profile_id: att.pid.to_string(),
         provider: att.cand.provider.clone(),
-        api: provider.api,
-        base_url: provider.base_url.clone(),
+        api: provider.api_for(&att.cand.model),
+        base_url: match &provider.claude_base_url {
+            Some(claude) if provider.claude_on_vertex(&att.cand.model) => claude.clone(),
+            _ => provider.base_url.clone(),
+        },
         model: att.cand.model.clone(),
-        credential: LeasedCredential { kind, secret, expires_at: runtime.book.expires_at(&att.pid).map(rfc3339) },
+        credential: LeasedCredential {
+            kind,
+            secret,
+            header: match (kind, provider.key_header) {
+                (ProfileType::ApiKey, KeyHeader::XApiKey) => "x-api-key",
+                (ProfileType::ApiKey, KeyHeader::ApiKey) => "api-key",
+                _ => "authorization",
+            },
+            expires_at: runtime.book.expires_at(&att.pid).map(rfc3339),
+        },
     };
     let live = Live { agent: agent.to_string(), walk, settings, attempt: att, row, issued_at: now, expires_at };
     leases.lock().insert(id, live);
@@ -531,8 +546,9 @@ fn record_quota(
     let max_wait = if trusted { cooldown.hint_max } else { cooldown.max }.as_millis() as Millis;
     let pairs = report.headers.iter().map(|(k, v)| (k.as_str(), v.as_str()));
     let served_or_throttled = report.outcome == ReportOutcome::Success || report.http_status == Some(429);
+    let families = &settings.config.providers[&attempt.cand.provider].quota;
     if let Some(quota) =
-        crate::engine::quota::read(pairs, &attempt.cand.model, now, max_wait).filter(|_| served_or_throttled)
+        crate::engine::quota::read(pairs, families, &attempt.cand.model, now, max_wait).filter(|_| served_or_throttled)
     {
         runtime.book.record_quota(&attempt.pid, quota);
     }
@@ -634,8 +650,9 @@ mod tests {
     #[test]
     fn the_lease_apis_enums_are_written_by_their_names() {
         for kind in [ProfileType::OAuth, ProfileType::Token, ProfileType::ApiKey] {
-            let credential = LeasedCredential { kind, secret: "s".into(), expires_at: None };
-            let want = format!(r#"{{"type":"{}","secret":"s","expires_at":null}}"#, kind.as_str());
+            let credential = LeasedCredential { kind, secret: "s".into(), header: "authorization", expires_at: None };
+            let want =
+                format!(r#"{{"type":"{}","secret":"s","header":"authorization","expires_at":null}}"#, kind.as_str());
             assert_eq!(serde_json::to_string(&credential).unwrap(), want);
         }
         let success = Recorded { outcome: ReportOutcome::Success, reason: None };

@@ -25,10 +25,46 @@ struct Report {
     config_file: Option<String>,
     database: Option<String>,
     key: Option<String>,
+    providers: Vec<ProviderLine>,
     agents: Vec<AgentChain>,
     /// Worth knowing, not wrong (the exit code ignores them).
     notes: Vec<String>,
     problems: Vec<String>,
+}
+
+/// A provider as rota will call it, and what its preset filled in (docs/providers.md).
+#[derive(Serialize)]
+struct ProviderLine {
+    name: String,
+    preset: Option<&'static str>,
+    api: &'static str,
+    base_url: String,
+    key_header: &'static str,
+    quota: Vec<&'static str>,
+    confirm_path: String,
+    /// Where its Claude models answer in Anthropic's format (Vertex AI).
+    claude_base_url: Option<String>,
+    /// Whether the console can sign accounts in (an `oauth` block, the preset's or the file's).
+    sign_in: bool,
+    /// The keys the preset set because the file left them out.
+    filled: Vec<&'static str>,
+}
+
+impl ProviderLine {
+    fn of(name: &str, p: &crate::config::Provider) -> ProviderLine {
+        ProviderLine {
+            name: name.to_string(),
+            preset: p.preset.map(crate::config::Preset::as_str),
+            api: p.api.as_str(),
+            base_url: p.base_url.clone(),
+            key_header: p.key_header.as_str(),
+            quota: p.quota.iter().map(|f| f.as_str()).collect(),
+            confirm_path: p.confirm_path.clone(),
+            claude_base_url: p.claude_base_url.clone(),
+            sign_in: p.oauth.is_some(),
+            filled: p.filled.clone(),
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -77,6 +113,7 @@ async fn build(config: &Config, file: Option<&Path>) -> Report {
         problems: config.problems(),
         ..Default::default()
     };
+    report.providers = config.providers.iter().map(|(name, p)| ProviderLine::of(name, p)).collect();
     let (snapshot, stored_agents) = read_database(config, file, &mut report).await;
     let roster = Roster::new(&snapshot, config);
     let now = chrono::Utc::now().timestamp_millis();
@@ -144,7 +181,7 @@ fn agent_chain(
         Ok(chain) => {
             let formats: Vec<String> = chain
                 .iter()
-                .map(|c| (c, config.providers[&c.provider].api))
+                .map(|c| (c, config.providers[&c.provider].api_for(&c.model)))
                 .filter(|(_, api)| *api != crate::config::WireFormat::Openai)
                 .map(|(c, api)| format!("{} ({})", c.label(), api.as_str()))
                 .collect();
@@ -262,6 +299,20 @@ fn print_text(r: &Report) {
     }
     if let Some(k) = &r.key {
         println!("key:      {k}");
+    }
+    for p in &r.providers {
+        let preset = match p.preset {
+            Some(preset) if p.filled.is_empty() => format!(" (preset {preset}, every key overridden)"),
+            Some(preset) => format!(" (preset {preset} filled {})", p.filled.join(", ")),
+            None => String::new(),
+        };
+        let quota = if p.quota.is_empty() { "none".to_string() } else { p.quota.join(", ") };
+        let sign_in = if p.sign_in { ", sign-in" } else { "" };
+        println!("\nprovider {}{preset}:", p.name);
+        println!("  {} at {}, key in {}, quota headers {quota}{sign_in}", p.api, p.base_url, p.key_header);
+        if let Some(claude) = &p.claude_base_url {
+            println!("  claude… models: anthropic at {claude}/MODEL:rawPredict");
+        }
     }
     for a in &r.agents {
         match a.limits.as_ref().and_then(Limits::describe) {

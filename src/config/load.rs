@@ -127,8 +127,17 @@ fn extract(fig: &Figment) -> Result<Config, ConfigError> {
             Err(e) => e,
         };
         // A required key whose value was refused (and set aside) is not also reported missing.
-        let follows = matches!(&e.kind, figment::error::Kind::MissingField(f)
-            if set_aside.iter().any(|p| p.split_last().is_some_and(|(last, parent)| last == f && parent == e.path)));
+        // (A provider's are messages: a preset may fill them, `presets::missing`.)
+        let missing = match &e.kind {
+            figment::error::Kind::MissingField(f) => Some(f.as_ref()),
+            figment::error::Kind::Message(m) => {
+                m.strip_prefix("missing `").and_then(|m| m.split_once('`')).map(|(f, _)| f)
+            }
+            _ => None,
+        };
+        let follows = missing.is_some_and(|f| {
+            set_aside.iter().any(|p| p.split_last().is_some_and(|(last, parent)| last == f && parent == e.path))
+        });
         if !follows {
             errors.push(describe_at(fig, &tree, &e));
         }

@@ -5,11 +5,13 @@
 mod check;
 mod diagnose;
 mod load;
+mod presets;
 mod schema;
 
 pub use check::read_token_file;
 pub use diagnose::{ConfigError, did_you_mean};
 pub use load::{DEFAULT_FILE, DEMO_FILE, Source, demo_hint};
+pub use presets::Preset;
 pub use schema::*;
 
 use crate::engine::CooldownPolicy;

@@ -299,17 +299,69 @@ impl WireFormat {
     }
 }
 
+/// A provider: written in the file as `super::presets::ProviderFile`, a preset's values filled
+/// in (docs/providers.md).
 #[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(try_from = "super::presets::ProviderFile")]
 pub struct Provider {
+    pub preset: Option<super::presets::Preset>,
     pub api: WireFormat,
     pub base_url: String,
+    /// How an API key is sent; OAuth and static tokens always go as `Authorization: Bearer`.
+    pub key_header: KeyHeader,
+    /// The rate-limit header families read from its answers (docs/rotation.md).
+    pub quota: Vec<QuotaFamily>,
     pub oauth: Option<OAuth>,
     /// The cheap authenticated call rota makes to confirm an agent's claim that a credential
     /// is revoked or out of credit (`GET base_url + confirm_path`); default `/models` for the
     /// OpenAI format, `/v1/models` for Anthropic's.
-    pub confirm_path: Option<String>,
+    pub confirm_path: String,
+    /// Where the provider's `claude…` models answer in Anthropic's format, the model in the URL
+    /// (`URL/MODEL:rawPredict`, `:streamRawPredict` streamed) and `anthropic_version` in the
+    /// body: Claude on Vertex AI (docs/providers.md).
+    pub claude_base_url: Option<String>,
+    /// The keys the preset filled in, for `rota doctor`.
+    pub filled: Vec<&'static str>,
 }
+
+/// The `anthropic_version` a Claude model on Vertex AI takes in the body.
+pub const VERTEX_ANTHROPIC_VERSION: &str = "vertex-2023-10-16";
+
+impl Provider {
+    /// Whether `model` is called at `claude_base_url` (Claude on Vertex AI).
+    pub fn claude_on_vertex(&self, model: &str) -> bool {
+        self.claude_base_url.is_some() && model.starts_with("claude")
+    }
+
+    /// The wire format `model` speaks at this provider.
+    pub fn api_for(&self, model: &str) -> WireFormat {
+        if self.claude_on_vertex(model) { WireFormat::Anthropic } else { self.api }
+    }
+}
+
+/// The header an API key travels in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum KeyHeader {
+    /// `Authorization: Bearer KEY` (OpenAI and most others).
+    Bearer,
+    /// `x-api-key: KEY` (Anthropic).
+    XApiKey,
+    /// `api-key: KEY` (Azure OpenAI).
+    ApiKey,
+}
+
+impl KeyHeader {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyHeader::Bearer => "bearer",
+            KeyHeader::XApiKey => "x-api-key",
+            KeyHeader::ApiKey => "api-key",
+        }
+    }
+}
+
+pub use crate::engine::quota::Family as QuotaFamily;
 
 /// OAuth 2.0 / OIDC settings of a provider (used by the login flows).
 #[derive(Clone, Debug, Deserialize)]

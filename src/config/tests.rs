@@ -112,7 +112,10 @@ fn an_unknown_key_far_from_every_name_lists_the_valid_ones() {
         "key `providers.x.api`: unknown value `grpc`; expected one of `openai`, `openai-chat`, `openai-responses` or `anthropic`"
     );
     let err = err_of("[providers.x]\napi = \"openai\"");
-    assert_eq!(err, "key `providers.x`: missing `base_url`, which is required");
+    assert_eq!(
+        err,
+        "key `providers.x`: missing `base_url`, which is required without a `preset` that sets it (docs/providers.md)"
+    );
     let err = err_of("[models]\nfallbacks = [\"a/b\", 3]");
     assert!(err.starts_with("key `models.fallbacks[1]`: expected a string, found"), "{err}");
 }
@@ -277,4 +280,174 @@ fn spec_example_config_parses() {
     assert!(c.has_provider("corp"));
     assert_eq!(c.virtual_models["smart"].targets.len(), 2);
     assert_eq!(c.agents["planner"].fallbacks, Some(vec![]));
+}
+
+/// Per preset (docs/providers.md): the wire format, base URL, key header, confirming call and
+/// quota families it resolves to, with the keys it filled.
+#[test]
+fn each_preset_resolves_its_url_header_and_quota_family() {
+    use super::Preset;
+    /// The preset, the keys it needs, then what it resolves to.
+    type Case = (&'static str, &'static str, WireFormat, &'static str, KeyHeader, &'static [QuotaFamily]);
+    let cases: [Case; 13] = [
+        ("openai", "", WireFormat::Openai, "https://api.openai.com/v1", KeyHeader::Bearer, &[QuotaFamily::Openai]),
+        (
+            "anthropic",
+            "",
+            WireFormat::Anthropic,
+            "https://api.anthropic.com",
+            KeyHeader::XApiKey,
+            &[QuotaFamily::Anthropic],
+        ),
+        (
+            "azure-openai",
+            "resource = \"contoso-eu\"",
+            WireFormat::Openai,
+            "https://contoso-eu.openai.azure.com/openai/v1",
+            KeyHeader::ApiKey,
+            &[QuotaFamily::Openai],
+        ),
+        (
+            "vertex",
+            "project = \"acme-ml\"\nlocation = \"europe-west4\"",
+            WireFormat::OpenaiChat,
+            "https://europe-west4-aiplatform.googleapis.com/v1/projects/acme-ml/locations/europe-west4/endpoints/openapi",
+            KeyHeader::Bearer,
+            &[],
+        ),
+        (
+            "gemini",
+            "",
+            WireFormat::OpenaiChat,
+            "https://generativelanguage.googleapis.com/v1beta/openai",
+            KeyHeader::Bearer,
+            &[],
+        ),
+        (
+            "openrouter",
+            "",
+            WireFormat::OpenaiChat,
+            "https://openrouter.ai/api/v1",
+            KeyHeader::Bearer,
+            &[QuotaFamily::Openai],
+        ),
+        (
+            "groq",
+            "",
+            WireFormat::OpenaiChat,
+            "https://api.groq.com/openai/v1",
+            KeyHeader::Bearer,
+            &[QuotaFamily::Openai],
+        ),
+        ("mistral", "", WireFormat::OpenaiChat, "https://api.mistral.ai/v1", KeyHeader::Bearer, &[]),
+        ("deepseek", "", WireFormat::OpenaiChat, "https://api.deepseek.com", KeyHeader::Bearer, &[]),
+        ("xai", "", WireFormat::Openai, "https://api.x.ai/v1", KeyHeader::Bearer, &[]),
+        ("together", "", WireFormat::OpenaiChat, "https://api.together.xyz/v1", KeyHeader::Bearer, &[]),
+        ("ollama", "", WireFormat::OpenaiChat, "http://127.0.0.1:11434/v1", KeyHeader::Bearer, &[]),
+        (
+            "codex",
+            "",
+            WireFormat::OpenaiResponses,
+            "https://chatgpt.com/backend-api/codex",
+            KeyHeader::Bearer,
+            &[QuotaFamily::Codex],
+        ),
+    ];
+    assert_eq!(cases.map(|c| c.0), Preset::ALL.map(Preset::as_str), "every preset has its case");
+    for (preset, keys, api, base_url, header, quota) in cases {
+        let c = parse(&format!("[providers.p]\npreset = \"{preset}\"\n{keys}\n"));
+        let p = &c.providers["p"];
+        assert_eq!(p.preset.map(Preset::as_str), Some(preset));
+        assert_eq!(
+            (p.api, p.base_url.as_str(), p.key_header, p.quota.as_slice()),
+            (api, base_url, header, quota),
+            "{preset}"
+        );
+        assert!(p.confirm_path.starts_with('/'), "{preset}");
+        for key in ["api", "base_url", "key_header", "confirm_path", "quota"] {
+            assert!(p.filled.contains(&key), "{preset} filled {key}: {:?}", p.filled);
+        }
+        assert!(c.problems().is_empty(), "{preset}: {:?}", c.problems());
+    }
+    // `global` has no regional host; Claude models answer at the Anthropic publisher's URL.
+    let c = parse("[providers.v]\npreset = \"vertex\"\nproject = \"p1\"\nlocation = \"global\"");
+    let v = &c.providers["v"];
+    assert_eq!(v.base_url, "https://aiplatform.googleapis.com/v1/projects/p1/locations/global/endpoints/openapi");
+    assert_eq!(
+        v.claude_base_url.as_deref(),
+        Some("https://aiplatform.googleapis.com/v1/projects/p1/locations/global/publishers/anthropic/models")
+    );
+    assert_eq!(
+        (v.api_for("claude-sonnet-4-5@20250929"), v.api_for("google/gemini-2.5-pro")),
+        (WireFormat::Anthropic, WireFormat::OpenaiChat)
+    );
+    assert!(v.filled.contains(&"claude_base_url"));
+    assert!(c.providers.values().all(|p| p.preset.is_none() || p.claude_base_url.is_some()));
+}
+
+#[test]
+fn keys_beside_a_preset_override_what_it_fills() {
+    let c = parse(
+        "[providers.az]\npreset = \"azure-openai\"\nresource = \"r\"\nbase_url = \"http://127.0.0.1:9/openai/v1\"\n\
+         key_header = \"bearer\"\nquota = []\napi = \"openai-chat\"\nconfirm_path = \"/ping\"",
+    );
+    let p = &c.providers["az"];
+    assert_eq!(
+        (p.api, p.base_url.as_str(), p.key_header),
+        (WireFormat::OpenaiChat, "http://127.0.0.1:9/openai/v1", KeyHeader::Bearer)
+    );
+    assert_eq!((p.quota.as_slice(), p.confirm_path.as_str()), (&[][..], "/ping"));
+    assert!(p.filled.is_empty(), "{:?}", p.filled);
+    // Without a preset, the wire format decides as before.
+    let c = parse(BASE);
+    assert_eq!(
+        (c.providers["anthropic"].key_header, c.providers["anthropic"].confirm_path.as_str()),
+        (KeyHeader::XApiKey, "/v1/models")
+    );
+    assert_eq!(c.providers["openai"].quota, [QuotaFamily::Openai]);
+    assert!(c.providers["openai"].preset.is_none() && c.providers["openai"].filled.is_empty());
+}
+
+#[test]
+fn a_preset_sign_in_needs_a_client_id_and_fills_the_endpoints() {
+    // Azure: no sign-in until the operator gives the app's client id; then Entra's endpoints.
+    let c = parse("[providers.az]\npreset = \"azure-openai\"\nresource = \"r\"\ntenant = \"contoso.onmicrosoft.com\"");
+    assert!(c.providers["az"].oauth.is_none());
+    let c = parse(
+        "[providers.az]\npreset = \"azure-openai\"\nresource = \"r\"\ntenant = \"contoso.onmicrosoft.com\"\n\
+         [providers.az.oauth]\nclient_id = \"11111111-2222-3333-4444-555555555555\"",
+    );
+    let o = c.providers["az"].oauth.as_ref().unwrap();
+    assert_eq!(o.token_url, "https://login.microsoftonline.com/contoso.onmicrosoft.com/oauth2/v2.0/token");
+    assert_eq!(
+        o.device_url.as_deref(),
+        Some("https://login.microsoftonline.com/contoso.onmicrosoft.com/oauth2/v2.0/devicecode")
+    );
+    assert_eq!(o.scopes, ["https://cognitiveservices.azure.com/.default", "offline_access"]);
+    assert!(c.providers["az"].filled.contains(&"oauth"));
+    // Codex brings the Codex CLI's own client and its registered redirect (the paste flow).
+    let c = parse("[providers.chatgpt]\npreset = \"codex\"");
+    let o = c.providers["chatgpt"].oauth.as_ref().unwrap();
+    assert_eq!(
+        (o.client_id.as_str(), o.redirect_uri.as_deref()),
+        ("app_EMoamEEZ73f0CkXaXp7hrann", Some("http://localhost:1455/auth/callback"))
+    );
+    assert_eq!(o.authorize_url, "https://auth.openai.com/oauth/authorize");
+}
+
+#[test]
+fn a_preset_names_the_keys_it_lacks_and_refuses_what_cannot_go_in_a_host_name() {
+    let err = |text: &str| Config::from_toml(text).unwrap_err().to_string();
+    let e = err("[providers.az]\npreset = \"azure-openai\"");
+    assert!(e.contains("providers.az") && e.contains("preset `azure-openai` needs `resource`"), "{e}");
+    let e = err("[providers.v]\npreset = \"vertex\"\nproject = \"p\"");
+    assert!(e.contains("needs `location`"), "{e}");
+    let e = err("[providers.az]\npreset = \"azure-openai\"\nresource = \"evil.example/x?\"");
+    assert!(e.contains("`resource` = `evil.example/x?` may only hold letters, digits, `-` and `.`"), "{e}");
+    let e = err("[providers.az]\npreset = \"azure-openai\"\nresource = \"r\"\ntenant = \"a/b\"");
+    assert!(e.contains("`tenant`"), "{e}");
+    let e = err("[providers.x]\npreset = \"bedrock\"");
+    assert!(e.contains("unknown value `bedrock`") && e.contains("`azure-openai`"), "{e}");
+    let e = err("[providers.x]\npreset = \"openai\"\nresourse = \"r\"");
+    assert!(e.contains("did you mean `resource`?"), "{e}");
 }

@@ -5,6 +5,7 @@
 use super::plan::{Plan, WithModel};
 use super::relay::{Phase, Relay};
 use super::serve::{Gateway, Incoming};
+use super::upstream::Outgoing;
 use crate::engine::classify::{Classified, Echoed, Observed};
 use crate::engine::{Millis, Reason};
 use crate::prices::Tokens;
@@ -117,7 +118,9 @@ impl Gateway {
     ) -> Call {
         let settings = &inc.settings;
         let provider = &settings.config.providers[&att.cand.provider];
-        let bytes = serde_json::to_vec(&WithModel { body, model: &att.cand.model }).expect("a JSON map serializes");
+        let model = &att.cand.model;
+        let in_url = provider.claude_on_vertex(model);
+        let bytes = serde_json::to_vec(&WithModel { body, model, in_url }).expect("a JSON map serializes");
         let first_byte = deadline.min(Instant::now() + settings.config.timeouts.first_byte);
         let secrets = att.cred.secrets();
         let now = self.runtime.now();
@@ -131,7 +134,12 @@ impl Gateway {
         let mut timing = Timing::sent_now();
         let answer = timeout_at(
             first_byte,
-            self.upstream.send(provider, plan.upstream(), &att.cred, Bytes::from(bytes), &inc.headers, inc.stream),
+            self.upstream.send(
+                provider,
+                (plan.upstream(), model),
+                &att.cred,
+                Outgoing { body: Bytes::from(bytes), client_headers: &inc.headers, stream: inc.stream },
+            ),
         )
         .await;
         let mut resp = match answer {
@@ -209,7 +217,9 @@ impl Gateway {
     fn observe_quota(&self, settings: &Settings, att: &Attempt, headers: &http::HeaderMap) {
         let max_wait = settings.config.cooldown.hint_max.as_millis() as Millis;
         let pairs = headers.iter().filter_map(|(k, v)| Some((k.as_str(), v.to_str().ok()?)));
-        if let Some(quota) = crate::engine::quota::read(pairs, &att.cand.model, self.runtime.now(), max_wait) {
+        let families = &settings.config.providers[&att.cand.provider].quota;
+        if let Some(quota) = crate::engine::quota::read(pairs, families, &att.cand.model, self.runtime.now(), max_wait)
+        {
             self.runtime.book.record_quota(&att.pid, quota);
         }
     }

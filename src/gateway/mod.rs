@@ -205,7 +205,9 @@ async fn count_tokens(
     };
     let first = &chain[0];
     let provider = &config.providers[&first.provider];
+    // Claude on Vertex AI counts at another endpoint: estimated here.
     if provider.api == crate::config::WireFormat::Anthropic
+        && !provider.claude_on_vertex(&first.model)
         && let Some(answer) = gw.count_upstream(&inc, first, provider).await
     {
         return answer;
@@ -228,9 +230,10 @@ impl Gateway {
             self.runtime.book.roster().order(&inc.settings.config, &cand.provider, &cand.model, None, None, now);
         let pid = order.ok()?.slots.into_iter().find(|s| s.blocked.is_none())?.id;
         let cred = self.runtime.book.credential(&pid)?;
-        let body = serde_json::to_vec(&plan::WithModel { body: &inc.body, model: &cand.model }).ok()?;
+        let body = serde_json::to_vec(&plan::WithModel { body: &inc.body, model: &cand.model, in_url: false }).ok()?;
         let path = "/v1/messages/count_tokens";
-        let send = self.upstream.send_to(provider, path, &cred, body.into(), &inc.headers, false);
+        let out = upstream::Outgoing { body: body.into(), client_headers: &inc.headers, stream: false };
+        let send = self.upstream.send_to(provider, path, &cred, out);
         let resp = tokio::time::timeout(inc.settings.config.timeouts.first_byte, send).await.ok()?.ok()?;
         let status = resp.status().as_u16();
         let bytes = resp.bytes().await.ok()?;

@@ -138,23 +138,30 @@ pub fn dropped_header(dropped: &[String]) -> Option<HeaderValue> {
 }
 
 /// A request body with its `model` set to the candidate's, serialized without copying the body.
+/// For Claude on Vertex AI (`in_url`) the model goes in the URL instead, and the body carries
+/// `anthropic_version`.
 pub struct WithModel<'a> {
     pub body: &'a Map<String, Value>,
     pub model: &'a str,
+    pub in_url: bool,
 }
 
 impl Serialize for WithModel<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let has_model = self.body.contains_key("model");
-        let mut map = s.serialize_map(Some(self.body.len() + usize::from(!has_model)))?;
+        let mut map = s.serialize_map(None)?;
         for (k, v) in self.body {
-            if k == "model" {
-                map.serialize_entry(k, self.model)?;
-            } else {
-                map.serialize_entry(k, v)?;
+            match k.as_str() {
+                "model" if self.in_url => {}
+                "model" => map.serialize_entry(k, self.model)?,
+                _ => map.serialize_entry(k, v)?,
             }
         }
-        if !has_model {
+        if self.in_url {
+            if !self.body.contains_key("anthropic_version") {
+                map.serialize_entry("anthropic_version", crate::config::VERTEX_ANTHROPIC_VERSION)?;
+            }
+        } else if !has_model {
             map.serialize_entry("model", self.model)?;
         }
         map.end()
@@ -198,10 +205,29 @@ mod tests {
     #[test]
     fn with_model_replaces_the_model_in_place_or_adds_it() {
         let body = json!({"model": "fast", "messages": [], "stream": true});
-        let out = serde_json::to_string(&WithModel { body: body.as_object().unwrap(), model: "gpt-4.1" }).unwrap();
+        let out =
+            serde_json::to_string(&WithModel { body: body.as_object().unwrap(), model: "gpt-4.1", in_url: false })
+                .unwrap();
         assert_eq!(out, r#"{"model":"gpt-4.1","messages":[],"stream":true}"#);
         let body = json!({"messages": []});
-        let out = serde_json::to_string(&WithModel { body: body.as_object().unwrap(), model: "m" }).unwrap();
+        let out =
+            serde_json::to_string(&WithModel { body: body.as_object().unwrap(), model: "m", in_url: false }).unwrap();
         assert_eq!(out, r#"{"messages":[],"model":"m"}"#);
+    }
+
+    #[test]
+    fn claude_on_vertex_takes_the_model_out_and_its_version_in() {
+        let body = json!({"model": "vertex/claude-x", "max_tokens": 8, "stream": true});
+        let out =
+            serde_json::to_string(&WithModel { body: body.as_object().unwrap(), model: "claude-x", in_url: true });
+        assert_eq!(out.unwrap(), r#"{"max_tokens":8,"stream":true,"anthropic_version":"vertex-2023-10-16"}"#);
+        let body = json!({"anthropic_version": "vertex-2099-01-01", "max_tokens": 8});
+        let out =
+            serde_json::to_string(&WithModel { body: body.as_object().unwrap(), model: "claude-x", in_url: true });
+        assert_eq!(
+            out.unwrap(),
+            r#"{"anthropic_version":"vertex-2099-01-01","max_tokens":8}"#,
+            "the client's own kept"
+        );
     }
 }

@@ -209,7 +209,7 @@ impl Gateway {
     /// the thinking blocks another provider signed taken out (`thinking`). The error says why
     /// that format cannot carry the request.
     fn prepare(&self, inc: &Incoming, index: usize, cand: &Candidate) -> Result<Prepared, String> {
-        let plan = Plan::choose(inc.api, inc.settings.config.providers[&cand.provider].api);
+        let plan = Plan::choose(inc.api, inc.settings.config.providers[&cand.provider].api_for(&cand.model));
         let (mut body, mut dropped) = match plan.request(&inc.body)? {
             Some(t) => (Some(t.body), t.dropped),
             None => (None, Vec::new()),

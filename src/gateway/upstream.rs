@@ -2,7 +2,7 @@
 
 use super::wire::Api;
 use crate::book::Credential;
-use crate::config::{Provider, Timeouts, WireFormat};
+use crate::config::{KeyHeader, Preset, Provider, Timeouts, WireFormat};
 use crate::redact::error_text;
 use axum::http::HeaderMap;
 use bytes::Bytes;
@@ -26,6 +26,13 @@ pub enum UpstreamError {
     /// The request did not reach the upstream, or its answer broke off (no secret in it).
     #[error("{}", error_text(.0))]
     Transport(reqwest::Error),
+}
+
+/// What one call sends: the body, the client's headers (those passed on), and whether it streams.
+pub struct Outgoing<'a> {
+    pub body: Bytes,
+    pub client_headers: &'a HeaderMap,
+    pub stream: bool,
 }
 
 #[derive(Clone)]
@@ -71,13 +78,19 @@ impl Upstream {
     pub async fn send(
         &self,
         provider: &Provider,
-        api: Api,
+        (api, model): (Api, &str),
         credential: &Credential,
-        body: Bytes,
-        client_headers: &HeaderMap,
-        stream: bool,
+        out: Outgoing<'_>,
     ) -> Result<reqwest::Response, UpstreamError> {
-        self.send_to(provider, api.upstream_path(), credential, body, client_headers, stream).await
+        let url = match &provider.claude_base_url {
+            // Claude on Vertex AI: the model and the method in the URL (docs/providers.md).
+            Some(claude) if provider.claude_on_vertex(model) => {
+                let method = if out.stream { "streamRawPredict" } else { "rawPredict" };
+                format!("{}/{model}:{method}", claude.trim_end_matches('/'))
+            }
+            _ => format!("{}{}", provider.base_url.trim_end_matches('/'), api.upstream_path()),
+        };
+        self.post_json(provider, provider.api_for(model), url, credential, out).await
     }
 
     /// Sends one request to `path` of the provider's base URL.
@@ -86,16 +99,26 @@ impl Upstream {
         provider: &Provider,
         path: &str,
         credential: &Credential,
-        body: Bytes,
-        client_headers: &HeaderMap,
-        stream: bool,
+        out: Outgoing<'_>,
     ) -> Result<reqwest::Response, UpstreamError> {
         let url = format!("{}{path}", provider.base_url.trim_end_matches('/'));
+        self.post_json(provider, provider.api, url, credential, out).await
+    }
+
+    /// Sends one JSON request in the wire format `api`.
+    async fn post_json(
+        &self,
+        provider: &Provider,
+        api: WireFormat,
+        url: String,
+        credential: &Credential,
+        Outgoing { body, client_headers, stream }: Outgoing<'_>,
+    ) -> Result<reqwest::Response, UpstreamError> {
         let mut req = self.post(url).header("content-type", "application/json").body(body);
         if stream {
             req = req.header("accept", "text/event-stream");
         }
-        let forwarded: &[&str] = match provider.api {
+        let forwarded: &[&str] = match api {
             WireFormat::Anthropic => &FORWARDED_ANTHROPIC,
             _ => &FORWARDED_OPENAI,
         };
@@ -104,7 +127,7 @@ impl Upstream {
                 req = req.header(name, v);
             }
         }
-        authorize(req, provider, credential, client_headers)?.send().await.map_err(UpstreamError::Transport)
+        authorize(req, provider, api, credential, client_headers)?.send().await.map_err(UpstreamError::Transport)
     }
 
     /// rota's own cheap authenticated call with a credential (`GET base_url + confirm_path`),
@@ -116,12 +139,9 @@ impl Upstream {
         credential: &Credential,
         timeout: std::time::Duration,
     ) -> Result<(u16, Vec<(String, String)>, String), UpstreamError> {
-        let path = provider.confirm_path.as_deref().unwrap_or(match provider.api {
-            WireFormat::Anthropic => "/v1/models",
-            _ => "/models",
-        });
-        let url = format!("{}{path}", provider.base_url.trim_end_matches('/'));
-        let req = authorize(self.client.get(url).timeout(timeout), provider, credential, &HeaderMap::new())?;
+        let url = format!("{}{}", provider.base_url.trim_end_matches('/'), provider.confirm_path);
+        let req =
+            authorize(self.client.get(url).timeout(timeout), provider, provider.api, credential, &HeaderMap::new())?;
         let mut resp = req.send().await.map_err(UpstreamError::Transport)?;
         let status = resp.status().as_u16();
         let headers = resp
@@ -140,19 +160,42 @@ impl Upstream {
     }
 }
 
+/// The ChatGPT account a Codex access token is for: its claim
+/// `https://api.openai.com/auth`.`chatgpt_account_id`, sent as `ChatGPT-Account-ID` as the Codex
+/// CLI sends it (docs/providers.md). Only an id of the shape OpenAI issues (at most 128 letters,
+/// digits, `-` and `_`) is sent.
+fn chatgpt_account(token: &str) -> Option<String> {
+    let claims = crate::oauth::id_token_claims(token)?;
+    let id = claims.get("https://api.openai.com/auth")?.get("chatgpt_account_id")?.as_str()?;
+    let shaped =
+        !id.is_empty() && id.len() <= 128 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    shaped.then(|| id.to_string())
+}
+
 /// The credential in the header its provider reads, and the Anthropic version header.
 fn authorize(
     mut req: reqwest::RequestBuilder,
     provider: &Provider,
+    api: WireFormat,
     credential: &Credential,
     client_headers: &HeaderMap,
 ) -> Result<reqwest::RequestBuilder, UpstreamError> {
     let secret = token(credential).ok_or(UpstreamError::NoAccessToken)?;
-    req = match (provider.api, credential) {
-        (WireFormat::Anthropic, Credential::ApiKey(_)) => req.header("x-api-key", secret.expose_secret()),
+    if provider.preset == Some(Preset::Codex)
+        && let Some(account) = chatgpt_account(secret.expose_secret())
+    {
+        req = req.header("chatgpt-account-id", account);
+    }
+    req = match (provider.key_header, credential) {
+        (KeyHeader::XApiKey, Credential::ApiKey(_)) => req.header("x-api-key", secret.expose_secret()),
+        (KeyHeader::ApiKey, Credential::ApiKey(_)) => req.header("api-key", secret.expose_secret()),
         _ => req.bearer_auth(secret.expose_secret()),
     };
-    if provider.api == WireFormat::Anthropic && !client_headers.contains_key("anthropic-version") {
+    // Claude on Vertex AI takes its version in the body (`WithModel`), not in this header.
+    if api == WireFormat::Anthropic
+        && provider.claude_base_url.is_none()
+        && !client_headers.contains_key("anthropic-version")
+    {
         req = req.header("anthropic-version", DEFAULT_ANTHROPIC_VERSION);
     }
     Ok(req)

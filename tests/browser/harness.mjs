@@ -289,6 +289,7 @@ url = ${q(`sqlite://${join(dir, 'rota.db')}`)}
 [providers.corp]
 api = "openai"
 base_url = ${q(`${upstream.url}/v1`)}
+quota = ["openai", "codex"]
 
 [providers.corp.oauth]
 ${oauth}

@@ -257,7 +257,7 @@ e2e('console profiles: engine order, next, fixed order and back, tokens with exp
   // Rotate before the 429: an answer saying no request is left puts its profile last until
   // the reset, and the row shows what is left.
   const completion = { id: 'c', object: 'chat.completion', model: 'gpt-4o-mini', choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }] };
-  const headers = { 'x-ratelimit-limit-requests': '3', 'x-ratelimit-remaining-requests': '0', 'x-ratelimit-reset-requests': '5m', 'x-ratelimit-remaining-tokens': '9000' };
+  const headers = { 'x-ratelimit-limit-requests': '3', 'x-ratelimit-remaining-requests': '0', 'x-ratelimit-reset-requests': '5m', 'x-ratelimit-remaining-tokens': '9000', 'x-codex-primary-used-percent': '37.5' };
   await env.upstream.script({ replies: [{ status: 200, headers, body: completion }] });
   const spent = (await rota.chat()).headers.get('x-rota-profile');
   await waitUntil(async () => (await engine()).rotation.at(-1) === spent, { message: `${spent} goes last` });
@@ -265,7 +265,7 @@ e2e('console profiles: engine order, next, fixed order and back, tokens with exp
   await page.locator('#tab-profiles').click();
   const quota = corp.locator(`tr[data-profile="${spent}"] .quota`);
   await quota.waitFor();
-  assert.match(await quota.innerText(), /^0\/3 req · 9000 tok/);
+  assert.match(await quota.innerText(), /^0\/3 req · 9000 tok · 62% of plan/);
   assert.equal(await quota.locator('.badge.low').count(), 1, 'marked last until the reset');
   assert.match(await quota.getAttribute('title'), /resets in [45]:\d\d/);
   assert.equal(await corp.locator('tr[data-profile] .badge.low').count(), 1, 'only the profile that ran out');

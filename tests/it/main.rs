@@ -19,6 +19,7 @@ mod hostile;
 mod layers;
 mod leases;
 mod limits;
+mod presets;
 mod quota;
 mod reload;
 mod schema;

@@ -221,6 +221,7 @@ async fn latest_quota_report_wins(target: DatabaseTarget) {
         model: model.into(),
         requests: Some(Window { remaining, limit: Some(60), reset_at: Some(seen_at + 30_000) }),
         tokens: Some(Window { remaining: remaining * 100, limit: None, reset_at: None }),
+        plan: Some(Window { remaining: 100 - remaining, limit: Some(100), reset_at: Some(seen_at + 60_000) }),
         seen_at,
     };
     a.record_quota(&q, report("gpt-4.1", 0, T0 + 200));

@@ -72,6 +72,10 @@ pub enum Reply {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Seen {
     pub key: String,
+    /// The header the key came in: `x-api-key`, `api-key` or `authorization`.
+    pub header: &'static str,
+    /// The `chatgpt-account-id` header, when sent.
+    pub account: Option<String>,
     pub path: String,
     pub model: String,
 }
@@ -145,6 +149,8 @@ impl Mock {
             .route("/v1/messages", post(answer))
             .route("/v1/messages/count_tokens", post(answer))
             .route("/v1/responses", post(answer))
+            // Claude on Vertex AI: `…/models/MODEL:rawPredict` (or `:streamRawPredict`).
+            .route("/v1/projects/{project}/locations/{location}/publishers/anthropic/models/{call}", post(answer))
             // rota's confirming call (`GET base_url/models`), answered from the same script.
             .route("/v1/models", axum::routing::get(answer))
             .route("/oauth/token", post(token))
@@ -157,19 +163,22 @@ impl Mock {
 }
 
 async fn answer(State(mock): State<Mock>, uri: axum::http::Uri, headers: HeaderMap, body: Bytes) -> Response {
-    let key = headers
-        .get("x-api-key")
-        .or_else(|| headers.get("authorization"))
-        .and_then(|v| v.to_str().ok())
-        .map(|v| v.trim_start_matches("Bearer ").to_string())
-        .unwrap_or_default();
+    let (header, key) = ["x-api-key", "api-key", "authorization"]
+        .into_iter()
+        .find_map(|h| Some((h, headers.get(h)?.to_str().ok()?.trim_start_matches("Bearer ").to_string())))
+        .unwrap_or(("", String::new()));
     let req: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let model = req["model"].as_str().unwrap_or("").to_string();
-    let anthropic = uri.path() == "/v1/messages";
+    let vertex = uri.path().split_once("/publishers/anthropic/models/").map(|(_, call)| call.split(':').next());
+    let model = match vertex {
+        Some(in_url) => in_url.unwrap_or("").to_string(),
+        None => req["model"].as_str().unwrap_or("").to_string(),
+    };
+    let anthropic = uri.path() == "/v1/messages" || vertex.is_some();
     let stream = req["stream"].as_bool().unwrap_or(false);
     let reply = {
         let mut st = mock.0.lock();
-        st.seen.push(Seen { key: key.clone(), path: uri.path().to_string(), model: model.clone() });
+        let account = headers.get("chatgpt-account-id").and_then(|v| v.to_str().ok()).map(str::to_string);
+        st.seen.push(Seen { key: key.clone(), header, account, path: uri.path().to_string(), model: model.clone() });
         st.bodies.push(req.clone());
         st.script.get_mut(&key).and_then(VecDeque::pop_front).unwrap_or(if stream {
             Reply::Stream(3)

@@ -113,10 +113,14 @@ function quotaCell(p, provider) {
   const q = (p.quota || []).find((x) => x.model === model) || (p.quota || [])[0];
   if (!q) return el("td", { className: "quota muted", title: "no rate-limit headers seen yet" }, "—");
   const part = (left, limit, what) => (left == null ? null : `${left}${limit == null ? "" : `/${limit}`} ${what}`);
-  const short = [part(q.remaining_requests, q.limit_requests, "req"), part(q.remaining_tokens, q.limit_tokens, "tok")]
+  const short = [
+    part(q.remaining_requests, q.limit_requests, "req"),
+    part(q.remaining_tokens, q.limit_tokens, "tok"),
+    q.plan_left_percent == null ? null : `${q.plan_left_percent}% of plan`,
+  ]
     .filter(Boolean)
     .join(" · ");
-  const resets = [q.requests_reset_at, q.tokens_reset_at].filter((t) => t && t > Date.now());
+  const resets = [q.requests_reset_at, q.tokens_reset_at, q.plan_reset_at].filter((t) => t && t > Date.now());
   const detail = `${q.model}: ${short} left${resets.length ? `, resets ${until(Math.min(...resets))}` : ""}, reported ${ago(q.seen_at)}`;
   const td = el("td", { className: "quota", title: detail }, el("span", { "aria-label": detail }, short));
   if (q.low_until) {

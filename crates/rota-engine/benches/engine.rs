@@ -181,6 +181,12 @@ fn read_quota_of_an_answer(bencher: divan::Bencher) {
         ("cf-cache-status", "DYNAMIC"),
     ];
     bencher.bench_local(|| {
-        rota_engine::quota::read(divan::black_box(headers.iter().copied()), "gpt-4.1", NOW, 21_600_000)
+        rota_engine::quota::read(
+            divan::black_box(headers.iter().copied()),
+            &[rota_engine::quota::Family::Openai],
+            "gpt-4.1",
+            NOW,
+            21_600_000,
+        )
     });
 }

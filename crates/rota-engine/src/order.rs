@@ -595,7 +595,13 @@ mod tests {
 
     fn out_of_quota(v: &mut ProfileView, model: &str, reset_at: Millis) {
         let window = Window { remaining: 0, limit: Some(3), reset_at: Some(reset_at) };
-        v.stats.quotas.push(Quota { model: model.into(), requests: Some(window), tokens: None, seen_at: NOW - 1 });
+        v.stats.quotas.push(Quota {
+            model: model.into(),
+            requests: Some(window),
+            tokens: None,
+            plan: None,
+            seen_at: NOW - 1,
+        });
     }
 
     #[test]

@@ -35,6 +35,28 @@ impl Window {
     }
 }
 
+/// A family of headers that report a profile's remaining quota (a provider's `quota`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Family {
+    /// `x-ratelimit-{limit,remaining,reset}-{requests,tokens}`.
+    Openai,
+    /// `anthropic-ratelimit-*`.
+    Anthropic,
+    /// `x-codex-{primary,secondary}-*`: the share of a ChatGPT plan's windows used.
+    Codex,
+}
+
+impl Family {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Family::Openai => "openai",
+            Family::Anthropic => "anthropic",
+            Family::Codex => "codex",
+        }
+    }
+}
+
 /// The latest quota a provider reported for one profile and model.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Quota {
@@ -43,6 +65,9 @@ pub struct Quota {
     /// The token limit with the least remaining (Anthropic reports input and output tokens
     /// apart).
     pub tokens: Option<Window>,
+    /// The plan's window with the least left, in percent (Codex): low at 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<Window>,
     /// When the answer that reported it arrived.
     pub seen_at: Millis,
 }
@@ -62,7 +87,8 @@ impl Quota {
     pub fn low_until(&self, floor: Floor, now: Millis) -> Option<Millis> {
         let requests = self.requests.and_then(|w| w.low_until(floor.requests, self.seen_at, now));
         let tokens = self.tokens.and_then(|w| w.low_until(floor.tokens, self.seen_at, now));
-        requests.max(tokens)
+        let plan = self.plan.and_then(|w| w.low_until(0, self.seen_at, now));
+        requests.max(tokens).max(plan)
     }
 }
 
@@ -103,14 +129,51 @@ impl Part {
 }
 
 /// Which limit a rate-limit header describes (`requests`, or a token family), and which part:
-/// `x-ratelimit-{part}-{limit}`, `anthropic-ratelimit-{limit}-{part}`.
-fn classify(name: &str) -> Option<(&str, Part)> {
+/// `x-ratelimit-{part}-{limit}`, `anthropic-ratelimit-{limit}-{part}`, of the families read.
+fn classify<'a>(name: &'a str, families: &[Family]) -> Option<(&'a str, Part)> {
     if let Some(rest) = name.strip_prefix("x-ratelimit-") {
         let (part, limit) = rest.split_once('-')?;
-        return matches!(limit, "requests" | "tokens").then_some((limit, Part::of(part)?));
+        let read = families.contains(&Family::Openai) && matches!(limit, "requests" | "tokens");
+        return read.then_some((limit, Part::of(part)?));
     }
     let (limit, part) = name.strip_prefix("anthropic-ratelimit-")?.rsplit_once('-')?;
-    matches!(limit, "requests" | "tokens" | "input-tokens" | "output-tokens").then_some((limit, Part::of(part)?))
+    let read = families.contains(&Family::Anthropic)
+        && matches!(limit, "requests" | "tokens" | "input-tokens" | "output-tokens");
+    read.then_some((limit, Part::of(part)?))
+}
+
+/// What a Codex header says of its window (`primary` 0, `secondary` 1).
+enum PlanPart {
+    UsedPercent,
+    ResetAt,
+    ResetAfter,
+}
+
+fn classify_plan(name: &str) -> Option<(usize, PlanPart)> {
+    let (window, part) = name.strip_prefix("x-codex-")?.split_once('-')?;
+    let window = match window {
+        "primary" => 0,
+        "secondary" => 1,
+        _ => return None,
+    };
+    let part = match part {
+        "used-percent" => PlanPart::UsedPercent,
+        "reset-at" => PlanPart::ResetAt,
+        "reset-after-seconds" => PlanPart::ResetAfter,
+        _ => return None,
+    };
+    Some((window, part))
+}
+
+/// A share used as providers send it: a number from 0 to 100. Anything else is no report.
+fn percent_left(value: &str) -> Option<i64> {
+    let used = value.parse::<f64>().ok().filter(|u| u.is_finite() && (0.0..=100.0).contains(u))?;
+    Some((100.0 - used).floor() as i64)
+}
+
+/// A count of seconds as providers send it (whole, 0 or more), in milliseconds.
+fn seconds(value: &str) -> Option<Millis> {
+    value.parse::<u32>().ok().map(|s| Millis::from(s) * 1000)
 }
 
 #[derive(Default)]
@@ -138,13 +201,17 @@ fn count(value: &str) -> Option<i64> {
 /// has no remaining count.
 pub fn read<'a>(
     headers: impl IntoIterator<Item = (&'a str, &'a str)>,
+    families: &[Family],
     model: &str,
     now: Millis,
     max_wait: Millis,
 ) -> Option<Quota> {
     // requests, tokens, input-tokens, output-tokens
     let mut seen: [Seen; 4] = Default::default();
+    // Codex's primary and secondary windows.
+    let mut plan: [Seen; 2] = Default::default();
     let mut any = false;
+    let clamp = |wait: Millis| now + wait.clamp(0, max_wait.max(0));
     for (name, value) in headers {
         let lower;
         let name = if name.bytes().any(|b| b.is_ascii_uppercase()) {
@@ -153,7 +220,26 @@ pub fn read<'a>(
         } else {
             name
         };
-        let Some((limit, part)) = classify(name) else { continue };
+        if families.contains(&Family::Codex)
+            && let Some((window, part)) = classify_plan(name)
+        {
+            let (value, s) = (value.trim(), &mut plan[window]);
+            match part {
+                PlanPart::UsedPercent => {
+                    s.remaining = percent_left(value);
+                    s.limit = Some(100);
+                    any |= s.remaining.is_some();
+                }
+                PlanPart::ResetAfter => s.reset_at = seconds(value).map(clamp),
+                // `reset-after-seconds` wins: it does not depend on the provider's clock.
+                PlanPart::ResetAt if s.reset_at.is_none() => {
+                    s.reset_at = value.parse::<i64>().ok().and_then(|at| at.checked_mul(1000)).map(|at| clamp(at - now))
+                }
+                PlanPart::ResetAt => {}
+            }
+            continue;
+        }
+        let Some((limit, part)) = classify(name, families) else { continue };
         let slot = match limit {
             "requests" => 0,
             "tokens" => 1,
@@ -168,17 +254,17 @@ pub fn read<'a>(
                 any |= s.remaining.is_some();
             }
             Part::Limit => s.limit = count(value),
-            Part::Reset => {
-                s.reset_at = crate::hints::reset_value(value, now).map(|wait| now + wait.clamp(0, max_wait.max(0)));
-            }
+            Part::Reset => s.reset_at = crate::hints::reset_value(value, now).map(clamp),
         }
     }
     if !any {
         return None;
     }
     let [requests, tokens @ ..] = seen;
-    let tokens = tokens.iter().filter_map(Seen::window).min_by_key(|w| (w.remaining, std::cmp::Reverse(w.reset_at)));
-    Some(Quota { model: model.to_string(), requests: requests.window(), tokens, seen_at: now })
+    let least = |w: &Window| (w.remaining, std::cmp::Reverse(w.reset_at));
+    let tokens = tokens.iter().filter_map(Seen::window).min_by_key(least);
+    let plan = plan.iter().filter_map(Seen::window).min_by_key(least);
+    Some(Quota { model: model.to_string(), requests: requests.window(), tokens, plan, seen_at: now })
 }
 
 #[cfg(test)]
@@ -191,6 +277,7 @@ mod tests {
             model: format!("m{i}"),
             requests: Some(Window { remaining: 1, limit: None, reset_at: None }),
             tokens: None,
+            plan: None,
             seen_at: i as Millis,
         };
         let mut kept = Vec::new();
@@ -205,7 +292,7 @@ mod tests {
     const SIX_HOURS: Millis = 6 * 3_600_000;
 
     fn q(headers: &[(&str, &str)]) -> Option<Quota> {
-        read(headers.iter().copied(), "m", NOW, SIX_HOURS)
+        read(headers.iter().copied(), &[Family::Openai, Family::Anthropic], "m", NOW, SIX_HOURS)
     }
 
     #[test]
@@ -276,7 +363,7 @@ mod tests {
     #[test]
     fn low_until_the_reset_when_a_count_is_at_its_floor() {
         let w = |remaining, reset_at| Some(Window { remaining, limit: None, reset_at });
-        let quota = |requests, tokens| Quota { model: "m".into(), requests, tokens, seen_at: NOW };
+        let quota = |requests, tokens| Quota { model: "m".into(), requests, tokens, plan: None, seen_at: NOW };
         let floor = Floor::default();
         assert_eq!(quota(w(1, Some(NOW + 5000)), None).low_until(floor, NOW), None);
         assert_eq!(quota(w(0, Some(NOW + 5000)), None).low_until(floor, NOW), Some(NOW + 5000));
@@ -287,5 +374,71 @@ mod tests {
         assert_eq!(both.low_until(Floor { requests: 0, tokens: 500 }, NOW), Some(NOW + 90), "the later reset");
         assert_eq!(both.low_until(floor, NOW + 20), None);
         assert_eq!(quota(None, None).low_until(floor, NOW), None, "unknown quota counts as available");
+    }
+
+    fn codex(headers: &[(&str, &str)]) -> Option<Quota> {
+        read(headers.iter().copied(), &[Family::Codex], "gpt-5-codex", NOW, SIX_HOURS)
+    }
+
+    #[test]
+    fn a_codex_plan_at_100_percent_is_low_until_its_window_resets() {
+        let got = codex(&[
+            ("x-codex-primary-used-percent", "100.0"),
+            ("x-codex-primary-window-minutes", "300"),
+            ("x-codex-primary-reset-after-seconds", "1200"),
+            ("x-codex-secondary-used-percent", "37"),
+            ("x-codex-secondary-reset-after-seconds", "86400"),
+        ])
+        .unwrap();
+        assert_eq!(got.plan, Some(Window { remaining: 0, limit: Some(100), reset_at: Some(NOW + 1_200_000) }));
+        assert_eq!((got.requests, got.tokens), (None, None));
+        assert_eq!(got.low_until(Floor::default(), NOW), Some(NOW + 1_200_000));
+        assert_eq!(got.low_until(Floor::default(), NOW + 1_200_000), None, "the window reset");
+        // 99.5 % used leaves less than 1 %: still usable, and ordered by it.
+        let most = codex(&[("x-codex-primary-used-percent", "99.5")]).unwrap();
+        assert_eq!(most.plan.map(|w| w.remaining), Some(0));
+        let some = codex(&[("x-codex-secondary-used-percent", "12.5")]).unwrap();
+        assert_eq!(some.plan.map(|w| w.remaining), Some(87));
+        assert_eq!(some.low_until(Floor::default(), NOW), None);
+    }
+
+    #[test]
+    fn a_codex_reset_at_is_unix_seconds_and_every_reset_is_clamped() {
+        let at = (NOW / 1000 + 600).to_string();
+        let got = codex(&[("x-codex-primary-used-percent", "100"), ("x-codex-primary-reset-at", &at)]).unwrap();
+        assert_eq!(got.plan.unwrap().reset_at, Some(NOW + 600_000));
+        // The relative reset wins over the absolute one, whichever comes first.
+        for order in [[0, 1], [1, 0]] {
+            let pairs = [("x-codex-primary-reset-at", at.as_str()), ("x-codex-primary-reset-after-seconds", "60")];
+            let mut headers = vec![("x-codex-primary-used-percent", "100")];
+            headers.extend(order.map(|i| pairs[i]));
+            assert_eq!(codex(&headers).unwrap().plan.unwrap().reset_at, Some(NOW + 60_000));
+        }
+        let far = (NOW / 1000 + 10 * 86_400).to_string();
+        let got = codex(&[("x-codex-primary-used-percent", "100"), ("x-codex-primary-reset-at", &far)]).unwrap();
+        assert_eq!(got.plan.unwrap().reset_at, Some(NOW + SIX_HOURS), "no header orders a profile last for days");
+    }
+
+    #[test]
+    fn codex_shares_outside_0_to_100_are_no_report() {
+        for bad in ["-1", "101", "NaN", "inf", "lots", ""] {
+            assert_eq!(codex(&[("x-codex-primary-used-percent", bad)]), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_provider_reads_only_the_families_it_names() {
+        let headers = [
+            ("x-ratelimit-remaining-requests", "0"),
+            ("anthropic-ratelimit-requests-remaining", "0"),
+            ("x-codex-primary-used-percent", "100"),
+        ];
+        let with = |families: &[Family]| read(headers.iter().copied(), families, "m", NOW, SIX_HOURS);
+        assert_eq!(with(&[]), None);
+        let codex = with(&[Family::Codex]).unwrap();
+        assert!(codex.requests.is_none() && codex.plan.is_some());
+        let openai = with(&[Family::Openai]).unwrap();
+        assert!(openai.requests.is_some() && openai.plan.is_none());
+        assert!(with(&[Family::Anthropic]).unwrap().requests.is_some());
     }
 }

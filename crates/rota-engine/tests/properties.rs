@@ -225,6 +225,7 @@ impl World {
                 model: MODELS[q.model].to_string(),
                 requests: window(q.requests),
                 tokens: window(q.tokens),
+                plan: window(q.plan),
                 seen_at: NOW - q.seen_back,
             });
         }
@@ -240,7 +241,7 @@ impl World {
             let low = |w: &Option<Window>, floor: i64| {
                 w.is_some_and(|w| w.remaining <= floor && NOW < w.reset_at.unwrap_or(q.seen_at + MIN))
             };
-            low(&q.requests, self.floor.requests) || low(&q.tokens, self.floor.tokens)
+            low(&q.requests, self.floor.requests) || low(&q.tokens, self.floor.tokens) || low(&q.plan, 0)
         })
     }
 
@@ -311,6 +312,8 @@ struct QuotaSpec {
     model: usize,
     requests: Option<i64>,
     tokens: Option<i64>,
+    /// Percent of a plan left (Codex).
+    plan: Option<i64>,
     reset: Option<Millis>,
     seen_back: Millis,
 }
@@ -320,13 +323,15 @@ fn quota_specs() -> impl Strategy<Value = Vec<Option<QuotaSpec>>> {
         0usize..MODELS.len(),
         proptest::option::of(0i64..4),
         proptest::option::of(prop_oneof![Just(0i64), 0i64..3000]),
+        proptest::option::of(prop_oneof![Just(0i64), 0i64..=100]),
         proptest::option::of(offset(-2, 4, 30_000)),
         offset(0, 3, 30_000),
     )
-        .prop_map(|(model, requests, tokens, reset, seen_back)| QuotaSpec {
+        .prop_map(|(model, requests, tokens, plan, reset, seen_back)| QuotaSpec {
             model,
             requests,
             tokens,
+            plan,
             reset,
             seen_back,
         });
@@ -751,6 +756,7 @@ fn changes_of(server: &[(Millis, u8, usize, Option<Millis>, Millis)]) -> Vec<Cha
                     model: MODELS[model].into(),
                     requests: Some(Window { remaining: now % 5, limit: None, reset_at: Some(now + MIN) }),
                     tokens: None,
+                    plan: None,
                     seen_at: now,
                 }),
                 _ => Change::Failed(f, now),

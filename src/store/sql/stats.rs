@@ -133,17 +133,19 @@ where
         for q in s.quotas.iter().filter(|q| before.is_none_or(|b| !b.quotas.contains(q))) {
             let window =
                 |w: Option<Window>| (w.map(|w| w.remaining), w.and_then(|w| w.limit), w.and_then(|w| w.reset_at));
-            let (requests, tokens) = (window(q.requests), window(q.tokens));
+            let (requests, tokens, plan) = (window(q.requests), window(q.tokens), window(q.plan));
             sqlx::query(
                 "INSERT INTO profile_quota (profile_id, model, quota_remaining_requests, quota_limit_requests,
-                     quota_reset_at, quota_remaining_tokens, quota_limit_tokens, quota_tokens_reset_at, quota_seen_at)
-                 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9 WHERE EXISTS (SELECT 1 FROM profiles WHERE id = $10)
+                     quota_reset_at, quota_remaining_tokens, quota_limit_tokens, quota_tokens_reset_at, quota_seen_at,
+                     quota_plan_left, quota_plan_reset_at)
+                 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $11, $12 WHERE EXISTS (SELECT 1 FROM profiles WHERE id = $10)
                  ON CONFLICT (profile_id, model) DO UPDATE SET
                      quota_remaining_requests = excluded.quota_remaining_requests,
                      quota_limit_requests = excluded.quota_limit_requests, quota_reset_at = excluded.quota_reset_at,
                      quota_remaining_tokens = excluded.quota_remaining_tokens,
                      quota_limit_tokens = excluded.quota_limit_tokens,
-                     quota_tokens_reset_at = excluded.quota_tokens_reset_at, quota_seen_at = excluded.quota_seen_at
+                     quota_tokens_reset_at = excluded.quota_tokens_reset_at, quota_seen_at = excluded.quota_seen_at,
+                     quota_plan_left = excluded.quota_plan_left, quota_plan_reset_at = excluded.quota_plan_reset_at
                  WHERE excluded.quota_seen_at >= profile_quota.quota_seen_at",
             )
             .bind(id.as_str())
@@ -156,6 +158,8 @@ where
             .bind(tokens.2)
             .bind(q.seen_at)
             .bind(id.as_str())
+            .bind(plan.0)
+            .bind(plan.2)
             .execute(&mut **tx)
             .await?;
         }
@@ -176,6 +180,12 @@ where
             model: row.try_get("model")?,
             requests: window("quota_remaining_requests", "quota_limit_requests", "quota_reset_at")?,
             tokens: window("quota_remaining_tokens", "quota_limit_tokens", "quota_tokens_reset_at")?,
+            plan: row
+                .try_get::<Option<i64>, _>("quota_plan_left")?
+                .map(|remaining| -> Result<Window, StoreError> {
+                    Ok(Window { remaining, limit: Some(100), reset_at: row.try_get("quota_plan_reset_at")? })
+                })
+                .transpose()?,
             seen_at: row.try_get("quota_seen_at")?,
         })
     }
