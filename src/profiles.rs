@@ -125,6 +125,16 @@ pub fn check_new(
         ProfileType::ApiKey => SecretField::ApiKey,
         ProfileType::Token => SecretField::Token,
         ProfileType::OAuth => return Err(format!("OAuth profiles are added by logging in (`rota login {provider}`)")),
+        ProfileType::ClientCredentials | ProfileType::ServiceAccount
+            if config.providers[provider].client_credentials.is_none() =>
+        {
+            return Err(format!(
+                "provider {provider} has no token endpoint for {kind} profiles: set \
+                 [providers.{provider}.client_credentials] (token_url, scopes), or a preset that does (docs/providers.md)"
+            ));
+        }
+        ProfileType::ClientCredentials => SecretField::ClientSecret,
+        ProfileType::ServiceAccount => SecretField::ServiceAccountKey,
     };
     let expires_at = match expires {
         None => None,
@@ -148,8 +158,22 @@ pub fn check_new(
 /// Checks a pasted secret: surrounding whitespace is trimmed; what remains must be visible
 /// ASCII (`!` to `~`): inner whitespace, control or non-ASCII characters mean a paste went wrong,
 /// and no provider issues such keys (they could not travel in an HTTP header either).
-pub fn check_secret(raw: &str, kind: ProfileType) -> Result<SecretString, String> {
-    let what = if kind == ProfileType::Token { "token" } else { "API key" };
+pub fn check_secret(raw: &str, kind: ProfileType, name: &str) -> Result<SecretString, String> {
+    if kind == ProfileType::ServiceAccount {
+        let key = crate::oauth::service_account::Key::parse(raw).map_err(|e| format!("{e}: nothing was added"))?;
+        if key.client_email != name {
+            return Err(format!(
+                "a service_account profile is named after its key's client_email: name it `{}`",
+                key.client_email.escape_default()
+            ));
+        }
+        return Ok(SecretString::from(raw.trim().to_string()));
+    }
+    let what = match kind {
+        ProfileType::Token => "token",
+        ProfileType::ClientCredentials => "client secret",
+        _ => "API key",
+    };
     let trimmed = raw.trim();
     if trimmed.is_empty() {
         return Err(format!("empty {what}: nothing was added"));
@@ -237,16 +261,16 @@ mod tests {
 
     #[test]
     fn a_secret_is_visible_ascii_and_the_error_never_echoes_it() {
-        assert!(check_secret("  sk-live-abc123~!  \n", ProfileType::ApiKey).is_ok());
+        assert!(check_secret("  sk-live-abc123~!  \n", ProfileType::ApiKey, "k").is_ok());
         for (raw, why) in [
             ("sk-live abc", "whitespace"),
             ("sk-live\u{7}abc", "a control character"),
             ("sk-clé-abc", "a non-ASCII character"),
             ("sk-\u{200b}zero-width", "a non-ASCII character"),
         ] {
-            let err = check_secret(raw, ProfileType::ApiKey).unwrap_err();
+            let err = check_secret(raw, ProfileType::ApiKey, "k").unwrap_err();
             assert!(err.contains(why) && !err.contains("sk-"), "{raw:?}: {err}");
         }
-        assert!(check_secret(" \n", ProfileType::Token).unwrap_err().starts_with("empty token"));
+        assert!(check_secret(" \n", ProfileType::Token, "k").unwrap_err().starts_with("empty token"));
     }
 }

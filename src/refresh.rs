@@ -10,7 +10,7 @@
 //! and use them (docs/scale.md). A claim lapses after `CLAIM_FOR`, so a holder that dies
 //! mid-refresh holds nobody up for longer.
 
-use crate::book::{Book, Credential};
+use crate::book::{Book, Credential, Exchange};
 use crate::config::Config;
 use crate::engine::{Clock, Failure, Millis, ProfileId, Reason};
 use crate::oauth::{self, Granted, OAuthError};
@@ -49,7 +49,9 @@ const CLAIM_POLL: Duration = Duration::from_millis(50);
 
 pub fn access_of(c: &Credential) -> Option<String> {
     match c {
-        Credential::OAuth { access, .. } => access.as_ref().map(|a| a.expose_secret().to_string()),
+        Credential::OAuth { access, .. } | Credential::Client { access, .. } => {
+            access.as_ref().map(|a| a.expose_secret().to_string())
+        }
         _ => None,
     }
 }
@@ -100,15 +102,15 @@ impl Refresher {
         }));
     }
 
-    /// A refreshed credential when `cred` is an OAuth access token inside the lead window (or
-    /// missing); `None` when `cred` is good to call with as it is.
+    /// A refreshed credential when `cred` is an OAuth (or client-credentials) access token
+    /// inside the lead window, or missing; `None` when `cred` is good to call with as it is.
     pub async fn fresh(
         &self,
         config: &Config,
         id: &ProfileId,
         cred: &Credential,
     ) -> Result<Option<Credential>, RefreshFailure> {
-        let Credential::OAuth { access, .. } = cred else { return Ok(None) };
+        let (Credential::OAuth { access, .. } | Credential::Client { access, .. }) = cred else { return Ok(None) };
         let expires = self.book.tokens(id).and_then(|t| t.1);
         if access.is_some() && expires.is_none_or(|e| !config.refresh.window(e).active(self.clock.now())) {
             return Ok(None);
@@ -148,21 +150,34 @@ impl Refresher {
                 return Ok(cred);
             }
         }
-        let provider = id.provider();
-        let cfg = config
-            .providers
-            .get(provider)
-            .and_then(|p| p.oauth.as_ref())
-            .ok_or_else(|| fail(Reason::AuthPermanent, format!("provider {provider} has no OAuth settings")))?;
-        let Credential::OAuth { refresh: Some(refresh_token), .. } = &cred else {
-            return Err(self.needs_relogin(id, "it has no refresh token"));
+        let provider = config.providers.get(id.provider());
+        let grant = match &cred {
+            Credential::Client { secret, how, .. } => {
+                let cfg = provider.and_then(|p| p.client_credentials.as_ref()).ok_or_else(|| {
+                    fail(
+                        Reason::AuthPermanent,
+                        format!("provider {} has no client_credentials token_url", id.provider()),
+                    )
+                })?;
+                Grant::Client(cfg, secret, *how)
+            }
+            Credential::OAuth { refresh: Some(refresh_token), .. } => {
+                let cfg = provider.and_then(|p| p.oauth.as_ref()).ok_or_else(|| {
+                    fail(Reason::AuthPermanent, format!("provider {} has no OAuth settings", id.provider()))
+                })?;
+                Grant::Refresh(cfg, refresh_token)
+            }
+            _ => return Err(self.needs_relogin(id, "it has no refresh token")),
         };
         let result = match self.claim(id, version.as_deref()).await {
             Some(cred) => {
                 tracing::info!(profile = %id, "a sibling refreshed the tokens while this instance waited: using them");
                 Ok(cred)
             }
-            None => self.call_idp(id, cfg, refresh_token, version).await,
+            None => match grant {
+                Grant::Refresh(cfg, refresh_token) => self.call_idp(id, cfg, refresh_token, version).await,
+                Grant::Client(cfg, secret, how) => self.exchange_client(id, cfg, (secret, how), version).await,
+            },
         };
         if let Err(e) = self.store.release_refresh(id, &self.holder).await {
             tracing::warn!(profile = %id, error = %e, "releasing the refresh claim failed; it lapses by itself");
@@ -221,6 +236,83 @@ impl Refresher {
         }
     }
 
+    /// A `client_credentials` profile's client id (its name) and secret exchanged for an access
+    /// token, or a service account's signed assertion (`how`). The provider refusing the client
+    /// (`invalid_client`, `unauthorized_client`: a wrong, expired or revoked secret, Entra's
+    /// AADSTS7000215 and 7000222) or the key (`invalid_grant` for its signature or account: a
+    /// deleted key or service account) puts the profile in the disabled lane until it gets a new
+    /// secret; anything else cools it.
+    async fn exchange_client(
+        &self,
+        id: &ProfileId,
+        cfg: &crate::config::ClientCredentials,
+        (secret, how): (&SecretString, Exchange),
+        version: Option<Vec<u8>>,
+    ) -> Result<Credential, RefreshFailure> {
+        let now = self.clock.now();
+        let granted = match how {
+            Exchange::ClientSecret => oauth::client_credentials(&self.http, cfg, id.name(), secret, now).await,
+            Exchange::ServiceAccount => oauth::service_account::exchange(&self.http, secret, &cfg.scopes, now).await,
+        };
+        let refused = |what: &str, said: String| {
+            let message = format!("{id} needs a new {what}: the provider refused it ({said})");
+            tracing::warn!(profile = %id, "{message}");
+            Err(RefreshFailure { reason: Reason::AuthPermanent, message })
+        };
+        match granted {
+            Ok(granted) => self.store_client_grant(id, granted, (secret, how), version).await,
+            Err(OAuthError::Refused { code, detail })
+                if matches!(code.as_str(), "invalid_client" | "unauthorized_client") =>
+            {
+                let said = detail.as_deref().and_then(oauth::aadsts).map(|c| format!(", {c}")).unwrap_or_default();
+                refused(if how == Exchange::ClientSecret { "client secret" } else { "key" }, format!("{code}{said}"))
+            }
+            Err(OAuthError::InvalidGrant(Some(detail)))
+                if how == Exchange::ServiceAccount
+                    && (detail.contains("Invalid JWT Signature") || detail.contains("account not found")) =>
+            {
+                refused("key", format!("invalid_grant: {}", detail.chars().take(80).collect::<String>()))
+            }
+            Err(e) => {
+                let reason = if matches!(e, OAuthError::Transport(_)) { Reason::Network } else { Reason::Auth };
+                let message = format!("client credentials exchange failed: {e}");
+                tracing::warn!(profile = %id, %reason, "{message}");
+                Err(RefreshFailure { reason, message })
+            }
+        }
+    }
+
+    /// Seals and stores a client's new access token (its secret sealed again, which versions the
+    /// pair) if no sibling stored one meanwhile; else adopts what the store holds now.
+    async fn store_client_grant(
+        &self,
+        id: &ProfileId,
+        granted: Granted,
+        (secret, how): (&SecretString, Exchange),
+        version: Option<Vec<u8>>,
+    ) -> Result<Credential, RefreshFailure> {
+        let sealed =
+            vec![self.key.seal(id, SecretField::AccessToken, &granted.access), self.key.seal(id, how.field(), secret)];
+        let new_version = sealed[1].nonce.clone();
+        match self.store.swap_tokens(id, version.as_deref(), &sealed, granted.expires_at).await {
+            Ok(true) => {
+                let cred = Credential::Client { access: Some(granted.access), secret: secret.clone(), how };
+                let profile = StoredProfile::stored(id.clone(), how.kind(), granted.expires_at, 0);
+                self.book.set_tokens(&profile, cred.clone(), Some(new_version));
+                tracing::info!(profile = %id, "client credentials exchanged for an access token");
+                Ok(cred)
+            }
+            Ok(false) => self.reread(id, version.as_deref()).await.ok_or_else(|| RefreshFailure {
+                reason: Reason::Auth,
+                message: format!("{id}: the stored token changed during the exchange and could not be read"),
+            }),
+            Err(e) => Err(RefreshFailure {
+                reason: Reason::ServerError,
+                message: format!("storing the exchanged token failed: {e}"),
+            }),
+        }
+    }
+
     fn needs_relogin(&self, id: &ProfileId, why: &str) -> RefreshFailure {
         let message = format!("{id} needs re-login: {why}");
         tracing::warn!(profile = %id, "{message}");
@@ -264,16 +356,33 @@ impl Refresher {
 
     /// The tokens as stored now, adopted into the book, if they differ from `version`.
     async fn reread(&self, id: &ProfileId, version: Option<&[u8]>) -> Option<Credential> {
+        use crate::engine::ProfileType;
         let (sealed, expires_at) = self.store.profile_secrets(id).await.ok()?;
-        let refresh = sealed.iter().find(|s| s.field == SecretField::RefreshToken)?;
-        if Some(refresh.nonce.as_slice()) == version {
+        let versioned = sealed.iter().find(|s| s.field.versions_tokens())?;
+        if Some(versioned.nonce.as_slice()) == version {
             return None;
         }
         let open = |f: SecretField| sealed.iter().find(|s| s.field == f).and_then(|s| self.key.open(id, s).ok());
-        let cred =
-            Credential::OAuth { access: open(SecretField::AccessToken), refresh: open(SecretField::RefreshToken) };
-        let profile = StoredProfile::stored(id.clone(), crate::engine::ProfileType::OAuth, expires_at, 0);
-        self.book.set_tokens(&profile, cred.clone(), Some(refresh.nonce.clone()));
+        let client = |how: Exchange| {
+            let cred = Credential::Client { access: open(SecretField::AccessToken), secret: open(how.field())?, how };
+            Some((how.kind(), cred))
+        };
+        let (kind, cred) = match versioned.field {
+            SecretField::ClientSecret => client(Exchange::ClientSecret)?,
+            SecretField::ServiceAccountKey => client(Exchange::ServiceAccount)?,
+            _ => (
+                ProfileType::OAuth,
+                Credential::OAuth { access: open(SecretField::AccessToken), refresh: open(SecretField::RefreshToken) },
+            ),
+        };
+        let profile = StoredProfile::stored(id.clone(), kind, expires_at, 0);
+        self.book.set_tokens(&profile, cred.clone(), Some(versioned.nonce.clone()));
         Some(cred)
     }
+}
+
+/// How a profile gets new tokens: its refresh token, or its client id and secret.
+enum Grant<'a> {
+    Refresh(&'a crate::config::OAuth, &'a SecretString),
+    Client(&'a crate::config::ClientCredentials, &'a SecretString, Exchange),
 }

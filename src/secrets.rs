@@ -26,6 +26,10 @@ pub enum SecretField {
     Token,
     AccessToken,
     RefreshToken,
+    /// A `client_credentials` profile's OAuth client secret.
+    ClientSecret,
+    /// A `service_account` profile's JSON key.
+    ServiceAccountKey,
 }
 
 impl SecretField {
@@ -35,13 +39,29 @@ impl SecretField {
             SecretField::Token => "token",
             SecretField::AccessToken => "access_token",
             SecretField::RefreshToken => "refresh_token",
+            SecretField::ClientSecret => "client_secret",
+            SecretField::ServiceAccountKey => "service_account_key",
         }
     }
 
+    /// Whether this field's nonce is the version of a profile's tokens, compared before a
+    /// refresh stores new ones: the refresh token (rotated by each refresh), or a client's secret
+    /// or service account key (each sealed again with each access token).
+    pub fn versions_tokens(self) -> bool {
+        matches!(self, SecretField::RefreshToken | SecretField::ClientSecret | SecretField::ServiceAccountKey)
+    }
+
     pub fn parse(s: &str) -> Option<SecretField> {
-        [SecretField::ApiKey, SecretField::Token, SecretField::AccessToken, SecretField::RefreshToken]
-            .into_iter()
-            .find(|f| f.as_str() == s)
+        [
+            SecretField::ApiKey,
+            SecretField::Token,
+            SecretField::AccessToken,
+            SecretField::RefreshToken,
+            SecretField::ClientSecret,
+            SecretField::ServiceAccountKey,
+        ]
+        .into_iter()
+        .find(|f| f.as_str() == s)
     }
 }
 

@@ -328,6 +328,9 @@ fn leased_secret(cred: &Credential) -> (ProfileType, String) {
         Credential::OAuth { access, .. } => {
             (ProfileType::OAuth, access.as_ref().map(|s| s.expose_secret().to_string()).unwrap_or_default())
         }
+        Credential::Client { access, how, .. } => {
+            (how.kind(), access.as_ref().map(|s| s.expose_secret().to_string()).unwrap_or_default())
+        }
     }
 }
 
@@ -592,7 +595,7 @@ async fn weigh_claim(
         // An OAuth token is checked as it is now, refreshed first if it expired since the lease:
         // a 401 for an expired token proves nothing about the account.
         let cred = match &attempt.cred {
-            Credential::OAuth { .. } => {
+            Credential::OAuth { .. } | Credential::Client { .. } => {
                 let now = runtime.book.tokens(&attempt.pid).map_or_else(|| attempt.cred.clone(), |t| t.0);
                 match runtime.refresher.fresh(&settings.config, &attempt.pid, &now).await {
                     Ok(fresh) => fresh.unwrap_or(now),

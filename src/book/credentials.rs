@@ -10,13 +10,55 @@ use secrecy::{ExposeSecret, SecretString};
 pub enum Credential {
     ApiKey(SecretString),
     Token(SecretString),
-    OAuth { access: Option<SecretString>, refresh: Option<SecretString> },
+    OAuth {
+        access: Option<SecretString>,
+        refresh: Option<SecretString>,
+    },
+    /// A service identity rota exchanges for access tokens itself (docs/providers.md): an OAuth
+    /// client's secret (the client id is the profile's name), or a service account's JSON key.
+    Client {
+        access: Option<SecretString>,
+        secret: SecretString,
+        how: Exchange,
+    },
+}
+
+/// How a service identity gets its access tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exchange {
+    /// OAuth 2.0 client credentials (RFC 6749 §4.4): the client id and secret.
+    ClientSecret,
+    /// A JWT assertion signed with a service account's key (RFC 7523), Google's way.
+    ServiceAccount,
+}
+
+impl Exchange {
+    pub fn kind(self) -> ProfileType {
+        match self {
+            Exchange::ClientSecret => ProfileType::ClientCredentials,
+            Exchange::ServiceAccount => ProfileType::ServiceAccount,
+        }
+    }
+
+    /// The field its secret is sealed as.
+    pub fn field(self) -> crate::secrets::SecretField {
+        match self {
+            Exchange::ClientSecret => crate::secrets::SecretField::ClientSecret,
+            Exchange::ServiceAccount => crate::secrets::SecretField::ServiceAccountKey,
+        }
+    }
 }
 
 impl Credential {
-    /// A static credential of this type: an API key, or a token.
+    /// The credential of a profile added with one secret: an API key, a token, or a client's
+    /// secret (exchanged for an access token at its first use).
     pub fn new(kind: ProfileType, secret: SecretString) -> Credential {
-        if kind == ProfileType::Token { Credential::Token(secret) } else { Credential::ApiKey(secret) }
+        match kind {
+            ProfileType::Token => Credential::Token(secret),
+            ProfileType::ClientCredentials => Credential::Client { access: None, secret, how: Exchange::ClientSecret },
+            ProfileType::ServiceAccount => Credential::Client { access: None, secret, how: Exchange::ServiceAccount },
+            _ => Credential::ApiKey(secret),
+        }
     }
 
     /// The secrets an upstream could echo back: the ones rota sends.
@@ -25,6 +67,9 @@ impl Credential {
             Credential::ApiKey(s) | Credential::Token(s) => vec![s.expose_secret()],
             Credential::OAuth { access, refresh } => {
                 access.iter().chain(refresh.iter()).map(|s| s.expose_secret()).collect()
+            }
+            Credential::Client { access, secret, .. } => {
+                access.iter().chain([secret]).map(|s| s.expose_secret()).collect()
             }
         }
     }
@@ -69,10 +114,14 @@ impl Book {
             None => inner.token_versions.remove(&profile.id),
         };
     }
-    /// An OAuth profile's credential, expiry and token version.
+    /// An OAuth or client-credentials profile's credential, expiry and token version.
     pub fn tokens(&self, id: &ProfileId) -> Option<(Credential, Option<Millis>, Option<Vec<u8>>)> {
         let inner = self.lock();
-        let cred = inner.credentials.get(id).filter(|c| matches!(c, Credential::OAuth { .. }))?.clone();
+        let cred = inner
+            .credentials
+            .get(id)
+            .filter(|c| matches!(c, Credential::OAuth { .. } | Credential::Client { .. }))?
+            .clone();
         let expires = inner.roster.views.get(id).and_then(|v| v.expires_at);
         Some((cred, expires, inner.token_versions.get(id).cloned()))
     }
@@ -83,7 +132,10 @@ impl Book {
             .roster
             .views
             .values()
-            .filter(|v| v.kind == ProfileType::OAuth && v.enabled && v.expires_at.is_some_and(|e| e < until))
+            .filter(|v| {
+                matches!(v.kind, ProfileType::OAuth | ProfileType::ClientCredentials | ProfileType::ServiceAccount)
+            })
+            .filter(|v| v.enabled && v.expires_at.is_some_and(|e| e < until))
             .filter(|v| v.stats.disabled.is_none())
             .map(|v| v.id.clone())
             .collect()

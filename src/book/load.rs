@@ -2,7 +2,7 @@
 
 use super::state::{Inner, Roster, SESSION_KEYS, SESSION_TTL};
 use super::sync::{FEED_EVERY, GATHER, Stats};
-use super::{Book, Credential, Shared};
+use super::{Book, Credential, Exchange, Shared};
 use crate::behind::{self, Writer};
 use crate::config::Config;
 use crate::engine::gate::ProbeThrottle;
@@ -107,6 +107,8 @@ fn stored_secret_usable(kind: ProfileType, sealed: &[crate::secrets::Sealed]) ->
         ProfileType::Token => has(SecretField::Token),
         // An OAuth profile with only a refresh token is kept: it will be refreshed.
         ProfileType::OAuth => has(SecretField::AccessToken) || has(SecretField::RefreshToken),
+        ProfileType::ClientCredentials => has(SecretField::ClientSecret),
+        ProfileType::ServiceAccount => has(SecretField::ServiceAccountKey),
     }
 }
 
@@ -154,6 +156,15 @@ pub(super) fn unseal(snapshot: &Snapshot, config: &Config, key: &MasterKey) -> R
                 access: fields.remove(&SecretField::AccessToken),
                 refresh: fields.remove(&SecretField::RefreshToken),
             }),
+            Some(kind @ (ProfileType::ClientCredentials | ProfileType::ServiceAccount)) => {
+                let how =
+                    if kind == ProfileType::ServiceAccount { Exchange::ServiceAccount } else { Exchange::ClientSecret };
+                fields.remove(&how.field()).map(|secret| Credential::Client {
+                    access: fields.remove(&SecretField::AccessToken),
+                    secret,
+                    how,
+                })
+            }
             None => None,
         };
         if let Some(c) = c {
@@ -163,9 +174,7 @@ pub(super) fn unseal(snapshot: &Snapshot, config: &Config, key: &MasterKey) -> R
     let token_versions = snapshot
         .secrets
         .iter()
-        .filter_map(|(id, s)| {
-            Some((id.clone(), s.iter().find(|s| s.field == SecretField::RefreshToken)?.nonce.clone()))
-        })
+        .filter_map(|(id, s)| Some((id.clone(), s.iter().find(|s| s.field.versions_tokens())?.nonce.clone())))
         .collect();
     Ok((roster, credentials, token_versions))
 }

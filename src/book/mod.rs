@@ -24,7 +24,7 @@ mod load;
 mod state;
 mod sync;
 
-pub use credentials::Credential;
+pub use credentials::{Credential, Exchange};
 pub use load::{LoadError, config_rows, views};
 pub use state::Roster;
 pub use sync::{Backlog, FEED_EVERY};

@@ -206,6 +206,8 @@ pub fn export(snapshot: &Snapshot, key: &MasterKey) -> Result<File, String> {
                 expires: p.expires_at,
                 email,
             },
+            // OpenClaw has no service identities: rota keeps them.
+            ProfileType::ClientCredentials | ProfileType::ServiceAccount => continue,
         };
         file.profiles.insert(p.id.to_string(), cred);
         if let Some(s) = snapshot.stats.get(&p.id).filter(|s| **s != UsageStats::default()) {

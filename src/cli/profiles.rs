@@ -25,12 +25,17 @@ pub enum ProfilesCommand {
         #[arg(long)]
         provider: Option<String>,
     },
-    /// Add an API key or static token; the secret is read from stdin, never from arguments.
+    /// Add an API key, a static token or an OAuth client (`client_credentials`: the name is the
+    /// client id); the secret is read from stdin, never from arguments.
     Add {
         provider: String,
         #[arg(long, value_name = "LABEL")]
         name: String,
-        #[arg(long = "type", default_value = "api_key", value_name = "api_key|token")]
+        #[arg(
+            long = "type",
+            default_value = "api_key",
+            value_name = "api_key|token|client_credentials|service_account"
+        )]
         kind: String,
         /// When a static token stops working (RFC 3339).
         #[arg(long, value_name = "RFC3339")]
@@ -123,7 +128,7 @@ fn not_found(e: StoreError) -> anyhow::Error {
 async fn add(config: &Config, provider: &str, name: &str, kind: &str, expires: Option<&str>) -> Result<()> {
     let now = chrono::Utc::now().timestamp_millis();
     let new = rules::check_new(config, provider, name, kind, expires, now).map_err(anyhow::Error::msg)?;
-    let secret = read_secret(new.kind)?;
+    let secret = read_secret(new.kind, new.id.name())?;
     let store = open(config).await?;
     let (key, origin) =
         resolve_key(&crate::store::key_anchor(config)?, &store.secret_key_ids().await?, config.secrets.keyring)?;
@@ -141,10 +146,15 @@ async fn add(config: &Config, provider: &str, name: &str, kind: &str, expires: O
 }
 
 /// Reads the secret from stdin (see `rules::check_secret`).
-fn read_secret(kind: ProfileType) -> Result<SecretString> {
+fn read_secret(kind: ProfileType, name: &str) -> Result<SecretString> {
     let mut stdin = std::io::stdin();
     if stdin.is_terminal() {
-        let what = if kind == ProfileType::Token { "token" } else { "API key" };
+        let what = match kind {
+            ProfileType::Token => "token",
+            ProfileType::ClientCredentials => "client secret",
+            ProfileType::ServiceAccount => "service account key (its JSON)",
+            _ => "API key",
+        };
         eprintln!(
             "Paste the {what}, then press Enter and Ctrl-D (or pipe it: `printf %s \"$KEY\" | rota profiles add …`):"
         );
@@ -152,7 +162,7 @@ fn read_secret(kind: ProfileType) -> Result<SecretString> {
     let mut raw = String::new();
     stdin.read_to_string(&mut raw).context("reading the secret from stdin")?;
     let raw = SecretString::from(raw);
-    rules::check_secret(secrecy::ExposeSecret::expose_secret(&raw), kind)
+    rules::check_secret(secrecy::ExposeSecret::expose_secret(&raw), kind, name)
         .map_err(|e| anyhow::anyhow!("{e} (read from stdin)"))
 }
 

@@ -54,6 +54,14 @@ impl Config {
                     ));
                     continue;
                 }
+                kind @ (ProfileType::ClientCredentials | ProfileType::ServiceAccount) => {
+                    out.push(format!(
+                        "{key}.type: {kind} profiles are added with `rota profiles add {} --type {kind}` (the \
+                         secret is sealed in the database), not declared",
+                        p.provider
+                    ));
+                    continue;
+                }
             };
             match var {
                 None => {

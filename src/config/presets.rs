@@ -2,7 +2,7 @@
 //! wire format, base URL, how a key is sent, the confirming call, the quota headers it reads and
 //! its sign-in endpoints; every key written beside the preset overrides what it fills.
 
-use super::schema::{KeyHeader, OAuth, Provider, QuotaFamily, WireFormat};
+use super::schema::{ClientCredentials, KeyHeader, OAuth, Provider, QuotaFamily, WireFormat};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -76,6 +76,14 @@ pub struct OAuthFile {
     pub redirect_uri: Option<String>,
 }
 
+/// `[providers.NAME.client_credentials]` as written in the file: a preset fills what is left out.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientCredentialsFile {
+    pub token_url: Option<String>,
+    pub scopes: Option<Vec<String>>,
+}
+
 /// `[providers.NAME]` as written in the file.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -86,6 +94,7 @@ pub struct ProviderFile {
     pub key_header: Option<KeyHeader>,
     pub quota: Option<Vec<QuotaFamily>>,
     pub oauth: Option<OAuthFile>,
+    pub client_credentials: Option<ClientCredentialsFile>,
     pub confirm_path: Option<String>,
     pub claude_base_url: Option<String>,
     /// The Azure OpenAI resource name (`https://RESOURCE.openai.azure.com`).
@@ -108,6 +117,7 @@ struct Fill {
     quota: &'static [QuotaFamily],
     /// The sign-in endpoints; the client id only where the provider publishes one for tools.
     oauth: Option<OAuthFile>,
+    client_credentials: Option<ClientCredentials>,
 }
 
 const OPENAI_HEADERS: &[QuotaFamily] = &[QuotaFamily::Openai];
@@ -135,6 +145,7 @@ impl Preset {
             confirm_path,
             quota,
             oauth: None,
+            client_credentials: None,
         };
         Ok(match self {
             Preset::Openai => {
@@ -162,6 +173,10 @@ impl Preset {
                         scopes: Some(strings(&["https://cognitiveservices.azure.com/.default", "offline_access"])),
                         ..OAuthFile::default()
                     }),
+                    client_credentials: Some(ClientCredentials {
+                        token_url: format!("{entra}/token"),
+                        scopes: strings(&["https://cognitiveservices.azure.com/.default"]),
+                    }),
                     ..plain(&format!("https://{resource}.openai.azure.com/openai/v1"), "/models", OPENAI_HEADERS)
                 }
             }
@@ -175,6 +190,11 @@ impl Preset {
                 let root = format!("https://{host}/v1/projects/{project}/locations/{location}");
                 Fill {
                     claude_base_url: Some(format!("{root}/publishers/anthropic/models")),
+                    // Service accounts exchange at their key's token_uri; these are the scopes.
+                    client_credentials: Some(ClientCredentials {
+                        token_url: "https://oauth2.googleapis.com/token".into(),
+                        scopes: strings(&["https://www.googleapis.com/auth/cloud-platform"]),
+                    }),
                     oauth: Some(OAuthFile {
                         authorize_url: Some("https://accounts.google.com/o/oauth2/v2/auth".into()),
                         token_url: Some("https://oauth2.googleapis.com/token".into()),
@@ -289,6 +309,20 @@ impl TryFrom<ProviderFile> for Provider {
             filled.push("oauth");
         }
         let oauth = oauth.map(OAuthFile::resolve).transpose()?;
+        let preset_cc = fill.as_mut().and_then(|f| f.client_credentials.take());
+        if file.client_credentials.is_none() && preset_cc.is_some() {
+            filled.push("client_credentials");
+        }
+        let client_credentials = match (file.client_credentials, preset_cc) {
+            (None, p) => p,
+            (Some(f), p) => Some(ClientCredentials {
+                token_url: f
+                    .token_url
+                    .or(p.as_ref().map(|p| p.token_url.clone()))
+                    .ok_or_else(|| missing("client_credentials.token_url"))?,
+                scopes: f.scopes.or(p.map(|p| p.scopes)).unwrap_or_default(),
+            }),
+        };
         Ok(Provider {
             preset: file.preset,
             api,
@@ -296,6 +330,7 @@ impl TryFrom<ProviderFile> for Provider {
             key_header,
             quota,
             oauth,
+            client_credentials,
             confirm_path,
             claude_base_url,
             filled,

@@ -312,6 +312,9 @@ pub struct Provider {
     /// The rate-limit header families read from its answers (docs/rotation.md).
     pub quota: Vec<QuotaFamily>,
     pub oauth: Option<OAuth>,
+    /// Where `client_credentials` profiles exchange their client id and secret for access
+    /// tokens (docs/providers.md).
+    pub client_credentials: Option<ClientCredentials>,
     /// The cheap authenticated call rota makes to confirm an agent's claim that a credential
     /// is revoked or out of credit (`GET base_url + confirm_path`); default `/models` for the
     /// OpenAI format, `/v1/models` for Anthropic's.
@@ -322,6 +325,14 @@ pub struct Provider {
     pub claude_base_url: Option<String>,
     /// The keys the preset filled in, for `rota doctor`.
     pub filled: Vec<&'static str>,
+}
+
+/// The token endpoint and scopes of a provider's `client_credentials` profiles.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClientCredentials {
+    pub token_url: String,
+    pub scopes: Vec<String>,
 }
 
 /// The `anthropic_version` a Claude model on Vertex AI takes in the body.

@@ -397,7 +397,10 @@ fn keys_beside_a_preset_override_what_it_fills() {
         (WireFormat::OpenaiChat, "http://127.0.0.1:9/openai/v1", KeyHeader::Bearer)
     );
     assert_eq!((p.quota.as_slice(), p.confirm_path.as_str()), (&[][..], "/ping"));
-    assert!(p.filled.is_empty(), "{:?}", p.filled);
+    assert_eq!(p.filled, ["client_credentials"], "the one key left to the preset");
+    let cc = p.client_credentials.as_ref().unwrap();
+    assert_eq!(cc.token_url, "https://login.microsoftonline.com/organizations/oauth2/v2.0/token");
+    assert_eq!(cc.scopes, ["https://cognitiveservices.azure.com/.default"]);
     // Without a preset, the wire format decides as before.
     let c = parse(BASE);
     assert_eq!(

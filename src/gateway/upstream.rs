@@ -204,6 +204,6 @@ fn authorize(
 fn token(c: &Credential) -> Option<&SecretString> {
     match c {
         Credential::ApiKey(s) | Credential::Token(s) => Some(s),
-        Credential::OAuth { access, .. } => access.as_ref(),
+        Credential::OAuth { access, .. } | Credential::Client { access, .. } => access.as_ref(),
     }
 }

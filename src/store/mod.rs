@@ -374,9 +374,9 @@ pub trait Store: Send + Sync {
     /// is written; a profile without a subject yet (logged in before subjects were kept) takes
     /// this one.
     async fn save_login(&self, profile: &StoredProfile, secrets: &[Sealed]) -> Result<bool, StoreError>;
-    /// Replaces a profile's OAuth tokens if its refresh token is still the one sealed with
-    /// `expected` (the nonce of its sealed refresh token): compare-and-swap against a sibling
-    /// instance that refreshed first. False, and nothing written, when it was not.
+    /// Replaces a profile's OAuth tokens if its refresh token (a client's secret, for
+    /// `client_credentials`) is still the one sealed with `expected` (its nonce): compare-and-swap
+    /// against a sibling instance that refreshed first. False, and nothing written, when it was not.
     async fn swap_tokens(
         &self,
         id: &ProfileId,

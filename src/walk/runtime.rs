@@ -114,7 +114,10 @@ impl Runtime {
     /// once more (`Retry` without backoff); a refresh token refused for good makes the failure
     /// `auth_permanent`. `failed.class` ends as recorded.
     pub async fn settle(&self, walk: &mut Walk, config: &Config, att: Attempt, failed: Failed<'_>) -> Verdict {
-        if failed.class.reason == Reason::Auth && matches!(att.cred, Credential::OAuth { .. }) && walk.first_try(&att) {
+        if failed.class.reason == Reason::Auth
+            && matches!(att.cred, Credential::OAuth { .. } | Credential::Client { .. })
+            && walk.first_try(&att)
+        {
             match self.refresher.refresh(config, &att.pid, access_of(&att.cred).as_deref()).await {
                 Ok(_) => {
                     let Failed { row, class, status, .. } = failed;

@@ -291,6 +291,10 @@ api = "openai"
 base_url = ${q(`${upstream.url}/v1`)}
 quota = ["openai", "codex"]
 
+[providers.corp.client_credentials]
+token_url = ${q(idp.token_url)}
+scopes = ["llm.invoke"]
+
 [providers.corp.oauth]
 ${oauth}
 

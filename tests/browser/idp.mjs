@@ -12,6 +12,8 @@
 //   host           host name in the issuer, default "127.0.0.1" ("localhost" puts the IdP on
 //                  another site than a rota on 127.0.0.1; it still listens on 127.0.0.1 only)
 //   clientId       "rota";  clientSecret "rota-secret"
+//                  (and a second, fixed client for the client credentials grant: `svc-app`,
+//                  secret `svc-app-secret-0001`, scope `llm.invoke`, secret in the form body)
 //   redirectUris   the client's redirect URIs (exact match)
 //   accessTtl      access token lifetime in seconds, default 3600
 //   refreshTtl     refresh token lifetime in seconds, default 14 days
@@ -168,6 +170,17 @@ const signingKey = generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKe
 const provider = new Provider(issuer, {
   adapter: TestAdapter,
   clients: [{
+    // A service identity: rota exchanges its id and secret for access tokens
+    // (client_credentials profiles), the secret in the form body as Entra ID takes it.
+    client_id: 'svc-app',
+    client_secret: 'svc-app-secret-0001',
+    client_name: 'a service principal (test)',
+    token_endpoint_auth_method: 'client_secret_post',
+    grant_types: ['client_credentials'],
+    response_types: [],
+    redirect_uris: [],
+    scope: 'llm.invoke',
+  }, {
     client_id: cfg.clientId,
     client_secret: cfg.clientSecret,
     client_name: 'rota (test)',
@@ -183,7 +196,7 @@ const provider = new Provider(issuer, {
   }],
   clientAuthMethods: ['client_secret_basic', 'client_secret_post'],
   pkce: { required: () => true }, // S256 is the only method oidc-provider 9 accepts
-  scopes: ['openid', 'email', 'offline_access'],
+  scopes: ['openid', 'email', 'offline_access', 'llm.invoke'],
   claims: { openid: ['sub'], email: ['email', 'email_verified'] },
   // The email claims go into the id_token as well as /me (rota may read either).
   conformIdTokenClaims: false,
@@ -196,6 +209,7 @@ const provider = new Provider(issuer, {
     };
   },
   features: {
+    clientCredentials: { enabled: true },
     devInteractions: { enabled: true }, // built-in login and consent pages
     deviceFlow: { enabled: true }, // user-code page at the default /device
     revocation: { enabled: true },

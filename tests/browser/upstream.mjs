@@ -15,7 +15,15 @@
 //   GET  /__seen                [{authorization, model, status, at}] of every completion call,
 //                               oldest first (status: what this upstream answered)
 //   DELETE /__seen              forgets them
+//   POST /token                 Google's token endpoint for service accounts, as a fake: a form
+//                               with the JWT-bearer grant whose RS256 assertion verifies with the
+//                               public key of tests/fixtures/service-accounts/a.pem, `aud` this
+//                               URL, `iat`/`exp` at most an hour apart -> {access_token, expires_in};
+//                               else 400 invalid_grant
+//   GET  /__issued              the access tokens /token granted, oldest first
 
+import { createPublicKey, createVerify } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import http from 'node:http';
 import { parseArgs } from 'node:util';
 
@@ -23,7 +31,24 @@ const { values: argv } = parseArgs({ options: { port: { type: 'string', default:
 
 const scripts = []; // [{prefix: string|undefined, replies: [...]}], checked in order
 const seen = [];
+const issued = [];
 let nextId = 1;
+const serviceAccountKey = createPublicKey(readFileSync(new URL('../fixtures/service-accounts/a.pem', import.meta.url)));
+
+/** A service account's JWT assertion checked as Google checks it; the reason when it fails. */
+function refusal(assertion, audience) {
+  const [header, claims, signature] = String(assertion).split('.');
+  if (!signature) return 'Invalid JWT: not a JWT.';
+  const verify = createVerify('RSA-SHA256');
+  verify.update(`${header}.${claims}`);
+  if (!verify.verify(serviceAccountKey, Buffer.from(signature, 'base64url'))) return 'Invalid JWT Signature.';
+  const c = JSON.parse(Buffer.from(claims, 'base64url').toString());
+  const now = Math.floor(Date.now() / 1000);
+  if (c.aud !== audience || !c.iss || Math.abs(c.iat - now) > 60 || c.exp <= c.iat || c.exp - c.iat > 3600) {
+    return 'Invalid JWT: Token must be a short-lived token (60 minutes) and in a reasonable timeframe.';
+  }
+  return null;
+}
 
 function json(res, status, value, headers = {}) {
   const body = JSON.stringify(value);
@@ -31,10 +56,14 @@ function json(res, status, value, headers = {}) {
   res.end(body);
 }
 
-async function readJson(req) {
+async function readBody(req) {
   const chunks = [];
   for await (const chunk of req) chunks.push(chunk);
-  const text = Buffer.concat(chunks).toString('utf8');
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+async function readJson(req) {
+  const text = await readBody(req);
   return text ? JSON.parse(text) : {};
 }
 
@@ -103,6 +132,19 @@ async function handle(req, res) {
     const content = `hello from the test upstream (${body.model})`;
     return body.stream ? stream(res, body.model, content) : json(res, 200, completion(body.model, content));
   }
+  if (req.method === 'POST' && url.pathname === '/token') {
+    const form = new URLSearchParams(await readBody(req));
+    if (!String(req.headers['content-type']).startsWith('application/x-www-form-urlencoded')
+        || form.get('grant_type') !== 'urn:ietf:params:oauth:grant-type:jwt-bearer') {
+      return json(res, 400, { error: 'unsupported_grant_type' });
+    }
+    const why = refusal(form.get('assertion'), `http://${req.headers.host}/token`);
+    if (why) return json(res, 400, { error: 'invalid_grant', error_description: why });
+    const token = `ya29.browser-test-${issued.length + 1}`;
+    issued.push(token);
+    return json(res, 200, { access_token: token, expires_in: 3599, token_type: 'Bearer' });
+  }
+  if (req.method === 'GET' && url.pathname === '/__issued') return json(res, 200, issued);
   if (req.method === 'GET' && url.pathname === '/v1/models') {
     return json(res, 200, { object: 'list', data: [{ id: 'gpt-4o-mini', object: 'model', owned_by: 'test' }] });
   }

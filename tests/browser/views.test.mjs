@@ -5,6 +5,7 @@
 // (and docs/img/ with ROTA_DOC_SHOTS=1: scripts/screenshots.sh).
 
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 
 import { axeScan, docShot, e2e, newPage, rotaCli, signIn, waitUntil } from './harness.mjs';
 
@@ -253,6 +254,50 @@ e2e('console profiles: engine order, next, fixed order and back, tokens with exp
   const api = (await rota.profiles()).find((p) => p.id === 'corp:tok');
   assert.ok(Math.abs(Date.parse(api.expires_at) - inThreeDays.getTime()) < 60_000, `expires_at ${api.expires_at}`);
   assert.ok(!(await page.content()).includes('tok-secret-value'), 'the secret is not in the page');
+
+  // A service principal (client_credentials): its client id and secret, which rota exchanges at
+  // the IdP for an access token and calls with; the secret never reaches a page or the upstream.
+  await corp.locator('.actions [data-action="add-key"]').click();
+  await corp.locator('#key-type').selectOption('client_credentials');
+  assert.equal((await corp.locator('label[for="key-name"]').innerText()).trim(), 'Client ID');
+  await corp.locator('#key-name').fill('svc-app');
+  await corp.locator('#key-secret').fill('svc-app-secret-0001');
+  await corp.locator('#key-submit').click();
+  const svc = corp.locator('tr[data-profile="corp:svc-app"]');
+  await svc.waitFor();
+  assert.equal((await svc.locator('.type').innerText()).trim(), 'client_credentials');
+  const viaSvc = await rota.api('POST', '/v1/chat/completions', {
+    body: { model: 'corp/gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] },
+    headers: { 'x-rota-profile': 'corp:svc-app' },
+  });
+  assert.equal(viaSvc.status, 200, viaSvc.text);
+  const granted = (await env.idp.issued()).filter((i) => i.grant_type === 'client_credentials');
+  assert.equal(granted.length, 1, 'one exchange at the IdP');
+  assert.equal((await env.upstream.seen()).at(-1).authorization, `Bearer ${granted[0].access_token}`);
+  assert.ok(!(await page.content()).includes('svc-app-secret-0001'), 'the client secret is not in the page');
+
+  // A Google service account: its JSON key uploaded, the profile named after its client_email;
+  // rota signs an assertion with the key and the (fake) token endpoint verifies it.
+  const pem = readFileSync(new URL('../fixtures/service-accounts/a.pem', import.meta.url), 'utf8');
+  const email = 'rota-browser@acme-ml.iam.gserviceaccount.com';
+  const saKey = JSON.stringify({ type: 'service_account', project_id: 'acme-ml', private_key_id: 'k1', private_key: pem, client_email: email, token_uri: `${env.upstream.url}/token` });
+  await corp.locator('.actions [data-action="add-key"]').click();
+  await corp.locator('#key-type').selectOption('service_account');
+  await corp.locator('#key-file').setInputFiles({ name: 'acme-ml-key.json', mimeType: 'application/json', buffer: Buffer.from(saKey) });
+  await waitUntil(async () => (await corp.locator('#key-name').inputValue()) === email, { message: 'named from the key' });
+  await corp.locator('#key-submit').click();
+  const sa = corp.locator(`tr[data-profile="corp:${email}"]`);
+  await sa.waitFor();
+  assert.equal((await sa.locator('.type').innerText()).trim(), 'service_account');
+  const viaSa = await rota.api('POST', '/v1/chat/completions', {
+    body: { model: 'corp/gpt-4o-mini', messages: [{ role: 'user', content: 'hi' }] },
+    headers: { 'x-rota-profile': `corp:${email}` },
+  });
+  assert.equal(viaSa.status, 200, viaSa.text);
+  const saTokens = await (await fetch(`${env.upstream.url}/__issued`)).json();
+  assert.equal(saTokens.length, 1, 'one verified assertion');
+  assert.equal((await env.upstream.seen()).at(-1).authorization, `Bearer ${saTokens[0]}`);
+  assert.ok(!(await page.content()).includes('PRIVATE KEY'), 'the key is not in the page');
 
   // Rotate before the 429: an answer saying no request is left puts its profile last until
   // the reset, and the row shows what is left.

@@ -16,6 +16,7 @@ mod first_contact;
 mod fleet;
 mod gateway;
 mod hostile;
+mod identities;
 mod layers;
 mod leases;
 mod limits;

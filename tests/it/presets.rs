@@ -129,7 +129,7 @@ fn doctor_shows_each_preset_and_what_it_filled() {
     let text = String::from_utf8(run(&["doctor"])).unwrap();
     assert!(
         text.contains(
-            "provider azure (preset azure-openai filled api, base_url, confirm_path, quota):\n  \
+            "provider azure (preset azure-openai filled api, base_url, confirm_path, quota, client_credentials):\n  \
              openai at https://contoso.openai.azure.com/openai/v1, key in bearer, quota headers openai\n"
         ),
         "{text}"

@@ -243,14 +243,52 @@ async function deviceLogin(provider, panel) {
 function addKey(provider, panel) {
   const form = el("form", { className: "inline add-key" });
   const kind = el("select", { id: "key-type" }, el("option", { value: "api_key" }, "API key"), el("option", { value: "token" }, "token"));
+  // A service identity (docs/providers.md): rota exchanges the client's id and secret for tokens.
+  if (provider.client_credentials) {
+    kind.append(
+      el("option", { value: "client_credentials" }, "OAuth client (client credentials)"),
+      el("option", { value: "service_account" }, "Service account key (JSON)"),
+    );
+  }
   const expiry = el("input", { id: "key-expires", type: "datetime-local", disabled: true });
-  kind.addEventListener("change", () => (expiry.disabled = kind.value !== "token"));
+  const nameLabel = el("label", { htmlFor: "key-name" }, "Name");
+  const name = el("input", { id: "key-name", required: true, placeholder: "work", autocomplete: "off" });
+  const secret = el("input", { id: "key-secret", type: "password", required: true, autocomplete: "off", placeholder: "sk-…" });
+  const secretLabel = el("label", { htmlFor: "key-secret" }, "Secret");
+  // A service account key is uploaded: the profile is named after its client_email.
+  const file = el("input", { id: "key-file", type: "file", accept: "application/json,.json", hidden: true });
+  file.addEventListener("change", async () => {
+    const text = (await file.files[0]?.text()) ?? "";
+    let email = "";
+    try {
+      email = JSON.parse(text).client_email ?? "";
+    } catch {
+      email = "";
+    }
+    name.value = email;
+    secret.value = text;
+  });
+  kind.addEventListener("change", () => {
+    expiry.disabled = kind.value !== "token";
+    const client = kind.value === "client_credentials";
+    const account = kind.value === "service_account";
+    nameLabel.textContent = client ? "Client ID" : account ? "Account" : "Name";
+    name.placeholder = client ? "the application (client) id" : account ? "from the key file" : "work";
+    name.readOnly = account;
+    secretLabel.textContent = account ? "Key file" : "Secret";
+    secretLabel.htmlFor = account ? "key-file" : "key-secret";
+    secret.hidden = account;
+    file.hidden = !account;
+    file.required = account;
+    secret.placeholder = client ? "client secret" : "sk-…";
+  });
   form.append(
     el("label", { htmlFor: "key-type" }, "Type"), kind,
-    el("label", { htmlFor: "key-name" }, "Name"),
-    el("input", { id: "key-name", required: true, placeholder: "work", autocomplete: "off" }),
-    el("label", { htmlFor: "key-secret" }, "Secret"),
-    el("input", { id: "key-secret", type: "password", required: true, autocomplete: "off", placeholder: "sk-…" }),
+    nameLabel,
+    name,
+    secretLabel,
+    secret,
+    file,
     el("label", { htmlFor: "key-expires" }, "Expires (tokens)"), expiry,
     el("button", { id: "key-submit", type: "submit", className: "primary" }, "Add"),
   );

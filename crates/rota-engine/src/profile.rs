@@ -87,7 +87,8 @@ impl fmt::Display for ProfileId {
 }
 
 /// The kind of credential. The declaration order is the round-robin secondary key:
-/// subscription accounts (OAuth) before static tokens before pay-per-use API keys.
+/// subscription accounts (OAuth) before static tokens before pay-per-use API keys and service
+/// identities (client credentials).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ProfileType {
@@ -95,6 +96,10 @@ pub enum ProfileType {
     OAuth,
     Token,
     ApiKey,
+    /// An OAuth client (id and secret) that rota exchanges for access tokens itself.
+    ClientCredentials,
+    /// A Google service account: its key signs the assertion rota exchanges for access tokens.
+    ServiceAccount,
 }
 
 impl ProfileType {
@@ -103,6 +108,8 @@ impl ProfileType {
             ProfileType::OAuth => "oauth",
             ProfileType::Token => "token",
             ProfileType::ApiKey => "api_key",
+            ProfileType::ClientCredentials => "client_credentials",
+            ProfileType::ServiceAccount => "service_account",
         }
     }
 }
@@ -114,7 +121,11 @@ impl FromStr for ProfileType {
             "oauth" => Ok(ProfileType::OAuth),
             "token" => Ok(ProfileType::Token),
             "api_key" => Ok(ProfileType::ApiKey),
-            other => Err(format!("unknown profile type `{other}` (expected api_key, token or oauth)")),
+            "client_credentials" => Ok(ProfileType::ClientCredentials),
+            "service_account" => Ok(ProfileType::ServiceAccount),
+            other => Err(format!(
+                "unknown profile type `{other}` (expected api_key, token, oauth, client_credentials or service_account)"
+            )),
         }
     }
 }

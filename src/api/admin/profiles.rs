@@ -31,7 +31,7 @@ pub struct ProfileInfo {
     pub id: String,
     pub provider: String,
     pub name: String,
-    /// `api_key`, `token` or `oauth`.
+    /// `api_key`, `token`, `oauth` or `client_credentials`.
     #[serde(rename = "type")]
     pub kind: String,
     /// `stored` (added through the API, CLI, web page or an import) or `config` (declared in the config file).
@@ -119,7 +119,8 @@ pub struct NewProfileRequest {
     pub provider: String,
     /// The label: the profile id becomes `provider:name`.
     pub name: String,
-    /// `api_key` (default) or `token`.
+    /// `api_key` (default), `token`, or `client_credentials` (an OAuth client: `name` is its
+    /// client id, `secret` its client secret).
     #[serde(rename = "type")]
     pub kind: Option<String>,
     /// The API key or token. Write-only: no answer ever returns it.
@@ -142,7 +143,7 @@ async fn add_profile(
     let kind = req.kind.as_deref().unwrap_or("api_key");
     let new = rules::check_new(&settings.config, &req.provider, &req.name, kind, req.expires_at.as_deref(), now)
         .map_err(ApiError::BadRequest)?;
-    let secret = rules::check_secret(&req.secret, new.kind).map_err(ApiError::BadRequest)?;
+    let secret = rules::check_secret(&req.secret, new.kind, new.id.name()).map_err(ApiError::BadRequest)?;
     let sealed = state.key.seal(&new.id, new.field, &secret);
     let profile = StoredProfile::stored(new.id.clone(), new.kind, new.expires_at, now);
     changes(&state).add(&profile, &[sealed], Credential::new(new.kind, secret)).await?;

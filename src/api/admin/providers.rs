@@ -24,6 +24,8 @@ pub struct ProviderInfo {
     pub base_url: String,
     /// Accounts log in with OAuth (the login flows need it).
     pub oauth: bool,
+    /// Whether it takes `client_credentials` profiles (it has a token endpoint for them).
+    pub client_credentials: bool,
     pub profiles: Vec<String>,
     /// Where the order in force comes from: `stored` (API, CLI, web page), `config` or `round_robin`.
     pub order_source: String,
@@ -55,6 +57,7 @@ pub(super) fn provider_info(config: &Config, roster: &Roster, name: &str, now: M
         api: p.api.as_str().into(),
         base_url: p.base_url.clone(),
         oauth: p.oauth.is_some(),
+        client_credentials: p.client_credentials.is_some(),
         profiles,
         order_source: source.into(),
         order: order.iter().map(ToString::to_string).collect(),

@@ -121,11 +121,14 @@ where
         expires_at: Option<Millis>,
     ) -> Result<bool, StoreError> {
         let mut tx = self.store.write_tx().await?;
-        let current: Option<Vec<u8>> =
-            sqlx::query_scalar("SELECT nonce FROM secrets WHERE profile_id = $1 AND field = 'refresh_token'")
-                .bind(id.as_str())
-                .fetch_optional(&mut *tx)
-                .await?;
+        let current: Option<Vec<u8>> = sqlx::query_scalar(
+            // The field whose nonce versions the tokens (`SecretField::versions_tokens`).
+            "SELECT nonce FROM secrets WHERE profile_id = $1
+             AND field IN ('refresh_token', 'client_secret', 'service_account_key')",
+        )
+        .bind(id.as_str())
+        .fetch_optional(&mut *tx)
+        .await?;
         if current.as_deref() != expected {
             return Ok(false);
         }

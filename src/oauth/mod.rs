@@ -3,6 +3,8 @@
 //! and refresh. The profile is keyed by the account's OpenID subject (`sub`) and named after
 //! its email, from userinfo or the id_token.
 
+pub mod service_account;
+
 use crate::config::OAuth as OAuthConfig;
 use crate::engine::Millis;
 use oauth2::basic::{
@@ -374,6 +376,44 @@ pub async fn refresh(
     let call = Call::new(http, Endpoint::Token);
     let tokens = c.exchange_refresh_token(&t).request_async(&call).await.map_err(|e| call.token_error(e))?;
     Ok(Granted::of(&tokens, now))
+}
+
+/// Exchanges an OAuth client's id and secret for an access token (RFC 6749 §4.4), for the
+/// `client_credentials` profiles (docs/providers.md). The secret travels in the form body, as
+/// Microsoft Entra ID documents it (and as every provider accepts it).
+pub async fn client_credentials(
+    http: &Http,
+    cfg: &crate::config::ClientCredentials,
+    client_id: &str,
+    secret: &SecretString,
+    now: Millis,
+) -> Result<Granted, OAuthError> {
+    let token_url = TokenUrl::new(cfg.token_url.clone())
+        .map_err(|e| OAuthError::Malformed(format!("client_credentials.token_url: {e}")))?;
+    let c = Client::<
+        BasicErrorResponse,
+        Tokens,
+        BasicTokenIntrospectionResponse,
+        StandardRevocableToken,
+        BasicRevocationErrorResponse,
+    >::new(ClientId::new(client_id.to_string()))
+    .set_client_secret(ClientSecret::new(secret.expose_secret().to_string()))
+    .set_auth_type(oauth2::AuthType::RequestBody)
+    .set_token_uri(token_url);
+    let mut req = c.exchange_client_credentials();
+    for s in &cfg.scopes {
+        req = req.add_scope(Scope::new(s.clone()));
+    }
+    let call = Call::new(http, Endpoint::Token);
+    let tokens = req.request_async(&call).await.map_err(|e| call.token_error(e))?;
+    Ok(Granted::of(&tokens, now))
+}
+
+/// The `AADSTS…` code at the start of a Microsoft Entra ID error description, which says why
+/// (7000215: a wrong secret, 7000222: an expired one, 700016: no such application).
+pub fn aadsts(description: &str) -> Option<&str> {
+    let code = description.trim_start().split(|c: char| !c.is_ascii_alphanumeric()).next()?;
+    (code.len() > 6 && code.starts_with("AADSTS") && code[6..].bytes().all(|b| b.is_ascii_digit())).then_some(code)
 }
 
 /// Who logged in: the account's subject (what its profile is keyed by) and its email (what
