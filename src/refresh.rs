@@ -12,9 +12,9 @@
 
 use crate::book::{Book, Credential, Exchange};
 use crate::config::Config;
-use crate::engine::{Clock, Failure, Millis, ProfileId, Reason};
-use crate::oauth::{self, Granted, OAuthError};
-use crate::secrets::{MasterKey, SecretField};
+use crate::engine::{Clock, Failure, Millis, ProfileId, ProfileType, Reason};
+use crate::oauth::{self, OAuthError};
+use crate::secrets::{MasterKey, Sealed, SecretField};
 use crate::settings::Live;
 use crate::store::{Store, StoredProfile};
 use parking_lot::Mutex;
@@ -219,7 +219,15 @@ impl Refresher {
         let provider = id.provider();
         let now = self.clock.now();
         match oauth::refresh(&self.http, provider, cfg, refresh_token, now).await {
-            Ok(granted) => self.store_grant(id, granted, refresh_token, version).await,
+            Ok(granted) => {
+                let refresh = granted.refresh.unwrap_or_else(|| refresh_token.clone());
+                let sealed = [
+                    self.key.seal(id, SecretField::AccessToken, &granted.access),
+                    self.key.seal(id, SecretField::RefreshToken, &refresh),
+                ];
+                let cred = Credential::OAuth { access: Some(granted.access), refresh: Some(refresh) };
+                self.store_tokens(id, (ProfileType::OAuth, cred), sealed, granted.expires_at, version).await
+            }
             Err(OAuthError::InvalidGrant(_)) => match self.reread(id, version.as_deref()).await {
                 Some(cred) => {
                     tracing::info!(profile = %id, "refresh token refused; a sibling had rotated it: using the stored tokens");
@@ -260,7 +268,14 @@ impl Refresher {
             Err(RefreshFailure { reason: Reason::AuthPermanent, message })
         };
         match granted {
-            Ok(granted) => self.store_client_grant(id, granted, (secret, how), version).await,
+            Ok(granted) => {
+                let sealed = [
+                    self.key.seal(id, SecretField::AccessToken, &granted.access),
+                    self.key.seal(id, how.field(), secret),
+                ];
+                let cred = Credential::Client { access: Some(granted.access), secret: secret.clone(), how };
+                self.store_tokens(id, (how.kind(), cred), sealed, granted.expires_at, version).await
+            }
             Err(OAuthError::Refused { code, detail })
                 if matches!(code.as_str(), "invalid_client" | "unauthorized_client") =>
             {
@@ -282,81 +297,42 @@ impl Refresher {
         }
     }
 
-    /// Seals and stores a client's new access token (its secret sealed again, which versions the
-    /// pair) if no sibling stored one meanwhile; else adopts what the store holds now.
-    async fn store_client_grant(
-        &self,
-        id: &ProfileId,
-        granted: Granted,
-        (secret, how): (&SecretString, Exchange),
-        version: Option<Vec<u8>>,
-    ) -> Result<Credential, RefreshFailure> {
-        let sealed =
-            vec![self.key.seal(id, SecretField::AccessToken, &granted.access), self.key.seal(id, how.field(), secret)];
-        let new_version = sealed[1].nonce.clone();
-        match self.store.swap_tokens(id, version.as_deref(), &sealed, granted.expires_at).await {
-            Ok(true) => {
-                let cred = Credential::Client { access: Some(granted.access), secret: secret.clone(), how };
-                let profile = StoredProfile::stored(id.clone(), how.kind(), granted.expires_at, 0);
-                self.book.set_tokens(&profile, cred.clone(), Some(new_version));
-                tracing::info!(profile = %id, "client credentials exchanged for an access token");
-                Ok(cred)
-            }
-            Ok(false) => self.reread(id, version.as_deref()).await.ok_or_else(|| RefreshFailure {
-                reason: Reason::Auth,
-                message: format!("{id}: the stored token changed during the exchange and could not be read"),
-            }),
-            Err(e) => Err(RefreshFailure {
-                reason: Reason::ServerError,
-                message: format!("storing the exchanged token failed: {e}"),
-            }),
-        }
-    }
-
     fn needs_relogin(&self, id: &ProfileId, why: &str) -> RefreshFailure {
         let message = format!("{id} needs re-login: {why}");
         tracing::warn!(profile = %id, "{message}");
         RefreshFailure { reason: Reason::AuthPermanent, message }
     }
 
-    /// Seals and stores a refresh's tokens if nobody changed them meanwhile; else adopts what
-    /// the store holds now.
-    async fn store_grant(
+    /// Seals and stores new tokens if nobody changed them since `version` (the nonce of the
+    /// second secret sealed, `SecretField::versions_tokens`); else adopts what the store holds now.
+    async fn store_tokens(
         &self,
         id: &ProfileId,
-        granted: Granted,
-        used: &SecretString,
+        (kind, cred): (ProfileType, Credential),
+        sealed: [Sealed; 2],
+        expires_at: Option<Millis>,
         version: Option<Vec<u8>>,
     ) -> Result<Credential, RefreshFailure> {
-        let refresh = granted.refresh.unwrap_or_else(|| used.clone());
-        let sealed = vec![
-            self.key.seal(id, SecretField::AccessToken, &granted.access),
-            self.key.seal(id, SecretField::RefreshToken, &refresh),
-        ];
         let new_version = sealed[1].nonce.clone();
-        match self.store.swap_tokens(id, version.as_deref(), &sealed, granted.expires_at).await {
+        match self.store.swap_tokens(id, version.as_deref(), &sealed, expires_at).await {
             Ok(true) => {
-                let cred = Credential::OAuth { access: Some(granted.access), refresh: Some(refresh) };
-                let profile =
-                    StoredProfile::stored(id.clone(), crate::engine::ProfileType::OAuth, granted.expires_at, 0);
+                let profile = StoredProfile::stored(id.clone(), kind, expires_at, 0);
                 self.book.set_tokens(&profile, cred.clone(), Some(new_version));
-                tracing::info!(profile = %id, "access token refreshed");
+                tracing::info!(profile = %id, "new access token stored");
                 Ok(cred)
             }
             Ok(false) => self.reread(id, version.as_deref()).await.ok_or_else(|| RefreshFailure {
                 reason: Reason::Auth,
-                message: format!("{id}: the stored tokens changed during the refresh and could not be read"),
+                message: format!("{id}: the stored tokens changed meanwhile and could not be read"),
             }),
-            Err(e) => Err(RefreshFailure {
-                reason: Reason::ServerError,
-                message: format!("storing refreshed tokens failed: {e}"),
-            }),
+            Err(e) => {
+                Err(RefreshFailure { reason: Reason::ServerError, message: format!("storing new tokens failed: {e}") })
+            }
         }
     }
 
     /// The tokens as stored now, adopted into the book, if they differ from `version`.
     async fn reread(&self, id: &ProfileId, version: Option<&[u8]>) -> Option<Credential> {
-        use crate::engine::ProfileType;
         let (sealed, expires_at) = self.store.profile_secrets(id).await.ok()?;
         let versioned = sealed.iter().find(|s| s.field.versions_tokens())?;
         if Some(versioned.nonce.as_slice()) == version {
