@@ -152,8 +152,10 @@ def presented_key(authorization: str | None, x_api_key: str | None) -> str | Non
 def assert_lease_shape(got: dict[str, Any], gw: Gateway) -> None:
     assert set(got) == {"lease_id", "expires_at", "request_id", "attempt", "kind", "retry_in_ms", "profile_id",
                         "provider", "api", "base_url", "model", "credential"}, got
-    assert set(got["credential"]) == {"type", "secret", "expires_at"}, got
+    assert set(got["credential"]) == {"type", "secret", "header", "expires_at"}, got
     assert got["credential"]["type"] == "api_key", got
+    # The header the SDK of the lease's format sends an API key in.
+    assert got["credential"]["header"] == {"anthropic": "x-api-key"}.get(got["api"], "authorization"), got
     assert got["base_url"].startswith(f"http://127.0.0.1:{gw.tap.port}/"), got
 
 
