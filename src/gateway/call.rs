@@ -6,6 +6,8 @@ use super::plan::{Plan, WithModel};
 use super::relay::{Phase, Relay};
 use super::serve::{Gateway, Incoming};
 use super::upstream::Outgoing;
+use super::wire::Api;
+use crate::config::Preset;
 use crate::engine::classify::{Classified, Echoed, Observed};
 use crate::engine::{Millis, Reason};
 use crate::prices::Tokens;
@@ -120,6 +122,10 @@ impl Gateway {
         let provider = &settings.config.providers[&att.cand.provider];
         let model = &att.cand.model;
         let in_url = provider.claude_on_vertex(model);
+        // The Codex backend answers only as a stream: one answer is read whole (docs/providers.md).
+        let codex = provider.preset == Some(Preset::Codex) && plan.upstream() == Api::Responses;
+        let codex_body = codex.then(|| super::codex::body(body));
+        let body = codex_body.as_ref().unwrap_or(body);
         let bytes = serde_json::to_vec(&WithModel { body, model, in_url }).expect("a JSON map serializes");
         let first_byte = deadline.min(Instant::now() + settings.config.timeouts.first_byte);
         let secrets = att.cred.secrets();
@@ -138,7 +144,7 @@ impl Gateway {
                 provider,
                 (plan.upstream(), model),
                 &att.cred,
-                Outgoing { body: Bytes::from(bytes), client_headers: &inc.headers, stream: inc.stream },
+                Outgoing { body: Bytes::from(bytes), client_headers: &inc.headers, stream: inc.stream || codex },
             ),
         )
         .await;
@@ -165,13 +171,35 @@ impl Gateway {
             };
             return Call { called, timing };
         }
-        let body = match timeout_at(first_byte, read_body(&mut resp, &mut timing)).await {
+        let mut body = match timeout_at(first_byte, read_body(&mut resp, &mut timing)).await {
             Ok(Ok(b)) => b,
             Ok(Err(e)) => return Call { called: fail(transport(&error_text(&e)), None, None), timing },
             Err(_) => {
                 return Call { called: fail(transport("timed out reading the upstream's answer"), None, None), timing };
             }
         };
+        if codex && (200..300).contains(&status) {
+            body = match super::codex::whole(&body) {
+                super::codex::Whole::Completed(answer) => answer,
+                super::codex::Whole::Failed(data) => {
+                    let client = ClientText::of(inc, &att.cand.model);
+                    let strings = client.strings();
+                    let seen = Observed {
+                        status: Some(200),
+                        body: &data,
+                        echoed: client.echoed(&strings),
+                        ..Default::default()
+                    };
+                    return Call { called: fail(settings.classifier.classify(&seen, now), Some(status), None), timing };
+                }
+                super::codex::Whole::Cut => {
+                    let message = "the Codex stream ended before `response.completed`".to_string();
+                    let class =
+                        Classified { reason: Reason::Network, hint: None, account_wide: false, message, claim: false };
+                    return Call { called: fail(class, Some(status), None), timing };
+                }
+            };
+        }
         if (200..300).contains(&status)
             && let Some((answer, tokens)) = plan.response(body.clone())
         {
@@ -179,7 +207,7 @@ impl Gateway {
                 let v: Value = serde_json::from_slice(&body).unwrap_or_default();
                 self.signed.record(&att.cand.provider, super::thinking::signatures(&v));
             }
-            let ct = match plan.translates() {
+            let ct = match plan.translates() || codex {
                 false => resp.headers().get("content-type").cloned(),
                 true => Some(HeaderValue::from_static("application/json")),
             };

@@ -4,6 +4,7 @@
 mod answer;
 pub mod bodies;
 mod call;
+mod codex;
 mod plan;
 pub mod relay;
 mod serve;

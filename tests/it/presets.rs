@@ -36,26 +36,52 @@ async fn an_azure_key_travels_in_api_key_and_the_lease_names_that_header() {
     }
 }
 
-/// A Responses answer as ChatGPT's Codex backend writes it, with its plan headers.
+/// A Responses answer as ChatGPT's Codex backend writes it: always a stream, one event per
+/// write, with its plan headers.
 fn codex_answer(used_percent: &str, reset_after: u64) -> Reply {
-    let body = json!({
+    let response = json!({
         "id": "resp_1", "object": "response", "status": "completed", "model": "gpt-5-codex",
         "output": [{"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
                     "content": [{"type": "output_text", "text": "served", "annotations": []}]}],
         "usage": {"input_tokens": 3, "output_tokens": 2, "total_tokens": 5}
     });
-    Reply::Status(
-        200,
+    Reply::Headed(
         vec![
-            ("content-type", "application/json".into()),
             ("x-codex-primary-used-percent", used_percent.into()),
             ("x-codex-primary-window-minutes", "300".into()),
             ("x-codex-primary-reset-after-seconds", reset_after.to_string()),
             ("x-codex-secondary-used-percent", "41".into()),
             ("x-codex-secondary-reset-after-seconds", "500000".into()),
         ],
-        body.to_string(),
+        Box::new(Reply::Raw(codex_stream(&response, true), Writes::PerEvent)),
     )
+}
+
+/// The events of a Codex answer, with or without its closing `response.completed`.
+fn codex_stream(response: &Value, completed: bool) -> String {
+    let mut created = response.clone();
+    created["status"] = json!("in_progress");
+    created["output"] = json!([]);
+    let mut events = vec![
+        ("response.created", json!({"type": "response.created", "sequence_number": 0, "response": created})),
+        (
+            "response.output_item.added",
+            json!({"type": "response.output_item.added", "sequence_number": 1, "output_index": 0,
+                   "item": {"type": "message", "id": "msg_1", "role": "assistant", "status": "in_progress", "content": []}}),
+        ),
+        (
+            "response.output_text.delta",
+            json!({"type": "response.output_text.delta", "sequence_number": 2, "item_id": "msg_1",
+                   "output_index": 0, "content_index": 0, "delta": "served"}),
+        ),
+    ];
+    if completed {
+        events.push((
+            "response.completed",
+            json!({"type": "response.completed", "sequence_number": 3, "response": response}),
+        ));
+    }
+    events.iter().map(|(name, data)| format!("event: {name}\ndata: {data}\n\n")).collect()
 }
 
 #[tokio::test]
@@ -260,4 +286,72 @@ async fn a_codex_access_token_sends_its_chatgpt_account_id() {
     }
     let accounts: Vec<Option<String>> = mock.seen().into_iter().map(|s| s.account).collect();
     assert_eq!(accounts, [Some("3f9c1d2e-0000-4a1b-9c2d-acc0unt00001".to_string()), None, None, None]);
+}
+
+/// The Codex backend's rules (docs/providers.md): every call keeps nothing, streams, and has
+/// instructions; a client that asked for one answer gets the stream's `response.completed`; a
+/// stream that ends without it is a `network` failure.
+#[tokio::test]
+async fn codex_calls_keep_nothing_stream_and_carry_instructions() {
+    let (mock, base) = Mock::started().await;
+    let cfg = format!(
+        "[providers.chatgpt]\npreset = \"codex\"\nbase_url = \"{base}/v1\"\n\
+         [models]\nprimary = \"chatgpt/gpt-5-codex\"\n"
+    );
+    let keys = [("chatgpt:a", "codex-token-a")];
+    let rota = spawn(Scenario { config: &cfg, keys: &keys, ..Scenario::default() }).await;
+    let response: Value = serde_json::from_str(
+        r#"{"id": "resp_1", "object": "response", "status": "completed", "model": "gpt-5-codex",
+            "output": [{"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+                        "content": [{"type": "output_text", "text": "served", "annotations": []}]}],
+            "usage": {"input_tokens": 3, "output_tokens": 2, "total_tokens": 5}}"#,
+    )
+    .unwrap();
+    let cut = Reply::Raw(codex_stream(&response, false), Writes::PerEvent);
+    mock.script("codex-token-a", vec![codex_answer("1", 60), codex_answer("1", 60), cut, codex_answer("1", 60)]);
+
+    // One chat answer, with a system message: it becomes the instructions.
+    let chat = json!({"model": "chatgpt/gpt-5-codex", "stream": false, "messages": [
+        {"role": "system", "content": "Answer in one word."}, {"role": "user", "content": "hi"}]});
+    let r = rota.chat(chat, &[]).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "application/json");
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["choices"][0]["message"]["content"], "served", "{body}");
+    assert_eq!(body["usage"]["total_tokens"], 5, "{body}");
+
+    // A Responses stream with its own instructions, relayed as it came.
+    let stream = json!({"model": "chatgpt/gpt-5-codex", "stream": true, "store": true, "instructions": "Be brief.", "input": "hi"});
+    let r = Rota::client()
+        .post(format!("{}/v1/responses", rota.url))
+        .bearer_auth(&rota.agent_key)
+        .json(&stream)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let text = r.text().await.unwrap();
+    assert!(text.contains("event: response.completed"), "{text}");
+
+    // A stream cut before `response.completed` is a `network` failure, tried again.
+    let r = rota
+        .chat(json!({"model": "chatgpt/gpt-5-codex", "messages": [{"role": "user", "content": "again"}]}), &[])
+        .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-rota-profile"], "chatgpt:a", "`network` is retried once on the profile");
+    assert_eq!(r.headers()["x-rota-attempts"], "2");
+
+    let bodies = mock.bodies();
+    assert_eq!(bodies.len(), 4);
+    for b in &bodies {
+        assert_eq!((b["store"].clone(), b["stream"].clone()), (json!(false), json!(true)), "{b}");
+        assert!(b["instructions"].as_str().is_some_and(|i| !i.trim().is_empty()), "{b}");
+    }
+    assert_eq!(bodies[0]["instructions"], "Answer in one word.");
+    assert!(!bodies[0]["input"].to_string().contains("one word"), "the system message left the input: {}", bodies[0]);
+    assert_eq!(bodies[1]["instructions"], "Be brief.");
+    rota.flush().await;
+    let (reason,): (String,) =
+        sqlx::query_as("SELECT reason FROM attempts WHERE outcome <> 'success'").fetch_one(rota.pool()).await.unwrap();
+    assert_eq!(reason, "network");
 }
