@@ -19,6 +19,7 @@ use axum::Json;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use futures_util::future::BoxFuture;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -410,7 +411,7 @@ pub struct DeviceLogin {
     pub interval: u64,
 }
 
-/// Start a device login (RFC 8628)
+/// Start a device login (RFC 8628, or ChatGPT's own for the `codex` preset)
 ///
 /// rota polls the provider in the background; follow the outcome at `/api/v1/oauth/flows/{flow_id}`.
 #[utoipa::path(post, path = "/api/v1/oauth/{provider}/device", tag = "console", params(("provider" = String, Path)),
@@ -423,22 +424,40 @@ async fn device(
 ) -> Result<(StatusCode, Json<DeviceLogin>), ApiError> {
     let settings = state.runtime.settings();
     let cfg = oauth_config(&settings.config, &provider)?.clone();
-    let details = oauth::device_start(&state.logins.http, &provider, &cfg).await.map_err(login_error)?;
+    let http = state.logins.http.clone();
+    let clock = state.runtime.clock.clone();
+    let now = clock.now();
     let flow_id = uuid::Uuid::new_v4().to_string();
-    let now = state.runtime.clock.now();
-    let answer = DeviceLogin {
-        flow_id: flow_id.clone(),
-        user_code: details.user_code().secret().clone(),
-        verification_uri: details.verification_uri().to_string(),
-        verification_uri_complete: details.verification_uri_complete().map(|u| u.secret().clone()),
-        expires_at: crate::status::time(now + details.expires_in().as_millis() as Millis),
-        interval: details.interval().as_secs(),
+    let (answer, finish): (DeviceLogin, BoxFuture<'static, Result<oauth::Granted, OAuthError>>) = if cfg.chatgpt {
+        // ChatGPT's own device flow (docs/providers.md, "Codex").
+        let device = oauth::chatgpt::device_start(&http, &cfg).await.map_err(login_error)?;
+        let answer = DeviceLogin {
+            flow_id: flow_id.clone(),
+            user_code: device.user_code.clone(),
+            verification_uri: device.verification_uri.clone(),
+            verification_uri_complete: None,
+            expires_at: crate::status::time(now + oauth::chatgpt::DEVICE_WAIT.as_millis() as Millis),
+            interval: device.interval.as_secs(),
+        };
+        (answer, Box::pin(async move { oauth::chatgpt::device_finish(&http, &cfg, &device, || clock.now()).await }))
+    } else {
+        let details = oauth::device_start(&http, &provider, &cfg).await.map_err(login_error)?;
+        let answer = DeviceLogin {
+            flow_id: flow_id.clone(),
+            user_code: details.user_code().secret().clone(),
+            verification_uri: details.verification_uri().to_string(),
+            verification_uri_complete: details.verification_uri_complete().map(|u| u.secret().clone()),
+            expires_at: crate::status::time(now + details.expires_in().as_millis() as Millis),
+            interval: details.interval().as_secs(),
+        };
+        let provider = provider.clone();
+        let finish = async move { oauth::device_finish(&http, &provider, &cfg, &details, || clock.now()).await };
+        (answer, Box::pin(finish))
     };
     state.logins.set_flow(&flow_id, FlowInfo { state: "pending".into(), profile_id: None, error: None });
     let st = state.clone();
     tokio::spawn(async move {
-        let clock = st.runtime.clock.clone();
-        let outcome = match oauth::device_finish(&st.logins.http, &provider, &cfg, &details, || clock.now()).await {
+        let outcome = match finish.await {
             Ok(granted) => complete(&st, &provider, granted).await,
             Err(e) => Err(login_error(e)),
         };

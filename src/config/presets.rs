@@ -170,7 +170,12 @@ impl Preset {
                         authorize_url: Some(format!("{entra}/authorize")),
                         token_url: Some(format!("{entra}/token")),
                         device_url: Some(format!("{entra}/devicecode")),
-                        scopes: Some(strings(&["https://cognitiveservices.azure.com/.default", "offline_access"])),
+                        scopes: Some(strings(&[
+                            "https://cognitiveservices.azure.com/.default",
+                            "offline_access",
+                            "openid",
+                            "profile",
+                        ])),
                         ..OAuthFile::default()
                     }),
                     client_credentials: Some(ClientCredentials {
@@ -198,8 +203,8 @@ impl Preset {
                     oauth: Some(OAuthFile {
                         authorize_url: Some("https://accounts.google.com/o/oauth2/v2/auth".into()),
                         token_url: Some("https://oauth2.googleapis.com/token".into()),
-                        device_url: Some("https://oauth2.googleapis.com/device/code".into()),
-                        scopes: Some(strings(&["https://www.googleapis.com/auth/cloud-platform"])),
+                        // No device flow: Google's does not grant the cloud-platform scope.
+                        scopes: Some(strings(&["https://www.googleapis.com/auth/cloud-platform", "openid", "email"])),
                         extra_params: Some(BTreeMap::from([
                             ("access_type".to_string(), "offline".to_string()),
                             ("prompt".to_string(), "consent".to_string()),
@@ -222,6 +227,7 @@ impl Preset {
                 oauth: Some(OAuthFile {
                     authorize_url: Some("https://auth.openai.com/oauth/authorize".into()),
                     token_url: Some("https://auth.openai.com/oauth/token".into()),
+                    device_url: Some("https://auth.openai.com/api/accounts/deviceauth/usercode".into()),
                     client_id: Some("app_EMoamEEZ73f0CkXaXp7hrann".into()),
                     scopes: Some(strings(&["openid", "profile", "email", "offline_access"])),
                     extra_params: Some(BTreeMap::from([
@@ -308,7 +314,8 @@ impl TryFrom<ProviderFile> for Provider {
         if oauth.is_some() && from_preset {
             filled.push("oauth");
         }
-        let oauth = oauth.map(OAuthFile::resolve).transpose()?;
+        let chatgpt = file.preset == Some(Preset::Codex);
+        let oauth = oauth.map(|o| o.resolve(chatgpt)).transpose()?;
         let preset_cc = fill.as_mut().and_then(|f| f.client_credentials.take());
         if file.client_credentials.is_none() && preset_cc.is_some() {
             filled.push("client_credentials");
@@ -354,7 +361,7 @@ fn merge(file: OAuthFile, preset: OAuthFile) -> OAuthFile {
 }
 
 impl OAuthFile {
-    fn resolve(self) -> Result<OAuth, String> {
+    fn resolve(self, chatgpt: bool) -> Result<OAuth, String> {
         let missing = |key: &str| missing(&format!("oauth.{key}"));
         Ok(OAuth {
             authorize_url: self.authorize_url.ok_or_else(|| missing("authorize_url"))?,
@@ -366,6 +373,7 @@ impl OAuthFile {
             scopes: self.scopes.unwrap_or_default(),
             extra_params: self.extra_params.unwrap_or_default(),
             redirect_uri: self.redirect_uri,
+            chatgpt,
         })
     }
 }

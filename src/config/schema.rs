@@ -392,6 +392,10 @@ pub struct OAuth {
     /// `/oauth/callback` (e.g. a loopback address a CLI tool registered): the console then asks
     /// for the final URL to be pasted.
     pub redirect_uri: Option<String>,
+    /// ChatGPT's sign-in (the `codex` preset): its own device flow and a JSON refresh
+    /// (docs/providers.md, "Codex").
+    #[serde(skip)]
+    pub chatgpt: bool,
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]

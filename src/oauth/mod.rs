@@ -3,6 +3,7 @@
 //! and refresh. The profile is keyed by the account's OpenID subject (`sub`) and named after
 //! its email, from userinfo or the id_token.
 
+pub mod chatgpt;
 pub mod service_account;
 
 use crate::config::OAuth as OAuthConfig;
@@ -371,6 +372,9 @@ pub async fn refresh(
     token: &SecretString,
     now: Millis,
 ) -> Result<Granted, OAuthError> {
+    if cfg.chatgpt {
+        return chatgpt::refresh(http, cfg, token, now).await;
+    }
     let c = client(provider, cfg, None)?;
     let t = RefreshToken::new(token.expose_secret().to_string());
     let call = Call::new(http, Endpoint::Token);
@@ -433,7 +437,9 @@ pub async fn account(http: &Http, cfg: &OAuthConfig, granted: &Granted) -> Accou
     let claims = granted.id_token.as_deref().and_then(id_token_claims).unwrap_or_default();
     let text = |v: &serde_json::Value, k: &str| v.get(k).and_then(|e| e.as_str()).map(str::to_string);
     let mut sub = text(&claims, "sub");
-    let mut email = text(&claims, "email");
+    // Entra ID names the person in `preferred_username` (an email address as a rule).
+    let username = text(&claims, "preferred_username").filter(|u| u.contains('@'));
+    let mut email = text(&claims, "email").or(username);
     if let Some(info) = userinfo(http, cfg, granted).await {
         let info_sub = text(&info, "sub");
         if sub.is_none() || info_sub == sub {
@@ -532,6 +538,7 @@ mod tests {
             scopes: vec![],
             extra_params: Default::default(),
             redirect_uri: None,
+            chatgpt: false,
         }
     }
 

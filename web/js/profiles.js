@@ -1,6 +1,6 @@
 // The Profiles view: one card per provider, its profiles in the order rotation tries them now
 // (GET /api/v1/providers `rotation`, `next`), their states, the actions on them and the ways to
-// add one (OAuth login in the browser, by device code or by pasted address; a key or a token).
+// add one (the sign-ins and credentials the provider's catalog entry allows: `sign_ins`).
 
 import { $, api, backAt, el, guarded, needsRelogin, notify, stateOf, until, ago } from "./core.js";
 
@@ -48,10 +48,7 @@ export function renderProfiles() {
       reset.addEventListener("click", () => guarded("profiles", () => resetOrder(provider)));
       note.append(" ", reset);
     }
-    for (const b of section.querySelectorAll(".actions [data-action]")) {
-      if (["add-account", "device-login", "paste-url"].includes(b.dataset.action)) b.hidden = !provider.oauth;
-      b.addEventListener("click", () => guarded("profiles", () => providerAction(b.dataset.action, provider, section)));
-    }
+    $(".actions", section).replaceChildren(...addButtons(provider, section));
     const previous = open.get(provider.name);
     if (previous && !previous.hidden) $(".panel", section).replaceWith(previous);
     const rows = ordered(provider);
@@ -170,6 +167,34 @@ async function resetOrder(provider) {
 
 // -- adding profiles ------------------------------------------------------------------------
 
+/** The kinds of credential typed or uploaded into the add-key form, with their names there. */
+const KEY_KINDS = {
+  api_key: "API key",
+  token: "token",
+  client_credentials: "OAuth client (client credentials)",
+  service_account: "Service account key (JSON)",
+};
+
+/** One button per way the provider's catalog entry allows to add an account (`sign_ins`); an
+ * API key and a token share one. */
+function addButtons(provider, section) {
+  const kinds = provider.sign_ins.map((s) => s.kind);
+  const buttons = [];
+  for (const s of provider.sign_ins) {
+    let action = { browser: "add-account", device: "device-login", paste: "paste-url", client_credentials: "add-client", service_account: "add-service-account" }[s.kind];
+    let label = s.label;
+    if (s.kind === "api_key" || (s.kind === "token" && !kinds.includes("api_key"))) {
+      action = "add-key";
+      label = kinds.includes("api_key") ? "Add key or token" : s.label;
+    }
+    if (!action) continue;
+    const b = el("button", { type: "button", "data-action": action, "data-kind": s.kind, className: buttons.length ? "" : "primary" }, label);
+    b.addEventListener("click", () => guarded("profiles", () => providerAction(action, provider, section)));
+    buttons.push(b);
+  }
+  return buttons;
+}
+
 async function providerAction(action, provider, section) {
   const panel = $(".panel", section);
   switch (action) {
@@ -180,7 +205,11 @@ async function providerAction(action, provider, section) {
     case "device-login":
       return deviceLogin(provider, panel);
     case "add-key":
-      return addKey(provider, panel);
+      return addKey(provider, panel, provider.sign_ins.some((s) => s.kind === "api_key") ? "api_key" : "token");
+    case "add-client":
+      return addKey(provider, panel, "client_credentials");
+    case "add-service-account":
+      return addKey(provider, panel, "service_account");
   }
 }
 
@@ -240,16 +269,11 @@ async function deviceLogin(provider, panel) {
   setTimeout(() => guarded("profiles", poll), 1500);
 }
 
-function addKey(provider, panel) {
+function addKey(provider, panel, chosen) {
   const form = el("form", { className: "inline add-key" });
-  const kind = el("select", { id: "key-type" }, el("option", { value: "api_key" }, "API key"), el("option", { value: "token" }, "token"));
-  // A service identity (docs/providers.md): rota exchanges the client's id and secret for tokens.
-  if (provider.client_credentials) {
-    kind.append(
-      el("option", { value: "client_credentials" }, "OAuth client (client credentials)"),
-      el("option", { value: "service_account" }, "Service account key (JSON)"),
-    );
-  }
+  // The kinds the provider takes; a service identity (docs/providers.md) is exchanged for tokens by rota.
+  const kinds = provider.sign_ins.map((s) => s.kind).filter((k) => k in KEY_KINDS);
+  const kind = el("select", { id: "key-type" }, ...kinds.map((k) => el("option", { value: k, selected: k === chosen }, KEY_KINDS[k])));
   const expiry = el("input", { id: "key-expires", type: "datetime-local", disabled: true });
   const nameLabel = el("label", { htmlFor: "key-name" }, "Name");
   const name = el("input", { id: "key-name", required: true, placeholder: "work", autocomplete: "off" });
@@ -282,6 +306,7 @@ function addKey(provider, panel) {
     file.required = account;
     secret.placeholder = client ? "client secret" : "sk-…";
   });
+  kind.dispatchEvent(new Event("change"));
   form.append(
     el("label", { htmlFor: "key-type" }, "Type"), kind,
     nameLabel,

@@ -2,7 +2,7 @@
 
 use crate::api::{Admin, ApiError, ApiState, Body};
 use crate::book::Roster;
-use crate::config::Config;
+use crate::config::{Config, Preset, Provider};
 use crate::engine::Millis;
 use crate::profiles::{self as rules, Rotation};
 use axum::Json;
@@ -26,6 +26,10 @@ pub struct ProviderInfo {
     pub oauth: bool,
     /// Whether it takes `client_credentials` profiles (it has a token endpoint for them).
     pub client_credentials: bool,
+    /// The catalog entry it was made from (docs/providers.md), if any.
+    pub preset: Option<String>,
+    /// The ways to add an account to it, in the order the console offers them.
+    pub sign_ins: Vec<SignIn>,
     pub profiles: Vec<String>,
     /// Where the order in force comes from: `stored` (API, CLI, web page), `config` or `round_robin`.
     pub order_source: String,
@@ -45,6 +49,61 @@ pub struct ProviderInfo {
     pub rotation_model: Option<String>,
 }
 
+/// A way to add an account (docs/console.md, "Adding accounts").
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, ToSchema)]
+pub struct SignIn {
+    /// `browser` (authorization code through the browser, or the pasted address when the
+    /// provider redirects elsewhere), `device`, `paste`, `api_key`, `token`,
+    /// `client_credentials` (a client id and secret) or `service_account` (a key file).
+    pub kind: &'static str,
+    pub label: String,
+}
+
+/// What the provider's preset and sections allow: the sign-ins its OAuth section makes
+/// possible, named after the identity provider a preset knows, then the credentials pasted.
+fn sign_ins(p: &Provider) -> Vec<SignIn> {
+    let mut out = Vec::new();
+    let mut add = |kind, label: &str| out.push(SignIn { kind, label: label.to_string() });
+    let who = match p.preset {
+        Some(Preset::AzureOpenai) => Some("Microsoft"),
+        Some(Preset::Vertex) => Some("Google"),
+        Some(Preset::Codex) => Some("ChatGPT"),
+        _ => None,
+    };
+    if let Some(o) = &p.oauth {
+        let browser = who.map(|w| format!("Sign in with {w}")).unwrap_or_else(|| "Add account".into());
+        add("browser", &browser);
+        if o.device_url.is_some() {
+            add(
+                "device",
+                &format!(
+                    "{} with a device code",
+                    who.map(|w| format!("Sign in with {w}")).unwrap_or_else(|| "Log in".into())
+                ),
+            );
+        }
+        if o.redirect_uri.is_none() {
+            add("paste", "Paste URL");
+        }
+    }
+    if p.client_credentials.is_some() {
+        match p.preset {
+            Some(Preset::Vertex) => add("service_account", "Upload a service-account key"),
+            Some(_) => add("client_credentials", "Paste a client secret"),
+            None => {
+                add("client_credentials", "Paste a client secret");
+                add("service_account", "Upload a service-account key");
+            }
+        }
+    }
+    // A ChatGPT plan has no API keys.
+    if p.preset != Some(Preset::Codex) {
+        add("api_key", "Paste an API key");
+    }
+    add("token", "Add a token");
+    out
+}
+
 pub(super) fn provider_info(config: &Config, roster: &Roster, name: &str, now: Millis) -> Option<ProviderInfo> {
     let p = config.providers.get(name)?;
     let mut profiles: Vec<String> =
@@ -58,6 +117,8 @@ pub(super) fn provider_info(config: &Config, roster: &Roster, name: &str, now: M
         base_url: p.base_url.clone(),
         oauth: p.oauth.is_some(),
         client_credentials: p.client_credentials.is_some(),
+        preset: p.preset.map(|p| p.as_str().to_string()),
+        sign_ins: sign_ins(p),
         profiles,
         order_source: source.into(),
         order: order.iter().map(ToString::to_string).collect(),
