@@ -426,9 +426,18 @@ fn a_preset_sign_in_needs_a_client_id_and_fills_the_endpoints() {
         o.device_url.as_deref(),
         Some("https://login.microsoftonline.com/contoso.onmicrosoft.com/oauth2/v2.0/devicecode")
     );
-    assert_eq!(o.scopes, ["https://cognitiveservices.azure.com/.default", "offline_access"]);
-    assert!(c.providers["az"].filled.contains(&"oauth"));
-    // Codex brings the Codex CLI's own client and its registered redirect (the paste flow).
+    assert_eq!(o.scopes, ["https://cognitiveservices.azure.com/.default", "offline_access", "openid", "profile"]);
+    assert!(c.providers["az"].filled.contains(&"oauth") && !o.chatgpt);
+    // Google: the operator's client; no device flow (it does not grant cloud-platform).
+    let c = parse(
+        "[providers.v]\npreset = \"vertex\"\nproject = \"p\"\nlocation = \"global\"\n[providers.v.oauth]\nclient_id = \"g\"",
+    );
+    let o = c.providers["v"].oauth.as_ref().unwrap();
+    assert_eq!((o.token_url.as_str(), o.device_url.as_deref()), ("https://oauth2.googleapis.com/token", None));
+    assert_eq!(o.scopes, ["https://www.googleapis.com/auth/cloud-platform", "openid", "email"]);
+    assert_eq!(o.extra_params["access_type"], "offline");
+    // Codex brings the Codex CLI's own client, its registered redirect (the paste flow) and
+    // ChatGPT's device flow.
     let c = parse("[providers.chatgpt]\npreset = \"codex\"");
     let o = c.providers["chatgpt"].oauth.as_ref().unwrap();
     assert_eq!(
@@ -436,6 +445,8 @@ fn a_preset_sign_in_needs_a_client_id_and_fills_the_endpoints() {
         ("app_EMoamEEZ73f0CkXaXp7hrann", Some("http://localhost:1455/auth/callback"))
     );
     assert_eq!(o.authorize_url, "https://auth.openai.com/oauth/authorize");
+    assert_eq!(o.device_url.as_deref(), Some("https://auth.openai.com/api/accounts/deviceauth/usercode"));
+    assert!(o.chatgpt);
 }
 
 #[test]

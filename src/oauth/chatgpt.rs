@@ -193,3 +193,127 @@ async fn tokens(resp: reqwest::Response, now: Millis) -> Result<Granted, OAuthEr
         id_token: t.id_token,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::Json;
+    use axum::http::{HeaderMap, StatusCode};
+    use axum::routing::post;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn jwt(claims: Value) -> String {
+        use base64::Engine as _;
+        let part = |v: &Value| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string());
+        format!("{}.{}.sig", part(&json!({"alg": "RS256"})), part(&claims))
+    }
+
+    /// auth.openai.com as the Codex CLI meets it: "pending" as 404 then 403, the code exchanged
+    /// for the device callback only, refresh only as JSON, a used refresh token refused.
+    async fn fake() -> (OAuthConfig, String) {
+        let polls = Arc::new(AtomicUsize::new(0));
+        let app = axum::Router::new()
+            .route(
+                "/api/accounts/deviceauth/usercode",
+                post(|Json(b): Json<Value>| async move {
+                    assert_eq!(b, json!({"client_id": "app_test"}));
+                    Json(json!({"device_auth_id": "dev-1", "user_code": "ABCD-1234", "interval": "1"}))
+                }),
+            )
+            .route(
+                "/api/accounts/deviceauth/token",
+                post(move |Json(b): Json<Value>| async move {
+                    assert_eq!(b, json!({"device_auth_id": "dev-1", "user_code": "ABCD-1234"}));
+                    match polls.fetch_add(1, Ordering::SeqCst) {
+                        0 => (StatusCode::NOT_FOUND, Json(json!({}))),
+                        1 => (StatusCode::FORBIDDEN, Json(json!({}))),
+                        _ => (
+                            StatusCode::OK,
+                            Json(
+                                json!({"authorization_code": "code-1", "code_challenge": "c", "code_verifier": "v-1"}),
+                            ),
+                        ),
+                    }
+                }),
+            )
+            .route(
+                "/oauth/token",
+                post(|headers: HeaderMap, body: String| async move {
+                    let exp = 4_102_444_800i64; // 2100-01-01
+                    let access = jwt(json!({"exp": exp, "email": "a@example.com"}));
+                    if headers["content-type"] == "application/json" {
+                        let b: Value = serde_json::from_str(&body).unwrap();
+                        assert_eq!(b["scope"], "openid profile email");
+                        return match b["refresh_token"].as_str() {
+                            Some("rt-1") => {
+                                (StatusCode::OK, Json(json!({"access_token": access, "refresh_token": "rt-2"})))
+                            }
+                            _ => (
+                                StatusCode::UNAUTHORIZED,
+                                Json(json!({"error": {"message": "already used", "code": "refresh_token_reused"}})),
+                            ),
+                        };
+                    }
+                    let form: std::collections::HashMap<String, String> =
+                        url::form_urlencoded::parse(body.as_bytes()).into_owned().collect();
+                    let issuer = form["redirect_uri"].trim_end_matches("/deviceauth/callback").to_string();
+                    let good = form["grant_type"] == "authorization_code"
+                        && form["code"] == "code-1"
+                        && form["code_verifier"] == "v-1"
+                        && form["client_id"] == "app_test"
+                        && issuer.starts_with("http://127.0.0.1:");
+                    match good {
+                        true => (
+                            StatusCode::OK,
+                            Json(json!({"access_token": access, "refresh_token": "rt-1", "id_token": "x.y.z"})),
+                        ),
+                        false => (StatusCode::BAD_REQUEST, Json(json!({"error": "invalid_grant"}))),
+                    }
+                }),
+            );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        (config(&base, USERCODE_PATH), base)
+    }
+
+    fn config(base: &str, device_path: &str) -> OAuthConfig {
+        OAuthConfig {
+            authorize_url: format!("{base}/oauth/authorize"),
+            token_url: format!("{base}/oauth/token"),
+            device_url: Some(format!("{base}{device_path}")),
+            userinfo_url: None,
+            client_id: "app_test".into(),
+            client_secret_env: None,
+            scopes: vec![],
+            extra_params: Default::default(),
+            redirect_uri: None,
+            chatgpt: true,
+        }
+    }
+
+    #[tokio::test]
+    async fn the_device_flow_waits_through_403_and_404_then_exchanges_and_refreshes_as_json() {
+        let (cfg, base) = fake().await;
+        let http = Http::default();
+        let device = device_start(&http, &cfg).await.unwrap();
+        assert_eq!((device.user_code.as_str(), device.interval), ("ABCD-1234", Duration::from_secs(1)));
+        assert_eq!(device.verification_uri, format!("{base}/codex/device"));
+        let granted = device_finish(&http, &cfg, &device, || 0).await.unwrap();
+        assert_eq!(granted.expires_at, Some(4_102_444_800_000), "the access token's own exp");
+        assert_eq!(granted.refresh.as_ref().unwrap().expose_secret(), "rt-1");
+
+        let refreshed = refresh(&http, &cfg, &SecretString::from("rt-1"), 0).await.unwrap();
+        assert_eq!(refreshed.refresh.unwrap().expose_secret(), "rt-2");
+        let reused = refresh(&http, &cfg, &SecretString::from("rt-1-old"), 0).await;
+        assert!(matches!(reused, Err(OAuthError::InvalidGrant(Some(ref c))) if c == "refresh_token_reused"));
+    }
+
+    #[test]
+    fn the_device_url_must_have_chatgpts_path() {
+        let cfg = config("https://auth.openai.com", "/device");
+        assert!(issuer(&cfg).is_err());
+        assert_eq!(issuer(&config("https://auth.openai.com", USERCODE_PATH)).unwrap(), "https://auth.openai.com");
+    }
+}

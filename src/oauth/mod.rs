@@ -567,6 +567,15 @@ mod tests {
         let plain = with_userinfo(serde_json::json!({"sub": "7", "email": "p@example.com"})).await;
         let got = account(&http, &plain, &granted(None)).await;
         assert_eq!(got, want("https://idp.test/token 7", "p@example.com"), "no id_token: the token_url issues");
+        let entra = Some(
+            r#"{"iss":"https://login.microsoftonline.com/t/v2.0","sub":"9","preferred_username":"p@contoso.com"}"#,
+        );
+        let got = account(&http, &with_userinfo(serde_json::json!({})).await, &granted(entra)).await;
+        assert_eq!(
+            got,
+            want("https://login.microsoftonline.com/t/v2.0 9", "p@contoso.com"),
+            "Entra's preferred_username"
+        );
         let nobody = with_userinfo(serde_json::json!({"email": "n@example.com"})).await;
         let got = account(&http, &nobody, &granted(None)).await;
         assert_eq!(got, Account { subject: None, email: Some("n@example.com".into()) });

@@ -184,3 +184,86 @@ async fn reset_order(
             .expect("known provider"),
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sign_ins_follow_the_catalog_entry_and_the_sections() {
+        let config = Config::from_toml(
+            r#"
+[providers.azure]
+preset = "azure-openai"
+resource = "contoso"
+oauth = { client_id = "app" }
+[providers.azure_keys]
+preset = "azure-openai"
+resource = "contoso"
+[providers.vertex]
+preset = "vertex"
+project = "p"
+location = "global"
+oauth = { client_id = "g" }
+[providers.chatgpt]
+preset = "codex"
+[providers.groq]
+preset = "groq"
+[providers.corp]
+api = "openai"
+base_url = "https://llm.example.com/v1"
+oauth = { authorize_url = "https://idp/a", token_url = "https://idp/t", device_url = "https://idp/d", client_id = "c" }
+client_credentials = { token_url = "https://idp/t" }
+"#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let offered = |name: &str| -> Vec<String> {
+            sign_ins(&config.providers[name]).iter().map(|s| format!("{}: {}", s.kind, s.label)).collect()
+        };
+        assert_eq!(
+            offered("azure"),
+            [
+                "browser: Sign in with Microsoft",
+                "device: Sign in with Microsoft with a device code",
+                "paste: Paste URL",
+                "client_credentials: Paste a client secret",
+                "api_key: Paste an API key",
+                "token: Add a token"
+            ]
+        );
+        assert_eq!(
+            offered("azure_keys"),
+            ["client_credentials: Paste a client secret", "api_key: Paste an API key", "token: Add a token"],
+            "no sign-in without the operator's app"
+        );
+        assert_eq!(
+            offered("vertex"),
+            [
+                "browser: Sign in with Google",
+                "paste: Paste URL",
+                "service_account: Upload a service-account key",
+                "api_key: Paste an API key",
+                "token: Add a token"
+            ],
+            "Google's device flow does not grant cloud-platform"
+        );
+        assert_eq!(
+            offered("chatgpt"),
+            ["browser: Sign in with ChatGPT", "device: Sign in with ChatGPT with a device code", "token: Add a token"],
+            "the paste flow (its redirect is the Codex CLI's), no API keys"
+        );
+        assert_eq!(offered("groq"), ["api_key: Paste an API key", "token: Add a token"]);
+        assert_eq!(
+            offered("corp"),
+            [
+                "browser: Add account",
+                "device: Log in with a device code",
+                "paste: Paste URL",
+                "client_credentials: Paste a client secret",
+                "service_account: Upload a service-account key",
+                "api_key: Paste an API key",
+                "token: Add a token"
+            ]
+        );
+    }
+}
