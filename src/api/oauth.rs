@@ -19,7 +19,6 @@ use axum::Json;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use futures_util::future::BoxFuture;
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -424,36 +423,19 @@ async fn device(
 ) -> Result<(StatusCode, Json<DeviceLogin>), ApiError> {
     let settings = state.runtime.settings();
     let cfg = oauth_config(&settings.config, &provider)?.clone();
-    let http = state.logins.http.clone();
     let clock = state.runtime.clock.clone();
     let now = clock.now();
+    let login = oauth::device(&state.logins.http, &provider, &cfg, move || clock.now()).await.map_err(login_error)?;
     let flow_id = uuid::Uuid::new_v4().to_string();
-    let (answer, finish): (DeviceLogin, BoxFuture<'static, Result<oauth::Granted, OAuthError>>) = if cfg.chatgpt {
-        // ChatGPT's own device flow (docs/providers.md, "Codex").
-        let device = oauth::chatgpt::device_start(&http, &cfg).await.map_err(login_error)?;
-        let answer = DeviceLogin {
-            flow_id: flow_id.clone(),
-            user_code: device.user_code.clone(),
-            verification_uri: device.verification_uri.clone(),
-            verification_uri_complete: None,
-            expires_at: crate::status::time(now + oauth::chatgpt::DEVICE_WAIT.as_millis() as Millis),
-            interval: device.interval.as_secs(),
-        };
-        (answer, Box::pin(async move { oauth::chatgpt::device_finish(&http, &cfg, &device, || clock.now()).await }))
-    } else {
-        let details = oauth::device_start(&http, &provider, &cfg).await.map_err(login_error)?;
-        let answer = DeviceLogin {
-            flow_id: flow_id.clone(),
-            user_code: details.user_code().secret().clone(),
-            verification_uri: details.verification_uri().to_string(),
-            verification_uri_complete: details.verification_uri_complete().map(|u| u.secret().clone()),
-            expires_at: crate::status::time(now + details.expires_in().as_millis() as Millis),
-            interval: details.interval().as_secs(),
-        };
-        let provider = provider.clone();
-        let finish = async move { oauth::device_finish(&http, &provider, &cfg, &details, || clock.now()).await };
-        (answer, Box::pin(finish))
+    let answer = DeviceLogin {
+        flow_id: flow_id.clone(),
+        user_code: login.user_code,
+        verification_uri: login.verification_uri,
+        verification_uri_complete: login.verification_uri_complete,
+        expires_at: crate::status::time(now + login.expires_in.as_millis() as Millis),
+        interval: login.interval.as_secs(),
     };
+    let finish = login.finish;
     state.logins.set_flow(&flow_id, FlowInfo { state: "pending".into(), profile_id: None, error: None });
     let st = state.clone();
     tokio::spawn(async move {

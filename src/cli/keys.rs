@@ -87,13 +87,10 @@ pub async fn login(config: &Config, provider: &str, device: bool) -> Result<()> 
     let http = oauth::Http::default();
     let now = || chrono::Utc::now().timestamp_millis();
     let granted = if device {
-        let d = oauth::device_start(&http, provider, cfg).await?;
-        let link = d
-            .verification_uri_complete()
-            .map(|u| u.secret().clone())
-            .unwrap_or_else(|| d.verification_uri().to_string());
-        eprintln!("Open {link}\nand enter the code {}\nWaiting for the login…", d.user_code().secret());
-        oauth::device_finish(&http, provider, cfg, &d, now).await?
+        let d = oauth::device(&http, provider, cfg, now).await?;
+        let link = d.verification_uri_complete.unwrap_or(d.verification_uri);
+        eprintln!("Open {link}\nand enter the code {}\nWaiting for the login…", d.user_code);
+        d.finish.await?
     } else {
         let redirect = cfg.redirect_uri.as_deref().ok_or_else(|| {
             anyhow!("[providers.{provider}.oauth] has no redirect_uri: use `rota login {provider} --device` or the web console")

@@ -320,8 +320,50 @@ pub async fn exchange(
     Ok(Granted::of(&tokens, now))
 }
 
-/// Starts a device login: the code the user types and where.
-pub async fn device_start(
+/// A device login under way: what the person is shown, and the wait for their approval.
+pub struct DeviceLogin {
+    pub user_code: String,
+    pub verification_uri: String,
+    pub verification_uri_complete: Option<String>,
+    pub expires_in: Duration,
+    pub interval: Duration,
+    /// Polls until the login is done, refused or expired.
+    pub finish: futures_util::future::BoxFuture<'static, Result<Granted, OAuthError>>,
+}
+
+/// Starts a device login: RFC 8628, or ChatGPT's own flow for the `codex` preset.
+pub async fn device(
+    http: &Http,
+    provider: &str,
+    cfg: &OAuthConfig,
+    now: impl Fn() -> Millis + Send + 'static,
+) -> Result<DeviceLogin, OAuthError> {
+    let (http, cfg) = (http.clone(), cfg.clone());
+    if cfg.chatgpt {
+        let d = chatgpt::device_start(&http, &cfg).await?;
+        return Ok(DeviceLogin {
+            user_code: d.user_code.clone(),
+            verification_uri: d.verification_uri.clone(),
+            verification_uri_complete: None,
+            expires_in: chatgpt::DEVICE_WAIT,
+            interval: d.interval,
+            finish: Box::pin(async move { chatgpt::device_finish(&http, &cfg, &d, now).await }),
+        });
+    }
+    let d = device_start(&http, provider, &cfg).await?;
+    let provider = provider.to_string();
+    Ok(DeviceLogin {
+        user_code: d.user_code().secret().clone(),
+        verification_uri: d.verification_uri().to_string(),
+        verification_uri_complete: d.verification_uri_complete().map(|u| u.secret().clone()),
+        expires_in: d.expires_in(),
+        interval: d.interval(),
+        finish: Box::pin(async move { device_finish(&http, &provider, &cfg, &d, now).await }),
+    })
+}
+
+/// Starts a device login (RFC 8628): the code the user types and where.
+async fn device_start(
     http: &Http,
     provider: &str,
     cfg: &OAuthConfig,
@@ -340,7 +382,7 @@ pub async fn device_start(
 }
 
 /// Polls until the user completed the device login (or the code expired).
-pub async fn device_finish(
+async fn device_finish(
     http: &Http,
     provider: &str,
     cfg: &OAuthConfig,
