@@ -21,6 +21,9 @@ pub struct Agent {
     /// The limits stored with the agent (admin API); a key of `[agents.NAME]` in the config
     /// file wins over the stored value ([`Limits::over`]).
     pub limits: Limits,
+    /// The models it may ask for, stored (admin API, CLI); `None`: any. `[agents.NAME] models`
+    /// in the config file wins (docs/config.md).
+    pub models: Option<Vec<String>>,
 }
 
 /// The limits' windows: clock-aligned minutes, and UTC days.

@@ -10,7 +10,7 @@ use super::ApiState;
 use super::{ApiError, Body, Caller};
 use crate::book::Credential;
 use crate::config::{KeyHeader, WireFormat};
-use crate::engine::chain::{FallbackOverride, bounded, check_names};
+use crate::engine::chain::{ChainError, FallbackOverride, bounded, check_names};
 use crate::engine::classify::{Classified, Echoed, Observed};
 use crate::engine::{Millis, ProfileId, ProfileType, Reason};
 use crate::gateway::upstream::Upstream;
@@ -376,10 +376,13 @@ async fn create(
         trail.refuse(400, &why);
         return Err(ApiError::BadRequest(why));
     }
-    let chain = runtime.chain(&settings.config, &agent.name, req.model.as_deref(), fallbacks);
+    let chain = runtime.chain(&settings.config, &agent, req.model.as_deref(), fallbacks);
     let chain = chain.map_err(|e| {
         // Refused before any attempt, like the gateway's unknown model: a `requests` row with none.
-        let e = ApiError::UnknownModel { named: req.model.is_some(), message: e.to_string() };
+        let e = match e {
+            ChainError::NotAllowed { .. } => ApiError::ModelNotAllowed(e.to_string()),
+            e => ApiError::UnknownModel { named: req.model.is_some(), message: e.to_string() },
+        };
         trail.refuse(e.status_code().as_u16(), &e.to_string());
         e
     })?;

@@ -140,6 +140,9 @@ pub enum ApiError {
     /// 403 `csrf`: a console session's change without its `x-csrf-token`.
     #[error("{0}")]
     Csrf(&'static str),
+    /// 403 `model_not_allowed`: a model the agent's key may not use (`[agents.NAME] models`).
+    #[error("{0}")]
+    ModelNotAllowed(String),
     /// 404 `not_found`.
     #[error("{0}")]
     NotFound(String),
@@ -190,7 +193,7 @@ impl ApiError {
         let code = match self {
             ApiError::BadRequest(_) | ApiError::LoginRefused(_) => 400,
             ApiError::Unauthorized(_) => 401,
-            ApiError::Forbidden(_) | ApiError::Csrf(_) => 403,
+            ApiError::Forbidden(_) | ApiError::Csrf(_) | ApiError::ModelNotAllowed(_) => 403,
             ApiError::NotFound(_) => 404,
             ApiError::UnknownModel { named, .. } => {
                 if *named {
@@ -218,6 +221,7 @@ impl ApiError {
             ApiError::Unauthorized(_) => "unauthorized",
             ApiError::Forbidden(_) => "forbidden",
             ApiError::Csrf(_) => "csrf",
+            ApiError::ModelNotAllowed(_) => "model_not_allowed",
             ApiError::NotFound(_) => "not_found",
             ApiError::UnknownModel { .. } => "unknown_model",
             ApiError::Conflict(_) => "conflict",

@@ -179,6 +179,7 @@ mod tests {
             created_at: 0,
             revoked_at: None,
             limits: Default::default(),
+            models: None,
         }
     }
 

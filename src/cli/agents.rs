@@ -25,6 +25,10 @@ pub enum AgentsCommand {
         /// USD it may spend per UTC day.
         #[arg(long, value_name = "USD", value_parser = usd_above_zero)]
         cost_per_day: Option<f64>,
+        /// The models, aliases and virtual models it may ask for (comma-separated); anything
+        /// else is refused with 403. Left out: any.
+        #[arg(long, value_name = "MODEL,…", value_delimiter = ',')]
+        models: Option<Vec<String>>,
     },
     /// List agents (never their keys).
     List {
@@ -48,9 +52,17 @@ pub async fn run(config: &Config, cmd: AgentsCommand) -> Result<()> {
     let existing = || super::open_existing(config);
     let now = chrono::Utc::now().timestamp_millis();
     match cmd {
-        AgentsCommand::Create { name, admin, requests_per_minute, tokens_per_day, cost_per_day } => {
+        AgentsCommand::Create { name, admin, requests_per_minute, tokens_per_day, cost_per_day, models } => {
             if !valid_name(&name) {
                 bail!("invalid agent name `{name}`: use a-z, 0-9, `-` and `_` (at most 64)");
+            }
+            let models: Option<Vec<String>> =
+                models.map(|m| m.into_iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect());
+            if let Some(m) = &models {
+                let problems = config.models_problems(m);
+                if !problems.is_empty() {
+                    bail!("--models: {}", problems.join("; "));
+                }
             }
             let limits = Limits { requests_per_minute, tokens_per_day, cost_per_day };
             let key = new_key();
@@ -61,7 +73,10 @@ pub async fn run(config: &Config, cmd: AgentsCommand) -> Result<()> {
                 other => anyhow::Error::from(other),
             };
             let store = open().await?;
-            let agent = store.create_agent(&name, &digest(&key), admin, &limits, now).await.map_err(taken)?;
+            let agent = store
+                .create_agent(&name, &digest(&key), admin, (&limits, models.as_deref()), now)
+                .await
+                .map_err(taken)?;
             println!("created agent {}{}; its key is shown only now:", agent.name, if admin { " (admin)" } else { "" });
             println!("{}", key.expose_secret());
         }
@@ -75,7 +90,10 @@ pub async fn run(config: &Config, cmd: AgentsCommand) -> Result<()> {
                 println!("{:<24} {:<6} {:<20} {:<24} LIMITS", "NAME", "ADMIN", "CREATED", "STATE");
                 for a in agents {
                     let state = a.revoked_at.map_or("active".to_string(), |t| format!("revoked {}", time(t)));
-                    let limits = config.agent_limits(&a).describe().unwrap_or_else(|| "none".into());
+                    let mut limits = config.agent_limits(&a).describe().unwrap_or_else(|| "none".into());
+                    if let Some(models) = config.agent_models(&a) {
+                        limits.push_str(&format!("; models: {}", models.join(", ")));
+                    }
                     println!(
                         "{:<24} {:<6} {:<20} {state:<24} {limits}",
                         a.name,

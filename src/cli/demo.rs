@@ -147,7 +147,7 @@ async fn fresh_demo(absolute: &Path, config_file: &Path, upstream: &str) -> Resu
             "demo",
             &crate::agents::digest(&admin_key),
             true,
-            &Default::default(),
+            (&Default::default(), None),
             chrono::Utc::now().timestamp_millis(),
         )
         .await?;

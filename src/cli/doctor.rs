@@ -170,12 +170,18 @@ fn agent_chain(
         (None, None) => Limits::default(),
     };
     let limits = limits.describe().is_some().then_some(limits);
+    // An agent held to a list of models: the chain of the first one.
+    let models = match stored {
+        Some(a) => config.agent_models(a),
+        None => config.agents.get(&agent).and_then(|a| a.models.as_deref()),
+    };
     let req = ChainRequest {
-        model: None,
+        model: models.and_then(|m| m.first()).map(String::as_str),
         agent_fallbacks: fallbacks,
         fallback_override: FallbackOverride::Inherit,
         roll: 0,
         failover: config.failover.enabled,
+        allowed: models,
     };
     match config.chain(&req) {
         Ok(chain) => {

@@ -162,6 +162,9 @@ impl Config {
                     out.push(format!("agents.{agent}.fallbacks[{i}]: {e}"));
                 }
             }
+            if let Some(models) = &a.models {
+                out.extend(self.models_problems(models).into_iter().map(|e| format!("agents.{agent}.models: {e}")));
+            }
         }
     }
 }

@@ -92,6 +92,37 @@ impl Config {
             None => agent.limits,
         }
     }
+
+    /// The models the agent may ask for: `[agents.NAME] models`, else its stored list; `None`:
+    /// any.
+    pub fn agent_models<'a>(&'a self, agent: &'a crate::agents::Agent) -> Option<&'a [String]> {
+        self.agents.get(&agent.name).and_then(|a| a.models.as_deref()).or(agent.models.as_deref())
+    }
+
+    /// What is wrong with a list of models an agent may use: each must be a model, alias or
+    /// virtual model this config serves; at least one, at most `chain::FALLBACKS_MAX` × 4.
+    pub fn models_problems(&self, models: &[String]) -> Vec<String> {
+        const MAX: usize = 64;
+        if models.is_empty() {
+            return vec!["lists no model (leave it out to allow any)".into()];
+        }
+        if models.len() > MAX {
+            return vec![format!("lists {} models: at most {MAX}", models.len())];
+        }
+        let none: &[String] = &[];
+        models
+            .iter()
+            .filter_map(|m| {
+                let req = crate::engine::chain::ChainRequest {
+                    model: Some(m),
+                    agent_fallbacks: Some(none),
+                    failover: true,
+                    ..Default::default()
+                };
+                self.chain(&req).err().map(|e| e.to_string())
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]

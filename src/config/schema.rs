@@ -461,6 +461,9 @@ pub struct AgentConfig {
     pub tokens_per_day: Option<i64>,
     /// USD per UTC day (from the requests' `cost`); over it, 429 until midnight UTC.
     pub cost_per_day: Option<f64>,
+    /// The models, aliases and virtual models it may ask for; anything else is a 403, and only
+    /// what they resolve to is tried (fallbacks too). Unset: any (or the stored list).
+    pub models: Option<Vec<String>>,
 }
 
 impl AgentConfig {

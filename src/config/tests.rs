@@ -238,6 +238,20 @@ fn agent_fallbacks_are_checked() {
 }
 
 #[test]
+fn agent_models_are_checked() {
+    let c = parse(&format!(
+        "{BASE}\n[agents.planner]\nmodels = [\"nope/x\", \"openai/gpt-4.1\"]\n[agents.none]\nmodels = []"
+    ));
+    assert_eq!(
+        c.problems(),
+        [
+            "agents.none.models: lists no model (leave it out to allow any)",
+            "agents.planner.models: `nope/x` names unknown provider `nope` (configure [providers.nope])"
+        ]
+    );
+}
+
+#[test]
 fn agent_limits_are_checked_all_at_once() {
     let c = parse(&format!(
         "{BASE}\n[agents.planner]\nrequests_per_minute = 0\ntokens_per_day = -5\ncost_per_day = 0.0\n\
@@ -267,6 +281,7 @@ fn a_limit_in_the_config_file_wins_over_the_stored_one_key_by_key() {
         created_at: 0,
         revoked_at: None,
         limits: stored,
+        models: None,
     };
     let l = c.agent_limits(&agent);
     assert_eq!((l.requests_per_minute, l.tokens_per_day, l.cost_per_day), (Some(5), Some(9), None));

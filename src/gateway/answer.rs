@@ -30,6 +30,9 @@ pub enum GatewayError {
     /// 404: a model no provider, alias or virtual model names.
     #[error("{0}")]
     UnknownModel(String),
+    /// 403: a model the agent's key may not use (`[agents.NAME] models`).
+    #[error("{0}")]
+    ModelNotAllowed(String),
     /// The walk ended without an answer: every candidate failed or is cooling (429 with
     /// `Retry-After`, 502, 503…), or the upstream's last failure (its status).
     #[error("{message}")]
@@ -44,6 +47,16 @@ pub enum GatewayError {
 }
 
 impl GatewayError {
+    /// A chain that cannot be made: a model the agent may not use (403), an unknown model (404)
+    /// or, with no model named, a configuration without a primary (400).
+    pub fn of_chain(e: crate::engine::chain::ChainError, named: bool) -> GatewayError {
+        match e {
+            crate::engine::chain::ChainError::NotAllowed { .. } => GatewayError::ModelNotAllowed(e.to_string()),
+            e if named => GatewayError::UnknownModel(e.to_string()),
+            e => GatewayError::BadRequest(e.to_string()),
+        }
+    }
+
     pub fn status_code(&self) -> StatusCode {
         match self {
             GatewayError::MissingKey | GatewayError::InvalidKey => StatusCode::UNAUTHORIZED,
@@ -51,6 +64,7 @@ impl GatewayError {
             GatewayError::BodyTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             GatewayError::BadRequest(_) => StatusCode::BAD_REQUEST,
             GatewayError::UnknownModel(_) => StatusCode::NOT_FOUND,
+            GatewayError::ModelNotAllowed(_) => StatusCode::FORBIDDEN,
             GatewayError::Failed { status, .. } => StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_GATEWAY),
             GatewayError::TimedOut(_) => StatusCode::GATEWAY_TIMEOUT,
             GatewayError::OverLimit { .. } => StatusCode::TOO_MANY_REQUESTS,

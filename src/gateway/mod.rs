@@ -200,9 +200,9 @@ async fn count_tokens(
     };
     let config = &inc.settings.config;
     let model = inc.body.get("model").and_then(Value::as_str);
-    let chain = match gw.runtime.chain(config, &inc.agent.name, model, inc.fallbacks.clone()) {
+    let chain = match gw.runtime.chain(config, &inc.agent, model, inc.fallbacks.clone()) {
         Ok(chain) => chain,
-        Err(e) => return GatewayError::UnknownModel(e.to_string()).answer(api, &request_id),
+        Err(e) => return GatewayError::of_chain(e, model.is_some()).answer(api, &request_id),
     };
     let first = &chain[0];
     let provider = &config.providers[&first.provider];

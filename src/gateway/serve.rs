@@ -153,13 +153,10 @@ impl Gateway {
         let config = &inc.settings.config;
         let requested = inc.body.get("model").and_then(Value::as_str).map(str::to_string);
         let trail = self.trail(&inc.request_id, inc.api, &inc.agent, requested.clone(), inc.stream);
-        let chain = match self.runtime.chain(config, &inc.agent.name, requested.as_deref(), inc.fallbacks.clone()) {
+        let chain = match self.runtime.chain(config, &inc.agent, requested.as_deref(), inc.fallbacks.clone()) {
             Ok(chain) => chain,
             Err(e) => {
-                let e = match requested {
-                    Some(_) => GatewayError::UnknownModel(e.to_string()),
-                    None => GatewayError::BadRequest(e.to_string()),
-                };
+                let e = GatewayError::of_chain(e, requested.is_some());
                 trail.refuse(e.status_code().as_u16(), &e.to_string());
                 return Err(e);
             }

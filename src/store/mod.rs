@@ -133,11 +133,13 @@ pub struct AgentUsage {
 }
 
 /// A change of an agent's stored limits: `None` leaves a limit as it is, `Some(None)` clears it.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct LimitsPatch {
     pub requests_per_minute: Option<Option<i64>>,
     pub tokens_per_day: Option<Option<i64>>,
     pub cost_per_day: Option<Option<f64>>,
+    /// The models it may ask for: `Some(None)` lifts the restriction.
+    pub models: Option<Option<Vec<String>>>,
 }
 
 /// Filters of the audit log listings; each is optional, all must hold.
@@ -326,7 +328,7 @@ pub trait Store: Send + Sync {
         name: &str,
         key_digest: &str,
         admin: bool,
-        limits: &Limits,
+        (limits, models): (&Limits, Option<&[String]>),
         now: Millis,
     ) -> Result<Agent, StoreError>;
     /// Changes an active agent's stored limits; the agent as it now is (`NoAgent` when there is

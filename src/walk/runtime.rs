@@ -156,16 +156,17 @@ impl Runtime {
     pub fn chain(
         &self,
         config: &Config,
-        agent: &str,
+        agent: &crate::agents::Agent,
         model: Option<&str>,
         fallback_override: FallbackOverride,
     ) -> Result<Vec<Candidate>, crate::engine::chain::ChainError> {
         config.chain(&ChainRequest {
             model,
-            agent_fallbacks: config.agents.get(agent).and_then(|a| a.fallbacks.as_deref()),
+            agent_fallbacks: config.agents.get(&agent.name).and_then(|a| a.fallbacks.as_deref()),
             fallback_override,
             roll: fastrand::u64(..),
             failover: config.failover.enabled,
+            allowed: config.agent_models(agent),
         })
     }
 }

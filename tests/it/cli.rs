@@ -412,6 +412,17 @@ fn agents_are_created_with_limits_and_listed_with_those_in_force_by_list_and_doc
 }
 
 #[test]
+fn an_agent_created_with_models_is_held_to_them() {
+    let env = Env::new(BASE);
+    assert_ok(&env.run(&["agents", "create", "scoped", "--models", "openai/gpt-4.1, anthropic/claude-x"]));
+    assert_refused(&env.run(&["agents", "create", "wide", "--models", "nope"]), "--models: unknown model `nope`");
+    let human = text(&env.run(&["agents", "list"]).stdout);
+    let line = human.lines().find(|l| l.starts_with("scoped")).unwrap_or_else(|| panic!("{human}"));
+    assert!(line.ends_with("none; models: openai/gpt-4.1, anthropic/claude-x"), "{human}");
+    assert!(!human.contains("wide"), "{human}");
+}
+
+#[test]
 fn agents_get_a_key_once_stored_only_as_a_digest_and_can_be_revoked() {
     let env = Env::new(BASE);
     let out = env.run(&["agents", "create", "planner"]);

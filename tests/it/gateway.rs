@@ -1098,7 +1098,7 @@ async fn agents_created_or_revoked_while_serving_take_effect_within_a_second() {
         started.elapsed()
     };
     assert_eq!(call().await.unwrap().status(), 401);
-    rota.store.create_agent("late", &rota::agents::digest(&key), false, &Default::default(), 0).await.unwrap();
+    rota.store.create_agent("late", &rota::agents::digest(&key), false, (&Default::default(), None), 0).await.unwrap();
     let took = until(200).await;
     assert!(took <= std::time::Duration::from_secs(1), "created agent usable after {took:?}");
     rota.store.revoke_agent("late", 1).await.unwrap();

@@ -441,3 +441,84 @@ async fn a_frozen_database_holds_no_request_longer_than_the_timeout_and_healthz_
     }
     assert_eq!(answers.last(), Some(&429), "the limit counts again after the thaw: {answers:?}");
 }
+
+/// Scoped agent keys (docs/config.md, `[agents.NAME] models`): an agent held to `fast` is
+/// refused `smart` with 403 naming its list (audited, no attempt; a lease too), and its
+/// requests never reach a model outside the list, not even as the configured fallback. A list
+/// stored through the API holds another agent the same way, on every instance.
+async fn an_agent_is_served_only_within_its_models(db: Db) {
+    let (mock, base) = Mock::started().await;
+    let config = format!(
+        "{}[aliases]\nfast = \"openai/gpt-4.1-mini\"\nsmart = \"openai/gpt-4.1\"\n[agents.tester]\nmodels = [\"fast\"]\n",
+        support::config_with_backup(&base)
+    );
+    let rota = spawn(Scenario { config: &config, keys: &KEYS, db, ..Scenario::default() }).await;
+    let ask = |model: &str| json!({"model": model, "messages": [{"role": "user", "content": "hi"}]});
+
+    let (status, _, body) = send(&rota, &rota.agent_key, "/v1/chat/completions", ask("smart")).await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(body["error"]["message"], "this agent may not use `smart`; it may use: fast");
+    let (status, _, body) = send(&rota, &rota.agent_key, "/v1/messages", ask("openai/gpt-4.1")).await;
+    assert_eq!((status, body["type"].as_str()), (403, Some("error")), "{body}");
+    let (code, lease) =
+        rota.api("POST", "/api/v1/leases", Some(&rota.agent_key), Some(json!({"model": "smart"}))).await;
+    assert_eq!((code, lease["error"]["type"].as_str()), (403, Some("model_not_allowed")), "{lease}");
+    assert_eq!(send(&rota, &rota.agent_key, "/v1/chat/completions", ask("fast")).await.0, 200);
+
+    // Every openai profile fails: the backup fallback is outside the list and never called.
+    let failing =
+        || (0..4).map(|_| support::Reply::Status(500, vec![], r#"{"error":{"message":"boom"}}"#.into())).collect();
+    for (id, secret) in &KEYS[..3] {
+        assert!(id.starts_with("openai:"));
+        mock.script(secret, failing());
+    }
+    let before = mock.seen().len();
+    let (status, _, body) = send(&rota, &rota.agent_key, "/v1/chat/completions", ask("fast")).await;
+    assert_eq!(status, 500, "{body}");
+    let seen = mock.seen().split_off(before);
+    assert!(!seen.is_empty() && seen.iter().all(|s| s.model == "gpt-4.1-mini" && s.key != KEYS[3].1), "{seen:?}");
+
+    // The admin agent may ask for anything until a list is stored for it; then, on another
+    // instance too, only for that.
+    assert_eq!(send(&rota, &rota.admin_key, "/v1/chat/completions", ask("backup/gpt-4.1-mini")).await.0, 200);
+    let admin = Some(rota.admin_key.as_str());
+    let (code, bad) = rota.api("PATCH", "/api/v1/agents/admin", admin, Some(json!({"models": ["nope"]}))).await;
+    assert_eq!(code, 400, "{bad}");
+    assert!(bad["error"]["message"].as_str().unwrap().contains("models: unknown model `nope`"), "{bad}");
+    let (code, info) = rota.api("PATCH", "/api/v1/agents/admin", admin, Some(json!({"models": ["smart"]}))).await;
+    assert_eq!((code, &info["models"]), (200, &json!(["smart"])), "{info}");
+    let other = rota.another().await;
+    let (status, _, body) = send(&other, &other.admin_key, "/v1/chat/completions", ask("fast")).await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(body["error"]["message"], "this agent may not use `fast`; it may use: smart");
+    let (_, agents) = rota.api("GET", "/api/v1/agents", admin, None).await;
+    let tester = agents.as_array().unwrap().iter().find(|a| a["name"] == "tester").unwrap();
+    assert_eq!((&tester["models"], &tester["models_from_config"]), (&json!(["fast"]), &json!(true)));
+    let (code, _) = rota.api("PATCH", "/api/v1/agents/admin", admin, Some(json!({"models": null}))).await;
+    assert_eq!(code, 200);
+
+    rota.flush().await;
+    let (_, requests) = rota.api("GET", "/api/v1/requests?limit=100", admin, None).await;
+    let refused: Vec<(i64, i64)> = requests["items"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{requests}"))
+        .iter()
+        .filter(|r| r["status"] == 403)
+        .map(|r| (r["status"].as_i64().unwrap(), r["attempts"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(
+        refused,
+        [(403, 0); 4],
+        "each refusal (chat, messages, lease, the other instance's) is a row without attempts"
+    );
+}
+
+#[tokio::test]
+async fn an_agent_is_served_only_within_its_models_on_sqlite() {
+    an_agent_is_served_only_within_its_models(Db::Sqlite).await;
+}
+
+#[tokio::test]
+async fn an_agent_is_served_only_within_its_models_on_postgres() {
+    an_agent_is_served_only_within_its_models(Db::Postgres(support::postgres_database().await)).await;
+}

@@ -448,14 +448,14 @@ async fn only_active_agents_are_listed_with_their_key_digest() {
     let store = SqliteStore::open(&dir.path().join("rota.db")).await.unwrap();
     let key = rota::agents::new_key();
     let d = rota::agents::digest(&key);
-    let a = store.create_agent("planner", &d, false, &Default::default(), T0).await.unwrap();
+    let a = store.create_agent("planner", &d, false, (&Default::default(), None), T0).await.unwrap();
     assert_eq!((a.name.as_str(), a.admin, a.revoked_at), ("planner", false, None));
     let active = |store: SqliteStore| async move { store.active_agents().await.unwrap() };
     assert_eq!(active(store.clone()).await, [(d.clone(), a.clone())]);
-    assert!(store.create_agent("planner", "other", true, &Default::default(), T0).await.is_err());
+    assert!(store.create_agent("planner", "other", true, (&Default::default(), None), T0).await.is_err());
     store.revoke_agent("planner", T0 + 1).await.unwrap();
     assert!(active(store.clone()).await.is_empty());
-    let again = store.create_agent("planner", "digest-2", true, &Default::default(), T0 + 2).await.unwrap();
+    let again = store.create_agent("planner", "digest-2", true, (&Default::default(), None), T0 + 2).await.unwrap();
     assert_eq!((&again.id, again.admin, again.revoked_at), (&a.id, true, None), "same identity, new key");
     assert_eq!(active(store.clone()).await, [("digest-2".to_string(), again.clone())], "the old key stays dead");
 }

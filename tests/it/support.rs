@@ -714,9 +714,15 @@ impl Rota {
                 .unwrap();
         }
         let agent_key = rota::agents::new_key();
-        store.create_agent("tester", &rota::agents::digest(&agent_key), false, &Default::default(), 0).await.unwrap();
+        store
+            .create_agent("tester", &rota::agents::digest(&agent_key), false, (&Default::default(), None), 0)
+            .await
+            .unwrap();
         let admin_key = rota::agents::new_key();
-        store.create_agent("admin", &rota::agents::digest(&admin_key), true, &Default::default(), 0).await.unwrap();
+        store
+            .create_agent("admin", &rota::agents::digest(&admin_key), true, (&Default::default(), None), 0)
+            .await
+            .unwrap();
         let keys = (
             secrecy::ExposeSecret::expose_secret(&agent_key).to_string(),
             secrecy::ExposeSecret::expose_secret(&admin_key).to_string(),

@@ -139,6 +139,9 @@ pub struct ChainRequest<'a> {
     pub roll: u64,
     /// `failover.enabled`: `false` serves the first choice only.
     pub failover: bool,
+    /// The names the agent may ask for (`[agents.NAME] models`): the model must be one of them,
+    /// and only the models they resolve to are tried. `None`: any.
+    pub allowed: Option<&'a [String]>,
 }
 
 /// One concrete model of the chain.
@@ -168,6 +171,8 @@ pub enum ChainError {
     TooDeep(Vec<String>),
     #[error("virtual model `{0}` has no targets")]
     Empty(String),
+    #[error("this agent may not use `{model}`; it may use: {}", .allowed.join(", "))]
+    NotAllowed { model: String, allowed: Vec<String> },
 }
 
 /// Splits `provider/model` at the first `/` (model ids may hold more slashes).
@@ -178,6 +183,11 @@ pub fn split_model_ref(s: &str) -> Option<(&str, &str)> {
 /// Resolves the chain of one request.
 pub fn resolve(routing: &Routing<'_>, req: &ChainRequest<'_>) -> Result<Vec<Candidate>, ChainError> {
     let name = req.model.or(routing.primary).ok_or(ChainError::NoModel)?;
+    if let Some(allowed) = req.allowed
+        && !allowed.iter().any(|a| a == name)
+    {
+        return Err(ChainError::NotAllowed { model: bounded(name).to_string(), allowed: allowed.to_vec() });
+    }
     let mut out = Vec::new();
     expand(routing, name, &mut Vec::new(), req.roll, &mut out)?;
     let fallbacks: &[String] = match &req.fallback_override {
@@ -190,10 +200,44 @@ pub fn resolve(routing: &Routing<'_>, req: &ChainRequest<'_>) -> Result<Vec<Cand
     }
     let mut seen = HashSet::new();
     out.retain(|c| seen.insert(c.clone()));
+    if let Some(allowed) = req.allowed {
+        let mut permitted = HashSet::new();
+        for a in allowed {
+            members(routing, a, 0, &mut permitted);
+        }
+        out.retain(|c| permitted.contains(c));
+    }
     if !req.failover {
         out.truncate(1);
     }
     Ok(out)
+}
+
+/// Every model `name` may resolve to: an alias's target, each target of a virtual model
+/// (whatever its strategy or draw), or `provider/model` itself.
+fn members(r: &Routing<'_>, name: &str, depth: usize, out: &mut HashSet<Candidate>) {
+    if depth > MAX_DEPTH {
+        return;
+    }
+    if let Some(target) = r.aliases.get(name) {
+        return members(r, target, depth + 1, out);
+    }
+    if let Some(vm) = r.virtual_models.get(name) {
+        for t in &vm.targets {
+            // A virtual model that shadows `provider/model` may list that model itself.
+            match t.model() == name {
+                true => out.extend(candidate(name)),
+                false => members(r, t.model(), depth + 1, out),
+            }
+        }
+        return;
+    }
+    out.extend(candidate(name));
+}
+
+fn candidate(name: &str) -> Option<Candidate> {
+    let (provider, model) = split_model_ref(name)?;
+    Some(Candidate { provider: provider.to_string(), model: model.to_string() })
 }
 
 /// docs/rotation.md `context_fallbacks`: the models to try, in order, when `overflowed` answered that
@@ -544,6 +588,45 @@ mod tests {
         assert_eq!(got, ["anthropic/claude-sonnet-4-5", "ollama/qwen3:8b", "openai/gpt-4.1"]);
         let got = f.chain(ChainRequest { fallback_override: FallbackOverride::parse("none"), ..req(None) }).unwrap();
         assert_eq!(got, ["anthropic/claude-sonnet-4-5"]);
+    }
+
+    #[test]
+    fn an_agent_asks_only_for_its_models_and_falls_back_only_within_them() {
+        let f = Fixture::new()
+            .vm("fast", &["openai/gpt-4.1-mini", "gemini/gemini-2.5-flash"], Strategy::Weighted, false)
+            .vm("smart", &["anthropic/claude-opus-4-1", "openai/gpt-4.1"], Strategy::Failover, true)
+            .alias("quick", "fast");
+        let fast = vec!["fast".to_string()];
+        let only = |model, over: &str| ChainRequest {
+            allowed: Some(&fast),
+            fallback_override: FallbackOverride::parse(over),
+            ..req(model)
+        };
+        assert_eq!(
+            f.chain(only(Some("smart"), "")),
+            Err(ChainError::NotAllowed { model: "smart".into(), allowed: fast.clone() })
+        );
+        assert_eq!(
+            f.chain(only(Some("smart"), "")).unwrap_err().to_string(),
+            "this agent may not use `smart`; it may use: fast"
+        );
+        assert!(matches!(f.chain(only(None, "")), Err(ChainError::NotAllowed { .. })), "nor the primary");
+        assert!(matches!(f.chain(only(Some("quick"), "")), Err(ChainError::NotAllowed { .. })), "the name as asked");
+        assert!(matches!(f.chain(only(Some("openai/gpt-4.1-mini"), "")), Err(ChainError::NotAllowed { .. })));
+        // Its one draw, then the global fallback (gpt-4.1-mini is one of fast's targets); a
+        // fallback outside the list is never tried, whoever names it.
+        let got = f.chain(only(Some("fast"), "anthropic/claude-sonnet-4-5, smart, gemini/gemini-2.5-flash")).unwrap();
+        assert!(got.iter().all(|m| m == "openai/gpt-4.1-mini" || m == "gemini/gemini-2.5-flash"), "{got:?}");
+        assert_eq!(got.len(), 2, "{got:?}");
+        let global = f.chain(ChainRequest { allowed: Some(&fast), roll: 1, ..req(Some("fast")) }).unwrap();
+        assert_eq!(global, ["gemini/gemini-2.5-flash", "openai/gpt-4.1-mini"], "the global fallback is one of fast's");
+        let direct = vec!["openai/gpt-4.1".to_string(), "smart".to_string()];
+        let got = f.chain(ChainRequest { allowed: Some(&direct), ..req(Some("openai/gpt-4.1")) }).unwrap();
+        assert_eq!(got, ["openai/gpt-4.1"], "gpt-4.1-mini (the global fallback) is outside the list");
+        assert_eq!(
+            f.chain(ChainRequest { allowed: Some(&direct), ..req(Some("smart")) }).unwrap(),
+            ["anthropic/claude-opus-4-1", "openai/gpt-4.1"]
+        );
     }
 
     #[test]

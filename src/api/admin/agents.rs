@@ -28,6 +28,11 @@ pub struct AgentInfo {
     pub limits: Limits,
     /// The limits the config file sets (they win over the stored ones, which `PATCH` changes).
     pub limits_from_config: Vec<String>,
+    /// The models, aliases and virtual models it may ask for (`null`: any): the config file's
+    /// `[agents.NAME] models`, else the stored list.
+    pub models: Option<Vec<String>>,
+    /// Whether `models` comes from the config file (then `PATCH` changes only the stored list).
+    pub models_from_config: bool,
     /// This minute's admitted requests (counted only while `requests_per_minute` is set) and
     /// today's (UTC) tokens and cost, shared by every server on the database.
     pub usage: AgentUsage,
@@ -38,6 +43,8 @@ impl AgentInfo {
         let limits = config.agent_limits(&a);
         let from_config = config.agents.get(&a.name).map(|s| s.limits().keys()).unwrap_or_default();
         AgentInfo {
+            models: config.agent_models(&a).map(<[String]>::to_vec),
+            models_from_config: config.agents.get(&a.name).is_some_and(|s| s.models.is_some()),
             limits,
             limits_from_config: from_config.into_iter().map(str::to_string).collect(),
             usage,
@@ -89,6 +96,8 @@ pub struct NewAgentRequest {
     pub tokens_per_day: Option<i64>,
     /// USD per UTC day, above 0.
     pub cost_per_day: Option<f64>,
+    /// The models, aliases and virtual models it may ask for; left out: any.
+    pub models: Option<Vec<String>>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -98,9 +107,12 @@ pub struct NewAgent {
     pub key: String,
 }
 
-/// Every limit out of range, as one bad request.
-fn checked(limits: Limits) -> Result<Limits, ApiError> {
-    let problems = limits.problems("");
+/// Every limit out of range and every model the config does not serve, as one bad request.
+fn checked(limits: Limits, models: Option<&[String]>, config: &Config) -> Result<Limits, ApiError> {
+    let mut problems = limits.problems("");
+    if let Some(models) = models {
+        problems.extend(config.models_problems(models).into_iter().map(|e| format!("models: {e}")));
+    }
     if problems.is_empty() { Ok(limits) } else { Err(ApiError::BadRequest(problems.join("; "))) }
 }
 
@@ -118,16 +130,17 @@ async fn create_agent(
             req.name
         )));
     }
-    let limits = checked(Limits {
+    let limits = Limits {
         requests_per_minute: req.requests_per_minute,
         tokens_per_day: req.tokens_per_day,
         cost_per_day: req.cost_per_day,
-    })?;
+    };
+    let limits = checked(limits, req.models.as_deref(), &state.runtime.settings().config)?;
     let key = crate::agents::new_key();
     let now = state.runtime.clock.now();
     let agent = state
         .store
-        .create_agent(&req.name, &crate::agents::digest(&key), req.admin, &limits, now)
+        .create_agent(&req.name, &crate::agents::digest(&key), req.admin, (&limits, req.models.as_deref()), now)
         .await
         .map_err(ApiError::from)?;
     state.agents.reload(state.store.as_ref()).await.map_err(ApiError::internal)?;
@@ -156,6 +169,10 @@ pub struct LimitsChange {
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<f64>)]
     pub cost_per_day: Option<Option<f64>>,
+    /// The models it may ask for; `null`: any.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<Vec<String>>)]
+    pub models: Option<Option<Vec<String>>>,
 }
 
 /// Change an agent's stored limits
@@ -170,15 +187,17 @@ async fn change_limits(
     Path(name): Path<String>,
     Body(req): Body<LimitsChange>,
 ) -> Result<Json<AgentInfo>, ApiError> {
-    checked(Limits {
+    let limits = Limits {
         requests_per_minute: req.requests_per_minute.flatten(),
         tokens_per_day: req.tokens_per_day.flatten(),
         cost_per_day: req.cost_per_day.flatten(),
-    })?;
+    };
+    checked(limits, req.models.as_ref().and_then(Option::as_deref), &state.runtime.settings().config)?;
     let patch = LimitsPatch {
         requests_per_minute: req.requests_per_minute,
         tokens_per_day: req.tokens_per_day,
         cost_per_day: req.cost_per_day,
+        models: req.models,
     };
     let agent = state.store.set_agent_limits(&name, &patch).await.map_err(ApiError::from)?;
     state.agents.reload(state.store.as_ref()).await.map_err(ApiError::internal)?;

@@ -51,6 +51,7 @@ pub(super) fn resolved(config: &Config, model: Option<&str>, agent: Option<&str>
         fallback_override: FallbackOverride::Inherit,
         roll: 0,
         failover: config.failover.enabled,
+        allowed: agent.and_then(|a| config.agents.get(a)).and_then(|a| a.models.as_deref()),
     };
     config.chain(&req).map(|c| c.iter().map(|c| c.label()).collect()).map_err(|e| e.to_string())
 }

@@ -10,7 +10,12 @@ use std::collections::HashMap;
 
 /// The columns `agent_from_row` reads.
 const AGENT_COLUMNS: &str =
-    "id, name, admin, created_at, revoked_at, requests_per_minute, tokens_per_day, cost_per_day";
+    "id, name, admin, created_at, revoked_at, requests_per_minute, tokens_per_day, cost_per_day, models";
+
+/// The stored list of models, as its JSON text.
+fn models_text(models: Option<&[String]>) -> Option<String> {
+    models.map(|m| serde_json::to_string(m).expect("strings serialize"))
+}
 
 impl<S, DB> Sql<'_, S>
 where
@@ -41,6 +46,13 @@ where
                 tokens_per_day: row.try_get("tokens_per_day")?,
                 cost_per_day: row.try_get("cost_per_day")?,
             },
+            models: match row.try_get::<Option<String>, _>("models")? {
+                Some(text) => Some(
+                    serde_json::from_str(&text)
+                        .map_err(|e| StoreError::Corrupt { table: "agents", detail: format!("models: {e}") })?,
+                ),
+                None => None,
+            },
         })
     }
 
@@ -49,19 +61,20 @@ where
         name: &str,
         key_digest: &str,
         admin: bool,
-        limits: &Limits,
+        (limits, models): (&Limits, Option<&[String]>),
         now: Millis,
     ) -> Result<Agent, StoreError> {
         let mut tx = self.store.write_tx().await?;
         let row = sqlx::query(
             "INSERT INTO agents (id, name, key_digest, admin, created_at, requests_per_minute, tokens_per_day,
-                 cost_per_day) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                 cost_per_day, models) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
              ON CONFLICT (name) DO UPDATE SET key_digest = excluded.key_digest, admin = excluded.admin,
                  created_at = excluded.created_at, revoked_at = NULL,
                  requests_per_minute = excluded.requests_per_minute, tokens_per_day = excluded.tokens_per_day,
-                 cost_per_day = excluded.cost_per_day
+                 cost_per_day = excluded.cost_per_day, models = excluded.models
              WHERE agents.revoked_at IS NOT NULL
-             RETURNING id, name, admin, created_at, revoked_at, requests_per_minute, tokens_per_day, cost_per_day",
+             RETURNING id, name, admin, created_at, revoked_at, requests_per_minute, tokens_per_day, cost_per_day,
+                 models",
         )
         .bind(uuid::Uuid::new_v4().to_string())
         .bind(name)
@@ -71,6 +84,7 @@ where
         .bind(limits.requests_per_minute)
         .bind(limits.tokens_per_day)
         .bind(limits.cost_per_day)
+        .bind(models_text(models))
         .fetch_optional(&mut *tx)
         .await?;
         let Some(row) = row else { return Err(StoreError::AgentExists(name.to_string())) };
@@ -108,7 +122,7 @@ where
         for (digest, a) in agents {
             sqlx::query(
                 "INSERT INTO agents (id, name, key_digest, admin, created_at, revoked_at, requests_per_minute,
-                     tokens_per_day, cost_per_day) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                     tokens_per_day, cost_per_day, models) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
             )
             .bind(&a.id)
             .bind(&a.name)
@@ -119,6 +133,7 @@ where
             .bind(a.limits.requests_per_minute)
             .bind(a.limits.tokens_per_day)
             .bind(a.limits.cost_per_day)
+            .bind(models_text(a.models.as_deref()))
             .execute(&mut *tx)
             .await?;
         }
@@ -146,7 +161,8 @@ where
             "UPDATE agents SET
                  requests_per_minute = CASE WHEN $2 THEN $3 ELSE requests_per_minute END,
                  tokens_per_day = CASE WHEN $4 THEN $5 ELSE tokens_per_day END,
-                 cost_per_day = CASE WHEN $6 THEN $7 ELSE cost_per_day END
+                 cost_per_day = CASE WHEN $6 THEN $7 ELSE cost_per_day END,
+                 models = CASE WHEN $8 THEN $9 ELSE models END
              WHERE name = $1 AND revoked_at IS NULL
              RETURNING {AGENT_COLUMNS}"
         )))
@@ -157,6 +173,8 @@ where
         .bind(patch.tokens_per_day.flatten())
         .bind(patch.cost_per_day.is_some())
         .bind(patch.cost_per_day.flatten())
+        .bind(patch.models.is_some())
+        .bind(models_text(patch.models.as_ref().and_then(Option::as_deref)))
         .fetch_optional(&mut *tx)
         .await?;
         let Some(row) = row else { return Err(StoreError::NoAgent(name.to_string())) };

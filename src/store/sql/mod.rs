@@ -266,10 +266,10 @@ where
         name: &str,
         key_digest: &str,
         admin: bool,
-        limits: &Limits,
+        allowed: (&Limits, Option<&[String]>),
         now: Millis,
     ) -> Result<Agent, StoreError> {
-        self.sql().create_agent(name, key_digest, admin, limits, now).await
+        self.sql().create_agent(name, key_digest, admin, allowed, now).await
     }
 
     async fn set_agent_limits(&self, name: &str, patch: &LimitsPatch) -> Result<Agent, StoreError> {
