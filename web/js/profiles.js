@@ -40,7 +40,7 @@ export function renderProfiles() {
     const section = $("#provider-template").content.firstElementChild.cloneNode(true);
     section.dataset.provider = provider.name;
     $(".name", section).textContent = provider.name;
-    $(".meta", section).textContent = `${provider.api} wire format`;
+    $(".meta", section).textContent = provider.preset ? `${provider.preset} preset · ${provider.api} wire format` : `${provider.api} wire format`;
     const note = $(".order-note", section);
     note.append(ORDER_WORDS[provider.order_source] || "");
     if (provider.order_source === "stored") {
