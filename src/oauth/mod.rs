@@ -301,6 +301,16 @@ pub fn authorize(
     Ok((url.to_string(), pending))
 }
 
+/// A JSON document at `url` (an OpenID provider's discovery document).
+pub async fn get_json<T: serde::de::DeserializeOwned>(http: &Http, url: &str) -> Result<T, OAuthError> {
+    let resp = http.client().get(url).send().await.map_err(|e| OAuthError::Transport(crate::redact::error_text(&e)))?;
+    if !resp.status().is_success() {
+        return Err(OAuthError::Refused { code: format!("HTTP {}", resp.status().as_u16()), detail: Some(url.to_string()) });
+    }
+    let bytes = resp.bytes().await.map_err(|e| OAuthError::Transport(crate::redact::error_text(&e)))?;
+    serde_json::from_slice(&bytes).map_err(|_| OAuthError::Malformed(format!("{url} is not the JSON document expected")))
+}
+
 /// Exchanges the authorization code (with the PKCE verifier) for tokens.
 pub async fn exchange(
     http: &Http,
@@ -371,6 +381,11 @@ async fn device_start(
     let c = client(provider, cfg, None)?;
     let mut req =
         c.exchange_device_code().map_err(|_| bad(provider, "device_url", "not set: the device flow needs it"))?;
+    // A client with a secret authenticates with HTTP Basic, which names it only in the header:
+    // Entra ID requires `client_id` in the body of its device authorization request too.
+    if cfg.client_secret_env.is_some() {
+        req = req.add_extra_param("client_id", cfg.client_id.clone());
+    }
     for s in &cfg.scopes {
         req = req.add_scope(Scope::new(s.clone()));
     }

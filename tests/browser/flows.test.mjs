@@ -7,9 +7,12 @@ import assert from 'node:assert/strict';
 
 import { PASTE_REDIRECT, capturePasteRedirect, e2e, idpLogin, newPage, randomToken, shot, signIn, waitUntil } from './harness.mjs';
 
-/** Clicks the section's paste-url action and returns the authorize URL of #paste-open. */
+/**
+ * Starts the login of a provider whose redirect rota does not serve (its "Add account" opens the
+ * paste panel) and returns the authorize URL of #paste-open.
+ */
 async function startPaste(page, provider) {
-  await page.locator(`section[data-provider="${provider}"] [data-action="paste-url"]`).click();
+  await page.locator(`section[data-provider="${provider}"] [data-action="add-account"]`).click();
   const open = page.locator('#paste-open');
   await open.waitFor();
   return open.getAttribute('href');

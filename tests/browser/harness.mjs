@@ -25,6 +25,11 @@ export const CLIENT_ID = 'rota';
 export const CLIENT_SECRET = 'rota-secret';
 export const PASTE_REDIRECT = 'http://localhost:1455/auth/callback';
 export const MODEL = 'corp/gpt-4o-mini';
+// The apps registered at the fake identity providers of accounts.mjs.
+export const ENTRA_CLIENT_ID = 'rota-entra-app';
+export const ENTRA_SECRET = 'entra-secret-0001';
+export const GOOGLE_CLIENT_ID = 'rota-google.apps.googleusercontent.com';
+export const GOOGLE_SECRET = 'google-secret-0001';
 
 // Chromium as root on this machine; the resolver rule keeps it on loopback: no host name
 // resolves, not even localhost (so the paste flow's http://localhost:1455 never loads).
@@ -266,6 +271,58 @@ export async function startUpstream({ dir }) {
   };
 }
 
+// -- the fake Entra ID, Google and ChatGPT sign-ins -----------------------------------------------
+
+/**
+ * Starts accounts.mjs with `redirectUris` registered for its Entra app and Google client.
+ * Returns {url, issued(), latest(idp, account, grantType?), failures(), failed(prefix), requests(),
+ * revoke(idp, account), configure(change), stop()}.
+ */
+export async function startAccounts({ dir, redirectUris = [] }) {
+  const logPath = join(dir, 'accounts.log');
+  const args = [join(HERE, 'accounts.mjs'), ...redirectUris.flatMap((r) => ['--redirect', r])];
+  const { proc, ready } = await spawnWithReadyLine(process.execPath, args, {
+    cwd: HERE, env: cleanEnv(), logPath, name: 'accounts',
+  });
+  const { url } = ready;
+  return {
+    url,
+    proc,
+    logPath,
+    async issued() {
+      return (await fetchJson(`${url}/__issued`)).json;
+    },
+    /** The newest token response of `idp` for `account` (optionally of one grant type). */
+    async latest(idp, account, grantType) {
+      const all = await this.issued();
+      return all.filter((i) => i.idp === idp && i.account === account && (!grantType || i.grant_type === grantType)).at(-1);
+    },
+    async failures() {
+      return (await fetchJson(`${url}/__failures`)).json;
+    },
+    /** How many refusals have a key starting with `prefix` ("entra authorization_pending"). */
+    async failed(prefix) {
+      const all = await this.failures();
+      return Object.entries(all).filter(([k]) => k.startsWith(prefix)).reduce((n, [, v]) => n + v, 0);
+    },
+    /** How each token, device or user-code request came: [{path, content_type, client_auth, params}]. */
+    async requests() {
+      return (await fetchJson(`${url}/__requests`)).json;
+    },
+    async revoke(idp, account) {
+      const r = await fetchJson(`${url}/__revoke?idp=${encodeURIComponent(idp)}&account=${encodeURIComponent(account)}`, { method: 'POST' });
+      if (r.status !== 200) throw new Error(`revoke ${idp} ${account}: ${r.status} ${r.text}`);
+      return r.json;
+    },
+    async configure(change) {
+      const r = await fetchJson(`${url}/__config`, { method: 'POST', body: JSON.stringify(change) });
+      if (r.status !== 200) throw new Error(`configure: ${r.status} ${r.text}`);
+      return r.json;
+    },
+    stop: () => stopProcess(proc),
+  };
+}
+
 // -- rota ----------------------------------------------------------------------------------------
 
 const q = (s) => JSON.stringify(String(s)); // a TOML basic string (JSON escapes are valid TOML)
@@ -321,7 +378,7 @@ ${extra}`;
 }
 
 function rotaEnv() {
-  return cleanEnv({ CORP_CLIENT_SECRET: CLIENT_SECRET, ROTA_LOG: 'warn' });
+  return cleanEnv({ CORP_CLIENT_SECRET: CLIENT_SECRET, ENTRA_SECRET, GOOGLE_SECRET, ROTA_LOG: 'warn' });
 }
 
 /** Runs `rota --config CONFIG args…` in dir; throws unless it exits 0. Returns its stdout. */
@@ -417,10 +474,11 @@ export class Rota {
 /**
  * A temp dir with the IdP, the upstream and `rota serve` (with an admin agent `ops`).
  * Options: accessTtl (s, the IdP's), lead (rota's [refresh] lead), reuseDetection, idpHost,
- * browser (false: no Chromium), extraToml (appended to rota.toml; a function of the env to use its
- * upstream's or IdP's address).
+ * browser (false: no Chromium), accounts (true: start accounts.mjs too, as env.accounts, with
+ * rota's callback registered), extraToml (appended to rota.toml; a function of the env to use its
+ * upstream's, IdP's or accounts' address).
  */
-export async function startEnv({ accessTtl = 3600, lead = '5m', reuseDetection = true, idpHost = '127.0.0.1', browser = true, extraToml = '' } = {}) {
+export async function startEnv({ accessTtl = 3600, lead = '5m', reuseDetection = true, idpHost = '127.0.0.1', browser = true, accounts = false, extraToml = '' } = {}) {
   const dir = mkdtempSync(join(tmpdir(), 'rota-browser-'));
   const env = { dir, stopped: false, browsers: [], children: [] };
   env.stop = async () => {
@@ -444,6 +502,10 @@ export async function startEnv({ accessTtl = 3600, lead = '5m', reuseDetection =
     env.children.push(env.idp);
     env.upstream = await startUpstream({ dir });
     env.children.push(env.upstream);
+    if (accounts) {
+      env.accounts = await startAccounts({ dir, redirectUris: [`http://127.0.0.1:${rotaPort}/oauth/callback`] });
+      env.children.push(env.accounts);
+    }
     const extra = typeof extraToml === 'function' ? extraToml(env) : extraToml;
     writeFileSync(join(dir, 'rota.toml'), rotaToml({ dir, idp: env.idp, upstream: env.upstream, lead, extra }));
     const created = rotaCli(dir, ['agents', 'create', 'ops', '--admin']).trim().split('\n');
@@ -511,21 +573,36 @@ export async function newPage(browser, { acceptDialogs = true, width = 1280, hei
   return page;
 }
 
-export async function shot(page, name) {
+/**
+ * A screenshot of the whole page, or of the element `target` (a locator) only. The console
+ * re-renders its views in the background: an element replaced mid-shot is looked up again.
+ */
+async function screenshot(page, path, target) {
+  if (!target) return page.screenshot({ path, fullPage: true });
+  for (let attempt = 1; ; attempt += 1) {
+    try {
+      return await target.screenshot({ path, timeout: 5_000 });
+    } catch (err) {
+      if (attempt === 3 || !/not attached|detached/i.test(err.message)) throw err;
+    }
+  }
+}
+
+export async function shot(page, name, { target } = {}) {
   mkdirSync(ARTIFACTS, { recursive: true });
-  await page.screenshot({ path: join(ARTIFACTS, `${name}.png`), fullPage: true });
+  await screenshot(page, join(ARTIFACTS, `${name}.png`), target);
 }
 
 /**
  * A screenshot for the docs: into artifacts/ always, and into docs/img/ as well when
- * ROTA_DOC_SHOTS=1 (scripts/screenshots.sh).
+ * ROTA_DOC_SHOTS=1 (scripts/screenshots.sh). target: one element (a locator) instead of the page.
  */
-export async function docShot(page, name) {
-  await shot(page, name);
+export async function docShot(page, name, { target } = {}) {
+  await shot(page, name, { target });
   if (process.env.ROTA_DOC_SHOTS === '1') {
     const img = resolve(HERE, '../../docs/img');
     mkdirSync(img, { recursive: true });
-    await page.screenshot({ path: join(img, `${name}.png`), fullPage: true });
+    await screenshot(page, join(img, `${name}.png`), target);
   }
 }
 

@@ -12,8 +12,16 @@
 //                               queues replies for calls whose bearer token starts with
 //                               token_prefix (any call without it); when the queue is empty, 200s
 //   DELETE /__script            drops every queued reply
-//   GET  /__seen                [{authorization, model, status, at}] of every completion call,
-//                               oldest first (status: what this upstream answered)
+//   POST /codex/responses       the ChatGPT Codex backend (a codex provider's base_url is
+//                               UPSTREAM/codex): a Bearer JWT whose claim
+//                               `https://api.openai.com/auth`.chatgpt_account_id equals the
+//                               `chatgpt-account-id` header (else 401 / 400), a body with
+//                               store: false, stream: true and non-empty instructions (else 400
+//                               {"detail"}); answers a Responses SSE stream ("hello from codex")
+//                               with the plan's x-codex-primary-* headers
+//   GET  /__seen                [{path, authorization, model, status, at, account_id?}] of every
+//                               completion or codex call, oldest first (status: what this
+//                               upstream answered; account_id: the chatgpt-account-id header)
 //   DELETE /__seen              forgets them
 //   POST /token                 Google's token endpoint for service accounts, as a fake: a form
 //                               with the JWT-bearer grant whose RS256 assertion verifies with the
@@ -109,6 +117,73 @@ function stream(res, model, content) {
   res.end('data: [DONE]\n\n');
 }
 
+/** The claims of a JWT's payload, or undefined. */
+function claimsOf(token) {
+  try {
+    const claims = JSON.parse(Buffer.from(token.split('.')[1] ?? '', 'base64url').toString('utf8'));
+    return claims && typeof claims === 'object' ? claims : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * POST /codex/responses, as chatgpt.com/backend-api/codex answers: the ChatGPT access token and
+ * its account's header, the backend's request rules, then a Responses stream.
+ */
+async function codex(req, res, url) {
+  const text = await readBody(req);
+  const token = bearer(req.headers.authorization);
+  const accountId = req.headers['chatgpt-account-id'] ?? null;
+  const record = (status, model = null) => {
+    seen.push({ path: url.pathname, authorization: req.headers.authorization ?? null, model, status, at: Date.now(), account_id: accountId });
+  };
+  const detail = (status, message, model) => {
+    record(status, model);
+    return json(res, status, { detail: message });
+  };
+  const claims = token ? claimsOf(token) : undefined;
+  const account = claims?.['https://api.openai.com/auth']?.chatgpt_account_id;
+  if (!account) return detail(401, 'Could not parse your authentication token. Please try signing in again.');
+  if (accountId !== account) return detail(400, accountId ? 'The chatgpt-account-id header does not match the token\'s account.' : 'Missing chatgpt-account-id header.');
+  let body;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    return detail(400, 'Invalid JSON body.');
+  }
+  if (body.store !== false) return detail(400, 'Store must be set to false', body.model);
+  if (body.stream !== true) return detail(400, 'Stream must be set to true', body.model);
+  if (typeof body.instructions !== 'string' || !body.instructions.trim()) return detail(400, 'Instructions are required', body.model);
+  record(200, body.model ?? null);
+  const id = `resp_test_${nextId++}`;
+  const created = Math.floor(Date.now() / 1000);
+  const content = 'hello from codex';
+  const message = (status, parts) => ({ id: `msg_${id}`, type: 'message', status, role: 'assistant', content: parts });
+  const response = (status, output, usage = null) => ({
+    id, object: 'response', created_at: created, status, model: body.model, instructions: body.instructions, output, usage,
+    store: false, parallel_tool_calls: true, tool_choice: 'auto', tools: [],
+  });
+  res.writeHead(200, {
+    'content-type': 'text/event-stream',
+    'cache-control': 'no-cache',
+    'x-codex-primary-used-percent': '12.5',
+    'x-codex-primary-window-minutes': '300',
+    'x-codex-primary-reset-after-seconds': '9000',
+  });
+  let sequence = 0;
+  const event = (type, data) => res.write(`event: ${type}\ndata: ${JSON.stringify({ type, sequence_number: sequence++, ...data })}\n\n`);
+  event('response.created', { response: response('in_progress', []) });
+  event('response.output_item.added', { output_index: 0, item: message('in_progress', []) });
+  event('response.output_text.delta', { item_id: `msg_${id}`, output_index: 0, content_index: 0, delta: content });
+  event('response.completed', {
+    response: response('completed', [message('completed', [{ type: 'output_text', text: content, annotations: [] }])], {
+      input_tokens: 7, input_tokens_details: { cached_tokens: 0 }, output_tokens: 3, output_tokens_details: { reasoning_tokens: 0 }, total_tokens: 10,
+    }),
+  });
+  res.end();
+}
+
 async function handle(req, res) {
   const url = new URL(req.url, 'http://127.0.0.1');
   if (req.method === 'POST' && url.pathname === '/v1/chat/completions') {
@@ -121,7 +196,7 @@ async function handle(req, res) {
     const token = bearer(req.headers.authorization);
     const reply = scripted(token);
     const status = reply?.status ?? 200;
-    seen.push({ authorization: req.headers.authorization ?? null, model: body.model ?? null, status, at: Date.now() });
+    seen.push({ path: url.pathname, authorization: req.headers.authorization ?? null, model: body.model ?? null, status, at: Date.now() });
     if (reply) {
       const payload = reply.body ?? { error: { message: `scripted ${status}`, type: 'scripted' } };
       return json(res, status, payload, reply.headers ?? {});
@@ -132,6 +207,7 @@ async function handle(req, res) {
     const content = `hello from the test upstream (${body.model})`;
     return body.stream ? stream(res, body.model, content) : json(res, 200, completion(body.model, content));
   }
+  if (req.method === 'POST' && url.pathname === '/codex/responses') return codex(req, res, url);
   if (req.method === 'POST' && url.pathname === '/token') {
     const form = new URLSearchParams(await readBody(req));
     if (!String(req.headers['content-type']).startsWith('application/x-www-form-urlencoded')
