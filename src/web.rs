@@ -25,7 +25,7 @@ const JS: &str = "text/javascript";
 const CSS: &str = "text/css";
 /// The console's scripts and stylesheets under `/ui/`: its own, and uPlot (MIT, vendored from
 /// npm `uplot` 1.6.32, web/vendor/uPlot.LICENSE) for the overview's charts.
-const ASSETS: [(&str, &str, &str); 11] = [
+const ASSETS: [(&str, &str, &str); 12] = [
     ("app.js", JS, include_str!("../web/app.js")),
     ("sign-in.js", JS, include_str!("../web/sign-in.js")),
     ("style.css", CSS, include_str!("../web/style.css")),
@@ -35,6 +35,7 @@ const ASSETS: [(&str, &str, &str); 11] = [
     ("js/requests.js", JS, include_str!("../web/js/requests.js")),
     ("js/chains.js", JS, include_str!("../web/js/chains.js")),
     ("js/agents.js", JS, include_str!("../web/js/agents.js")),
+    ("js/changes.js", JS, include_str!("../web/js/changes.js")),
     ("vendor/uPlot.iife.min.js", JS, include_str!("../web/vendor/uPlot.iife.min.js")),
     ("vendor/uPlot.min.css", CSS, include_str!("../web/vendor/uPlot.min.css")),
 ];
@@ -88,9 +89,23 @@ fn page(html: &'static str) -> Response {
     resp
 }
 
-/// The console (with a session) or the sign-in page.
-pub fn console_page(signed_in: bool) -> Response {
-    page(if signed_in { CONSOLE_HTML } else { SIGN_IN_HTML })
+/// The console (with a session) or the sign-in page, with the identity provider's button when
+/// `[console.sso]` is set (`sso`: its label).
+pub fn console_page(signed_in: bool, sso: Option<&str>) -> Response {
+    match (signed_in, sso) {
+        (true, _) => page(CONSOLE_HTML),
+        (false, None) => page(SIGN_IN_HTML),
+        (false, Some(label)) => {
+            let label = label.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+            let button = format!(r#"<a id="sso" class="button primary" href="/ui/sso">{label}</a>"#);
+            let start = SIGN_IN_HTML.find("<!--sso-->").expect("the sign-in page has the SSO slot");
+            let end = SIGN_IN_HTML.find("<!--/sso-->").expect("the sign-in page has the SSO slot");
+            let html = format!("{}{button}{}", &SIGN_IN_HTML[..start], &SIGN_IN_HTML[end + "<!--/sso-->".len()..]);
+            let mut resp = Html(html).into_response();
+            harden(&mut resp, CONSOLE_CSP);
+            resp
+        }
+    }
 }
 
 /// 32 random bytes, URL-safe.

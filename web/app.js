@@ -1,14 +1,15 @@
 // The rota console's shell: the session, the tabs (WAI-ARIA tabs: arrow keys move between them),
 // the refreshes and the live countdowns. Each view is a module of web/js/.
 
-import { $, api, guarded, notify, session, zone } from "./js/core.js";
+import { $, api, can, guarded, notify, session, zone } from "./js/core.js";
+import { loadChanges } from "./js/changes.js";
 import { loadAgents, setupAgents } from "./js/agents.js";
 import { loadChains, renderChains } from "./js/chains.js";
 import { loadOverview, renderOverview, resizeCharts, tickOverview } from "./js/overview.js";
 import { loadProfiles, renderProfiles, tickProfiles } from "./js/profiles.js";
 import { loadRequests } from "./js/requests.js";
 
-const VIEWS = ["overview", "profiles", "requests", "chains", "agents"];
+const VIEWS = ["overview", "profiles", "requests", "chains", "agents", "changes"];
 let current = "overview";
 
 const LOAD = {
@@ -20,6 +21,7 @@ const LOAD = {
   requests: () => loadRequests(),
   chains: () => loadChains(),
   agents: () => loadAgents(),
+  changes: () => loadChanges(),
 };
 
 function show(view, { focus = false } = {}) {
@@ -51,8 +53,10 @@ function tick() {
 
 async function main() {
   const s = await api("GET", "/api/v1/session");
-  Object.assign(session, { csrf: s.csrf, agent: s.agent });
-  $("#agent").textContent = s.agent;
+  Object.assign(session, { csrf: s.csrf, agent: s.agent, role: s.role });
+  $("#agent").textContent = `${s.agent} · ${s.role}`;
+  document.body.dataset.role = s.role;
+  $("#agent-new").hidden = !can("admin");
   for (const z of document.querySelectorAll(".zone")) z.textContent = `Times in ${zone}.`;
   for (const tab of document.querySelectorAll(".tab")) tab.addEventListener("click", () => show(tab.dataset.view));
   document.body.dataset.ready = "true";

@@ -5,7 +5,11 @@
 pub mod admin;
 pub mod leases;
 pub mod oauth;
+pub mod roles;
 pub mod session;
+pub mod sso;
+
+pub use roles::{Actor, Admin, Operator, Role, Viewer};
 
 use oauth::Logins;
 use session::{Session, Sessions};
@@ -68,9 +72,32 @@ pub struct ApiState {
     pub key: Arc<MasterKey>,
     pub sessions: Arc<Sessions>,
     pub logins: Arc<Logins>,
+    pub sso: Arc<sso::SsoLogins>,
 }
 
 impl ApiState {
+    /// Records a change `actor` made (docs/operations.md, "Admin actions"): the value before
+    /// (`None`: it did not exist) and after (`None`: it no longer exists).
+    pub async fn record(
+        &self,
+        actor: &Actor,
+        action: &str,
+        target: Option<&str>,
+        (before, after): (Option<serde_json::Value>, Option<serde_json::Value>),
+    ) -> Result<(), ApiError> {
+        let a = crate::store::AdminAction {
+            at: self.runtime.clock.now(),
+            actor: actor.name.clone(),
+            actor_kind: actor.kind().into(),
+            role: actor.role.as_str().into(),
+            action: action.into(),
+            target: target.map(str::to_string),
+            before,
+            after,
+        };
+        self.store.record_action(&a).await.map_err(ApiError::internal)
+    }
+
     /// The request's console session, if it is live and its agent is still an active admin.
     pub fn session(&self, headers: &axum::http::HeaderMap) -> Option<Session> {
         self.sessions.find(headers, self.runtime.clock.now(), |a| self.agents.is_active_admin(a))
@@ -91,6 +118,7 @@ pub fn router() -> Router<ApiState> {
     // The browser's pages that need a session or a login: outside `/api/v1` and its document.
     let pages = Router::new()
         .route("/ui/", get(session::console))
+        .route("/ui/sso", get(sso::start))
         .route("/oauth/callback", get(oauth::callback))
         .route("/oauth/go", get(oauth::go))
         .layer(axum::middleware::map_response(crate::web::default_csp));
@@ -308,37 +336,6 @@ impl FromRequestParts<ApiState> for Caller {
             ApiError::Unauthorized("missing agent key: send `Authorization: Bearer rk_…` or `x-api-key: rk_…`".into())
         })?;
         state.agents.find(key).map(Caller).ok_or_else(|| ApiError::Unauthorized("invalid or revoked agent key".into()))
-    }
-}
-
-/// An admin: an admin agent's key (`rota agents create NAME --admin`), or a console session;
-/// a session's POST, PUT and DELETE requests must carry its CSRF token in `x-csrf-token`.
-pub struct Admin(pub Agent);
-
-impl FromRequestParts<ApiState> for Admin {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &ApiState) -> Result<Self, Self::Rejection> {
-        if presented_key(&parts.headers).is_none()
-            && let Some(session) = state.session(&parts.headers)
-        {
-            let safe = matches!(parts.method, axum::http::Method::GET | axum::http::Method::HEAD);
-            let presented = parts.headers.get("x-csrf-token").and_then(|v| v.to_str().ok());
-            if !safe && !session.csrf_ok(presented) {
-                return Err(ApiError::Csrf(
-                    "missing or wrong x-csrf-token: a console session's changes carry the token GET /api/v1/session gives",
-                ));
-            }
-            return Ok(Admin(session.agent));
-        }
-        let Caller(agent) = Caller::from_request_parts(parts, state).await?;
-        if !agent.admin {
-            return Err(ApiError::Forbidden(format!(
-                "agent {} is not an admin; the admin API needs a key from `rota agents create NAME --admin`",
-                agent.name
-            )));
-        }
-        Ok(Admin(agent))
     }
 }
 

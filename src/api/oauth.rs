@@ -7,8 +7,8 @@
 //! session holds the login's cookie from the start; a login started with an API key is bound
 //! to the first browser that opens the `/oauth/go` link it answers with.
 
-use super::ApiState;
-use super::{Admin, ApiError, Body};
+use super::{Actor, ApiState, Operator};
+use super::{ApiError, Body};
 use crate::book::Credential;
 use crate::config::{Config, OAuth as OAuthConfig};
 use crate::engine::{Millis, ProfileId, ProfileType};
@@ -52,6 +52,8 @@ struct Started {
     pending: Pending,
     authorize_url: String,
     binding: Binding,
+    /// Who started it: the login is recorded as theirs (docs/operations.md, "Admin actions").
+    actor: Actor,
 }
 
 #[derive(Clone, Serialize, ToSchema)]
@@ -144,7 +146,12 @@ pub async fn login_target(store: &dyn Store, provider: &str, account: &Account) 
 
 /// Stores a completed login as the account's profile (added or updated) and puts it in
 /// rotation at once. Returns the profile id.
-pub async fn complete(state: &ApiState, provider: &str, granted: Granted) -> Result<ProfileId, ApiError> {
+pub async fn complete(
+    state: &ApiState,
+    provider: &str,
+    granted: Granted,
+    actor: &Actor,
+) -> Result<ProfileId, ApiError> {
     let settings = state.runtime.settings();
     let cfg = oauth_config(&settings.config, provider)?;
     let account = oauth::account(&state.logins.http, cfg, &granted).await;
@@ -165,6 +172,9 @@ pub async fn complete(state: &ApiState, provider: &str, granted: Granted) -> Res
     let mut profile = StoredProfile::stored(id.clone(), ProfileType::OAuth, granted.expires_at, now);
     profile.email = account.email;
     profile.oauth_subject = account.subject;
+    let roster = state.runtime.book.roster();
+    let was = roster.views.contains_key(&id).then(|| serde_json::json!({"email": roster.emails.get(&id)}));
+    drop(roster);
     let added = state.store.save_login(&profile, &sealed).await.map_err(|e| match e {
         StoreError::Duplicate(id) => ApiError::Conflict(format!("profile {id} exists and is not an OAuth profile")),
         StoreError::OtherAccount(id) => ApiError::Conflict(format!(
@@ -177,6 +187,8 @@ pub async fn complete(state: &ApiState, provider: &str, granted: Granted) -> Res
     book.set_enabled(&id, true);
     book.clear(&id, now); // a new login ends "needs re-login" and any cooldown
     tracing::info!(profile = %id, added, "OAuth login");
+    let now_is = serde_json::json!({"email": profile.email, "expires_at": granted.expires_at.map(crate::status::time)});
+    state.record(actor, "profile.login", Some(id.as_str()), (was, Some(now_is))).await?;
     Ok(id)
 }
 
@@ -196,7 +208,7 @@ pub struct Authorization {
 
 /// Where browsers reach rota: `server.public_url`, else (loopback and development) `http://`
 /// and the request's `Host`.
-fn public_base(config: &Config, headers: &HeaderMap) -> String {
+pub(super) fn public_base(config: &Config, headers: &HeaderMap) -> String {
     if let Some(u) = &config.server.public_url {
         return u.clone();
     }
@@ -231,7 +243,7 @@ fn is_loopback(host: &str) -> bool {
     responses((status = 200, body = Authorization), (status = 400, body = super::ErrorBody), (status = 404, body = super::ErrorBody)))]
 async fn authorize(
     State(state): State<ApiState>,
-    _: Admin,
+    Operator(actor): Operator,
     headers: HeaderMap,
     Path(provider): Path<String>,
 ) -> Result<Response, ApiError> {
@@ -261,7 +273,7 @@ async fn authorize(
         }
     };
     let answer = Authorization { authorize_url: open, state: pending.state.clone(), redirect_uri, paste };
-    state.logins.started.lock().insert(pending.state.clone(), Started { pending, authorize_url: url, binding });
+    state.logins.started.lock().insert(pending.state.clone(), Started { pending, authorize_url: url, binding, actor });
     let mut resp = Json(answer).into_response();
     if let Some(c) = cookie {
         resp.headers_mut().insert(axum::http::header::SET_COOKIE, c);
@@ -295,6 +307,10 @@ pub async fn callback(State(state): State<ApiState>, headers: HeaderMap, RawQuer
     let state_param =
         url::form_urlencoded::parse(query.as_bytes()).find(|(k, _)| k == "state").map(|(_, v)| v.to_string());
     let Some(state_param) = state_param else { return page(StatusCode::BAD_REQUEST, "the callback has no state") };
+    // A person signing in to the console comes back here too.
+    if state.sso.owns(&state_param) {
+        return super::sso::callback(&state, &headers, &query, &state_param).await;
+    }
     let now = state.runtime.clock.now();
     let browser = crate::web::cookie(&headers, crate::web::LOGIN_COOKIE).map(crate::web::digest);
     let mut code = String::new();
@@ -324,7 +340,7 @@ pub async fn callback(State(state): State<ApiState>, headers: HeaderMap, RawQuer
     };
     let provider = started.pending.provider.clone();
     let secure = state.runtime.settings().config.server.secure_cookies();
-    match finish_code(&state, started.pending, &code).await {
+    match finish_code(&state, started.pending, &code, &started.actor).await {
         Ok(id) => crate::web::continue_page(
             &format!("/ui/?added={}", url::form_urlencoded::byte_serialize(id.as_str().as_bytes()).collect::<String>()),
             secure,
@@ -333,14 +349,14 @@ pub async fn callback(State(state): State<ApiState>, headers: HeaderMap, RawQuer
     }
 }
 
-async fn finish_code(state: &ApiState, pending: Pending, code: &str) -> Result<ProfileId, ApiError> {
+async fn finish_code(state: &ApiState, pending: Pending, code: &str, actor: &Actor) -> Result<ProfileId, ApiError> {
     let settings = state.runtime.settings();
     let provider = pending.provider.clone();
     let cfg = oauth_config(&settings.config, &provider)?;
     let granted = oauth::exchange(&state.logins.http, cfg, pending, code, state.runtime.clock.now())
         .await
         .map_err(login_error)?;
-    complete(state, &provider, granted).await
+    complete(state, &provider, granted, actor).await
 }
 
 #[derive(Deserialize, ToSchema)]
@@ -364,7 +380,7 @@ pub struct LoggedIn {
     responses((status = 201, body = LoggedIn), (status = 400, body = super::ErrorBody), (status = 404, body = super::ErrorBody)))]
 async fn paste(
     State(state): State<ApiState>,
-    _: Admin,
+    Operator(actor): Operator,
     Path(provider): Path<String>,
     Body(req): Body<PasteRequest>,
 ) -> Result<(StatusCode, Json<LoggedIn>), ApiError> {
@@ -393,7 +409,7 @@ async fn paste(
         Some(Err(Refused::Check(_, why))) => return Err(ApiError::BadRequest(why)),
         Some(Err(Refused::Unknown)) | None => return Err(refused()),
     };
-    let id = finish_code(&state, started.pending, &code).await?;
+    let id = finish_code(&state, started.pending, &code, &actor).await?;
     Ok((StatusCode::CREATED, Json(LoggedIn { profile_id: id.to_string() })))
 }
 
@@ -418,7 +434,7 @@ pub struct DeviceLogin {
         (status = 502, body = super::ErrorBody)))]
 async fn device(
     State(state): State<ApiState>,
-    _: Admin,
+    Operator(actor): Operator,
     Path(provider): Path<String>,
 ) -> Result<(StatusCode, Json<DeviceLogin>), ApiError> {
     let settings = state.runtime.settings();
@@ -440,7 +456,7 @@ async fn device(
     let st = state.clone();
     tokio::spawn(async move {
         let outcome = match finish.await {
-            Ok(granted) => complete(&st, &provider, granted).await,
+            Ok(granted) => complete(&st, &provider, granted, &actor).await,
             Err(e) => Err(login_error(e)),
         };
         let info = match outcome {
@@ -455,7 +471,7 @@ async fn device(
 /// A device login's progress
 #[utoipa::path(get, path = "/api/v1/oauth/flows/{id}", tag = "console", params(("id" = String, Path)),
     responses((status = 200, body = FlowInfo), (status = 404, body = super::ErrorBody)))]
-async fn flow(State(state): State<ApiState>, _: Admin, Path(id): Path<String>) -> Result<Json<FlowInfo>, ApiError> {
+async fn flow(State(state): State<ApiState>, _: Operator, Path(id): Path<String>) -> Result<Json<FlowInfo>, ApiError> {
     let flows = state.logins.flows.lock();
     flows.get(&id).cloned().map(Json).ok_or_else(|| ApiError::NotFound(format!("no login flow {id}")))
 }

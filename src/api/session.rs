@@ -1,6 +1,6 @@
 //! Console sign-in: an admin key buys a session cookie and a CSRF token.
 
-use super::ApiState;
+use super::{Actor, ApiState, Role};
 use super::{ApiError, Body};
 use crate::agents::Agent;
 use crate::engine::Millis;
@@ -22,7 +22,9 @@ pub fn routes() -> OpenApiRouter<ApiState> {
 
 /// `/ui/`: the console with a session, else the sign-in page.
 pub async fn console(State(state): State<ApiState>, headers: HeaderMap) -> Response {
-    web::console_page(state.session(&headers).is_some())
+    let settings = state.runtime.settings();
+    let sso = settings.config.console.sso.as_ref().map(|s| s.label.as_str());
+    web::console_page(state.session(&headers).is_some(), sso)
 }
 
 #[derive(Deserialize, ToSchema)]
@@ -34,7 +36,11 @@ pub struct SignIn {
 
 #[derive(Serialize, ToSchema)]
 pub struct SessionInfo {
+    /// Who is signed in: the agent's name, or the person's email.
     pub agent: String,
+    /// `agent` or `person`.
+    pub kind: String,
+    pub role: Role,
     /// Send it as `x-csrf-token` with every POST, PUT and DELETE of this session.
     pub csrf: String,
 }
@@ -56,9 +62,10 @@ async fn sign_in(State(state): State<ApiState>, Body(req): Body<SignIn>) -> Resu
     }
     let settings = state.runtime.settings();
     let server = &settings.config.server;
-    let (token, session) = state.sessions.create(agent, state.runtime.clock.now(), server.session_idle);
-    tracing::info!(agent = %session.agent.name, "console sign-in");
-    let body = SessionInfo { agent: session.agent.name, csrf: session.csrf };
+    let actor = Actor { name: agent.name.clone(), person: false, role: Role::Admin };
+    let (token, session) = state.sessions.create(actor, Some(agent), state.runtime.clock.now(), server.session_idle);
+    tracing::info!(agent = %session.actor.name, "console sign-in");
+    let body = SessionInfo::of(&session);
     Ok(([(header::SET_COOKIE, web::set_cookie(Some(&token), server.secure_cookies()))], Json(body)).into_response())
 }
 
@@ -69,7 +76,7 @@ async fn current(State(state): State<ApiState>, headers: HeaderMap) -> Result<Js
     let s = state
         .session(&headers)
         .ok_or_else(|| ApiError::Unauthorized(format!("no console session (cookie {COOKIE})")))?;
-    Ok(Json(SessionInfo { agent: s.agent.name, csrf: s.csrf }))
+    Ok(Json(SessionInfo::of(&s)))
 }
 
 /// Sign out
@@ -85,9 +92,18 @@ async fn sign_out(State(state): State<ApiState>, headers: HeaderMap) -> Result<R
     Ok((StatusCode::NO_CONTENT, [(header::SET_COOKIE, web::set_cookie(None, secure))]).into_response())
 }
 
+impl SessionInfo {
+    fn of(s: &Session) -> SessionInfo {
+        let a = &s.actor;
+        SessionInfo { agent: a.name.clone(), kind: a.kind().into(), role: a.role, csrf: s.csrf.clone() }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct Session {
-    pub agent: Agent,
+    pub actor: Actor,
+    /// The admin agent whose key opened it (none for a person's).
+    agent: Option<Agent>,
     pub csrf: String,
     /// The digest of the cookie's token: what OAuth logins started in this session are bound to.
     pub id: String,
@@ -115,13 +131,20 @@ pub struct Sessions {
 }
 
 impl Sessions {
-    /// A new session for `agent` that ends after `idle` unused (and 12 hours at most): the
-    /// cookie's value and the session.
-    pub fn create(&self, agent: Agent, now: Millis, idle: std::time::Duration) -> (String, Session) {
+    /// A new session for `actor` (opened with `agent`'s key, or by a person) that ends after
+    /// `idle` unused (and 12 hours at most): the cookie's value and the session.
+    pub fn create(
+        &self,
+        actor: Actor,
+        agent: Option<Agent>,
+        now: Millis,
+        idle: std::time::Duration,
+    ) -> (String, Session) {
         let token = web::random_token();
         let id = web::digest(&token);
         let idle = Millis::try_from(idle.as_millis()).unwrap_or(Millis::MAX).max(1);
         let session = Session {
+            actor,
             agent,
             csrf: web::random_token(),
             id: id.clone(),
@@ -145,7 +168,7 @@ impl Sessions {
         let id = web::digest(token);
         let mut map = self.by_digest.lock();
         let session = map.get_mut(&id)?;
-        if !session.live(now) || !admitted(&session.agent) {
+        if !session.live(now) || session.agent.as_ref().is_some_and(|a| !admitted(a)) {
             map.remove(&id);
             return None;
         }
@@ -161,7 +184,7 @@ impl Sessions {
 
     /// Ends every session of an agent (its key was revoked).
     pub fn end_agent(&self, name: &str) {
-        self.by_digest.lock().retain(|_, s| s.agent.name != name);
+        self.by_digest.lock().retain(|_, s| s.agent.as_ref().is_none_or(|a| a.name != name));
     }
 }
 
@@ -170,8 +193,13 @@ mod tests {
     use super::*;
     use axum::http::HeaderValue;
 
-    /// An admin agent `ops`.
-    fn ops() -> Agent {
+    /// An admin agent `ops`, as a session's actor and agent.
+    fn ops() -> (Actor, Option<Agent>) {
+        let actor = Actor { name: "ops".into(), person: false, role: Role::Admin };
+        (actor, Some(ops_agent()))
+    }
+
+    fn ops_agent() -> Agent {
         Agent {
             id: "1".into(),
             name: "ops".into(),
@@ -187,7 +215,7 @@ mod tests {
     fn an_idle_session_ends_and_each_use_extends_it() {
         let s = Sessions::default();
         let agent = ops();
-        let (token, _) = s.create(agent, 0, std::time::Duration::from_secs(60));
+        let (token, _) = s.create(agent.0, agent.1, 0, std::time::Duration::from_secs(60));
         let mut h = HeaderMap::new();
         h.insert(header::COOKIE, HeaderValue::from_str(&format!("{COOKIE}={token}")).unwrap());
         for minute in 1..=5 {
@@ -203,7 +231,7 @@ mod tests {
         let s = Sessions::default();
         let agent = ops();
         let forever = std::time::Duration::from_millis(SESSION_TTL as u64 * 2);
-        let (token, session) = s.create(agent.clone(), 1_000, forever);
+        let (token, session) = s.create(agent.0.clone(), agent.1.clone(), 1_000, forever);
         let mut h = HeaderMap::new();
         let with = |h: &mut HeaderMap, token: &str| {
             h.insert(header::COOKIE, HeaderValue::from_str(&format!("{COOKIE}={token}")).unwrap());
@@ -214,11 +242,12 @@ mod tests {
         assert!(session.csrf_ok(Some(&session.csrf)) && !session.csrf_ok(Some("x")) && !session.csrf_ok(None));
         assert!(s.find(&h, 3_000, |_| false).is_none(), "the agent is no longer an active admin");
         assert!(s.find(&h, 4_000, admitted).is_none(), "and the session is gone");
-        let (token, _) = s.create(agent, 1_000, forever);
+        let (token, _) = s.create(agent.0, agent.1, 1_000, forever);
         with(&mut h, &token);
         assert!(s.find(&h, SESSION_TTL, admitted).is_some(), "used all along, it lasts its 12 hours");
         assert!(s.find(&h, 1_000 + SESSION_TTL, admitted).is_none(), "and not longer");
-        let (token, _) = s.create(session.agent.clone(), 1_000, std::time::Duration::from_secs(60));
+        let (token, _) =
+            s.create(session.actor.clone(), session.agent.clone(), 1_000, std::time::Duration::from_secs(60));
         h.insert(header::COOKIE, HeaderValue::from_str(&format!("{COOKIE}={token}")).unwrap());
         s.end_agent("ops");
         assert!(s.find(&h, 2_000, admitted).is_none());

@@ -108,6 +108,9 @@ impl Config {
         for (name, a) in &self.agents {
             out.extend(a.limits().problems(&format!("agents.{name}.")));
         }
+        if let Some(sso) = &self.console.sso {
+            out.extend(sso_problems(sso));
+        }
         self.routing_problems(&mut out);
         out
     }
@@ -178,4 +181,23 @@ pub fn read_token_file(file: &Path) -> Result<String, String> {
         return Err(format!("{} is empty", file.display()));
     }
     Ok(token.to_string())
+}
+
+/// What makes `[console.sso]` unusable: an issuer that is not https (loopback http aside), or no
+/// way for anyone to get a role.
+fn sso_problems(sso: &super::Sso) -> Vec<String> {
+    let mut out = Vec::new();
+    match url::Url::parse(&sso.issuer) {
+        Ok(u) if u.scheme() == "https" => {}
+        Ok(u) if u.scheme() == "http" && matches!(u.host_str(), Some("127.0.0.1" | "localhost" | "[::1]")) => {}
+        _ => out.push(format!("console.sso.issuer: `{}` must be an https URL (http only on loopback)", sso.issuer)),
+    }
+    let listed = [&sso.roles.admin, &sso.roles.operator, &sso.roles.viewer].iter().any(|l| !l.is_empty());
+    if sso.role_claim.is_none() && !listed {
+        out.push("console.sso: give `role_claim` or `roles` lists: nobody would have a role".into());
+    }
+    if !sso.scopes.iter().any(|s| s == "openid") {
+        out.push("console.sso.scopes: must include `openid`".into());
+    }
+    out
 }

@@ -30,8 +30,9 @@ pub fn demo_hint(config_read: Option<&Path>) -> Option<String> {
 
 /// The top-level sections a `ROTA_` variable may override (`ROTA_SECTION__KEY`). Other `ROTA_`
 /// variables (`ROTA_CONFIG`, `ROTA_MASTER_KEY`, `ROTA_LOG`, an operator's own) are not config.
-const SECTIONS: [&str; 20] = [
+const SECTIONS: [&str; 21] = [
     "server",
+    "console",
     "audit",
     "database",
     "providers",

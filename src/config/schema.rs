@@ -17,6 +17,7 @@ use std::time::Duration;
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
     pub server: Server,
+    pub console: ConsoleConfig,
     pub database: Database,
     pub audit: AuditConfig,
     pub providers: BTreeMap<String, Provider>,
@@ -172,6 +173,58 @@ pub struct Server {
     /// A file holding the bearer token `/metrics` asks for (read at each scrape, so it can be
     /// replaced without a restart). Unset: `/metrics` needs no token.
     pub metrics_token_file: Option<PathBuf>,
+}
+
+/// `[console]`: how people sign in to the console (docs/operations.md, "Signing in").
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConsoleConfig {
+    pub sso: Option<Sso>,
+}
+
+/// `[console.sso]`: people sign in with their OpenID Connect provider (authorization code +
+/// PKCE); their role comes from a claim or from the `roles` lists.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Sso {
+    /// The issuer; its `/.well-known/openid-configuration` names the endpoints.
+    pub issuer: String,
+    pub client_id: String,
+    /// The variable holding the client's secret (none for a public client).
+    pub client_secret_env: Option<String>,
+    #[serde(default = "sso_scopes")]
+    pub scopes: Vec<String>,
+    /// A claim holding the person's role (`viewer`, `operator` or `admin`), or a list of roles.
+    pub role_claim: Option<String>,
+    /// The claim listing the person's groups, which `roles` may name.
+    #[serde(default = "groups_claim")]
+    pub groups_claim: String,
+    /// Who has which role: emails, `*@domain`, or groups of `groups_claim`.
+    #[serde(default)]
+    pub roles: SsoRoles,
+    /// The sign-in page's button.
+    #[serde(default = "sso_label")]
+    pub label: String,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SsoRoles {
+    pub admin: Vec<String>,
+    pub operator: Vec<String>,
+    pub viewer: Vec<String>,
+}
+
+fn sso_scopes() -> Vec<String> {
+    ["openid", "email", "profile"].map(String::from).to_vec()
+}
+
+fn groups_claim() -> String {
+    "groups".into()
+}
+
+fn sso_label() -> String {
+    "Sign in with SSO".into()
 }
 
 impl Default for Server {

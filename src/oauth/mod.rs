@@ -305,10 +305,14 @@ pub fn authorize(
 pub async fn get_json<T: serde::de::DeserializeOwned>(http: &Http, url: &str) -> Result<T, OAuthError> {
     let resp = http.client().get(url).send().await.map_err(|e| OAuthError::Transport(crate::redact::error_text(&e)))?;
     if !resp.status().is_success() {
-        return Err(OAuthError::Refused { code: format!("HTTP {}", resp.status().as_u16()), detail: Some(url.to_string()) });
+        return Err(OAuthError::Refused {
+            code: format!("HTTP {}", resp.status().as_u16()),
+            detail: Some(url.to_string()),
+        });
     }
     let bytes = resp.bytes().await.map_err(|e| OAuthError::Transport(crate::redact::error_text(&e)))?;
-    serde_json::from_slice(&bytes).map_err(|_| OAuthError::Malformed(format!("{url} is not the JSON document expected")))
+    serde_json::from_slice(&bytes)
+        .map_err(|_| OAuthError::Malformed(format!("{url} is not the JSON document expected")))
 }
 
 /// Exchanges the authorization code (with the PKCE verifier) for tokens.

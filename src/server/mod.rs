@@ -77,7 +77,8 @@ impl App {
             bodies: Arc::new(crate::gateway::bodies::Bodies::default()),
             signed: Arc::default(),
         };
-        let api = ApiState { runtime, upstream, agents, leases, store, key, sessions, logins };
+        let sso = Arc::default();
+        let api = ApiState { runtime, upstream, agents, leases, store, key, sessions, logins, sso };
         let state = AppState { gateway, api };
         Ok(App { state, book, audit })
     }

@@ -111,6 +111,24 @@ pub struct Applied {
     pub feed: (i64, i64),
 }
 
+/// A change made through the admin API or the console (docs/operations.md, "Admin actions").
+#[derive(Clone, Debug, PartialEq)]
+pub struct AdminAction {
+    pub at: Millis,
+    /// The agent's name or the person's email.
+    pub actor: String,
+    /// `agent` or `person`.
+    pub actor_kind: String,
+    /// `viewer`, `operator` or `admin`.
+    pub role: String,
+    /// What was done: `profile.enable`, `agent.create`, …
+    pub action: String,
+    pub target: Option<String>,
+    /// The value before (`None`: it did not exist) and after (`None`: it no longer exists).
+    pub before: Option<serde_json::Value>,
+    pub after: Option<serde_json::Value>,
+}
+
 /// One entry of the change feed: an entity some writer changed (docs/scale.md).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FeedEntry {
@@ -334,6 +352,10 @@ pub trait Store: Send + Sync {
     /// Changes an active agent's stored limits; the agent as it now is (`NoAgent` when there is
     /// no active agent of that name).
     async fn set_agent_limits(&self, name: &str, patch: &LimitsPatch) -> Result<Agent, StoreError>;
+    /// Records a change made through the admin API or the console.
+    async fn record_action(&self, action: &AdminAction) -> Result<(), StoreError>;
+    /// The newest `limit` recorded changes, newest first.
+    async fn admin_actions(&self, limit: i64) -> Result<Vec<AdminAction>, StoreError>;
     /// Claims `slots` requests of `agent` in the minute that starts at `minute`, if the count
     /// stays at or under `limit` with them: the count with them, or `None` (nothing claimed).
     /// One atomic statement, so the servers sharing the database claim at most `limit`

@@ -102,7 +102,7 @@ e2e('security: sessions, CSRF, cookie flags, callback state, no secrets in pages
 
   const session = await rota.api('GET', '/api/v1/session', { key: null, cookie });
   assert.equal(session.status, 200);
-  assert.deepEqual(session.json, { agent: 'ops', csrf });
+  assert.deepEqual(session.json, { agent: 'ops', kind: 'agent', role: 'admin', csrf });
   assert.equal((await rota.api('GET', '/api/v1/profiles', { key: null, cookie })).status, 200, 'the cookie opens the admin API');
 
   // -- CSRF: every mutation with the cookie needs x-csrf-token ------------------------------------

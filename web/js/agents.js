@@ -2,7 +2,7 @@
 // (this minute's requests, today's tokens and cost, shared by every server), a new one (its key
 // shown once, with a copy button) and revoking one.
 
-import { $, api, el, guarded, localTime, notify, session } from "./core.js";
+import { $, api, can, el, guarded, localTime, notify, session } from "./core.js";
 
 export async function loadAgents() {
   const agents = await api("GET", "/api/v1/agents");
@@ -18,7 +18,7 @@ export async function loadAgents() {
     tr.append(el("td", {}, localTime(Date.parse(a.created_at))));
     tr.append(el("td", { className: "agent-state" }, a.revoked_at ? `revoked ${localTime(Date.parse(a.revoked_at))}` : "active"));
     const actions = el("td", { className: "actions-cell" });
-    if (!a.revoked_at) {
+    if (!a.revoked_at && can("admin")) {
       const b = el("button", { type: "button", "data-action": "revoke", "aria-label": `Revoke ${a.name}` }, "Revoke");
       b.addEventListener("click", () => guarded("agents", () => revoke(a)));
       actions.append(el("div", { className: "row-actions" }, b));

@@ -1,7 +1,12 @@
 // What every view of the console shares: API calls with the session, elements built from text
 // (server text is always set with textContent, never as HTML), notices scoped to a view, times.
 
-export const session = { csrf: "", agent: "" };
+export const session = { csrf: "", agent: "", role: "viewer" };
+
+const RANKS = { viewer: 0, operator: 1, admin: 2 };
+
+/** Whether the signed-in role may do what `role` may (docs/operations.md, "Roles"). */
+export const can = (role) => RANKS[session.role] >= RANKS[role];
 
 export const $ = (sel, root = document) => root.querySelector(sel);
 

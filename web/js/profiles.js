@@ -2,7 +2,7 @@
 // (GET /api/v1/providers `rotation`, `next`), their states, the actions on them and the ways to
 // add one (the sign-ins and credentials the provider's catalog entry allows: `sign_ins`).
 
-import { $, api, backAt, el, guarded, needsRelogin, notify, stateOf, until, ago } from "./core.js";
+import { $, api, backAt, can, el, guarded, needsRelogin, notify, stateOf, until, ago } from "./core.js";
 
 export const state = { profiles: [], providers: [] };
 
@@ -43,12 +43,13 @@ export function renderProfiles() {
     $(".meta", section).textContent = provider.preset ? `${provider.preset} preset · ${provider.api} wire format` : `${provider.api} wire format`;
     const note = $(".order-note", section);
     note.append(ORDER_WORDS[provider.order_source] || "");
-    if (provider.order_source === "stored") {
+    if (provider.order_source === "stored" && can("operator")) {
       const reset = el("button", { type: "button", className: "link", "data-action": "reset-order" }, "Back to least recently used");
       reset.addEventListener("click", () => guarded("profiles", () => resetOrder(provider)));
       note.append(" ", reset);
     }
-    $(".actions", section).replaceChildren(...addButtons(provider, section));
+    // A viewer changes nothing: no button to.
+    $(".actions", section).replaceChildren(...(can("operator") ? addButtons(provider, section) : []));
     const previous = open.get(provider.name);
     if (previous && !previous.hidden) $(".panel", section).replaceWith(previous);
     const rows = ordered(provider);
@@ -86,6 +87,7 @@ function profileRow(p, provider, rows, index) {
   tr.append(el("td", { className: "counters" }, `${s.success_count} · ${s.failure_total} · ${s.error_count}`));
   const actions = el("div", { className: "row-actions" });
   const button = (action, label, { enabled = true, primary = false, name } = {}) => {
+    if (!can(action === "delete" ? "admin" : "operator")) return;
     const b = el("button", { type: "button", "data-action": action, disabled: !enabled, className: primary ? "primary" : "", "aria-label": name }, label);
     b.addEventListener("click", () => guarded("profiles", () => rowAction(action, p, provider, rows, index)));
     actions.append(b);

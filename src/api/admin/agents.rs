@@ -2,7 +2,7 @@
 //! shown once), change the limits of, and revoke agent keys.
 
 use crate::agents::{Agent, Limits};
-use crate::api::{Admin, ApiError, ApiState, Body};
+use crate::api::{Admin, ApiError, ApiState, Body, Viewer};
 use crate::config::Config;
 use crate::status::time;
 use crate::store::{AgentUsage, LimitsPatch};
@@ -56,6 +56,11 @@ impl AgentInfo {
     }
 }
 
+/// What an admin action records of an agent: its role, limits and models (never its key).
+fn summary(a: &AgentInfo) -> serde_json::Value {
+    serde_json::json!({"admin": a.admin, "limits": a.limits, "models": a.models})
+}
+
 /// The agents' use of their limits now.
 async fn usage(
     state: &ApiState,
@@ -69,7 +74,7 @@ async fn usage(
 /// List agents (never their keys), with their limits and use
 #[utoipa::path(get, path = "/api/v1/agents", tag = "admin",
     responses((status = 200, body = Vec<AgentInfo>), (status = 401, body = crate::api::ErrorBody), (status = 403, body = crate::api::ErrorBody)))]
-async fn list_agents(State(state): State<ApiState>, _: Admin) -> Result<Json<Vec<AgentInfo>>, ApiError> {
+async fn list_agents(State(state): State<ApiState>, _: Viewer) -> Result<Json<Vec<AgentInfo>>, ApiError> {
     let agents = state.store.agents().await.map_err(ApiError::from)?;
     let mut used = usage(&state, None).await?;
     let settings = state.runtime.settings();
@@ -121,7 +126,7 @@ fn checked(limits: Limits, models: Option<&[String]>, config: &Config) -> Result
     responses((status = 201, body = NewAgent), (status = 400, body = crate::api::ErrorBody), (status = 409, body = crate::api::ErrorBody)))]
 async fn create_agent(
     State(state): State<ApiState>,
-    _: Admin,
+    Admin(actor): Admin,
     Body(req): Body<NewAgentRequest>,
 ) -> Result<(StatusCode, Json<NewAgent>), ApiError> {
     if !crate::agents::valid_name(&req.name) {
@@ -148,6 +153,7 @@ async fn create_agent(
     let key = secrecy::ExposeSecret::expose_secret(&key).to_string();
     let used = usage(&state, Some(&agent.name)).await?.remove(&agent.name).unwrap_or_default();
     let agent = AgentInfo::new(agent, &state.runtime.settings().config, used);
+    state.record(&actor, "agent.create", Some(&agent.name), (None, Some(summary(&agent)))).await?;
     Ok((StatusCode::CREATED, Json(NewAgent { agent, key })))
 }
 
@@ -183,7 +189,7 @@ pub struct LimitsChange {
     responses((status = 200, body = AgentInfo), (status = 400, body = crate::api::ErrorBody), (status = 404, body = crate::api::ErrorBody)))]
 async fn change_limits(
     State(state): State<ApiState>,
-    _: Admin,
+    Admin(actor): Admin,
     Path(name): Path<String>,
     Body(req): Body<LimitsChange>,
 ) -> Result<Json<AgentInfo>, ApiError> {
@@ -199,11 +205,16 @@ async fn change_limits(
         cost_per_day: req.cost_per_day,
         models: req.models,
     };
+    let config = &state.runtime.settings().config;
+    let before = state.store.agents().await.map_err(ApiError::from)?.into_iter().find(|a| a.name == name);
+    let before = before.map(|a| summary(&AgentInfo::new(a, config, AgentUsage::default())));
     let agent = state.store.set_agent_limits(&name, &patch).await.map_err(ApiError::from)?;
     state.agents.reload(state.store.as_ref()).await.map_err(ApiError::internal)?;
     tracing::info!(agent = %agent.name, "agent's limits changed through the admin API");
     let used = usage(&state, Some(&agent.name)).await?.remove(&agent.name).unwrap_or_default();
-    Ok(Json(AgentInfo::new(agent, &state.runtime.settings().config, used)))
+    let after = AgentInfo::new(agent, config, used);
+    state.record(&actor, "agent.limits", Some(&after.name), (before, Some(summary(&after)))).await?;
+    Ok(Json(after))
 }
 
 /// Revoke an agent's key
@@ -211,10 +222,12 @@ async fn change_limits(
     responses((status = 204, description = "Revoked"), (status = 404, body = crate::api::ErrorBody)))]
 async fn revoke_agent(
     State(state): State<ApiState>,
-    _: Admin,
+    Admin(actor): Admin,
     Path(name): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     state.store.revoke_agent(&name, state.runtime.clock.now()).await.map_err(ApiError::from)?;
+    let revoked = (Some(serde_json::json!({"revoked": false})), Some(serde_json::json!({"revoked": true})));
+    state.record(&actor, "agent.revoke", Some(&name), revoked).await?;
     state.agents.reload(state.store.as_ref()).await.map_err(ApiError::internal)?;
     state.sessions.end_agent(&name);
     tracing::info!(agent = %name, "agent revoked through the admin API");

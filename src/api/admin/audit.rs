@@ -1,7 +1,7 @@
 //! `/api/v1/usage`, `/api/v1/attempts` and `/api/v1/requests`: usage per profile and the audit log.
 
 use super::{Params, profile_id};
-use crate::api::{Admin, ApiError, ApiState};
+use crate::api::{ApiError, ApiState, Viewer};
 use crate::engine::{Millis, Reason, UsageStats};
 use crate::status::{Status, time};
 use crate::store::{AttemptRecord, AuditQuery, ProfileUsage, RequestRecord};
@@ -69,7 +69,7 @@ pub struct ProfileUsageInfo {
     responses((status = 200, body = UsageInfo), (status = 400, body = crate::api::ErrorBody)))]
 async fn usage(
     State(state): State<ApiState>,
-    _: Admin,
+    _: Viewer,
     Params(p): Params<UsageParams>,
 ) -> Result<Json<UsageInfo>, ApiError> {
     let now = state.runtime.clock.now();
@@ -205,7 +205,7 @@ pub(super) fn page<T>(mut rows: Vec<T>, limit: u32, key: impl Fn(&T) -> String) 
     responses((status = 200, body = AttemptPage), (status = 400, body = crate::api::ErrorBody)))]
 async fn list_attempts(
     State(state): State<ApiState>,
-    _: Admin,
+    _: Viewer,
     Params(p): Params<AuditParams>,
 ) -> Result<Json<AttemptPage>, ApiError> {
     let q = p.query()?;
@@ -223,7 +223,7 @@ async fn list_attempts(
     responses((status = 200, body = RequestPage), (status = 400, body = crate::api::ErrorBody)))]
 async fn list_requests(
     State(state): State<ApiState>,
-    _: Admin,
+    _: Viewer,
     Params(p): Params<AuditParams>,
 ) -> Result<Json<RequestPage>, ApiError> {
     let q = p.query()?;

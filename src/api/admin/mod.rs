@@ -1,7 +1,9 @@
-//! The admin API (docs/api.md): profiles, order, providers, models, agents, usage and the audit log.
+//! The admin API (docs/api.md): profiles, order, providers, models, agents, usage, the audit log
+//! and the admin actions.
 //! Every change is written to the store and applied to the running book at once. Secrets are
 //! write-only: no answer here carries one (a new agent's key is shown once, when created).
 
+mod actions;
 mod agents;
 mod audit;
 mod models;
@@ -23,6 +25,7 @@ pub fn routes() -> OpenApiRouter<ApiState> {
         .merge(agents::routes())
         .merge(audit::routes())
         .merge(series::routes())
+        .merge(actions::routes())
 }
 
 /// Query parameters whose errors are answered in the API's error format.

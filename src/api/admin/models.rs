@@ -1,6 +1,6 @@
 //! `/api/v1/models`: the chains agents get, and ending a model's cooldown.
 
-use crate::api::{Admin, ApiError, ApiState, Body};
+use crate::api::{ApiError, ApiState, Body, Operator, Viewer};
 use crate::config::Config;
 use crate::engine::chain::{ChainRequest, FallbackOverride, Strategy};
 use axum::Json;
@@ -59,7 +59,7 @@ pub(super) fn resolved(config: &Config, model: Option<&str>, agent: Option<&str>
 /// Models, aliases and virtual models with their resolved chains
 #[utoipa::path(get, path = "/api/v1/models", tag = "admin",
     responses((status = 200, body = ModelsInfo), (status = 401, body = crate::api::ErrorBody), (status = 403, body = crate::api::ErrorBody)))]
-async fn list_models(State(state): State<ApiState>, _: Admin) -> Json<ModelsInfo> {
+async fn list_models(State(state): State<ApiState>, _: Viewer) -> Json<ModelsInfo> {
     let settings = state.runtime.settings();
     let c = &settings.config;
     let mut virtual_models: Vec<VirtualModelInfo> = c
@@ -118,7 +118,7 @@ pub struct ClearedModel {
     responses((status = 200, body = ClearedModel), (status = 400, body = crate::api::ErrorBody), (status = 404, body = crate::api::ErrorBody)))]
 async fn clear_model(
     State(state): State<ApiState>,
-    _: Admin,
+    Operator(actor): Operator,
     Body(req): Body<ClearModelRequest>,
 ) -> Result<Json<ClearedModel>, ApiError> {
     let (provider, model) = crate::engine::chain::split_model_ref(&req.model)
@@ -128,5 +128,7 @@ async fn clear_model(
     }
     let cleared = state.runtime.book.end_model_cooldown(provider, model, state.runtime.clock.now());
     state.runtime.book.flush().await;
+    let was = (Some(serde_json::json!({"cooling": cleared})), Some(serde_json::json!({"cooling": false})));
+    state.record(&actor, "model.clear", Some(&req.model), was).await?;
     Ok(Json(ClearedModel { model: req.model, cleared }))
 }

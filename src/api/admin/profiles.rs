@@ -1,7 +1,7 @@
 //! `/api/v1/profiles`: list, add, show, remove, enable, disable and clear profiles.
 
 use super::{Params, profile_id};
-use crate::api::{Admin, ApiError, ApiState, Body};
+use crate::api::{Actor, Admin, ApiError, ApiState, Body, Operator, Viewer};
 use crate::book::{Credential, Roster};
 use crate::config::Config;
 use crate::engine::{Millis, ProfileId, ProfileType, Reason, UsageStats};
@@ -101,7 +101,7 @@ pub struct ProfileFilter {
     responses((status = 200, body = Vec<ProfileInfo>), (status = 401, body = crate::api::ErrorBody), (status = 403, body = crate::api::ErrorBody)))]
 async fn list_profiles(
     State(state): State<ApiState>,
-    _: Admin,
+    _: Viewer,
     Params(f): Params<ProfileFilter>,
 ) -> Json<Vec<ProfileInfo>> {
     let settings = state.runtime.settings();
@@ -135,7 +135,7 @@ pub struct NewProfileRequest {
         (status = 403, body = crate::api::ErrorBody), (status = 409, body = crate::api::ErrorBody)))]
 async fn add_profile(
     State(state): State<ApiState>,
-    _: Admin,
+    Operator(actor): Operator,
     Body(req): Body<NewProfileRequest>,
 ) -> Result<(StatusCode, Json<ProfileInfo>), ApiError> {
     let settings = state.runtime.settings();
@@ -148,7 +148,9 @@ async fn add_profile(
     let profile = StoredProfile::stored(new.id.clone(), new.kind, new.expires_at, now);
     changes(&state).add(&profile, &[sealed], Credential::new(new.kind, secret)).await?;
     tracing::info!(profile = %new.id, "profile added through the admin API");
-    Ok((StatusCode::CREATED, Json(one(&state, &new.id)?.0)))
+    let added = one(&state, &new.id)?.0;
+    state.record(&actor, "profile.add", Some(new.id.as_str()), (None, Some(summary(&added)))).await?;
+    Ok((StatusCode::CREATED, Json(added)))
 }
 
 /// One profile
@@ -156,7 +158,7 @@ async fn add_profile(
     responses((status = 200, body = ProfileInfo), (status = 400, body = crate::api::ErrorBody), (status = 404, body = crate::api::ErrorBody)))]
 async fn get_profile(
     State(state): State<ApiState>,
-    _: Admin,
+    _: Viewer,
     Path(id): Path<String>,
 ) -> Result<Json<ProfileInfo>, ApiError> {
     one(&state, &profile_id(&id)?)
@@ -168,7 +170,7 @@ async fn get_profile(
         (status = 409, description = "Declared in the config file", body = crate::api::ErrorBody)))]
 async fn remove_profile(
     State(state): State<ApiState>,
-    _: Admin,
+    Admin(actor): Admin,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     let id = profile_id(&id)?;
@@ -176,21 +178,26 @@ async fn remove_profile(
     if settings.config.auth.profiles.contains_key(&id) {
         return Err(ApiError::Conflict(format!("profile {id} is declared in the config file; remove it there")));
     }
-    if !state.runtime.book.roster().views.contains_key(&id) {
-        return Err(ApiError::NotFound(format!("profile {id} does not exist")));
-    }
+    let before = summary(&one(&state, &id)?.0);
     changes(&state).remove(&id).await?;
     tracing::info!(profile = %id, "profile removed through the admin API");
+    state.record(&actor, "profile.delete", Some(id.as_str()), (Some(before), None)).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
-pub(super) async fn set_enabled(state: ApiState, raw: &str, enabled: bool) -> Result<Json<ProfileInfo>, ApiError> {
+/// What an admin action records of a profile: its type, whether rotation may use it, its state.
+fn summary(p: &ProfileInfo) -> serde_json::Value {
+    serde_json::json!({"type": p.kind, "enabled": p.enabled, "state": p.status_text, "expires_at": p.expires_at})
+}
+
+async fn set_enabled(state: ApiState, actor: &Actor, raw: &str, enabled: bool) -> Result<Json<ProfileInfo>, ApiError> {
     let id = profile_id(raw)?;
-    if !state.runtime.book.roster().views.contains_key(&id) {
-        return Err(ApiError::NotFound(format!("profile {id} does not exist")));
-    }
+    let before = summary(&one(&state, &id)?.0);
     changes(&state).set_enabled(&id, enabled).await?;
-    one(&state, &id)
+    let after = one(&state, &id)?;
+    let action = if enabled { "profile.enable" } else { "profile.disable" };
+    state.record(actor, action, Some(id.as_str()), (Some(before), Some(summary(&after.0)))).await?;
+    Ok(after)
 }
 
 /// Let rotation use the profile again
@@ -198,10 +205,10 @@ pub(super) async fn set_enabled(state: ApiState, raw: &str, enabled: bool) -> Re
     responses((status = 200, body = ProfileInfo), (status = 400, body = crate::api::ErrorBody), (status = 404, body = crate::api::ErrorBody)))]
 async fn enable_profile(
     State(state): State<ApiState>,
-    _: Admin,
+    Operator(actor): Operator,
     Path(id): Path<String>,
 ) -> Result<Json<ProfileInfo>, ApiError> {
-    set_enabled(state, &id, true).await
+    set_enabled(state, &actor, &id, true).await
 }
 
 /// Keep rotation from using the profile
@@ -209,10 +216,10 @@ async fn enable_profile(
     responses((status = 200, body = ProfileInfo), (status = 400, body = crate::api::ErrorBody), (status = 404, body = crate::api::ErrorBody)))]
 async fn disable_profile(
     State(state): State<ApiState>,
-    _: Admin,
+    Operator(actor): Operator,
     Path(id): Path<String>,
 ) -> Result<Json<ProfileInfo>, ApiError> {
-    set_enabled(state, &id, false).await
+    set_enabled(state, &actor, &id, false).await
 }
 
 /// Clear the profile's cooldown and disabled state
@@ -220,12 +227,15 @@ async fn disable_profile(
     responses((status = 200, body = ProfileInfo), (status = 400, body = crate::api::ErrorBody), (status = 404, body = crate::api::ErrorBody)))]
 async fn clear_profile(
     State(state): State<ApiState>,
-    _: Admin,
+    Operator(actor): Operator,
     Path(id): Path<String>,
 ) -> Result<Json<ProfileInfo>, ApiError> {
     let id = profile_id(&id)?;
+    let before = summary(&one(&state, &id)?.0);
     changes(&state).clear(&state.runtime.settings().config, &id, state.runtime.clock.now()).await?;
-    one(&state, &id)
+    let after = one(&state, &id)?;
+    state.record(&actor, "profile.clear", Some(id.as_str()), (Some(before), Some(summary(&after.0)))).await?;
+    Ok(after)
 }
 
 /// Profile changes through the store, then the running book.

@@ -1,6 +1,6 @@
 //! `/api/v1/providers`: each provider's profiles and its order (set or reset).
 
-use crate::api::{Admin, ApiError, ApiState, Body};
+use crate::api::{ApiError, ApiState, Body, Operator, Viewer};
 use crate::book::Roster;
 use crate::config::{Config, Preset, Provider};
 use crate::engine::Millis;
@@ -131,7 +131,7 @@ pub(super) fn provider_info(config: &Config, roster: &Roster, name: &str, now: M
 /// List providers
 #[utoipa::path(get, path = "/api/v1/providers", tag = "admin",
     responses((status = 200, body = Vec<ProviderInfo>), (status = 401, body = crate::api::ErrorBody), (status = 403, body = crate::api::ErrorBody)))]
-async fn list_providers(State(state): State<ApiState>, _: Admin) -> Json<Vec<ProviderInfo>> {
+async fn list_providers(State(state): State<ApiState>, _: Viewer) -> Json<Vec<ProviderInfo>> {
     let settings = state.runtime.settings();
     let roster = state.runtime.book.roster();
     let now = state.runtime.clock.now();
@@ -151,19 +151,24 @@ pub struct OrderRequest {
     responses((status = 200, body = ProviderInfo), (status = 400, body = crate::api::ErrorBody), (status = 404, body = crate::api::ErrorBody)))]
 async fn set_order(
     State(state): State<ApiState>,
-    _: Admin,
+    Operator(actor): Operator,
     Path(provider): Path<String>,
     Body(req): Body<OrderRequest>,
 ) -> Result<Json<ProviderInfo>, ApiError> {
     let settings = state.runtime.settings();
     rules::known_provider(&settings.config, &provider).map_err(ApiError::NotFound)?;
     let roster = state.runtime.book.roster();
+    let before = order_of(&provider_info(&settings.config, &roster, &provider, state.runtime.clock.now()));
     let ids = rules::check_order(&settings.config, &roster, &provider, &req.profiles).map_err(ApiError::BadRequest)?;
     super::profiles::changes(&state).set_order(&provider, Some(ids)).await?;
-    Ok(Json(
-        provider_info(&settings.config, &state.runtime.book.roster(), &provider, state.runtime.clock.now())
-            .expect("known provider"),
-    ))
+    let after = provider_info(&settings.config, &state.runtime.book.roster(), &provider, state.runtime.clock.now());
+    state.record(&actor, "provider.order", Some(&provider), (Some(before), Some(order_of(&after)))).await?;
+    Ok(Json(after.expect("known provider")))
+}
+
+/// What an admin action records of a provider's order: where it comes from and the order.
+fn order_of(info: &Option<ProviderInfo>) -> serde_json::Value {
+    info.as_ref().map_or(serde_json::Value::Null, |p| serde_json::json!({"source": p.order_source, "order": p.order}))
 }
 
 /// Remove a provider's stored order
@@ -173,16 +178,17 @@ async fn set_order(
     responses((status = 200, body = ProviderInfo), (status = 404, body = crate::api::ErrorBody)))]
 async fn reset_order(
     State(state): State<ApiState>,
-    _: Admin,
+    Operator(actor): Operator,
     Path(provider): Path<String>,
 ) -> Result<Json<ProviderInfo>, ApiError> {
     let settings = state.runtime.settings();
     rules::known_provider(&settings.config, &provider).map_err(ApiError::NotFound)?;
+    let now = state.runtime.clock.now();
+    let before = order_of(&provider_info(&settings.config, &state.runtime.book.roster(), &provider, now));
     super::profiles::changes(&state).set_order(&provider, None).await?;
-    Ok(Json(
-        provider_info(&settings.config, &state.runtime.book.roster(), &provider, state.runtime.clock.now())
-            .expect("known provider"),
-    ))
+    let after = provider_info(&settings.config, &state.runtime.book.roster(), &provider, now);
+    state.record(&actor, "provider.order_reset", Some(&provider), (Some(before), Some(order_of(&after)))).await?;
+    Ok(Json(after.expect("known provider")))
 }
 
 #[cfg(test)]

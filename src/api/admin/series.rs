@@ -3,7 +3,7 @@
 
 use super::Params;
 use super::audit::parse_time;
-use crate::api::{Admin, ApiError, ApiState};
+use crate::api::{ApiError, ApiState, Viewer};
 use crate::engine::{Mark, Millis, ProfileId, ProfileView, Reason};
 use crate::store::FailureWindow;
 use axum::Json;
@@ -118,7 +118,7 @@ pub struct Segment {
     responses((status = 200, body = Series), (status = 400, body = crate::api::ErrorBody)))]
 async fn usage_series(
     State(state): State<ApiState>,
-    _: Admin,
+    _: Viewer,
     Params(p): Params<SeriesParams>,
 ) -> Result<Json<Series>, ApiError> {
     let now = state.runtime.clock.now();

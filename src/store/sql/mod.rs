@@ -9,6 +9,7 @@
 //! Their price is the `where` clause on each area's `impl` block that names what the SQL needs
 //! of a driver: Rust does not carry bounds on other types than `Self` over from a trait.
 
+mod actions;
 mod agents;
 mod audit;
 mod feed;
@@ -19,8 +20,8 @@ mod secrets;
 mod stats;
 
 use super::{
-    AgentUsage, Applied, AttemptRecord, AuditQuery, FailureWindow, FeedEntry, LimitsPatch, ProfileUsage, Pruned,
-    RequestRecord, SeriesRows, Snapshot, Store, StoreError, StoredProfile,
+    AdminAction, AgentUsage, Applied, AttemptRecord, AuditQuery, FailureWindow, FeedEntry, LimitsPatch, ProfileUsage,
+    Pruned, RequestRecord, SeriesRows, Snapshot, Store, StoreError, StoredProfile,
 };
 use crate::agents::{Agent, Limits};
 use crate::engine::{Change, CooldownPolicy, Millis, ModelChange, ModelCooldown, ProfileId, UsageStats};
@@ -274,6 +275,14 @@ where
 
     async fn set_agent_limits(&self, name: &str, patch: &LimitsPatch) -> Result<Agent, StoreError> {
         self.sql().set_agent_limits(name, patch).await
+    }
+
+    async fn record_action(&self, action: &AdminAction) -> Result<(), StoreError> {
+        self.sql().record_action(action).await
+    }
+
+    async fn admin_actions(&self, limit: i64) -> Result<Vec<AdminAction>, StoreError> {
+        self.sql().admin_actions(limit).await
     }
 
     async fn claim_requests(
