@@ -583,7 +583,7 @@ async function screenshot(page, path, target) {
     try {
       return await target.screenshot({ path, timeout: 5_000 });
     } catch (err) {
-      if (attempt === 3 || !/not attached|detached/i.test(err.message)) throw err;
+      if (attempt === 3 || !/not attached|detached|not visible/i.test(err.message)) throw err;
     }
   }
 }
