@@ -41,8 +41,8 @@ use utoipa_axum::router::OpenApiRouter;
     security(("bearer" = []), ("x-api-key" = [])),
     tags(
         (name = "leases", description = "A credential for agents that call providers themselves"),
-        (name = "admin", description = "Profiles, agents, providers, models, usage and the audit log (admin agents only)"),
-        (name = "console", description = "Console sign-in and OAuth logins (admin)"),
+        (name = "admin", description = "Profiles, agents, providers, models, usage, the audit log and the admin actions (by role: a viewer reads, an operator runs the accounts, an admin manages agents; admin agent keys are admins)"),
+        (name = "console", description = "Console sign-in and OAuth logins (an operator's)"),
         (name = "meta", description = "This document"),
     )
 )]

@@ -624,15 +624,20 @@ function chatgptTokens(account) {
   };
 }
 
-async function chatgptUserCode(req, res) {
+/** The JSON body of an OpenAI endpoint, or undefined once the refusal was answered. */
+async function openaiJson(req, res) {
   const text = await readBody(req);
-  if (!isJson(req)) return openaiError(res, 400, 'invalid_request', 'The body must be JSON (application/json).');
-  let body;
+  if (!isJson(req)) return void openaiError(res, 400, 'invalid_request', 'The body must be JSON (application/json).');
   try {
-    body = JSON.parse(text);
+    return JSON.parse(text);
   } catch {
-    return openaiError(res, 400, 'invalid_request', 'The body is not valid JSON.');
+    return void openaiError(res, 400, 'invalid_request', 'The body is not valid JSON.');
   }
+}
+
+async function chatgptUserCode(req, res) {
+  const body = await openaiJson(req, res);
+  if (body === undefined) return undefined;
   if (body?.client_id !== CODEX_CLIENT) return openaiError(res, 400, 'invalid_client', `Unknown client_id: ${body?.client_id}`);
   const letters = 'ABCDEFGHJKLMNPQRSTUVWXYZ';
   const pick = (set, n) => Array.from(randomBytes(n), (b) => set[b % set.length]).join('');
@@ -643,14 +648,8 @@ async function chatgptUserCode(req, res) {
 }
 
 async function chatgptPoll(req, res) {
-  const text = await readBody(req);
-  if (!isJson(req)) return openaiError(res, 400, 'invalid_request', 'The body must be JSON (application/json).');
-  let body;
-  try {
-    body = JSON.parse(text);
-  } catch {
-    return openaiError(res, 400, 'invalid_request', 'The body is not valid JSON.');
-  }
+  const body = await openaiJson(req, res);
+  if (body === undefined) return undefined;
   const d = chatgpt.devices.get(body?.device_auth_id);
   if (!d || d.user_code !== body?.user_code || d.exp <= Date.now() || d.answered) {
     fail('chatgpt deviceauth unknown');
