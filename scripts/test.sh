@@ -17,6 +17,8 @@ apt_install() {
 
 # The clock-jump test runs rota under libfaketime (tests/it/clock.rs).
 [[ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ]] || apt_install libfaketime
+# The alerting rules in deploy/ are checked and unit-tested by promtool (tests/it/dashboards.rs).
+command -v promtool >/dev/null || apt_install prometheus
 
 pg=$(mktemp -d)
 trap 'scripts/postgres.sh stop "$pg" || true; rm -rf "$pg"' EXIT

@@ -12,6 +12,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use std::collections::BTreeMap;
+use std::sync::atomic::AtomicU64;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
@@ -57,6 +58,8 @@ pub struct Metrics {
     audit_queue: Gauge,
     audit_dropped: Family<TableLabels, Counter>,
     write_failing: Family<WriterLabels, Gauge>,
+    disabled: Family<DisabledLabels, Gauge>,
+    limit_used: Family<LimitLabels, Gauge<f64, AtomicU64>>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -71,12 +74,28 @@ struct WriterLabels {
     writer: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DisabledLabels {
+    provider: String,
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LimitLabels {
+    agent: String,
+    limit: String,
+}
+
 /// What a scrape reports about the profiles and the writers at that moment.
 pub struct Snapshot {
     /// `(provider, state)` → number of profiles (`usable`, `cooling`, `disabled`, `unusable`).
     pub profiles: Vec<((String, String), i64)>,
     /// Profile → seconds until its window ends (only profiles in a timed window).
     pub cooldown_left: Vec<(String, i64)>,
+    /// `(provider, reason)` → profiles in the disabled lane for that reason.
+    pub disabled: Vec<((String, String), i64)>,
+    /// `(agent, limit)` → the share of the limit in force used in its window (1.0 = at it).
+    pub limit_used: Vec<((String, String), f64)>,
     pub audit: crate::audit::Health,
     /// The stats writer's last write failed.
     pub stats_failing: bool,
@@ -91,8 +110,12 @@ impl Snapshot {
         stats_failing: bool,
     ) -> Snapshot {
         let mut profiles: BTreeMap<(String, String), i64> = BTreeMap::new();
+        let mut disabled: BTreeMap<(String, String), i64> = BTreeMap::new();
         let mut cooldown_left = Vec::new();
         for (id, status) in states {
+            if let Status::Disabled { reason, .. } = &status {
+                *disabled.entry((id.provider().to_string(), reason.as_str().to_string())).or_default() += 1;
+            }
             let (state, until) = match status {
                 Status::Usable => ("usable", None),
                 Status::Cooling { until, .. } => ("cooling", Some(until)),
@@ -104,7 +127,14 @@ impl Snapshot {
                 cooldown_left.push((profile_label(&id), (until - now + 999) / 1000));
             }
         }
-        Snapshot { profiles: profiles.into_iter().collect(), cooldown_left, audit, stats_failing }
+        Snapshot {
+            profiles: profiles.into_iter().collect(),
+            cooldown_left,
+            disabled: disabled.into_iter().collect(),
+            limit_used: Vec::new(),
+            audit,
+            stats_failing,
+        }
     }
 }
 
@@ -158,6 +188,18 @@ impl Default for Metrics {
         let audit_queue = Gauge::default();
         let audit_dropped = Family::default();
         let write_failing = Family::default();
+        let disabled = Family::default();
+        let limit_used = Family::<LimitLabels, Gauge<f64, AtomicU64>>::default();
+        registry.register(
+            "profiles_disabled",
+            "Profiles in the disabled lane, by provider and reason (auth_permanent: needs a new login or secret)",
+            disabled.clone(),
+        );
+        registry.register(
+            "agent_limit_used_ratio",
+            "Share of each limit in force an agent used in its window (requests this minute, tokens or cost today)",
+            limit_used.clone(),
+        );
         registry.register("requests", "Requests answered, by agent, API and HTTP status", requests.clone());
         registry.register("attempts", "Upstream calls and skipped candidates, by outcome and reason", attempts.clone());
         registry.register(
@@ -204,6 +246,8 @@ impl Default for Metrics {
             audit_queue,
             audit_dropped,
             write_failing,
+            disabled,
+            limit_used,
         }
     }
 }
@@ -254,6 +298,14 @@ impl Metrics {
         for ((provider, state), n) in now.profiles {
             self.profiles.get_or_create(&StateLabels { provider, state }).set(n);
         }
+        self.disabled.clear();
+        for ((provider, reason), n) in now.disabled {
+            self.disabled.get_or_create(&DisabledLabels { provider, reason }).set(n);
+        }
+        self.limit_used.clear();
+        for ((agent, limit), used) in now.limit_used {
+            self.limit_used.get_or_create(&LimitLabels { agent, limit }).set(used);
+        }
         self.cooldown_left.clear();
         for (profile, secs) in now.cooldown_left {
             self.cooldown_left.get_or_create(&ProfileLabels { profile }).set(secs);
@@ -275,5 +327,34 @@ impl Metrics {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String cannot fail");
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::Reason;
+
+    #[test]
+    fn the_disabled_lane_is_counted_by_provider_and_reason_and_limits_are_shares() {
+        let id = |s: &str| s.parse::<ProfileId>().unwrap();
+        let disabled = |reason| Status::Disabled { until: None, reason };
+        let states = vec![
+            (id("corp:a@example.com"), disabled(Reason::AuthPermanent)),
+            (id("corp:b"), disabled(Reason::AuthPermanent)),
+            (id("corp:c"), disabled(Reason::Billing)),
+            (id("openai:k"), Status::Usable),
+        ];
+        let mut snapshot = Snapshot::of(states, 0, Default::default(), false);
+        snapshot.limit_used = vec![(("planner".into(), "cost_per_day".into()), 0.85)];
+        let text = Metrics::default().render(snapshot);
+        for line in [
+            r#"rota_profiles_disabled{provider="corp",reason="auth_permanent"} 2"#,
+            r#"rota_profiles_disabled{provider="corp",reason="billing"} 1"#,
+            r#"rota_agent_limit_used_ratio{agent="planner",limit="cost_per_day"} 0.85"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "missing `{line}` in:\n{text}");
+        }
+        assert!(!text.contains(r#"rota_profiles_disabled{provider="openai""#), "{text}");
     }
 }

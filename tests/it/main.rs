@@ -10,6 +10,7 @@ mod audit;
 mod classification_samples;
 mod cli;
 mod clock;
+mod dashboards;
 mod doors;
 mod faults;
 mod first_contact;
