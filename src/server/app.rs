@@ -82,7 +82,7 @@ async fn limit_used(runtime: &Runtime, now: crate::engine::Millis) -> Vec<((Stri
     let mut out = Vec::new();
     for a in agents.iter().filter(|a| a.revoked_at.is_none()) {
         let limits = config.agent_limits(a);
-        let used = usage.get(&a.name).cloned().unwrap_or_default();
+        let used = usage.get(&a.name).copied().unwrap_or_default();
         let pairs = [
             ("requests_per_minute", limits.requests_per_minute.map(|l| (used.requests_this_minute as f64, l as f64))),
             ("tokens_per_day", limits.tokens_per_day.map(|l| (used.tokens_today as f64, l as f64))),
