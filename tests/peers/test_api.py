@@ -53,6 +53,7 @@ ROUTES: dict[str, set[str]] = {
     "/api/v1/usage/series": {"GET"},
     "/api/v1/attempts": {"GET"},
     "/api/v1/requests": {"GET"},
+    "/api/v1/admin-actions": {"GET"},
     "/api/v1/session": {"GET", "POST", "DELETE"},
     "/api/v1/oauth/{provider}/authorize": {"POST"},
     "/api/v1/oauth/{provider}/paste": {"POST"},

@@ -36,6 +36,7 @@ pub struct ActionInfo {
 }
 
 #[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ActionsQuery {
     /// How many, newest first: 1 to 1,000 (default 100).
     pub limit: Option<i64>,
