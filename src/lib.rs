@@ -19,19 +19,22 @@ pub mod oauth;
 pub mod secrets;
 pub mod settings;
 
-// layer: storage — the store and the writers that batch into it.
+// layer: storage — the store, the writers that batch into it, the alerts' outbox.
+pub mod alerts;
 pub mod audit;
 pub mod behind;
 pub mod limits;
 pub mod store;
 pub mod watchdog;
 
-// layer: state — what the process holds in memory, kept in step with the store.
+// layer: state — what the process holds in memory, kept in step with the store, and what it
+// reports of itself (metrics, traces).
 pub mod access;
 pub mod book;
 pub mod metrics;
 pub mod profiles;
 pub mod refresh;
+pub mod telemetry;
 
 // layer: requests — a request's walk over the chain, the gateway around it, the leases.
 pub mod gateway;

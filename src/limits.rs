@@ -17,8 +17,9 @@
 //! that: the request is admitted (logged), as with every shared state (docs/scale.md).
 
 use crate::agents::{DAY, Limits, MINUTE, day_start, minute_start};
+use crate::config::Config;
 use crate::engine::Millis;
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 use crate::watchdog::{TIMEOUT, Watchdog};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -309,6 +310,33 @@ impl Limiter {
 /// USD as a person reads it: at most six decimals, no trailing zeros.
 fn usd(x: f64) -> String {
     format!("{}", (x * 1e6).round() / 1e6)
+}
+
+/// Each active agent's use of each limit in force (a share: 1 is the limit), from the counters
+/// every server shares; none when the database does not answer within a second (a scrape or
+/// the alerts' watch is not held up).
+pub async fn used(store: &dyn Store, config: &Config, now: Millis) -> Vec<((String, String), f64)> {
+    let (minute, day) = (minute_start(now), day_start(now));
+    let read = async { Ok::<_, StoreError>((store.agents().await?, store.agent_usage(None, minute, day).await?)) };
+    let Ok(Ok((agents, usage))) = tokio::time::timeout(Duration::from_secs(1), read).await else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for a in agents.iter().filter(|a| a.revoked_at.is_none()) {
+        let limits = config.agent_limits(a);
+        let used = usage.get(&a.name).copied().unwrap_or_default();
+        let pairs = [
+            ("requests_per_minute", limits.requests_per_minute.map(|l| (used.requests_this_minute as f64, l as f64))),
+            ("tokens_per_day", limits.tokens_per_day.map(|l| (used.tokens_today as f64, l as f64))),
+            ("cost_per_day", limits.cost_per_day.map(|l| (used.cost_today, l))),
+        ];
+        for (limit, pair) in pairs {
+            if let Some((used, cap)) = pair {
+                out.push(((a.name.clone(), limit.to_string()), used / cap));
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]

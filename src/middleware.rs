@@ -92,8 +92,19 @@ pub async fn forget_client_request_id(mut req: Request) -> Request {
 }
 
 /// Every request's span: its method, path (never the query) and id; the gateway's serve loop,
-/// upstream calls and store writes log inside it.
+/// upstream calls and store writes log inside it. Exported as a trace, it is a child of the
+/// client's `traceparent` and gets the agent and status (crate::telemetry).
 pub fn request_span(req: &axum::http::Request<axum::body::Body>) -> tracing::Span {
     let id = req.headers().get(X_REQUEST_ID).and_then(|v| v.to_str().ok()).unwrap_or("");
-    tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = %id)
+    let span = tracing::info_span!(
+        "request",
+        method = %req.method(),
+        path = %req.uri().path(),
+        request_id = %id,
+        agent = tracing::field::Empty,
+        status = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    );
+    crate::telemetry::adopt(&span, req.headers());
+    span
 }

@@ -4,9 +4,11 @@
 //! changes a request half-way. Without a watched file the sender is dropped at start and the
 //! settings never change.
 
-use crate::config::{Config, NamedModels};
+use crate::config::{AlertKind, Config, NamedModels};
+use crate::engine::ProfileId;
 use crate::engine::classify::Classifier;
 use crate::prices::Prices;
+use std::collections::HashSet;
 use std::sync::Arc;
 use tokio::sync::watch;
 
@@ -18,6 +20,15 @@ pub struct Settings {
     pub prices: Arc<Prices>,
     /// The models the config names: metric labels name only these (`Config::named_models`).
     pub named: Arc<NamedModels>,
+    /// What a served request is checked for, when a rule listens for it (crate::alerts).
+    pub served_alerts: Option<Arc<ServedAlerts>>,
+}
+
+/// The alerts a served request may raise: `fallback`, and `paid` with the profiles marked so.
+#[derive(Debug, Default)]
+pub struct ServedAlerts {
+    pub fallback: bool,
+    pub paid: HashSet<ProfileId>,
 }
 
 impl Settings {
@@ -25,7 +36,16 @@ impl Settings {
         let classifier = Classifier::with_overrides(config.classification.rules.clone());
         let prices = Arc::new(Prices::new(config.prices.clone()));
         let named = Arc::new(config.named_models());
-        Settings { config, classifier, prices, named }
+        let listens = |kind| config.alerts.iter().any(|r| r.on.contains(&kind));
+        let served = ServedAlerts {
+            fallback: listens(AlertKind::Fallback),
+            paid: match listens(AlertKind::Paid) {
+                true => config.auth.profiles.iter().filter(|(_, p)| p.paid).map(|(id, _)| id.clone()).collect(),
+                false => HashSet::new(),
+            },
+        };
+        let served_alerts = (served.fallback || !served.paid.is_empty()).then(|| Arc::new(served));
+        Settings { config, classifier, prices, named, served_alerts }
     }
 }
 

@@ -358,6 +358,7 @@ async fn create(
     RequestId(request_id): RequestId,
     Body(req): Body<LeaseRequest>,
 ) -> Result<(axum::http::StatusCode, Json<Lease>), ApiError> {
+    crate::telemetry::agent(&agent.name);
     let runtime = &state.runtime;
     runtime.audit.admit().await; // as the gateway's requests: docs/audit.md
     let settings = runtime.settings();

@@ -118,19 +118,39 @@ pub fn main(on_idle: fn()) -> ExitCode {
     if let Some(dir) = cli.config.as_deref().and_then(Path::parent).filter(|d| !d.as_os_str().is_empty()) {
         load_dotenv(&dir.join(".env"));
     }
-    init_logging();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .on_thread_park(move || now_and_then(on_idle))
         .build()
         .expect("tokio runtime");
-    match runtime.block_on(run(cli)) {
+    let traces = match init_logging(traces_url(&cli), runtime.handle()) {
+        Ok(traces) => traces,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let code = match runtime.block_on(run(cli)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
+    };
+    // The runtime still runs: the last batch of spans is posted on it.
+    if let Some(traces) = traces {
+        traces.shutdown();
     }
+    code
+}
+
+/// Where `rota serve` exports its traces, when its config says (`[telemetry]`, read once at
+/// start); a config that does not load is reported by the command itself.
+fn traces_url(cli: &Cli) -> Option<String> {
+    if !matches!(cli.command, Command::Serve { .. }) {
+        return None;
+    }
+    Config::load(cli.config.as_deref()).ok()?.0.telemetry.traces_url()
 }
 
 /// Runs `f` unless this thread ran it less than a second ago.
@@ -145,19 +165,39 @@ fn now_and_then(f: fn()) {
     }
 }
 
-fn init_logging() {
+/// The log on stderr (`ROTA_LOG`) and, with `traces` (a collector's `/v1/traces`), the traces'
+/// exporter, posting on `runtime`.
+fn init_logging(
+    traces: Option<String>,
+    runtime: &tokio::runtime::Handle,
+) -> Result<Option<crate::telemetry::Traces>, String> {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     let filter = tracing_subscriber::EnvFilter::try_from_env("ROTA_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,sqlx=warn"));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     // A log line that cannot be written (stderr is a file on a full disk) is lost, never
     // reported with `eprintln!`: that panics when stderr fails too, and took down the task
     // that logged, a database writer among them (the full-disk case of tests/it/faults.rs).
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let Some(url) = traces else {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_ansi(ansi)
+            .with_writer(std::io::stderr)
+            .log_internal_errors(false)
+            .try_init();
+        return Ok(None);
+    };
+    // The filter is the log's alone: the exported spans are enabled whatever `ROTA_LOG` says.
+    let log = tracing_subscriber::fmt::layer()
         .with_ansi(ansi)
         .with_writer(std::io::stderr)
         .log_internal_errors(false)
-        .try_init();
+        .with_filter(filter);
+    let (exported, traces) = crate::telemetry::layer(&url, runtime.clone())?;
+    let _ = tracing_subscriber::registry().with(log).with(exported).try_init();
+    Ok(Some(traces))
 }
 
 /// `rota migrate --from URL`: copies the database at `from` into `to` (the configured one).

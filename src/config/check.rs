@@ -111,6 +111,12 @@ impl Config {
         if let Some(sso) = &self.console.sso {
             out.extend(sso_problems(sso));
         }
+        out.extend(alert_problems(&self.alerts));
+        if let Some(url) = self.telemetry.traces_url()
+            && !matches!(url::Url::parse(&url), Ok(u) if (u.scheme() == "http" || u.scheme() == "https") && u.host().is_some())
+        {
+            out.push("telemetry.otlp_endpoint: not an http(s) URL (e.g. http://127.0.0.1:4318)".into());
+        }
         self.routing_problems(&mut out);
         out
     }
@@ -181,6 +187,57 @@ pub fn read_token_file(file: &Path) -> Result<String, String> {
         return Err(format!("{} is empty", file.display()));
     }
     Ok(token.to_string())
+}
+
+/// What makes an `[[alerts]]` rule unusable: no name or a repeated one, no event, not exactly one
+/// of `url` and `url_env`, a URL that is not http(s), a `json` rule without its signing key.
+fn alert_problems(rules: &[super::AlertRule]) -> Vec<String> {
+    use super::AlertFormat;
+    let mut out = Vec::new();
+    let mut names = std::collections::HashSet::new();
+    for (i, r) in rules.iter().enumerate() {
+        let key = format!("alerts[{i}]");
+        if r.name.trim().is_empty() || r.name.len() > 64 {
+            out.push(format!("{key}.name: give the rule a name of 1 to 64 characters"));
+        } else if !names.insert(r.name.as_str()) {
+            out.push(format!("{key}.name: `{}` names another rule too", r.name));
+        }
+        if r.on.is_empty() {
+            out.push(format!("{key}.on: name at least one event"));
+        }
+        match (&r.url, &r.url_env) {
+            (Some(_), Some(_)) | (None, None) => out.push(format!("{key}: give exactly one of `url` and `url_env`")),
+            _ => match r.url() {
+                None => out.push(format!(
+                    "{key}.url_env: environment variable `{}` is unset or empty",
+                    r.url_env.as_deref().unwrap_or_default()
+                )),
+                Some(url) if !matches!(url::Url::parse(&url), Ok(u) if u.scheme() == "http" || u.scheme() == "https") => {
+                    out.push(format!("{key}: the webhook's URL is not an http(s) URL"))
+                }
+                Some(_) => {}
+            },
+        }
+        match (r.format, &r.secret_env) {
+            (AlertFormat::Json, None) => out.push(format!(
+                "{key}.secret_env: a json webhook's bodies are signed; name the variable holding the key"
+            )),
+            (AlertFormat::Json, Some(var)) if r.secret().is_none() => {
+                out.push(format!("{key}.secret_env: environment variable `{var}` is unset or empty"))
+            }
+            (AlertFormat::Slack, Some(_)) => {
+                out.push(format!("{key}.secret_env: a Slack webhook is not signed (its URL is the secret); remove it"))
+            }
+            _ => {}
+        }
+        if r.min_interval < std::time::Duration::from_secs(1) {
+            out.push(format!("{key}.min_interval: must be at least 1s"));
+        }
+        if !(r.budget_share > 0.0 && r.budget_share <= 10.0) {
+            out.push(format!("{key}.budget_share: must be above 0 and at most 10 (a share of the limit)"));
+        }
+    }
+    out
 }
 
 /// What makes `[console.sso]` unusable: an issuer that is not https (loopback http aside), or no

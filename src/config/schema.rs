@@ -40,6 +40,121 @@ pub struct Config {
     pub secrets: Secrets,
     /// Prices by `"provider/model"` or `"model"`, over the shipped table (`src/prices.toml`).
     pub prices: BTreeMap<String, Price>,
+    /// `[[alerts]]`: who is told of which events (docs/operations.md, "Alerts").
+    pub alerts: Vec<AlertRule>,
+    pub telemetry: Telemetry,
+}
+
+/// `[telemetry]`: traces over OTLP (docs/operations.md, "Traces"). Read once at start.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Telemetry {
+    /// The collector's OTLP/HTTP address (`http://host:4318`); spans go to its `/v1/traces`.
+    /// None: no traces.
+    pub otlp_endpoint: Option<String>,
+}
+
+impl Telemetry {
+    /// Where spans are posted: the endpoint's `/v1/traces`, unless it names that path itself.
+    pub fn traces_url(&self) -> Option<String> {
+        let base = self.otlp_endpoint.as_deref()?.trim().trim_end_matches('/');
+        Some(match base.ends_with("/v1/traces") {
+            true => base.to_string(),
+            false => format!("{base}/v1/traces"),
+        })
+    }
+}
+
+/// One `[[alerts]]` rule: the events it sends, where, and how often at most per subject.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AlertRule {
+    pub name: String,
+    pub on: Vec<AlertKind>,
+    /// The webhook's URL, or the variable holding it (a Slack URL is itself a secret).
+    pub url: Option<String>,
+    pub url_env: Option<String>,
+    #[serde(default)]
+    pub format: AlertFormat,
+    /// The variable holding the HMAC-SHA256 key that signs a `json` webhook's bodies.
+    pub secret_env: Option<String>,
+    /// At most one alert of this rule per subject in this interval, across the fleet.
+    #[serde(default = "alert_interval", deserialize_with = "duration")]
+    pub min_interval: Duration,
+    /// `budget`: the share of an agent's daily limit that raises it.
+    #[serde(default = "budget_share")]
+    pub budget_share: f64,
+}
+
+fn alert_interval() -> Duration {
+    Duration::from_secs(15 * 60)
+}
+
+fn budget_share() -> f64 {
+    0.8
+}
+
+impl AlertRule {
+    /// The webhook's URL, read from its variable now when it is given by one.
+    pub fn url(&self) -> Option<String> {
+        match (&self.url, &self.url_env) {
+            (Some(url), _) => Some(url.clone()),
+            (None, Some(var)) => std::env::var(var).ok().map(|v| v.trim().to_string()).filter(|v| !v.is_empty()),
+            (None, None) => None,
+        }
+    }
+
+    /// The signing key, read from its variable now.
+    pub fn secret(&self) -> Option<SecretString> {
+        let value = std::env::var(self.secret_env.as_deref()?).ok()?;
+        (!value.trim().is_empty()).then(|| SecretString::from(value.trim().to_string()))
+    }
+}
+
+/// What an alert is about (docs/operations.md, "Alerts").
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum AlertKind {
+    /// An OAuth account's tokens were refused: someone must sign in again.
+    NeedsRelogin,
+    /// An account entered the disabled lane (billing, a refused key).
+    Disabled,
+    /// Every enabled account of a provider is cooling or disabled.
+    ProviderCooling,
+    /// A request was served by a later model of its chain than the first.
+    Fallback,
+    /// A request was served by a profile marked `paid = true`.
+    Paid,
+    /// An agent passed `budget_share` of a daily limit.
+    Budget,
+    /// The audit queue was full and rows were shed.
+    AuditShed,
+    /// A write to the database is failing.
+    DatabaseFailing,
+}
+
+impl AlertKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AlertKind::NeedsRelogin => "needs_relogin",
+            AlertKind::Disabled => "disabled",
+            AlertKind::ProviderCooling => "provider_cooling",
+            AlertKind::Fallback => "fallback",
+            AlertKind::Paid => "paid",
+            AlertKind::Budget => "budget",
+            AlertKind::AuditShed => "audit_shed",
+            AlertKind::DatabaseFailing => "database_failing",
+        }
+    }
+}
+
+/// How an alert's body is written: rota's JSON, signed, or a Slack incoming webhook's `text`.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum AlertFormat {
+    #[default]
+    Json,
+    Slack,
 }
 
 /// Where the master key lives (docs/gateway.md, "Secrets").
@@ -471,6 +586,10 @@ pub struct ProfileConfig {
     pub token_env: Option<String>,
     /// When a static token stops working (RFC 3339).
     pub expires: Option<chrono::DateTime<chrono::Utc>>,
+    /// Each call costs money (a pay-as-you-go key): serving a request with it raises the
+    /// `paid` alert (docs/operations.md, "Alerts").
+    #[serde(default)]
+    pub paid: bool,
 }
 
 fn api_key() -> ProfileType {

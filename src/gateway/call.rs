@@ -144,7 +144,12 @@ impl Gateway {
                 provider,
                 (plan.upstream(), model),
                 &att.cred,
-                Outgoing { body: Bytes::from(bytes), client_headers: &inc.headers, stream: inc.stream || codex },
+                Outgoing {
+                    body: Bytes::from(bytes),
+                    client_headers: &inc.headers,
+                    stream: inc.stream || codex,
+                    trace: crate::telemetry::outgoing(),
+                },
             ),
         )
         .await;

@@ -43,7 +43,9 @@ pub fn router() -> Router<Gateway> {
 
 fn authenticate(agents: &AgentCache, headers: &HeaderMap) -> Result<Agent, GatewayError> {
     let key = presented_key(headers).ok_or(GatewayError::MissingKey)?;
-    agents.find(key).ok_or(GatewayError::InvalidKey)
+    let agent = agents.find(key).ok_or(GatewayError::InvalidKey)?;
+    crate::telemetry::agent(&agent.name);
+    Ok(agent)
 }
 
 async fn handle(
@@ -233,7 +235,12 @@ impl Gateway {
         let cred = self.runtime.book.credential(&pid)?;
         let body = serde_json::to_vec(&plan::WithModel { body: &inc.body, model: &cand.model, in_url: false }).ok()?;
         let path = "/v1/messages/count_tokens";
-        let out = upstream::Outgoing { body: body.into(), client_headers: &inc.headers, stream: false };
+        let out = upstream::Outgoing {
+            body: body.into(),
+            client_headers: &inc.headers,
+            stream: false,
+            trace: crate::telemetry::outgoing(),
+        };
         let send = self.upstream.send_to(provider, path, &cred, out);
         let resp = tokio::time::timeout(inc.settings.config.timeouts.first_byte, send).await.ok()?.ok()?;
         let status = resp.status().as_u16();

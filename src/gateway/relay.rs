@@ -177,6 +177,8 @@ pub fn respond(
     let clock = runtime.clock.clone();
     let stopping = runtime.stopping.clone();
     row.http_status = Some(200);
+    // Exported as a trace, the attempt lasts until its stream ends, with what it came to.
+    let attempt = crate::telemetry::on().then(tracing::Span::current);
     let relay_task = async move {
         let timeouts = &settings.config.timeouts;
         let secrets = att.cred.secrets();
@@ -246,7 +248,11 @@ pub fn respond(
         drop(tx);
         row.duration_ms = Some(sent.elapsed().as_millis() as Millis);
         signed.record(&row.provider, relay.signatures.iter().map(String::as_str));
-        walk.stream_ended(&book, &att, row, ended, relay.tokens, clock.now());
+        let finish = || walk.stream_ended(&book, &att, row, ended, relay.tokens, clock.now());
+        match attempt {
+            Some(attempt) => attempt.in_scope(finish),
+            None => finish(),
+        }
     };
     tokio::spawn(relay_task.instrument(tracing::info_span!("relay")));
     let mut rx = rx;

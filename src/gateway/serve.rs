@@ -136,7 +136,12 @@ impl Gateway {
                 provider = att.cand.provider.as_str(),
                 model = att.cand.model.as_str(),
                 profile = att.pid.as_str(),
-                n = row.seq
+                n = i64::from(row.seq),
+                outcome = tracing::field::Empty,
+                reason = tracing::field::Empty,
+                ttfb_ms = tracing::field::Empty,
+                status = tracing::field::Empty,
+                otel.status_code = tracing::field::Empty,
             );
             // Boxed: the attempt's future is most of the request's, and inline it would be
             // copied whole wherever the request's future moves (docs/performance.md).

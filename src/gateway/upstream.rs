@@ -33,6 +33,8 @@ pub struct Outgoing<'a> {
     pub body: Bytes,
     pub client_headers: &'a HeaderMap,
     pub stream: bool,
+    /// The attempt's trace context (`traceparent`), when traces are on (crate::telemetry).
+    pub trace: Option<HeaderMap>,
 }
 
 #[derive(Clone)]
@@ -112,7 +114,7 @@ impl Upstream {
         api: WireFormat,
         url: String,
         credential: &Credential,
-        Outgoing { body, client_headers, stream }: Outgoing<'_>,
+        Outgoing { body, client_headers, stream, trace }: Outgoing<'_>,
     ) -> Result<reqwest::Response, UpstreamError> {
         let mut req = self.post(url).header("content-type", "application/json").body(body);
         if stream {
@@ -126,6 +128,9 @@ impl Upstream {
             if let Some(v) = client_headers.get(name) {
                 req = req.header(name, v);
             }
+        }
+        if let Some(trace) = trace {
+            req = req.headers(trace);
         }
         authorize(req, provider, api, credential, client_headers)?.send().await.map_err(UpstreamError::Transport)
     }

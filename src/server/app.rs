@@ -37,7 +37,17 @@ pub fn router(state: AppState) -> Router {
         .merge(web::router())
         .layer(axum::middleware::from_fn_with_state(live, body_deadline))
         .layer(axum::middleware::map_response(nosniff))
-        .layer(TraceLayer::new_for_http().make_span_with(request_span))
+        .layer(TraceLayer::new_for_http().make_span_with(request_span).on_response(
+            |r: &axum::response::Response, latency: std::time::Duration, span: &tracing::Span| {
+                crate::telemetry::request_ended(span, r.status());
+                tower_http::trace::OnResponse::on_response(
+                    tower_http::trace::DefaultOnResponse::new(),
+                    r,
+                    latency,
+                    span,
+                )
+            },
+        ))
         .layer(SetRequestIdLayer::x_request_id(MakeRequestV7))
         .layer(axum::middleware::map_request(forget_client_request_id))
 }
@@ -60,41 +70,9 @@ async fn metrics(State(runtime): State<Arc<Runtime>>, headers: http::HeaderMap) 
     let now = runtime.clock.now();
     let mut snapshot =
         Snapshot::of(runtime.book.states(now), now, runtime.audit.health(), runtime.book.writer_state().0);
-    snapshot.limit_used = limit_used(&runtime, now).await;
+    snapshot.limit_used = crate::limits::used(runtime.store.as_ref(), &runtime.settings().config, now).await;
     ([("content-type", "application/openmetrics-text; version=1.0.0; charset=utf-8")], runtime.metrics.render(snapshot))
         .into_response()
-}
-
-/// Each active agent's use of each limit in force, from the counters every server shares; none
-/// when the database does not answer within a second (the scrape is not held up).
-async fn limit_used(runtime: &Runtime, now: crate::engine::Millis) -> Vec<((String, String), f64)> {
-    let (minute, day) = (crate::agents::minute_start(now), crate::agents::day_start(now));
-    let read = async {
-        Ok::<_, crate::store::StoreError>((
-            runtime.store.agents().await?,
-            runtime.store.agent_usage(None, minute, day).await?,
-        ))
-    };
-    let Ok(Ok((agents, usage))) = tokio::time::timeout(std::time::Duration::from_secs(1), read).await else {
-        return Vec::new();
-    };
-    let config = &runtime.settings().config;
-    let mut out = Vec::new();
-    for a in agents.iter().filter(|a| a.revoked_at.is_none()) {
-        let limits = config.agent_limits(a);
-        let used = usage.get(&a.name).copied().unwrap_or_default();
-        let pairs = [
-            ("requests_per_minute", limits.requests_per_minute.map(|l| (used.requests_this_minute as f64, l as f64))),
-            ("tokens_per_day", limits.tokens_per_day.map(|l| (used.tokens_today as f64, l as f64))),
-            ("cost_per_day", limits.cost_per_day.map(|l| (used.cost_today, l))),
-        ];
-        for (limit, pair) in pairs {
-            if let Some((used, cap)) = pair {
-                out.push(((a.name.clone(), limit.to_string()), used / cap));
-            }
-        }
-    }
-    out
 }
 
 /// Always 200 while rota serves (a load balancer keeps sending: requests are answered even

@@ -1,6 +1,7 @@
 //! `rota serve`: opens the store, unlocks the secrets, loads the profile book and serves HTTP
 //! until SIGTERM or Ctrl-C, then flushes every pending write.
 
+pub mod alerting;
 pub mod app;
 pub mod reload;
 pub mod upkeep;
@@ -62,7 +63,16 @@ impl App {
         ));
         // The background tasks end when the runtime is dropped.
         refresher.sweep(live.clone(), runtime.tasks());
-        crate::server::upkeep::start(store.clone(), live, clock.clone(), runtime.tasks());
+        crate::server::upkeep::start(store.clone(), live.clone(), clock.clone(), runtime.tasks());
+        let watch = alerting::Watch {
+            book: book.clone(),
+            audit: audit.clone(),
+            alerts: runtime.alerts.clone(),
+            store: store.clone(),
+            settings: live.clone(),
+            clock: clock.clone(),
+        };
+        watch.start(runtime.tasks());
         if let Some(path) = watched {
             crate::server::reload::watch(path, sender, runtime.tasks());
         }

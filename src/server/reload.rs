@@ -77,12 +77,19 @@ fn load(path: &Path, current: &Config) -> Result<Config, String> {
     if !problems.is_empty() {
         return Err(problems.join("; "));
     }
-    // These are read once at start; say so instead of pretending they changed.
+    // These are read once at start; say so instead of pretending they changed. A profile's
+    // `paid` applies at once (the `paid` alert).
+    let profiles = |c: &Config| {
+        let mut profiles = c.auth.profiles.clone();
+        profiles.values_mut().for_each(|p| p.paid = false);
+        format!("{profiles:?}")
+    };
     let at_start = [
         ("server.listen", config.server.listen != current.server.listen),
         ("database.url", config.database.url != current.database.url),
-        ("auth.profiles", format!("{:?}", config.auth.profiles) != format!("{:?}", current.auth.profiles)),
+        ("auth.profiles", profiles(&config) != profiles(current)),
         ("timeouts.connect", config.timeouts.connect != current.timeouts.connect),
+        ("telemetry", config.telemetry.otlp_endpoint != current.telemetry.otlp_endpoint),
     ];
     for (key, changed) in at_start {
         if changed {

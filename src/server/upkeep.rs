@@ -76,6 +76,18 @@ async fn prune_agent_usage(store: &dyn Store, retention: Duration, now: i64) {
     }
 }
 
+/// The alerts' outbox with the audit log: delivered and given-up alerts raised `retention` ago,
+/// and the gates no rule's `min_interval` still needs.
+async fn prune_alerts(store: &dyn Store, config: &crate::config::Config, retention: Duration, now: i64) {
+    let longest = config.alerts.iter().map(|r| r.min_interval).max().unwrap_or_default();
+    let before = now - retention.as_millis() as i64;
+    match store.prune_alerts(before, before.min(now - longest.as_millis() as i64)).await {
+        Ok(0) => {}
+        Ok(n) => tracing::debug!(alerts = n, "old alerts deleted"),
+        Err(e) => tracing::warn!(error = %e, "pruning old alerts failed; trying again next time"),
+    }
+}
+
 /// Where a prune stops: rows that started `retention` before the newest request go, and never a
 /// row the clock alone would condemn. By rota's clock alone, a clock that is wrong at start (a
 /// restart after a jump) would delete rows the true time keeps; the newest row bounds it. An
@@ -113,6 +125,7 @@ async fn retention(store: Arc<dyn Store>, settings: Live, clock: Arc<dyn Clock>)
         if audit.retention.is_zero() {
             continue;
         }
+        prune_alerts(store.as_ref(), &settings.get().config, audit.retention, now).await;
         let Some(before) = cutoff(store.as_ref(), audit.retention, now).await else { continue };
         let mut total = Pruned::default();
         loop {

@@ -129,6 +129,52 @@ pub struct AdminAction {
     pub after: Option<serde_json::Value>,
 }
 
+/// An alert raised, for the outbox (docs/operations.md, "Alerts").
+#[derive(Clone, Debug, PartialEq)]
+pub struct NewAlert {
+    pub id: String,
+    pub rule: String,
+    pub kind: String,
+    pub subject: String,
+    /// The bytes to post.
+    pub body: String,
+    pub raised_at: Millis,
+}
+
+/// An alert of the outbox claimed for sending.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OutboxAlert {
+    pub id: String,
+    pub rule: String,
+    pub body: String,
+    pub raised_at: Millis,
+    /// The attempts made before this one.
+    pub attempts: i64,
+}
+
+/// One attempt to deliver an alert (numbered by the store, after those before it).
+#[derive(Clone, Debug, PartialEq)]
+pub struct AlertDelivery {
+    pub alert_id: String,
+    pub instance: String,
+    pub at: Millis,
+    pub duration_ms: i64,
+    /// The receiver's HTTP status; none when it did not answer.
+    pub status: Option<i64>,
+    /// Why it failed; none when delivered.
+    pub error: Option<String>,
+}
+
+/// What becomes of an alert after a delivery attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AlertNext {
+    Delivered,
+    /// Tried again from then on.
+    Retry(Millis),
+    /// Given up: tried for too long.
+    Failed,
+}
+
 /// One entry of the change feed: an entity some writer changed (docs/scale.md).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FeedEntry {
@@ -356,6 +402,23 @@ pub trait Store: Send + Sync {
     async fn record_action(&self, action: &AdminAction) -> Result<(), StoreError>;
     /// The newest `limit` recorded changes, newest first.
     async fn admin_actions(&self, limit: i64) -> Result<Vec<AdminAction>, StoreError>;
+    /// Puts `alert` in the outbox unless its rule raised one for its subject after
+    /// `gate_after` (the gate of every server sharing the database); whether it did.
+    async fn raise_alert(&self, alert: &NewAlert, gate_after: Millis) -> Result<bool, StoreError>;
+    /// Claims up to `limit` pending alerts due at `now` that no other server holds a claim on,
+    /// for this `instance` until `until`.
+    async fn claim_alerts(
+        &self,
+        instance: &str,
+        now: Millis,
+        until: Millis,
+        limit: i64,
+    ) -> Result<Vec<OutboxAlert>, StoreError>;
+    /// Records a delivery attempt and what becomes of the alert, which gives up its claim.
+    async fn alert_attempted(&self, delivery: &AlertDelivery, next: AlertNext) -> Result<(), StoreError>;
+    /// Deletes the delivered and given-up alerts raised before `before` (their deliveries go
+    /// with them) and the gates last moved before `gates_before`; how many alerts went.
+    async fn prune_alerts(&self, before: Millis, gates_before: Millis) -> Result<u64, StoreError>;
     /// Claims `slots` requests of `agent` in the minute that starts at `minute`, if the count
     /// stays at or under `limit` with them: the count with them, or `None` (nothing claimed).
     /// One atomic statement, so the servers sharing the database claim at most `limit`

@@ -3,6 +3,7 @@
 //! only the pure rules (`rota::engine`); this is the runtime around them.
 
 use super::{Attempt, Failed, Verdict, Walk};
+use crate::alerts::Alerts;
 use crate::audit::Audit;
 use crate::book::{Book, Credential};
 use crate::config::Config;
@@ -36,6 +37,8 @@ pub struct Runtime {
     pub watchdog: Arc<Watchdog>,
     /// The agents' limits, admitted in memory.
     pub limits: Arc<Limiter>,
+    /// Where events are raised for `[[alerts]]` (crate::alerts).
+    pub alerts: Arc<Alerts>,
     /// Cancelled when the shutdown grace (`server.shutdown_grace`) is over: open streams end
     /// with the in-band error.
     pub stopping: CancellationToken,
@@ -55,8 +58,8 @@ impl Runtime {
     ) -> Runtime {
         let tasks = CancellationToken::new();
         let watchdog = Watchdog::start(store.clone(), tasks.clone());
+        let alerts = Alerts::start(settings.clone(), store.clone(), clock.clone(), tasks.clone());
         Runtime {
-            settings,
             book,
             store: store.clone(),
             audit,
@@ -64,10 +67,12 @@ impl Runtime {
             clock,
             refresher,
             limits: Limiter::new(store.clone(), watchdog.clone()),
+            alerts,
             watchdog,
             stopping: CancellationToken::new(),
             _tasks: tasks.clone().drop_guard(),
             tasks,
+            settings,
         }
     }
 

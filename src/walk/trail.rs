@@ -3,16 +3,18 @@
 //! (docs/audit.md).
 
 use super::Runtime;
+use crate::alerts::{Alerts, Event};
 use crate::audit::Audit;
-use crate::config::NamedModels;
+use crate::config::{AlertKind, NamedModels};
 use crate::engine::chain::Candidate;
 use crate::engine::{Millis, ProfileId, Reason};
 use crate::limits::Limiter;
 use crate::metrics::Metrics;
 use crate::prices::{Prices, Tokens};
 use crate::redact::truncate;
-use crate::settings::Settings;
+use crate::settings::{ServedAlerts, Settings};
 use crate::store::{AttemptRow, Kind, Outcome, RequestRow};
+use serde_json::json;
 use std::sync::Arc;
 use tokio::time::Instant;
 
@@ -23,6 +25,8 @@ pub struct Trail {
     metrics: Arc<Metrics>,
     /// Told what the request spent (its agent's day).
     limits: Arc<Limiter>,
+    /// The alerts a served request may raise, when a rule listens for them.
+    alerts: Option<(Arc<Alerts>, Arc<ServedAlerts>)>,
     /// The prices in force when the request arrived.
     prices: Arc<Prices>,
     /// The models the config named then (metric labels).
@@ -67,6 +71,7 @@ impl Trail {
             audit: runtime.audit.clone(),
             metrics: runtime.metrics.clone(),
             limits: runtime.limits.clone(),
+            alerts: settings.served_alerts.clone().map(|watch| (runtime.alerts.clone(), watch)),
             prices: settings.prices.clone(),
             named: settings.named.clone(),
             first_candidate: None,
@@ -124,6 +129,7 @@ impl Trail {
 
     /// Audits one attempt or skip (and counts it in the metrics).
     pub fn record(&mut self, row: AttemptRow) {
+        crate::telemetry::attempt_ended(&row);
         if self.first_candidate.is_none() {
             self.first_candidate = Some(format!("{}/{}", row.provider, row.model));
         }
@@ -163,6 +169,9 @@ impl Trail {
 
     fn write(&self, status: u16, served: Option<(&Candidate, &ProfileId)>, spent: Spent, error: Option<String>) {
         let duration_ms = self.started.elapsed().as_millis() as Millis;
+        if let (Some((alerts, watch)), Some((served, profile))) = (&self.alerts, served) {
+            self.raise(alerts, watch, served, profile);
+        }
         let row = RequestRow {
             id: self.request_id.clone(),
             agent: Some(self.agent.clone()),
@@ -189,6 +198,43 @@ impl Trail {
             self.limits.spent(&self.agent, self.started_at, tokens, row.cost.unwrap_or(0.0));
         }
         self.audit.request(row);
+    }
+}
+
+impl Trail {
+    /// The `fallback` and `paid` alerts of a served request (docs/operations.md, "Alerts").
+    fn raise(&self, alerts: &Alerts, watch: &ServedAlerts, served: &Candidate, profile: &ProfileId) {
+        let label = served.label();
+        let details = || {
+            json!({
+                "request_id": self.request_id,
+                "agent": self.agent,
+                "requested_model": self.requested_model,
+                "first_choice": self.first_candidate,
+                "served_model": label,
+                "served_profile": profile.to_string(),
+            })
+        };
+        if watch.fallback
+            && let Some(first) = self.first_candidate.as_deref().filter(|first| *first != label)
+        {
+            alerts.raise(Event {
+                kind: AlertKind::Fallback,
+                subject: first.to_string(),
+                summary: format!("{first} failed over: a request was served by {label}"),
+                details: details(),
+                share: None,
+            });
+        }
+        if watch.paid.contains(profile) {
+            alerts.raise(Event {
+                kind: AlertKind::Paid,
+                subject: profile.to_string(),
+                summary: format!("a request of {} was served by the paid profile {profile} ({label})", self.agent),
+                details: details(),
+                share: None,
+            });
+        }
     }
 }
 

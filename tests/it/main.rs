@@ -6,6 +6,7 @@ mod support;
 mod abuse;
 mod admin;
 mod agents;
+mod alerts;
 mod audit;
 mod classification_samples;
 mod cli;

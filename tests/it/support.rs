@@ -88,7 +88,8 @@ struct MockState {
     bodies: Vec<Value>,
     /// Streams whose reader (rota) went away before the stream ended.
     aborted: usize,
-    /// Calls to the OAuth token endpoint (`/oauth/token`).
+    /// Calls to the OAuth token endpoint (`/oauth/token`), which refuses a refresh token that
+    /// starts with `revoked` (`invalid_grant`).
     token_calls: usize,
     /// The lifetime of the access tokens it grants (default one hour), and how long it takes.
     token_lifetime: Option<u64>,
@@ -318,6 +319,10 @@ async fn token(State(mock): State<Mock>, body: Bytes) -> Response {
     };
     tokio::time::sleep(delay).await;
     let form: HashMap<String, String> = url::form_urlencoded::parse(&body).into_owned().collect();
+    if form.get("refresh_token").is_some_and(|t| t.starts_with("revoked")) {
+        let refused = json!({"error": "invalid_grant", "error_description": "refresh token revoked"});
+        return (StatusCode::BAD_REQUEST, axum::Json(refused)).into_response();
+    }
     let mut answer = json!({
         "access_token": format!("at-new-{n:04}"), "token_type": "Bearer", "expires_in": lifetime,
         "refresh_token": format!("rt-new-{n:04}"),

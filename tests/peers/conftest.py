@@ -359,8 +359,8 @@ def create_agent(dir: Path, name: str) -> str:
     return agent_key
 
 
-def start_rota(dir: Path, stderr: Path) -> tuple[subprocess.Popen, str]:
-    """`rota serve` on 127.0.0.1:0 with dir's config, once healthy: the process and its host:port.
+def start_rota(dir: Path, stderr: Path, **env: str) -> tuple[subprocess.Popen, str]:
+    """`rota serve` on 127.0.0.1:0 with dir's config (and `env`), once healthy: the process and its host:port.
 
     A rota that does not come up is stopped here, since the caller never gets hold of it.
     """
@@ -368,7 +368,7 @@ def start_rota(dir: Path, stderr: Path) -> tuple[subprocess.Popen, str]:
         proc = subprocess.Popen(
             [str(rota_bin()), "--config", str(dir / "rota.toml"), "serve", "--listen", "127.0.0.1:0"],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err, text=True, cwd=dir,
-            env=clean_env(ROTA_LOG="warn"),
+            env=clean_env(ROTA_LOG="warn", **env),
         )
     try:
         line = read_first_line(proc, deadline_s=20).strip()

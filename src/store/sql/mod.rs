@@ -11,6 +11,7 @@
 
 mod actions;
 mod agents;
+mod alerts;
 mod audit;
 mod feed;
 mod listings;
@@ -20,8 +21,9 @@ mod secrets;
 mod stats;
 
 use super::{
-    AdminAction, AgentUsage, Applied, AttemptRecord, AuditQuery, FailureWindow, FeedEntry, LimitsPatch, ProfileUsage,
-    Pruned, RequestRecord, SeriesRows, Snapshot, Store, StoreError, StoredProfile,
+    AdminAction, AgentUsage, AlertDelivery, AlertNext, Applied, AttemptRecord, AuditQuery, FailureWindow, FeedEntry,
+    LimitsPatch, NewAlert, OutboxAlert, ProfileUsage, Pruned, RequestRecord, SeriesRows, Snapshot, Store, StoreError,
+    StoredProfile,
 };
 use crate::agents::{Agent, Limits};
 use crate::engine::{Change, CooldownPolicy, Millis, ModelChange, ModelCooldown, ProfileId, UsageStats};
@@ -283,6 +285,28 @@ where
 
     async fn admin_actions(&self, limit: i64) -> Result<Vec<AdminAction>, StoreError> {
         self.sql().admin_actions(limit).await
+    }
+
+    async fn raise_alert(&self, alert: &NewAlert, gate_after: Millis) -> Result<bool, StoreError> {
+        self.sql().raise_alert(alert, gate_after).await
+    }
+
+    async fn claim_alerts(
+        &self,
+        instance: &str,
+        now: Millis,
+        until: Millis,
+        limit: i64,
+    ) -> Result<Vec<OutboxAlert>, StoreError> {
+        self.sql().claim_alerts(instance, now, until, limit).await
+    }
+
+    async fn alert_attempted(&self, delivery: &AlertDelivery, next: AlertNext) -> Result<(), StoreError> {
+        self.sql().alert_attempted(delivery, next).await
+    }
+
+    async fn prune_alerts(&self, before: Millis, gates_before: Millis) -> Result<u64, StoreError> {
+        self.sql().prune_alerts(before, gates_before).await
     }
 
     async fn claim_requests(
