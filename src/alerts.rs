@@ -83,6 +83,11 @@ impl Alerts {
         Arc::new(Alerts { settings, events })
     }
 
+    /// Whether any rule is configured.
+    pub fn any(&self) -> bool {
+        !self.settings.get().config.alerts.is_empty()
+    }
+
     /// Whether a rule listens for `kind`.
     pub fn wanted(&self, kind: AlertKind) -> bool {
         self.settings.get().config.alerts.iter().any(|r| r.on.contains(&kind))
@@ -212,6 +217,10 @@ impl Sender {
     async fn run(self, raised: Arc<Notify>) {
         loop {
             let _ = tokio::time::timeout(Duration::from_secs(1), raised.notified()).await;
+            // A server without rules sends nothing: the outbox is left to those that have them.
+            if self.settings.get().config.alerts.is_empty() {
+                continue;
+            }
             let now = self.clock.now();
             let until = now + CLAIM.as_millis() as Millis;
             let claimed = match self.store.claim_alerts(&self.instance, now, until, BATCH).await {

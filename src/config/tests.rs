@@ -480,3 +480,45 @@ fn a_preset_names_the_keys_it_lacks_and_refuses_what_cannot_go_in_a_host_name() 
     let e = err("[providers.x]\npreset = \"openai\"\nresourse = \"r\"");
     assert!(e.contains("did you mean `resource`?"), "{e}");
 }
+
+#[test]
+fn alert_rules_are_checked_all_at_once_and_never_echo_a_url() {
+    // PATH is set in every test process; ROTA_TEST_UNSET_VAR is not.
+    let c = parse(&format!(
+        "{BASE}\n\
+         [[alerts]]\nname = \"ops\"\non = [\"paid\"]\nurl = \"https://hooks.example.com/s3cret\"\nsecret_env = \"PATH\"\n\
+         [[alerts]]\nname = \"ops\"\non = []\nurl = \"ftp://hooks.example.com/s3cret\"\nurl_env = \"PATH\"\nsecret_env = \"PATH\"\n\
+         [[alerts]]\nname = \"\"\non = [\"budget\"]\nurl_env = \"ROTA_TEST_UNSET_VAR\"\nmin_interval = \"0s\"\nbudget_share = 0.0\n\
+         [[alerts]]\nname = \"chat\"\non = [\"fallback\"]\nurl = \"gopher://x\"\nformat = \"slack\"\nsecret_env = \"PATH\""
+    ));
+    let problems = c.problems();
+    assert_eq!(
+        problems,
+        [
+            "alerts[1].name: `ops` names another rule too",
+            "alerts[1].on: name at least one event",
+            "alerts[1]: give exactly one of `url` and `url_env`",
+            "alerts[2].name: give the rule a name of 1 to 64 characters",
+            "alerts[2].url_env: environment variable `ROTA_TEST_UNSET_VAR` is unset or empty",
+            "alerts[2].secret_env: a json webhook's bodies are signed; name the variable holding the key",
+            "alerts[2].min_interval: must be at least 1s",
+            "alerts[2].budget_share: must be above 0 and at most 10 (a share of the limit)",
+            "alerts[3]: the webhook's URL is not an http(s) URL",
+            "alerts[3].secret_env: a Slack webhook is not signed (its URL is the secret); remove it",
+        ]
+    );
+    assert!(problems.iter().all(|p| !p.contains("s3cret") && !p.contains("gopher")), "{problems:?}");
+    let wrong = Config::from_toml("[[alerts]]\nname = \"x\"\non = [\"relogin\"]").unwrap_err().to_string();
+    assert!(wrong.contains("relogin"), "an unknown event is named: {wrong}");
+}
+
+#[test]
+fn traces_go_to_the_endpoints_v1_traces_and_a_bad_endpoint_is_a_problem() {
+    let url = |endpoint: &str| Telemetry { otlp_endpoint: Some(endpoint.into()) }.traces_url();
+    assert_eq!(url("http://127.0.0.1:4318"), Some("http://127.0.0.1:4318/v1/traces".into()));
+    assert_eq!(url("http://c:4318/"), Some("http://c:4318/v1/traces".into()));
+    assert_eq!(url("https://otlp.example.com/v1/traces"), Some("https://otlp.example.com/v1/traces".into()));
+    assert_eq!(Telemetry::default().traces_url(), None, "off by default");
+    let c = parse("[telemetry]\notlp_endpoint = \"127.0.0.1:4318\"");
+    assert_eq!(c.problems(), ["telemetry.otlp_endpoint: not an http(s) URL (e.g. http://127.0.0.1:4318)"]);
+}

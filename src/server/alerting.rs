@@ -57,6 +57,12 @@ impl Watch {
         let mut budget_at = tokio::time::Instant::now();
         loop {
             tick.tick().await;
+            // Without rules, nothing is looked at; rules added by a reload then hear of the
+            // states already there, as at start.
+            if !self.alerts.any() {
+                seen = Seen::default();
+                continue;
+            }
             let now = self.clock.now();
             let (now_seen, events) = self.look(now);
             for event in changes(&seen, events) {

@@ -10,13 +10,15 @@ a collector does, so a body that is not a well-formed `ExportTraceServiceRequest
 
 from __future__ import annotations
 
+import contextlib
 import secrets
+import socket
 import tempfile
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import openai
 import pytest
@@ -122,19 +124,18 @@ def value(v: Any) -> Any:
     return getattr(v, kind) if kind else None
 
 
-@pytest.fixture
-def traced(_bounded_in_time) -> Any:
-    """llmock behind the key tap, an OTLP receiver, and `rota serve` exporting to it."""
+@contextlib.contextmanager
+def traced_rota(endpoint: str) -> Iterator[dict[str, Any]]:
+    """llmock behind the key tap, and `rota serve` exporting its traces to `endpoint`."""
     tmp = tempfile.TemporaryDirectory(prefix="rota-traces-")
     dir = Path(tmp.name)
     llmock = tap = proc = None
-    receiver = Receiver()
     stderr = dir / "rota.stderr"
     try:
         llmock = start_llmock(dir)
         tap = KeyTap(int(llmock.url.rsplit(":", 1)[1]))
         config = CONFIG.format(port=tap.port, openai_model=OPENAI_MODEL)
-        (dir / "rota.toml").write_text(config + f'\n[telemetry]\notlp_endpoint = "{receiver.url}"\n')
+        (dir / "rota.toml").write_text(config + f'\n[telemetry]\notlp_endpoint = "{endpoint}"\n')
         for pid, key in UPSTREAM_KEYS.items():
             provider, name = pid.split(":")
             rota(dir, "profiles", "add", provider, "--name", name, stdin=key + "\n")
@@ -144,17 +145,26 @@ def traced(_bounded_in_time) -> Any:
                                 OTEL_EXPORTER_OTLP_HEADERS=f"authorization=Bearer {COLLECTOR_TOKEN}")
         llmock.reset()
         tap.clear()
-        yield {"addr": addr, "key": agent_key, "llmock": llmock, "tap": tap, "receiver": receiver,
-               "proc": proc, "stderr": stderr}
+        yield {"addr": addr, "key": agent_key, "llmock": llmock, "tap": tap, "proc": proc, "stderr": stderr}
     finally:
         stop_rota(proc)
         if llmock is not None:
             stop(llmock.proc)
         if tap is not None:
             tap.close()
-        receiver.close()
         print(f"--- rota stderr ---\n{tail(stderr)}")
         tmp.cleanup()
+
+
+@pytest.fixture
+def traced(_bounded_in_time) -> Any:
+    """An OTLP receiver and rota exporting to it."""
+    receiver = Receiver()
+    try:
+        with traced_rota(receiver.url) as t:
+            yield {**t, "receiver": receiver}
+    finally:
+        receiver.close()
 
 
 def wait_spans(receiver: Receiver, trace_id: str, count: int, deadline_s: float = 10.0) -> list[dict[str, Any]]:
@@ -271,3 +281,22 @@ def test_traces_are_off_by_default(gateway: Any) -> None:
                                    extra_headers={"traceparent": agents_trace})
     calls = [s for s in gateway.tap.requests() if s.path.endswith("/chat/completions")]
     assert len(calls) == 1 and "traceparent" not in calls[0].headers, calls
+
+
+def test_a_collector_that_is_down_costs_no_request_and_is_logged(_bounded_in_time: Any) -> None:
+    """The collector refuses connections: requests are served as ever, and the failed exports
+    are logged (without the collector's token)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        down = f"http://127.0.0.1:{s.getsockname()[1]}"
+    with traced_rota(down) as t:
+        t["llmock"].scenario(reply("Served anyway.", "openai"))
+        client = openai.OpenAI(base_url=f"http://{t['addr']}/v1", api_key=t["key"], max_retries=0,
+                               timeout=SDK_TIMEOUT_S)
+        answer = client.chat.completions.create(model=f"openai/{OPENAI_MODEL}", messages=PROMPT)
+        assert answer.choices[0].message.content == "Served anyway."
+        deadline = time.monotonic() + 10
+        while "BatchSpanProcessor.ExportError" not in (log := Path(t["stderr"]).read_text()):
+            assert time.monotonic() < deadline, f"no export error logged:\n{log}"
+            time.sleep(0.1)
+        assert COLLECTOR_TOKEN not in log
