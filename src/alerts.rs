@@ -303,23 +303,13 @@ fn retry_after(attempts: i64) -> Duration {
     Duration::from_secs(1u64 << attempts.clamp(0, 10)).min(RETRY_MAX)
 }
 
-/// The webhooks' HTTP client, built on first use (it reads the system's root certificates). It
-/// never follows redirects.
+/// The webhooks' HTTP client (crate::http), built on first use.
 #[derive(Default)]
 struct OnceHttp(std::sync::OnceLock<reqwest::Client>);
 
 impl OnceHttp {
     fn client(&self) -> &reqwest::Client {
-        self.0.get_or_init(|| {
-            let _ = rustls::crypto::ring::default_provider().install_default();
-            reqwest::Client::builder()
-                .redirect(reqwest::redirect::Policy::none())
-                .connect_timeout(Duration::from_secs(5))
-                .timeout(POST_TIMEOUT)
-                .user_agent(concat!("rota/", env!("CARGO_PKG_VERSION")))
-                .build()
-                .expect("HTTP client configuration is static and valid")
-        })
+        self.0.get_or_init(|| crate::http::own_client(Duration::from_secs(5), POST_TIMEOUT))
     }
 }
 

@@ -8,6 +8,7 @@
 // layer: values — the engine's pure rules, and the values every part shares.
 pub use rota_engine as engine;
 pub mod agents;
+pub mod http;
 pub mod keyring;
 pub mod prices;
 pub mod redact;

@@ -46,13 +46,7 @@ where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
     use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let client = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .timeout(POST_TIMEOUT)
-        .user_agent(concat!("rota/", env!("CARGO_PKG_VERSION")))
-        .build()
-        .map_err(|e| format!("telemetry: {e}"))?;
+    let client = crate::http::own_client(Duration::from_secs(5), POST_TIMEOUT);
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_http_client(Post { client, runtime })

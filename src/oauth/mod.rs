@@ -97,16 +97,7 @@ pub struct Http(Arc<OnceLock<reqwest::Client>>);
 
 impl Http {
     fn client(&self) -> &reqwest::Client {
-        self.0.get_or_init(|| {
-            let _ = rustls::crypto::ring::default_provider().install_default();
-            reqwest::Client::builder()
-                .redirect(reqwest::redirect::Policy::none())
-                .connect_timeout(Duration::from_secs(10))
-                .timeout(Duration::from_secs(30))
-                .user_agent(concat!("rota/", env!("CARGO_PKG_VERSION")))
-                .build()
-                .expect("HTTP client configuration is static and valid")
-        })
+        self.0.get_or_init(|| crate::http::own_client(Duration::from_secs(10), Duration::from_secs(30)))
     }
 }
 
