@@ -73,7 +73,7 @@ impl<'a> Changes<'a> {
             }
             None => {
                 let cleared = [(id.clone(), vec![Change::Cleared(now)])];
-                !self.store.apply(&cleared, &[], &config.cooldown_policy()).await?.stats.is_empty()
+                !self.store.apply(&cleared, &[], &[], &config.cooldown_policy()).await?.stats.is_empty()
             }
         };
         if found { Ok(()) } else { Err(StoreError::NotFound(id.clone())) }

@@ -394,6 +394,7 @@ async fn create(
         return Err(ApiError::OverLimit { message: over.message, retry_after: over.retry_after });
     }
     let walk = Walk::new(chain, req.session, pin, trail).excluding(exclude).failover(settings.config.failover.enabled);
+    runtime.recall_session(&walk).await;
     let lease = issue(runtime, &state.leases, &agent.name, settings, walk, Duration::ZERO).await?;
     Ok((axum::http::StatusCode::CREATED, Json(lease)))
 }

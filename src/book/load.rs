@@ -1,12 +1,11 @@
 //! The book's first read of the store, and what a snapshot's sealed secrets open to.
 
-use super::state::{Inner, Roster, SESSION_KEYS, SESSION_TTL};
+use super::state::{Inner, Roster, Sessions};
 use super::sync::{FEED_EVERY, GATHER, Stats};
 use super::{Book, Credential, Exchange, Shared};
 use crate::behind::{self, Writer};
 use crate::config::Config;
 use crate::engine::gate::ProbeThrottle;
-use crate::engine::recent::Recent;
 use crate::engine::{Millis, ProfileId, ProfileType, ProfileView, UsageStats, Views};
 use crate::secrets::{MasterKey, OpenError, SecretField};
 use crate::settings::Live;
@@ -40,7 +39,7 @@ impl Book {
             token_versions,
             model_cooldowns: snapshot.model_cooldowns,
             probes: ProbeThrottle::default(),
-            sessions: Recent::new(SESSION_TTL, SESSION_KEYS),
+            sessions: Sessions::new(),
             rotation: HashMap::new(),
             inflight: HashMap::new(),
             pending: HashMap::new(),

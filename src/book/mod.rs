@@ -26,7 +26,7 @@ mod sync;
 
 pub use credentials::{Credential, Exchange};
 pub use load::{LoadError, config_rows, views};
-pub use state::Roster;
+pub use state::{Roster, SESSION_ROWS, SESSION_TTL, session_id};
 pub use sync::{Backlog, FEED_EVERY};
 
 use crate::behind::Writer;
@@ -38,9 +38,9 @@ use crate::engine::{
     Change, Failure, Millis, ModelChange, ModelCooldown, ProfileId, ProfileView, Reason, Until, UsageStats,
 };
 use crate::secrets::MasterKey;
-use crate::store::StoredProfile;
+use crate::store::{SessionBinding, StoredProfile};
 use parking_lot::{Mutex, MutexGuard};
-use state::{Inner, ModelKey, session_key};
+use state::{Inner, ModelKey};
 use std::sync::Arc;
 
 /// What the book and its background task share.
@@ -54,6 +54,15 @@ struct Shared {
 
 pub struct Book {
     shared: Arc<Shared>,
+}
+
+/// What `Book::pick` gives a request.
+pub struct Picked {
+    pub ordered: Ordered,
+    /// The first profile was usable and is marked used.
+    pub marked: bool,
+    /// That bound the request's session to it, or moved it there (written with the stats).
+    pub bound: bool,
 }
 
 impl Drop for Book {
@@ -71,7 +80,7 @@ impl Book {
     /// `exclude`), and the first of them, when usable, marked used (and stuck to `session`) in
     /// the same critical section, so that concurrent requests and leases spread over the
     /// profiles instead of all taking the least recently used one. The mark is later than every
-    /// other profile's of the provider, even within one millisecond. True when it marked.
+    /// other profile's of the provider, even within one millisecond.
     pub fn pick(
         &self,
         config: &Config,
@@ -80,32 +89,56 @@ impl Book {
         pin: Option<&ProfileId>,
         exclude: &[ProfileId],
         now: Millis,
-    ) -> Result<(Ordered, bool), PinError> {
+    ) -> Result<Picked, PinError> {
         let mut guard = self.lock();
         let inner = &mut *guard;
         let policy = inner.policy();
-        let sticky = session.and_then(|s| inner.sessions.get(&session_key(provider, s), now)).map(|(id, _)| id.clone());
+        let sticky = session.and_then(|s| Some(inner.sessions.get(provider, s, now)?.profile.clone()));
         let pinned = pin.is_some_and(|p| p.provider() == provider);
         if !pinned && sticky.is_none() && !inner.roster.has_explicit_order(config, provider) {
             let first = inner.first_usable(config, (provider, model), exclude, now);
             if let Some(id) = first.first().cloned() {
                 let latest = inner.rotation.get(provider).and_then(RotationIndex::latest);
-                inner.use_first(&id, latest, session, now, &policy);
+                let bound = inner.use_first(&id, latest, session, now, &policy);
                 self.shared.writer.wake();
                 let slots = first.into_iter().map(|id| Slot { id, blocked: None }).collect();
-                return Ok((Ordered { slots, pinned: false, more: true }, true));
+                return Ok(Picked { ordered: Ordered { slots, pinned: false, more: true }, marked: true, bound });
             }
         }
         let mut ordered = inner.roster.order(config, provider, model, sticky.as_ref(), pin, now)?;
         ordered.slots.retain(|s| !exclude.contains(&s.id));
         let Some(first) = ordered.slots.first().filter(|s| s.blocked.is_none()).map(|s| s.id.clone()) else {
-            return Ok((ordered, false));
+            return Ok(Picked { ordered, marked: false, bound: false });
         };
         let views = &inner.roster.views;
         let latest = ordered.slots.iter().filter_map(|s| views.get(&s.id)?.stats.last_used).max();
-        inner.use_first(&first, latest, session, now, &policy);
+        let bound = inner.use_first(&first, latest, session, now, &policy);
         self.shared.writer.wake();
-        Ok((ordered, true))
+        Ok(Picked { ordered, marked: true, bound })
+    }
+
+    /// The profile `session` sticks to on `provider` here, if any.
+    pub fn session_profile(&self, provider: &str, session: &str, now: Millis) -> Option<ProfileId> {
+        Some(self.lock().sessions.get(provider, session, now)?.profile.clone())
+    }
+
+    /// Whether `session` sticks here to a profile of `provider` that can serve `model` now:
+    /// then this server need not ask the database (docs/scale.md, "Sessions").
+    pub fn knows_session(&self, (provider, model): (&str, &str), session: &str, now: Millis) -> bool {
+        let inner = self.lock();
+        let Some(bound) = inner.sessions.get(provider, session, now) else { return false };
+        inner.roster.views.get(&bound.profile).is_some_and(|v| v.serves(model, now))
+    }
+
+    /// Whether the profile can serve `model` now (enabled, no window over it).
+    pub fn serves(&self, id: &ProfileId, model: &str, now: Millis) -> bool {
+        self.lock().roster.views.get(id).is_some_and(|v| v.serves(model, now))
+    }
+
+    /// Bindings read from the database: kept unless this server knows a later one. True when
+    /// one changed what this server knew.
+    pub fn adopt_sessions(&self, bindings: Vec<SessionBinding>, now: Millis) -> bool {
+        self.lock().sessions.adopt(bindings, now)
     }
 
     /// Every profile in force with its state at `now` (for `/metrics`).
@@ -149,12 +182,14 @@ impl Book {
         Some(next)
     }
 
-    /// The profile was chosen for an attempt; `session` sticks to it.
-    pub fn mark_used(&self, id: &ProfileId, session: Option<&str>, now: Millis) {
+    /// The profile was chosen for an attempt; `session` sticks to it. True when that bound or
+    /// moved the session.
+    pub fn mark_used(&self, id: &ProfileId, session: Option<&str>, now: Millis) -> bool {
         self.update(id, Change::Used(now));
-        if let Some(s) = session {
-            self.lock().sessions.insert(session_key(id.provider(), s), id.clone(), now);
-        }
+        let Some(s) = session else { return false };
+        let bound = self.lock().stick(id, s, now);
+        self.shared.writer.wake();
+        bound
     }
 
     /// The profile served `model` with a call sent at `sent`: the error state it proves over

@@ -11,26 +11,100 @@ use crate::engine::{
     Change, CooldownPolicy, Millis, ModelChange, ModelCooldown, ProfileId, Unwritten, UsageStats, Views,
 };
 use crate::settings::{Live, Settings};
-use crate::store::{Origin, Snapshot};
+use crate::store::{Origin, SessionBinding, Snapshot};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-/// How long a session stays stuck to its profile without traffic, and how many are kept.
-pub(super) const SESSION_TTL: Millis = 6 * 3_600_000;
-pub(super) const SESSION_KEYS: usize = 10_000;
+/// How long a session stays stuck to its profile without traffic, and how many are kept in
+/// memory (the database keeps more: `SESSION_ROWS`).
+pub const SESSION_TTL: Millis = 6 * 3_600_000;
+const SESSION_KEYS: usize = 10_000;
+/// The most bindings the database keeps (docs/scale.md, "Sessions").
+pub const SESSION_ROWS: usize = 1_000_000;
+/// How often a binding's last use is written while it is used: it expires in the database at
+/// most this much after its idle time is up.
+const SEEN_EVERY: Millis = 10 * 60_000;
 /// The longest session id kept as sent; a longer one (a client's `user` may be megabytes) is
 /// kept as its SHA-256, so the map holds at most `SESSION_KEYS` short keys.
 const SESSION_MAX: usize = 128;
 
-/// The key a session sticks under: (provider, session id, or the id's digest when long).
-pub(super) fn session_key(provider: &str, session: &str) -> (String, String) {
-    let id = if session.len() <= SESSION_MAX {
+/// A session id as kept: as sent, or its digest when long.
+pub fn session_id(session: &str) -> String {
+    if session.len() <= SESSION_MAX {
         session.to_string()
     } else {
         use sha2::Digest;
         format!("sha256:{:x}", sha2::Sha256::digest(session.as_bytes()))
-    };
-    (provider.to_string(), id)
+    }
+}
+
+/// The key a session sticks under: (provider, `session_id`).
+fn session_key(provider: &str, session: &str) -> (String, String) {
+    (provider.to_string(), session_id(session))
+}
+
+/// A session's binding as this server knows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Bound {
+    pub(super) profile: ProfileId,
+    /// When the session landed on the profile (on whichever server): the later binding wins.
+    bound_at: Millis,
+    /// Its last use as this server last wrote or read it.
+    seen_at: Millis,
+}
+
+/// The sessions' bindings as this server knows them (`SESSION_KEYS` at most, idle ones
+/// forgotten after `SESSION_TTL`), and those it has to write (docs/scale.md, "Sessions").
+pub(super) struct Sessions {
+    known: Recent<(String, String), Bound>,
+    /// Bindings made, moved or used since their last write, for the stats writer.
+    pub(super) pending: HashMap<(String, String), SessionBinding>,
+}
+
+impl Sessions {
+    pub(super) fn new() -> Sessions {
+        Sessions { known: Recent::new(SESSION_TTL, SESSION_KEYS), pending: HashMap::new() }
+    }
+
+    pub(super) fn get(&self, provider: &str, session: &str, now: Millis) -> Option<&Bound> {
+        Some(self.known.get(&session_key(provider, session), now)?.0)
+    }
+
+    /// Sticks `session` to the profile: a new binding or a move is queued for the database, and
+    /// so is its last use every `SEEN_EVERY`. Whether it bound or moved the session, and
+    /// whether it queued a write.
+    pub(super) fn stick(&mut self, id: &ProfileId, session: &str, now: Millis) -> (bool, bool) {
+        let key = session_key(id.provider(), session);
+        let (bound_at, moved) = match self.known.get(&key, now) {
+            Some((b, _)) if b.profile == *id && now - b.seen_at < SEEN_EVERY => {
+                let b = b.clone();
+                self.known.insert(key, b, now);
+                return (false, false);
+            }
+            Some((b, _)) if b.profile == *id => (b.bound_at, false),
+            _ => (now, true),
+        };
+        let binding = SessionBinding { session: key.1.clone(), profile: id.clone(), bound_at, seen_at: now };
+        self.known.insert(key.clone(), Bound { profile: id.clone(), bound_at, seen_at: now }, now);
+        self.pending.insert(key, binding);
+        (moved, true)
+    }
+
+    /// Bindings the database holds (read, or from the feed), as used at `now`: kept unless
+    /// this server knows a later one. True when one changed what this server knew.
+    pub(super) fn adopt(&mut self, bindings: Vec<SessionBinding>, now: Millis) -> bool {
+        let mut changed = false;
+        for b in bindings {
+            let key = (b.profile.provider().to_string(), b.session);
+            let known = self.known.get(&key, now).map(|(k, _)| (k.bound_at, k.profile == b.profile));
+            if known.is_some_and(|(bound_at, same)| bound_at > b.bound_at || same) {
+                continue;
+            }
+            changed = true;
+            self.known.insert(key, Bound { profile: b.profile, bound_at: b.bound_at, seen_at: b.seen_at }, now);
+        }
+        changed
+    }
 }
 
 pub(super) type ModelKey = (String, String);
@@ -101,7 +175,7 @@ pub(super) struct Inner {
     pub(super) token_versions: HashMap<ProfileId, Vec<u8>>,
     pub(super) model_cooldowns: HashMap<ModelKey, ModelCooldown>,
     pub(super) probes: ProbeThrottle,
-    pub(super) sessions: Recent<(String, String), ProfileId>,
+    pub(super) sessions: Sessions,
     /// Each provider's profiles in rotation order, built on first use and dropped when the
     /// roster or the config changes (`forget_order`).
     pub(super) rotation: HashMap<String, RotationIndex>,
@@ -151,7 +225,7 @@ impl Inner {
     }
 
     /// Marks the profile a request takes used, later than every other profile of its provider
-    /// (`latest`), and sticks `session` to it.
+    /// (`latest`), and sticks `session` to it; true when that bound or moved the session.
     pub(super) fn use_first(
         &mut self,
         id: &ProfileId,
@@ -159,16 +233,21 @@ impl Inner {
         session: Option<&str>,
         now: Millis,
         policy: &CooldownPolicy,
-    ) {
+    ) -> bool {
         let change = Change::Used(latest.map_or(now, |l| now.max(l + 1)));
         if let Some(view) = self.roster.views.get_mut(id) {
             view.stats.apply(&change, policy);
             self.queue(id, change);
             self.reorder(id);
         }
-        if let Some(s) = session {
-            self.sessions.insert(session_key(id.provider(), s), id.clone(), now);
-        }
+        session.is_some_and(|s| self.stick(id, s, now))
+    }
+
+    /// Sticks `session` to the profile (`Sessions::stick`); true when it bound or moved it.
+    pub(super) fn stick(&mut self, id: &ProfileId, session: &str, now: Millis) -> bool {
+        let (moved, queued) = self.sessions.stick(id, session, now);
+        self.queued += u64::from(queued);
+        moved
     }
 
     /// The profile's last use changed: its place in the rotation index too.
@@ -237,6 +316,46 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn id(s: &str) -> ProfileId {
+        s.parse().unwrap()
+    }
+
+    fn written(s: &mut Sessions) -> Vec<(String, i64, i64)> {
+        s.pending.drain().map(|(_, b)| (b.profile.to_string(), b.bound_at, b.seen_at)).collect()
+    }
+
+    #[test]
+    fn a_binding_is_written_when_made_and_moved_and_its_use_every_ten_minutes() {
+        let mut s = Sessions::new();
+        let t = 1_000_000;
+        assert_eq!(s.stick(&id("openai:a"), "c1", t), (true, true), "made");
+        assert_eq!(written(&mut s), [("openai:a".into(), t, t)]);
+        assert_eq!(s.stick(&id("openai:a"), "c1", t + SEEN_EVERY - 1), (false, false), "used: nothing to write");
+        assert!(written(&mut s).is_empty());
+        assert_eq!(s.stick(&id("openai:a"), "c1", t + SEEN_EVERY), (false, true), "its use, ten minutes on");
+        assert_eq!(written(&mut s), [("openai:a".into(), t, t + SEEN_EVERY)], "bound when it was");
+        assert_eq!(s.stick(&id("openai:b"), "c1", t + SEEN_EVERY + 5), (true, true), "moved");
+        assert_eq!(written(&mut s), [("openai:b".into(), t + SEEN_EVERY + 5, t + SEEN_EVERY + 5)]);
+        assert_eq!(s.stick(&id("anthropic:a"), "c1", t + SEEN_EVERY + 6), (true, true), "each provider its own");
+        assert_eq!(s.get("openai", "c1", t + SEEN_EVERY + 6).unwrap().profile, id("openai:b"));
+        assert!(s.get("openai", "c1", t + SEEN_EVERY + 5 + SESSION_TTL).is_none(), "forgotten when idle 6 h");
+    }
+
+    #[test]
+    fn the_later_binding_wins_whichever_server_made_it() {
+        let mut s = Sessions::new();
+        let t = 1_000_000;
+        s.stick(&id("openai:a"), "c1", t);
+        let stored =
+            |p: &str, at: i64| SessionBinding { session: "c1".into(), profile: id(p), bound_at: at, seen_at: at };
+        assert!(!s.adopt(vec![stored("openai:c", t - 1)], t + 1), "an older one is not taken");
+        assert!(!s.adopt(vec![stored("openai:a", t + 3)], t + 3), "the same profile changes nothing");
+        assert!(s.adopt(vec![stored("openai:b", t + 2)], t + 3), "a later move is");
+        assert_eq!(s.get("openai", "c1", t + 3).unwrap().profile, id("openai:b"));
+        assert_eq!(s.stick(&id("openai:b"), "c1", t + 4), (false, false), "then used without a write");
+        assert!(!s.adopt(vec![stored("openai:a", t)], t + 4));
+    }
 
     #[test]
     fn a_long_session_id_is_kept_as_its_digest() {

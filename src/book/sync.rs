@@ -6,7 +6,7 @@ use super::state::Inner;
 use super::{Book, ModelKey, Shared};
 use crate::behind::Sink;
 use crate::engine::{Change, CooldownPolicy, ModelChange, ModelCooldown, ProfileId, UsageStats};
-use crate::store::{Snapshot, Store, StoreError};
+use crate::store::{SessionBinding, Snapshot, Store, StoreError};
 use parking_lot::MutexGuard;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -28,6 +28,7 @@ const STATS_BATCH: usize = 256;
 pub(super) struct Batch {
     stats: Vec<(ProfileId, Vec<Change>)>,
     models: Vec<(ModelKey, Vec<ModelChange>)>,
+    sessions: Vec<SessionBinding>,
 }
 
 /// What waits for the stats writer (`Book::backlog`).
@@ -104,11 +105,11 @@ impl Sink for Stats {
     }
 
     fn rows(batch: &Batch) -> usize {
-        batch.stats.len() + batch.models.len()
+        batch.stats.len() + batch.models.len() + batch.sessions.len()
     }
 
     async fn write(&mut self, store: &dyn Store, batch: &Batch) -> Result<(), StoreError> {
-        let applied = store.apply(&batch.stats, &batch.models, &self.shared.policy()).await?;
+        let applied = store.apply(&batch.stats, &batch.models, &batch.sessions, &self.shared.policy()).await?;
         self.shared.settle(&batch.stats, &batch.models, applied.stats, applied.models);
         if applied.feed.0 == self.seen {
             self.seen = applied.feed.1; // the entries in between are this batch's own
@@ -124,18 +125,23 @@ impl Sink for Stats {
         let mut written = (Vec::new(), Vec::new());
         let mut bad = Vec::new();
         for row in &batch.stats {
-            match store.apply(std::slice::from_ref(row), &[], &policy).await {
+            match store.apply(std::slice::from_ref(row), &[], &[], &policy).await {
                 Ok(applied) => written.0.extend(applied.stats),
                 Err(e) => bad.push((row.0.to_string(), e)),
             }
         }
         for row in &batch.models {
-            match store.apply(&[], std::slice::from_ref(row), &policy).await {
+            match store.apply(&[], std::slice::from_ref(row), &[], &policy).await {
                 Ok(applied) => written.1.extend(applied.models),
                 Err(e) => bad.push((format!("model {}/{}", row.0.0, row.0.1), e)),
             }
         }
-        if bad.len() == batch.stats.len() + batch.models.len() {
+        for b in &batch.sessions {
+            if let Err(e) = store.apply(&[], &[], std::slice::from_ref(b), &policy).await {
+                bad.push((format!("session binding to {}", b.profile), e));
+            }
+        }
+        if bad.len() == Self::rows(batch) {
             return false;
         }
         for (key, e) in bad {
@@ -165,6 +171,13 @@ async fn follow(store: &dyn Store, shared: &Shared, seen: i64) -> Result<i64, Lo
     let entries = store.changes_after(seen).await?;
     let Some(head) = entries.last().map(|e| e.seq) else { return Ok(seen) };
     let kinds = |k: &str| entries.iter().any(|e| e.kind == k);
+    if kinds("session") {
+        let bindings: Vec<SessionBinding> =
+            entries.iter().filter(|e| e.kind == "session").filter_map(|e| SessionBinding::of_feed(&e.key)).collect();
+        // Kept as used when they were bound, the latest of them.
+        let at = bindings.iter().map(|b| b.bound_at).max().unwrap_or_default();
+        shared.lock().sessions.adopt(bindings, at);
+    }
     if kinds("profile") || kinds("order") {
         let edits = shared.lock().local_edits;
         let snapshot = store.snapshot().await?;
@@ -225,11 +238,12 @@ impl Shared {
         for (key, changes) in &models {
             inner.model_inflight.insert(key.clone(), changes.clone());
         }
+        let sessions = inner.sessions.pending.drain().map(|(_, b)| b).collect();
         let left: u64 = inner.pending_changes.values().sum();
         if left > 0 {
             self.writer.wake();
         }
-        (Batch { stats, models }, inner.queued - left)
+        (Batch { stats, models, sessions }, inner.queued - left)
     }
 
     /// Whether a whole batch waits.

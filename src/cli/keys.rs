@@ -119,7 +119,7 @@ pub async fn login(config: &Config, provider: &str, device: bool) -> Result<()> 
     profile.oauth_subject = account.subject;
     let added = store.save_login(&profile, &sealed).await?;
     // A new login ends "needs re-login" and any cooldown.
-    store.apply(&[(id.clone(), vec![Change::Cleared(now())])], &[], &config.cooldown_policy()).await?;
+    store.apply(&[(id.clone(), vec![Change::Cleared(now())])], &[], &[], &config.cooldown_policy()).await?;
     println!(
         "{} {id}{}",
         if added { "added" } else { "updated" },

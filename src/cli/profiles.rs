@@ -106,7 +106,7 @@ async fn clear_model(config: &Config, model_ref: &str) -> Result<()> {
     let key = (provider.to_string(), model.to_string());
     let active = store.snapshot().await?.model_cooldowns.get(&key).is_some_and(|m| now < m.until);
     if active {
-        store.apply(&[], &[(key, vec![ModelChange::Ended(now)])], &config.cooldown_policy()).await?;
+        store.apply(&[], &[(key, vec![ModelChange::Ended(now)])], &[], &config.cooldown_policy()).await?;
         println!("cleared the cooldown of {model_ref}");
     } else {
         println!("{model_ref} has no active cooldown");

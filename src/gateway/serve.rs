@@ -119,6 +119,7 @@ impl Gateway {
         self.runtime.audit.admit().await;
         let deadline = Instant::now() + inc.settings.config.timeouts.total;
         let mut walk = self.walk_for(&inc)?;
+        self.runtime.recall_session(&walk).await;
         let mut req = Serving { inc: &inc, deadline, planned: None, thinking_retried: false };
         loop {
             if Instant::now() >= deadline {

@@ -1,7 +1,8 @@
 //! The server's upkeep, in the background: the SQLite write-ahead log kept small, audit rows
 //! past `audit.retention` rolled up into `usage_daily` and deleted (docs/audit.md), the agents'
-//! old usage counters deleted, and a jump of the system clock logged (docs/rotation.md, "Time").
+//! old usage counters and idle session bindings deleted, and a jump of the system clock logged (docs/rotation.md, "Time").
 
+use crate::book::{SESSION_ROWS, SESSION_TTL};
 use crate::engine::Clock;
 use crate::settings::Live;
 use crate::store::{Pruned, Store};
@@ -88,6 +89,32 @@ async fn prune_alerts(store: &dyn Store, config: &crate::config::Config, retenti
     }
 }
 
+/// The session bindings idle for `SESSION_TTL`, and the oldest beyond `SESSION_ROWS`
+/// (docs/scale.md, "Sessions"), a batch at a time in the writers' turn.
+async fn prune_sessions(store: &dyn Store, now: i64) {
+    let mut gone = 0;
+    loop {
+        let turn = store.write_turn().await;
+        let pruned = store.prune_sessions(now - SESSION_TTL, SESSION_ROWS, PRUNE_BATCH).await;
+        drop(turn);
+        match pruned {
+            Ok(n) => {
+                gone += n;
+                if n < PRUNE_BATCH as u64 {
+                    break;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "pruning idle session bindings failed; trying again next time");
+                break;
+            }
+        }
+    }
+    if gone > 0 {
+        tracing::debug!(bindings = gone, "idle session bindings deleted");
+    }
+}
+
 /// Where a prune stops: rows that started `retention` before the newest request go, and never a
 /// row the clock alone would condemn. By rota's clock alone, a clock that is wrong at start (a
 /// restart after a jump) would delete rows the true time keeps; the newest row bounds it. An
@@ -122,6 +149,7 @@ async fn retention(store: Arc<dyn Store>, settings: Live, clock: Arc<dyn Clock>)
         let (audit, now) = (settings.get().config.audit.clone(), clock.now());
         wait = audit.prune_every;
         prune_agent_usage(store.as_ref(), audit.retention, now).await;
+        prune_sessions(store.as_ref(), now).await;
         if audit.retention.is_zero() {
             continue;
         }

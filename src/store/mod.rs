@@ -179,11 +179,40 @@ pub enum AlertNext {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FeedEntry {
     /// `profile` (its row or secrets), `order`, `agent`, `stats` (usage stats and cooldown
-    /// windows), `model` (a model's cooldown on a provider).
+    /// windows), `model` (a model's cooldown on a provider), `session` (a session's binding).
     pub kind: String,
-    /// The profile id, provider, agent name or `provider/model`.
+    /// The profile id, provider, agent name, `provider/model`, or a binding's
+    /// `<profile id> <bound_at> <session>` (`SessionBinding::of_feed`).
     pub key: String,
     pub seq: i64,
+}
+
+/// The profile a session sticks to on the profile's provider, shared by the fleet
+/// (`session_bindings`, docs/scale.md "Sessions").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionBinding {
+    /// The session id as kept: as sent, or `sha256:<hex>` when long.
+    pub session: String,
+    pub profile: ProfileId,
+    /// When the session landed on the profile: of two bindings, the later one wins.
+    pub bound_at: Millis,
+    /// Its last use, as written.
+    pub seen_at: Millis,
+}
+
+impl SessionBinding {
+    /// The binding a feed entry of kind `session` carries (its last use: when it was bound).
+    pub fn of_feed(key: &str) -> Option<SessionBinding> {
+        let (profile, rest) = key.split_once(' ')?;
+        let (bound_at, session) = rest.split_once(' ')?;
+        let bound_at = bound_at.parse().ok()?;
+        Some(SessionBinding {
+            session: session.to_string(),
+            profile: profile.parse().ok()?,
+            bound_at,
+            seen_at: bound_at,
+        })
+    }
 }
 
 /// An agent's use of its limits (`agent_usage`): the requests admitted in one minute (counted
@@ -367,13 +396,20 @@ pub trait Store: Send + Sync {
     async fn save_model_cooldowns(&self, batch: &[((String, String), ModelCooldown)]) -> Result<(), StoreError>;
     /// Replays changes on the stored rows, in order, in one write transaction, and returns the
     /// rows as they now are (profiles that are gone are left out). Because every writer replays
-    /// its changes on the row as stored, concurrent writers lose nothing of each other's.
+    /// its changes on the row as stored, concurrent writers lose nothing of each other's. The
+    /// session bindings are written in the same transaction (the later binding wins).
     async fn apply(
         &self,
         stats: &[(ProfileId, Vec<Change>)],
         models: &[((String, String), Vec<ModelChange>)],
+        sessions: &[SessionBinding],
         policy: &CooldownPolicy,
     ) -> Result<Applied, StoreError>;
+    /// A session's bindings, on every provider, used since `since`.
+    async fn session_bindings(&self, session: &str, since: Millis) -> Result<Vec<SessionBinding>, StoreError>;
+    /// Deletes up to `batch` bindings last used before `idle_before`, or the oldest beyond
+    /// `keep`; how many.
+    async fn prune_sessions(&self, idle_before: Millis, keep: usize, batch: usize) -> Result<u64, StoreError>;
     /// The change feed: the entities changed after position `seq`, oldest first.
     async fn changes_after(&self, seq: i64) -> Result<Vec<FeedEntry>, StoreError>;
     /// The feed's newest position, of one kind or of all.

@@ -164,8 +164,8 @@ pub struct Walk {
     /// attempt under way holds it).
     cur: Option<Box<Cursor>>,
     failures: Vec<ModelFailure>,
-    /// A failure of this request put a profile or a model in a window: the answer waits until
-    /// that is written (`Engine::durable`).
+    /// A failure of this request put a profile or a model in a window, or it bound or moved its
+    /// session: the answer waits until that is written (`Runtime::durable`).
     marked: bool,
     pub trail: Trail,
 }
@@ -272,7 +272,7 @@ impl Walk {
                     // The first profile was marked used when it was picked; a rotation or a
                     // retry marks the one it tries.
                     if cur.j > 0 || cur.tries > 0 || !cur.picked {
-                        book.mark_used(pid, self.session.as_deref(), now);
+                        self.marked |= book.mark_used(pid, self.session.as_deref(), now);
                     }
                     let pid = pid.clone();
                     return Some(Attempt { index: self.index, cand, pid, cred, kind, cursor: cur });
@@ -290,17 +290,46 @@ impl Walk {
 
     /// The next usable profiles of the candidate under way, those tried left out (its order
     /// went on past the first ones: `Ordered::more`); false when there are none.
-    fn more(&self, book: &Book, config: &Config, cur: &mut Cursor, now: Millis) -> bool {
+    fn more(&mut self, book: &Book, config: &Config, cur: &mut Cursor, now: Millis) -> bool {
         cur.tried.append(&mut cur.slots);
         let exclude: Vec<ProfileId> = self.exclude.iter().chain(&cur.tried).cloned().collect();
         let cand = &self.chain[self.index];
         let target = (cand.provider.as_str(), cand.model.as_str());
-        let Ok((ordered, picked)) = book.pick(config, target, self.session.as_deref(), None, &exclude, now) else {
+        let Ok(picked) = book.pick(config, target, self.session.as_deref(), None, &exclude, now) else {
             return false;
         };
+        self.marked |= picked.bound;
+        let ordered = picked.ordered;
         cur.slots = ordered.slots.into_iter().filter(|s| s.blocked.is_none()).map(|s| s.id).collect();
-        (cur.j, cur.tries, cur.picked, cur.more) = (0, 0, picked, ordered.more);
+        (cur.j, cur.tries, cur.picked, cur.more) = (0, 0, picked.marked, ordered.more);
         !cur.slots.is_empty()
+    }
+
+    /// The provider and model of the first candidate.
+    pub fn first_target(&self) -> Option<(&str, &str)> {
+        self.chain.first().map(|c| (c.provider.as_str(), c.model.as_str()))
+    }
+
+    /// Another server moved this request's session to `id` (docs/scale.md, "Sessions"): it is
+    /// the next profile tried, when it is of the candidate under way, can serve it now and was
+    /// not tried yet.
+    pub fn prefer(&mut self, book: &Book, id: ProfileId, now: Millis) {
+        let (Some(cur), Some(cand)) = (self.cur.as_mut(), self.chain.get(self.index)) else { return };
+        let done = &cur.slots[..cur.j.min(cur.slots.len())];
+        if cur.pinned
+            || cur.probe
+            || id.provider() != cand.provider
+            || done.contains(&id)
+            || cur.tried.contains(&id)
+            || self.exclude.contains(&id)
+            || !book.serves(&id, &cand.model, now)
+        {
+            return;
+        }
+        cur.slots.retain(|s| *s != id); // from the slots not tried: `j` stays in place
+        cur.j = cur.j.min(cur.slots.len());
+        cur.slots.insert(cur.j, id);
+        cur.tries = 0;
     }
 
     /// Begins the candidate `cand`: its provider's profiles in order, as far as its gate lets
@@ -316,8 +345,10 @@ impl Walk {
     ) -> Result<Option<Box<Cursor>>, String> {
         let pin = self.pin.as_ref().filter(|p| p.provider() == cand.provider);
         let target = (cand.provider.as_str(), cand.model.as_str());
-        let (ordered, picked) =
+        let picked =
             book.pick(config, target, self.session.as_deref(), pin, &self.exclude, now).map_err(|e| e.to_string())?;
+        self.marked |= picked.bound;
+        let ordered = picked.ordered;
         let avail = availability(book, cand, &ordered, now);
         let gate = if ordered.pinned && !ordered.slots.is_empty() {
             Gate::Try
@@ -330,7 +361,7 @@ impl Walk {
             self.skip(cand, reason, until, message, now);
             return Ok(None);
         }
-        Ok(Some(Box::new(Cursor::of(ordered, picked, gate))))
+        Ok(Some(Box::new(Cursor::of(ordered, picked.marked, gate))))
     }
 
     /// Why the gate skips `cand`, as its row and the aggregated error say.

@@ -5,11 +5,11 @@
 use super::{Attempt, Failed, Verdict, Walk};
 use crate::alerts::Alerts;
 use crate::audit::Audit;
-use crate::book::{Book, Credential};
+use crate::book::{Book, Credential, SESSION_TTL, session_id};
 use crate::config::Config;
 use crate::engine::chain::{Candidate, ChainRequest, FallbackOverride};
 use crate::engine::classify::Classified;
-use crate::engine::{Clock, Millis, Reason};
+use crate::engine::{Clock, Millis, Next, ProfileId, Reason};
 use crate::limits::Limiter;
 use crate::metrics::Metrics;
 use crate::refresh::{Refresher, access_of};
@@ -135,7 +135,51 @@ impl Runtime {
                 Err(_) => {}
             }
         }
-        walk.failed(&self.book, config, att, failed, self.now())
+        let (pid, reason) = (att.pid.clone(), failed.class.reason);
+        let verdict = walk.failed(&self.book, config, att, failed, self.now());
+        if verdict == Verdict::Moved && reason.next() == Next::Rotate {
+            self.follow_session(walk, &pid).await;
+        }
+        verdict
+    }
+
+    /// A request whose session this server cannot place (no binding here for its first
+    /// candidate's provider, or its profile cannot serve now) asks the database for the
+    /// session's bindings first: another server may have bound or moved it a moment ago, before
+    /// the change feed brought it here (docs/scale.md, "Sessions").
+    pub async fn recall_session(&self, walk: &Walk) {
+        let (Some(session), Some(target)) = (walk.session(), walk.first_target()) else { return };
+        if !self.book.knows_session(target, session, self.now()) {
+            self.recall(session).await;
+        }
+    }
+
+    /// The attempt on the profile `failed`, which `walk`'s session sticks to here, failed and
+    /// the walk rotates: when the database says another server moved the session meanwhile,
+    /// the walk follows it there instead of moving it a second time.
+    async fn follow_session(&self, walk: &mut Walk, failed: &ProfileId) {
+        let Some(session) = walk.session().map(str::to_string) else { return };
+        let now = self.now();
+        if self.book.session_profile(failed.provider(), &session, now).as_ref() != Some(failed)
+            || !self.recall(&session).await
+        {
+            return;
+        }
+        if let Some(moved) = self.book.session_profile(failed.provider(), &session, now) {
+            walk.prefer(&self.book, moved, now);
+        }
+    }
+
+    /// The session's bindings as stored, kept where later than this server's; whether one was.
+    async fn recall(&self, session: &str) -> bool {
+        let now = self.now();
+        match self.store.session_bindings(&session_id(session), now - SESSION_TTL).await {
+            Ok(found) => self.book.adopt_sessions(found, now),
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the session's binding failed; it may move to another profile");
+                false
+            }
+        }
     }
 
     /// The settings in force now.
@@ -147,9 +191,10 @@ impl Runtime {
         self.clock.now()
     }
 
-    /// A window this request's failures opened is written before the client hears the answer
-    /// (all requests waiting share the writer's transactions), so a restart right after cannot
-    /// forget what rota acted on. While the database fails, the answer waits `DURABLE_WAIT` at
+    /// A window this request's failures opened, and a session it bound or moved, are written
+    /// before the client hears the answer (all requests waiting share the writer's
+    /// transactions), so a restart right after cannot forget what rota acted on, and the
+    /// session's next turn finds its binding on any server. While the database fails, the answer waits `DURABLE_WAIT` at
     /// most: requests are served, and `/healthz` says the writer fails.
     pub async fn durable(&self, walk: &Walk) {
         if walk.marked() && !self.book.durable(DURABLE_WAIT).await {

@@ -26,6 +26,7 @@ mod presets;
 mod quota;
 mod reload;
 mod schema;
+mod sessions;
 mod spans;
 mod store;
 mod thinking;

@@ -414,7 +414,7 @@ async fn stats_written_after_a_removal_do_not_resurrect_the_profile() {
     assert_eq!(book.record_failure(&id("openai:a"), &failure(Reason::Auth, "m", T0), T0), Some(Until::At(T0 + 60_000)));
     store.remove_profile(&id("openai:a")).await.unwrap();
     let changes = [(id("openai:a"), vec![Change::Failed(failure(Reason::Auth, "m", T0), T0)])];
-    let applied = store.apply(&changes, &[], &config.cooldown_policy()).await.unwrap();
+    let applied = store.apply(&changes, &[], &[], &config.cooldown_policy()).await.unwrap();
     assert!(applied.stats.is_empty(), "a gone profile's changes are dropped");
     book.flush().await;
     assert!(store.snapshot().await.unwrap().stats.is_empty());

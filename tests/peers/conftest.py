@@ -174,7 +174,7 @@ class KeyTap:
                     tap.seen.append(
                         Seen(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, parsed)
                     )
-                conn = http.client.HTTPConnection("127.0.0.1", tap.upstream_port, timeout=30)
+                conn = http.client.HTTPConnection("127.0.0.1", tap.upstream(), timeout=30)
                 try:
                     conn.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
                     for k, v in self.headers.items():
@@ -210,6 +210,10 @@ class KeyTap:
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, name="key-tap", daemon=True)
         self._thread.start()
+
+    def upstream(self) -> int:
+        """The port the next request goes to."""
+        return self.upstream_port
 
     def requests(self) -> list[Seen]:
         with self._lock:

@@ -180,6 +180,11 @@ impl ProfileView {
             None
         }
     }
+
+    /// Whether the profile can serve `model` at `now`: usable, and no window over the model.
+    pub fn serves(&self, model: &str, now: Millis) -> bool {
+        self.unusable(now).is_none() && self.stats.blocked_until(model, now).is_none()
+    }
 }
 
 /// An OAuth access token's refresh window (`refresh.lead`, docs/api.md): from `lead` before it

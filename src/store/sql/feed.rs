@@ -27,12 +27,19 @@ where
         Ok(sqlx::query_scalar("SELECT n FROM change_seq").fetch_one(&mut *conn).await?)
     }
 
+    /// The entries after `seq`: the changed entities', and the session bindings made or moved
+    /// (`SessionBinding::of_feed`), in one read.
     pub(super) async fn changes_after(&self, seq: i64) -> Result<Vec<FeedEntry>, StoreError> {
-        let rows: Vec<(String, String, i64)> =
-            sqlx::query_as("SELECT kind, key, seq FROM changes WHERE seq > $1 ORDER BY seq LIMIT 10000")
-                .bind(seq)
-                .fetch_all(self.store.pool())
-                .await?;
+        let rows: Vec<(String, String, i64)> = sqlx::query_as(
+            "SELECT kind, key, seq FROM changes WHERE seq > $1
+             UNION ALL
+             SELECT 'session', profile_id || ' ' || CAST(bound_at AS TEXT) || ' ' || session, seq
+                 FROM session_bindings WHERE seq > $1
+             ORDER BY seq LIMIT 10000",
+        )
+        .bind(seq)
+        .fetch_all(self.store.pool())
+        .await?;
         Ok(rows.into_iter().map(|(kind, key, seq)| FeedEntry { kind, key, seq }).collect())
     }
 

@@ -18,12 +18,13 @@ mod listings;
 mod oauth;
 mod profiles;
 mod secrets;
+mod sessions;
 mod stats;
 
 use super::{
     AdminAction, AgentUsage, AlertDelivery, AlertNext, Applied, AttemptRecord, AuditQuery, FailureWindow, FeedEntry,
-    LimitsPatch, NewAlert, OutboxAlert, ProfileUsage, Pruned, RequestRecord, SeriesRows, Snapshot, Store, StoreError,
-    StoredProfile,
+    LimitsPatch, NewAlert, OutboxAlert, ProfileUsage, Pruned, RequestRecord, SeriesRows, SessionBinding, Snapshot,
+    Store, StoreError, StoredProfile,
 };
 use crate::agents::{Agent, Limits};
 use crate::engine::{Change, CooldownPolicy, Millis, ModelChange, ModelCooldown, ProfileId, UsageStats};
@@ -239,9 +240,18 @@ where
         &self,
         stats: &[(ProfileId, Vec<Change>)],
         models: &[((String, String), Vec<ModelChange>)],
+        sessions: &[SessionBinding],
         policy: &CooldownPolicy,
     ) -> Result<Applied, StoreError> {
-        self.sql().apply(stats, models, policy).await
+        self.sql().apply(stats, models, sessions, policy).await
+    }
+
+    async fn session_bindings(&self, session: &str, since: Millis) -> Result<Vec<SessionBinding>, StoreError> {
+        self.sql().session_bindings(session, since).await
+    }
+
+    async fn prune_sessions(&self, idle_before: Millis, keep: usize, batch: usize) -> Result<u64, StoreError> {
+        self.sql().prune_sessions(idle_before, keep, batch).await
     }
 
     async fn changes_after(&self, seq: i64) -> Result<Vec<FeedEntry>, StoreError> {

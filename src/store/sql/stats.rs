@@ -6,7 +6,7 @@ use crate::engine::quota::{Quota, Window};
 use crate::engine::{
     Change, Cooldown, CooldownPolicy, Disabled, ModelChange, ModelCooldown, ProfileId, Reason, UsageStats,
 };
-use crate::store::{Applied, StoreError};
+use crate::store::{Applied, SessionBinding, StoreError};
 use sqlx::{ColumnIndex, Encode, Executor, Row, Type};
 use std::collections::{BTreeMap, HashMap};
 
@@ -320,6 +320,7 @@ where
         &self,
         stats: &[(ProfileId, Vec<Change>)],
         models: &[((String, String), Vec<ModelChange>)],
+        sessions: &[SessionBinding],
         policy: &CooldownPolicy,
     ) -> Result<Applied, StoreError> {
         let mut tx = self.store.write_tx().await?;
@@ -350,6 +351,9 @@ where
                 Self::upsert_model_cooldown(&mut tx, key, &mc).await?;
                 out.models.push((key.clone(), mc));
             }
+        }
+        for b in sessions {
+            Self::bind_session(&mut tx, b).await?;
         }
         out.feed = (before, Self::head(&mut tx).await?);
         tx.commit().await?;
