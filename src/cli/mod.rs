@@ -49,8 +49,9 @@ pub enum Command {
         #[arg(long, hide = true, value_name = "PATH")]
         config: Option<PathBuf>,
     },
-    /// Apply pending database migrations and exit; with --from, then copy everything another
-    /// database holds into this one (which must be empty), e.g. an SQLite file into PostgreSQL.
+    /// Apply pending database migrations and exit (on PostgreSQL, partitioning an audit trail
+    /// that is not yet); with --from, then copy everything another database holds into this one
+    /// (which must be empty), e.g. an SQLite file into PostgreSQL.
     Migrate {
         /// The database to copy from, in `database.url`'s forms (`sqlite://rota.db`, `postgres://…`).
         #[arg(long, value_name = "URL")]
@@ -290,6 +291,9 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             let store = open_store(&config).await?;
             let n = store.applied_migrations().await?;
             println!("{}: {n} migration(s) applied, schema up to date", store.describe());
+            if let Some(copied) = store.partition_audit().await? {
+                println!("the audit trail is partitioned by day now: {copied} row(s) copied into the partitions");
+            }
             if let Some(from) = from {
                 copy_from(&from, &config, store.as_ref()).await?;
             }

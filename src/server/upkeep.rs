@@ -1,5 +1,6 @@
-//! The server's upkeep, in the background: the SQLite write-ahead log kept small, audit rows
-//! past `audit.retention` rolled up into `usage_daily` and deleted (docs/audit.md), the agents'
+//! The server's upkeep, in the background: the SQLite write-ahead log kept small, PostgreSQL's
+//! audit partitions made ahead, audit rows past `audit.retention` rolled up into `usage_daily`
+//! and deleted (whole days dropped on PostgreSQL: docs/audit.md), the agents'
 //! old usage counters and idle session bindings deleted, and a jump of the system clock logged (docs/rotation.md, "Time").
 
 use crate::book::{SESSION_ROWS, SESSION_TTL};
@@ -150,11 +151,29 @@ async fn retention(store: Arc<dyn Store>, settings: Live, clock: Arc<dyn Clock>)
         wait = audit.prune_every;
         prune_agent_usage(store.as_ref(), audit.retention, now).await;
         prune_sessions(store.as_ref(), now).await;
+        match store.audit_upkeep(now).await {
+            Ok(0) => {}
+            Ok(n) => tracing::debug!(partitions = n, "audit partitions made"),
+            Err(e) => {
+                tracing::warn!(error = %e, "making the audit trail's day partitions failed; trying again next time")
+            }
+        }
         if audit.retention.is_zero() {
             continue;
         }
         prune_alerts(store.as_ref(), &settings.get().config, audit.retention, now).await;
         let Some(before) = cutoff(store.as_ref(), audit.retention, now).await else { continue };
+        // Whole days first, a statement each (PostgreSQL's partitions); the rest row by row.
+        match store.drop_audit_days(before).await {
+            Ok(0) => {}
+            Ok(n) => {
+                tracing::info!(partitions = n, retention = ?audit.retention, "old audit days rolled up into usage_daily and dropped")
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "dropping old audit days failed; trying again next time");
+                continue;
+            }
+        }
         let mut total = Pruned::default();
         loop {
             // In the writers' turn: the audit and stats writers queue behind the batch rather

@@ -31,7 +31,8 @@ const PAGE: u32 = 5_000;
 
 /// Copies profiles (with their sealed secrets, stats and cooldown windows), orders, model
 /// cooldowns, agents (revoked ones too) and the audit log from `from` into `to`, which must
-/// hold none of them. The state goes in one transaction; the audit log follows page by page.
+/// hold none of them. The state goes in one transaction; the audit log follows page by page,
+/// into its days' partitions on PostgreSQL.
 pub async fn copy(from: &dyn Store, to: &dyn Store) -> Result<Copied, CopyError> {
     let everything = AuditQuery { limit: 1, ..Default::default() };
     let target = to.snapshot().await?;
@@ -84,5 +85,7 @@ pub async fn copy(from: &dyn Store, to: &dyn Store) -> Result<Copied, CopyError>
         to.insert_audit(&page, &[]).await?;
         copied.requests += page.len();
     }
+    // A partitioned trail took the copied days into its default partition: each its own now.
+    to.audit_upkeep(chrono::Utc::now().timestamp_millis()).await?;
     Ok(copied)
 }

@@ -405,6 +405,15 @@ pub trait Store: Send + Sync {
         sessions: &[SessionBinding],
         policy: &CooldownPolicy,
     ) -> Result<Applied, StoreError>;
+    /// The audit trail's day partitions on PostgreSQL: made ahead of `now`, and for rows that
+    /// wait in a default partition; how many were made (docs/audit.md).
+    async fn audit_upkeep(&self, now: Millis) -> Result<u64, StoreError>;
+    /// Drops the audit trail's whole days before `before` on PostgreSQL, their attempts rolled
+    /// up into `usage_daily` first; how many partitions went.
+    async fn drop_audit_days(&self, before: Millis) -> Result<u64, StoreError>;
+    /// Partitions an audit trail that is not (PostgreSQL): the rows copied, `None` when there
+    /// was nothing to do.
+    async fn partition_audit(&self) -> Result<Option<u64>, StoreError>;
     /// A session's bindings, on every provider, used since `since`.
     async fn session_bindings(&self, session: &str, since: Millis) -> Result<Vec<SessionBinding>, StoreError>;
     /// Deletes up to `batch` bindings last used before `idle_before`, or the oldest beyond

@@ -2,6 +2,7 @@
 
 use super::StoreError;
 use super::sql::{Backend, Texts};
+use crate::engine::Millis;
 use sqlx::Postgres;
 use sqlx::migrate::Migrator;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPool, PgPoolOptions, PgSslMode};
@@ -16,6 +17,9 @@ static MIGRATOR: Migrator = sqlx::migrate!("./migrations/postgres");
 /// cancelled by the server, so a stuck one frees its connection. Generous: audit listings and
 /// roll-ups over large tables stay well under it.
 const STATEMENT_TIMEOUT: &str = "30s";
+
+/// A day, in milliseconds.
+const DAY: Millis = 86_400_000;
 
 /// The channel the change feed's trigger notifies (migrations/postgres).
 const CHANNEL: &str = "rota_changes";
@@ -161,6 +165,73 @@ impl Backend for PgStore {
     /// PostgreSQL checkpoints by itself.
     fn longest_hold(&self) -> Option<Duration> {
         None
+    }
+
+    async fn audit_upkeep(&self, now: Millis) -> Result<u64, StoreError> {
+        let made: i32 = sqlx::query_scalar("SELECT rota_audit_upkeep($1)").bind(now).fetch_one(&self.pool).await?;
+        Ok(made as u64)
+    }
+
+    /// Each partition of a day that ended by `before`, in a transaction of its own that gives
+    /// up after 2 s waiting for its lock (a long reader of the table), since the audit writers
+    /// would queue behind the waiting drop; the next upkeep tries again.
+    async fn drop_audit_days(&self, before: Millis) -> Result<u64, StoreError> {
+        let parts: Vec<(String, String)> = sqlx::query_as(
+            "SELECT p.relname::text, c.relname::text FROM pg_inherits i
+             JOIN pg_class p ON p.oid = i.inhparent JOIN pg_class c ON c.oid = i.inhrelid
+             WHERE p.relname IN ('requests', 'attempts', 'usage_hourly')
+               AND p.relnamespace = to_regnamespace(current_schema()) AND c.relname ~ '_p[0-9]{8}$'
+             ORDER BY c.relname",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        let mut dropped = 0;
+        for (table, part) in parts {
+            let Some(day) =
+                part.rsplit_once("_p").and_then(|(_, d)| chrono::NaiveDate::parse_from_str(d, "%Y%m%d").ok())
+            else {
+                continue;
+            };
+            let start = day.and_hms_opt(0, 0, 0).expect("midnight").and_utc().timestamp_millis();
+            if start + DAY > before {
+                continue;
+            }
+            let mut tx = self.pool.begin().await?;
+            sqlx::query("SET LOCAL lock_timeout = '2s'").execute(&mut *tx).await?;
+            if table == "attempts" {
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "INSERT INTO usage_daily (day, agent, provider, model, profile_id, attempts, successes, failures,
+                         tokens_in, tokens_out)
+                     SELECT $1, coalesce(agent, ''), provider, model, coalesce(profile_id, ''), count(*),
+                         sum(CASE WHEN outcome = 'success' THEN 1 ELSE 0 END),
+                         sum(CASE WHEN outcome = 'failure' THEN 1 ELSE 0 END),
+                         coalesce(sum(tokens_in), 0), coalesce(sum(tokens_out), 0)
+                     FROM \"{part}\" GROUP BY 2, 3, 4, 5
+                     ON CONFLICT (day, agent, provider, model, profile_id) DO UPDATE SET
+                         attempts = usage_daily.attempts + excluded.attempts,
+                         successes = usage_daily.successes + excluded.successes,
+                         failures = usage_daily.failures + excluded.failures,
+                         tokens_in = usage_daily.tokens_in + excluded.tokens_in,
+                         tokens_out = usage_daily.tokens_out + excluded.tokens_out"
+                )))
+                .bind(day.format("%Y-%m-%d").to_string())
+                .execute(&mut *tx)
+                .await?;
+            }
+            sqlx::query(sqlx::AssertSqlSafe(format!("DROP TABLE \"{part}\""))).execute(&mut *tx).await?;
+            tx.commit().await?;
+            dropped += 1;
+        }
+        Ok(dropped)
+    }
+
+    /// Without the statement timeout: the copy takes as long as the trail is large.
+    async fn partition_audit(&self) -> Result<Option<u64>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SET LOCAL statement_timeout = 0").execute(&mut *tx).await?;
+        let copied: i64 = sqlx::query_scalar("SELECT rota_partition_audit()").fetch_one(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(u64::try_from(copied).ok())
     }
 
     /// A receiver bumped on every `NOTIFY rota_changes`, listened to by one task per store

@@ -218,6 +218,19 @@ impl Backend for SqliteStore {
         Some(Duration::from_micros(self.hold.load(Ordering::Relaxed)))
     }
 
+    /// SQLite's audit trail is one table per kind: retention deletes its rows in batches.
+    async fn audit_upkeep(&self, _now: crate::engine::Millis) -> Result<u64, StoreError> {
+        Ok(0)
+    }
+
+    async fn drop_audit_days(&self, _before: crate::engine::Millis) -> Result<u64, StoreError> {
+        Ok(0)
+    }
+
+    async fn partition_audit(&self) -> Result<Option<u64>, StoreError> {
+        Ok(None)
+    }
+
     async fn turn(&self) -> Option<tokio::sync::OwnedMutexGuard<()>> {
         Some(self.turn.clone().lock_owned().await)
     }

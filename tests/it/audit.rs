@@ -8,7 +8,7 @@ use sqlx::Row;
 /// Two `openai` profiles, the `backup` one and an `anthropic` one.
 const KEYS: [(&str, &str); 4] = [support::KEYS[0], support::KEYS[1], support::KEYS[3], ANTHROPIC_KEY];
 
-fn queries() -> Vec<String> {
+pub(crate) fn queries() -> Vec<String> {
     let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/audit.md")).unwrap();
     doc.split("```sql\n").skip(1).map(|b| b.split("\n```").next().unwrap().to_string()).collect()
 }
@@ -31,7 +31,7 @@ fn render(row: &sqlx::sqlite::SqliteRow) -> Vec<String> {
 /// A PostgreSQL row read through the simple query protocol (every value as text), written as
 /// `render` writes SQLite's: a decimal like `2.00` or `8e-06` as the number it is (`2`,
 /// `0.000008`).
-fn render_pg(row: &sqlx::postgres::PgRow) -> Vec<String> {
+pub(crate) fn render_pg(row: &sqlx::postgres::PgRow) -> Vec<String> {
     (0..row.columns().len())
         .map(|i| match row.try_get_unchecked::<Option<String>, _>(i).unwrap() {
             None => "NULL".into(),

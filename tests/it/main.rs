@@ -22,6 +22,7 @@ mod identities;
 mod layers;
 mod leases;
 mod limits;
+mod partitions;
 mod presets;
 mod quota;
 mod reload;

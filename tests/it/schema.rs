@@ -131,14 +131,16 @@ async fn sqlite_schema(pool: &sqlx::SqlitePool) -> Schema {
     schema
 }
 
-/// The base tables of the PostgreSQL database's schema but sqlx's bookkeeping.
+/// The base tables of the PostgreSQL database's schema but sqlx's bookkeeping and the audit
+/// trail's day partitions.
 async fn postgres_schema(pool: &sqlx::PgPool) -> Schema {
     let columns: Vec<(String, String, String, String)> = sqlx::query_as(
         "SELECT c.table_name::text, c.column_name::text, c.data_type::text, c.is_nullable::text
          FROM information_schema.columns c
          JOIN information_schema.tables t ON t.table_schema = c.table_schema AND t.table_name = c.table_name
          WHERE c.table_schema = current_schema() AND t.table_type = 'BASE TABLE'
-           AND c.table_name <> '_sqlx_migrations'",
+           AND c.table_name <> '_sqlx_migrations'
+           AND NOT (SELECT relispartition FROM pg_class WHERE oid = to_regclass(quote_ident(c.table_name)))",
     )
     .fetch_all(pool)
     .await

@@ -138,6 +138,16 @@ pub(super) trait Backend: Send + Sync + Sized {
     fn turn(&self) -> impl Future<Output = Option<OwnedMutexGuard<()>>> + Send;
     fn free_space(&self) -> Option<u64>;
     fn longest_hold(&self) -> Option<Duration>;
+    /// The audit trail's day partitions, where the engine has them (docs/audit.md, "Partitions
+    /// on PostgreSQL"): made from yesterday to a week ahead of `now`, and for the days of rows
+    /// waiting in a default partition; how many were made.
+    fn audit_upkeep(&self, now: Millis) -> impl Future<Output = Result<u64, StoreError>> + Send;
+    /// Drops the audit trail's whole days before `before`, each day's attempts rolled up into
+    /// `usage_daily` first; how many partitions went.
+    fn drop_audit_days(&self, before: Millis) -> impl Future<Output = Result<u64, StoreError>> + Send;
+    /// Partitions an audit trail that is not; the rows it copied, `None` when there was nothing
+    /// to do.
+    fn partition_audit(&self) -> impl Future<Output = Result<Option<u64>, StoreError>> + Send;
 
     fn sql(&self) -> Sql<'_, Self> {
         Sql { store: self }
@@ -248,6 +258,18 @@ where
 
     async fn session_bindings(&self, session: &str, since: Millis) -> Result<Vec<SessionBinding>, StoreError> {
         self.sql().session_bindings(session, since).await
+    }
+
+    async fn audit_upkeep(&self, now: Millis) -> Result<u64, StoreError> {
+        Backend::audit_upkeep(self, now).await
+    }
+
+    async fn drop_audit_days(&self, before: Millis) -> Result<u64, StoreError> {
+        Backend::drop_audit_days(self, before).await
+    }
+
+    async fn partition_audit(&self) -> Result<Option<u64>, StoreError> {
+        Backend::partition_audit(self).await
     }
 
     async fn prune_sessions(&self, idle_before: Millis, keep: usize, batch: usize) -> Result<u64, StoreError> {
