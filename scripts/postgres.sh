@@ -8,7 +8,9 @@
 #   scripts/postgres.sh stop DIR    stops it (DIR is left for the caller to remove)
 #
 # Installs the `postgresql` package when the server binaries are missing. As root, the server
-# runs as the `postgres` user (PostgreSQL refuses to run as root).
+# runs as the `postgres` user (PostgreSQL refuses to run as root). ROTA_PG_OPTIONS adds server
+# settings (`-c name=value …`), after and over the test defaults (scripts/capacity.py turns
+# fsync back on and loads pg_stat_statements).
 set -euo pipefail
 cmd=${1:?usage: postgres.sh start|stop DIR}
 dir=$(realpath -m "${2:?usage: postgres.sh start|stop DIR}")
@@ -55,7 +57,7 @@ start)
     # Enough connections for many instances in parallel tests; fsync off: the data is thrown away.
     as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/pg.log" -w -o \
         "-p $port -k $dir -c listen_addresses=127.0.0.1 -c max_connections=400 -c fsync=off -c ssl=on \
-         -c ssl_cert_file=$dir/server.crt -c ssl_key_file=$dir/server.key" start >/dev/null
+         -c ssl_cert_file=$dir/server.crt -c ssl_key_file=$dir/server.key ${ROTA_PG_OPTIONS:-}" start >/dev/null
     echo "export ROTA_TEST_PG=postgres://rota@127.0.0.1:$port/postgres"
     echo "export ROTA_TEST_PG_CA=$dir/ca.crt"
     ;;

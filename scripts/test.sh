@@ -58,6 +58,7 @@ scripts/bench.sh --smoke --postgres --callgrind
 # The audit trail at scale, CI-sized (20,000 attempts; seconds): the generator, every listing,
 # usage window and docs/audit.md query it times still run.
 python3 scripts/audit_scale.py --smoke --bin "$target_dir/debug" --throughput 0 > /dev/null
+python3 scripts/capacity.py --bin "$target_dir/debug" --profiles 10 --instances 2 --seconds 2 --concurrency 4 > /dev/null
 
 # Browser and OAuth end-to-end tests: Debian Chromium (installed here when missing), a real
 # OpenID provider and playwright-core from npm (tests/browser/run.sh installs node_modules).
