@@ -117,11 +117,6 @@ impl Book {
         Ok(Picked { ordered, marked: true, bound })
     }
 
-    /// The profile `session` sticks to on `provider` here, if any.
-    pub fn session_profile(&self, provider: &str, session: &str, now: Millis) -> Option<ProfileId> {
-        Some(self.lock().sessions.get(provider, session, now)?.profile.clone())
-    }
-
     /// Whether `session` sticks here to a profile of `provider` that can serve `model` now:
     /// then this server need not ask the database (docs/scale.md, "Sessions").
     pub fn knows_session(&self, (provider, model): (&str, &str), session: &str, now: Millis) -> bool {
@@ -130,15 +125,9 @@ impl Book {
         inner.roster.views.get(&bound.profile).is_some_and(|v| v.serves(model, now))
     }
 
-    /// Whether the profile can serve `model` now (enabled, no window over it).
-    pub fn serves(&self, id: &ProfileId, model: &str, now: Millis) -> bool {
-        self.lock().roster.views.get(id).is_some_and(|v| v.serves(model, now))
-    }
-
-    /// Bindings read from the database: kept unless this server knows a later one. True when
-    /// one changed what this server knew.
-    pub fn adopt_sessions(&self, bindings: Vec<SessionBinding>, now: Millis) -> bool {
-        self.lock().sessions.adopt(bindings, now)
+    /// Bindings read from the database: kept unless this server knows a later one.
+    pub fn adopt_sessions(&self, bindings: Vec<SessionBinding>, now: Millis) {
+        self.lock().sessions.adopt(bindings, now);
     }
 
     /// Every profile in force with its state at `now` (for `/metrics`).

@@ -310,28 +310,6 @@ impl Walk {
         self.chain.first().map(|c| (c.provider.as_str(), c.model.as_str()))
     }
 
-    /// Another server moved this request's session to `id` (docs/scale.md, "Sessions"): it is
-    /// the next profile tried, when it is of the candidate under way, can serve it now and was
-    /// not tried yet.
-    pub fn prefer(&mut self, book: &Book, id: ProfileId, now: Millis) {
-        let (Some(cur), Some(cand)) = (self.cur.as_mut(), self.chain.get(self.index)) else { return };
-        let done = &cur.slots[..cur.j.min(cur.slots.len())];
-        if cur.pinned
-            || cur.probe
-            || id.provider() != cand.provider
-            || done.contains(&id)
-            || cur.tried.contains(&id)
-            || self.exclude.contains(&id)
-            || !book.serves(&id, &cand.model, now)
-        {
-            return;
-        }
-        cur.slots.retain(|s| *s != id); // from the slots not tried: `j` stays in place
-        cur.j = cur.j.min(cur.slots.len());
-        cur.slots.insert(cur.j, id);
-        cur.tries = 0;
-    }
-
     /// Begins the candidate `cand`: its provider's profiles in order, as far as its gate lets
     /// them be tried (docs/rotation.md). `None` when the gate skips it (audited); the error is
     /// a pin that cannot serve it.

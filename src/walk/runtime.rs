@@ -9,7 +9,7 @@ use crate::book::{Book, Credential, SESSION_TTL, session_id};
 use crate::config::Config;
 use crate::engine::chain::{Candidate, ChainRequest, FallbackOverride};
 use crate::engine::classify::Classified;
-use crate::engine::{Clock, Millis, Next, ProfileId, Reason};
+use crate::engine::{Clock, Millis, Reason};
 use crate::limits::Limiter;
 use crate::metrics::Metrics;
 use crate::refresh::{Refresher, access_of};
@@ -135,12 +135,7 @@ impl Runtime {
                 Err(_) => {}
             }
         }
-        let (pid, reason) = (att.pid.clone(), failed.class.reason);
-        let verdict = walk.failed(&self.book, config, att, failed, self.now());
-        if verdict == Verdict::Moved && reason.next() == Next::Rotate {
-            self.follow_session(walk, &pid).await;
-        }
-        verdict
+        walk.failed(&self.book, config, att, failed, self.now())
     }
 
     /// A request whose session this server cannot place (no binding here for its first
@@ -149,35 +144,14 @@ impl Runtime {
     /// the change feed brought it here (docs/scale.md, "Sessions").
     pub async fn recall_session(&self, walk: &Walk) {
         let (Some(session), Some(target)) = (walk.session(), walk.first_target()) else { return };
-        if !self.book.knows_session(target, session, self.now()) {
-            self.recall(session).await;
-        }
-    }
-
-    /// The attempt on the profile `failed`, which `walk`'s session sticks to here, failed and
-    /// the walk rotates: when the database says another server moved the session meanwhile,
-    /// the walk follows it there instead of moving it a second time.
-    async fn follow_session(&self, walk: &mut Walk, failed: &ProfileId) {
-        let Some(session) = walk.session().map(str::to_string) else { return };
         let now = self.now();
-        if self.book.session_profile(failed.provider(), &session, now).as_ref() != Some(failed)
-            || !self.recall(&session).await
-        {
+        if self.book.knows_session(target, session, now) {
             return;
         }
-        if let Some(moved) = self.book.session_profile(failed.provider(), &session, now) {
-            walk.prefer(&self.book, moved, now);
-        }
-    }
-
-    /// The session's bindings as stored, kept where later than this server's; whether one was.
-    async fn recall(&self, session: &str) -> bool {
-        let now = self.now();
         match self.store.session_bindings(&session_id(session), now - SESSION_TTL).await {
             Ok(found) => self.book.adopt_sessions(found, now),
             Err(e) => {
-                tracing::warn!(error = %e, "reading the session's binding failed; it may move to another profile");
-                false
+                tracing::warn!(error = %e, "reading the session's binding failed; it may move to another profile")
             }
         }
     }
