@@ -17,6 +17,7 @@ import openai
 from conftest import (
     OPENAI_MODEL,
     KeyTap,
+    Rota,
     create_agent,
     rota,
     start_llmock,
@@ -114,7 +115,8 @@ def test_a_session_keeps_its_profile_on_both_instances_and_moves_once_when_it_co
         time.sleep(1)
         after = turns(10)
         assert after == [moved] * 10, f"the session moved once and stays, on both instances: {after}"
-        rows = [dict(r) for r in sqlite_rows(dir, "SELECT provider, profile_id FROM session_bindings")]
+        db = Rota(addrs[0], agent_key, dir, dir / "rota-0.stderr")
+        rows = [dict(r) for r in db.query("SELECT provider, profile_id FROM session_bindings")]
         assert rows == [{"provider": "openai", "profile_id": moved}], rows
     finally:
         for proc in procs:
@@ -128,13 +130,3 @@ def test_a_session_keeps_its_profile_on_both_instances_and_moves_once_when_it_co
             print(f"--- rota {i} stderr ---\n{tail(dir / f'rota-{i}.stderr')}")
         tmp.cleanup()
 
-
-def sqlite_rows(dir: Path, sql: str) -> list[Any]:
-    import sqlite3
-
-    con = sqlite3.connect(f"file:{dir / 'rota.db'}?mode=ro", uri=True, timeout=5)
-    con.row_factory = sqlite3.Row
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
