@@ -372,9 +372,13 @@ fn reply(chat: &serde_json::Map<String, Value>, model: &str) -> Value {
         return json!({"role": "assistant", "content": format!("The tool said: {last}")});
     }
     let asked = last.map(|m| crate::gateway::translate::request::text_of(&m["content"])).unwrap_or_default();
-    let path = asked.split_whitespace().skip_while(|w| !w.eq_ignore_ascii_case("read")).nth(1);
+    // The last "read /path" of the turn: an agent puts its context (git status with its recent
+    // commit messages, reminders) in the same message, before what the user asked.
+    let words: Vec<&str> = asked.split_whitespace().collect();
+    let path =
+        words.windows(2).rev().find(|w| w[0].eq_ignore_ascii_case("read") && w[1].starts_with('/')).map(|w| w[1]);
     let tools = chat.get("tools").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
-    if let Some(path) = path.filter(|p| p.starts_with('/')) {
+    if let Some(path) = path {
         let path = path.trim_end_matches(['.', ',', '"', '\'']);
         let call = tools.iter().find_map(|t| {
             let f = &t["function"];
@@ -396,4 +400,21 @@ fn reply(chat: &serde_json::Map<String, Value>, model: &str) -> Value {
         }
     }
     json!({"role": "assistant", "content": format!("Hello from the simulated {model}.")})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_simulated_model_reads_the_path_it_was_last_asked_to_read() {
+        let tools = json!([{"type": "function", "function": {"name": "Read", "parameters": {}}}]);
+        let asked = "Recent commits: abc tests: read the bindings with a helper\n\nread /repo/README.md";
+        let chat = json!({"messages": [{"role": "user", "content": asked}], "tools": tools});
+        let answer = reply(chat.as_object().unwrap(), "sim-small");
+        let args = answer["tool_calls"][0]["function"]["arguments"].as_str().unwrap();
+        assert_eq!(serde_json::from_str::<Value>(args).unwrap(), json!({"file_path": "/repo/README.md"}));
+        let chat = json!({"messages": [{"role": "user", "content": "read the bindings"}], "tools": tools});
+        assert_eq!(reply(chat.as_object().unwrap(), "sim-small")["content"], "Hello from the simulated sim-small.");
+    }
 }
