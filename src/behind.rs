@@ -117,6 +117,11 @@ impl Writer {
         self.wake.notify_one();
     }
 
+    /// Whether `close` was called.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Relaxed)
+    }
+
     /// Whether the last write failed (the writer retries it).
     pub fn failing(&self) -> bool {
         self.failing.load(Ordering::Relaxed)
@@ -158,18 +163,6 @@ pub trait Sink: Send + 'static {
         let _ = (store, batch);
         async { false }
     }
-
-    /// Resolves when the writer has other work to do between batches (`between`); it is dropped
-    /// when a batch comes first, so it only waits. By default never.
-    fn idle(&mut self) -> impl Future<Output = ()> + Send {
-        std::future::pending()
-    }
-
-    /// The work `idle` announced, in the writer's task: it never runs beside a batch's write.
-    fn between(&mut self, store: &dyn Store) -> impl Future<Output = ()> + Send {
-        let _ = store;
-        async {}
-    }
 }
 
 /// Starts the writer's task: it writes the sink's batches, gathering items for `gather` before
@@ -180,50 +173,43 @@ pub fn spawn<S: Sink>(writer: Arc<Writer>, store: Arc<dyn Store>, sink: S, gathe
 
 async fn run<S: Sink>(writer: Arc<Writer>, store: Arc<dyn Store>, mut sink: S, gather: Duration) {
     loop {
-        tokio::select! {
-            _ = writer.wake.notified() => {
-                // A moment more makes one transaction of what would be dozens: fewer pages
-                // written to the log, and the other writer gets its turn (SQLite has one writer).
-                if !writer.urgent.swap(false, Ordering::Relaxed)
-                    && !writer.closed.load(Ordering::Relaxed)
-                    && !sink.ready()
-                {
-                    tokio::select! {
-                        _ = tokio::time::sleep(gather) => {}
-                        _ = writer.hurry.notified() => {}
-                    }
-                }
-                loop {
-                    let closed = writer.closed.load(Ordering::Relaxed);
-                    let paced = writer.full.load(Ordering::Relaxed);
-                    if paced {
-                        pace(store.as_ref()).await;
-                    }
-                    let (batch, upto) = sink.take();
-                    let empty = S::rows(&batch) == 0;
-                    if !empty {
-                        write(&writer, store.as_ref(), &mut sink, &batch).await;
-                    }
-                    writer.done(upto);
-                    if paced {
-                        let roomy = store.free_bytes().is_none_or(|f| f >= 2 * DRAIN_FLOOR);
-                        if sink.ready() {
-                            writer.wake(); // the next batch of the backlog, after the pause
-                        } else if !writer.failing() && roomy {
-                            writer.full.store(false, Ordering::Relaxed);
-                            tracing::info!("{}: the backlog after the full disk is written", S::WHAT);
-                        }
-                        tokio::time::sleep(DRAIN_PAUSE).await;
-                    }
-                    if !closed {
-                        break;
-                    }
-                    if empty {
-                        return;
-                    }
-                }
+        writer.wake.notified().await;
+        // A moment more makes one transaction of what would be dozens: fewer pages
+        // written to the log, and the other writer gets its turn (SQLite has one writer).
+        if !writer.urgent.swap(false, Ordering::Relaxed) && !writer.closed.load(Ordering::Relaxed) && !sink.ready() {
+            tokio::select! {
+                _ = tokio::time::sleep(gather) => {}
+                _ = writer.hurry.notified() => {}
             }
-            _ = sink.idle() => sink.between(store.as_ref()).await,
+        }
+        loop {
+            let closed = writer.closed.load(Ordering::Relaxed);
+            let paced = writer.full.load(Ordering::Relaxed);
+            if paced {
+                pace(store.as_ref()).await;
+            }
+            let (batch, upto) = sink.take();
+            let empty = S::rows(&batch) == 0;
+            if !empty {
+                write(&writer, store.as_ref(), &mut sink, &batch).await;
+            }
+            writer.done(upto);
+            if paced {
+                let roomy = store.free_bytes().is_none_or(|f| f >= 2 * DRAIN_FLOOR);
+                if sink.ready() {
+                    writer.wake(); // the next batch of the backlog, after the pause
+                } else if !writer.failing() && roomy {
+                    writer.full.store(false, Ordering::Relaxed);
+                    tracing::info!("{}: the backlog after the full disk is written", S::WHAT);
+                }
+                tokio::time::sleep(DRAIN_PAUSE).await;
+            }
+            if !closed {
+                break;
+            }
+            if empty {
+                return;
+            }
         }
     }
 }

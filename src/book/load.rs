@@ -1,7 +1,7 @@
 //! The book's first read of the store, and what a snapshot's sealed secrets open to.
 
 use super::state::{Inner, Roster, Sessions};
-use super::sync::{FEED_EVERY, GATHER, Stats};
+use super::sync::{GATHER, Stats, read_feed};
 use super::{Book, Credential, Exchange, Shared};
 use crate::behind::{self, Writer};
 use crate::config::Config;
@@ -28,7 +28,6 @@ impl Book {
         let settings = live.get();
         let config = &settings.config;
         store.sync_config_profiles(&config_rows(config, now)).await?;
-        let seen = store.feed_head(None).await?;
         let snapshot = store.snapshot().await?;
         let (roster, credentials, token_versions) = unseal(&snapshot, config, &key)?;
         let inner = Inner {
@@ -48,11 +47,13 @@ impl Book {
             model_pending: HashMap::new(),
             queued: 0,
             local_edits: 0,
+            seen: snapshot.head,
+            stats_at: HashMap::new(),
+            models_at: HashMap::new(),
         };
         let shared = Arc::new(Shared { inner: Mutex::new(inner), key, writer: Writer::new() });
-        let mut feed = tokio::time::interval(FEED_EVERY);
-        feed.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let sink = Stats { shared: shared.clone(), seen, feed, wake: store.wake() };
+        tokio::spawn(read_feed(Arc::downgrade(&shared), store.clone()));
+        let sink = Stats { shared: shared.clone(), batch: store.stats_batch() };
         behind::spawn(shared.writer.clone(), store, sink, GATHER);
         Ok(Book { shared })
     }

@@ -193,6 +193,14 @@ pub(super) struct Inner {
     /// Counts this server's own edits of profiles, secrets and orders (made in memory as they
     /// are stored): a reload from a snapshot read before one of them would undo it.
     pub(super) local_edits: u64,
+    /// The change feed's position read so far (`sync::follow`; a batch of the stats writer
+    /// moves it over its own entries).
+    pub(super) seen: i64,
+    /// The feed's position each profile's stats and each model's cooldown were stored at when
+    /// put here: the writer and the feed's reader put rows read at different times, and the
+    /// older read must not undo the newer one.
+    pub(super) stats_at: HashMap<ProfileId, i64>,
+    pub(super) models_at: HashMap<ModelKey, i64>,
 }
 
 /// How many usable profiles a request gets at once from the rotation index; a walk that tries
@@ -284,9 +292,16 @@ impl Inner {
     }
 
     /// Stats as stored become the profiles' state, with their unwritten changes replayed.
-    pub(super) fn put_stats(&mut self, stored: Vec<(ProfileId, UsageStats)>, policy: &CooldownPolicy) {
+    /// Puts stats as stored at feed position `at`, with what is unwritten replayed on them;
+    /// not those of a profile already put from a later position.
+    pub(super) fn put_stats(
+        &mut self,
+        stored: impl IntoIterator<Item = (ProfileId, UsageStats)>,
+        at: i64,
+        policy: &CooldownPolicy,
+    ) {
         for (id, mut s) in stored {
-            if !self.roster.views.contains_key(&id) {
+            if !self.roster.views.contains_key(&id) || self.stats_at.get(&id).is_some_and(|&put| put > at) {
                 continue;
             }
             for c in self.unwritten(&id) {
@@ -295,20 +310,31 @@ impl Inner {
             if let Some(view) = self.roster.views.get_mut(&id) {
                 view.stats = s;
             }
+            self.stats_at.insert(id.clone(), at);
             self.reorder(&id);
         }
     }
 
-    pub(super) fn put_models(&mut self, stored: Vec<(ModelKey, ModelCooldown)>, policy: &CooldownPolicy) {
+    /// Puts model cooldowns as stored at feed position `at`, as `put_stats` does.
+    pub(super) fn put_models(
+        &mut self,
+        stored: impl IntoIterator<Item = (ModelKey, ModelCooldown)>,
+        at: i64,
+        policy: &CooldownPolicy,
+    ) {
         for (key, m) in stored {
+            if self.models_at.get(&key).is_some_and(|&put| put > at) {
+                continue;
+            }
             let mut m = Some(m);
             let inflight = self.model_inflight.get(&key).into_iter().flatten();
             for c in inflight.chain(self.model_pending.get(&key).into_iter().flatten()) {
                 m = ModelCooldown::apply(m.as_ref(), c, policy);
             }
             if let Some(m) = m {
-                self.model_cooldowns.insert(key, m);
+                self.model_cooldowns.insert(key.clone(), m);
             }
+            self.models_at.insert(key, at);
         }
     }
 }
@@ -319,6 +345,73 @@ mod tests {
 
     fn id(s: &str) -> ProfileId {
         s.parse().unwrap()
+    }
+
+    /// A book's state holding one profile, `openai:a`, nothing queued.
+    fn holding_one() -> Inner {
+        let config = Config::from_toml("").unwrap();
+        let (_, live) = crate::settings::channel(Settings::new(config.clone()));
+        let settings = Settings::new(config);
+        let mut roster = Roster::default();
+        let view = crate::engine::ProfileView {
+            id: id("openai:a"),
+            kind: crate::engine::ProfileType::ApiKey,
+            enabled: true,
+            has_secret: true,
+            expires_at: None,
+            stats: UsageStats::default(),
+        };
+        roster.views.insert(view.id.clone(), view);
+        Inner {
+            settings: Arc::new(settings),
+            live,
+            roster,
+            credentials: HashMap::new(),
+            token_versions: HashMap::new(),
+            model_cooldowns: HashMap::new(),
+            probes: ProbeThrottle::default(),
+            sessions: Sessions::new(),
+            rotation: HashMap::new(),
+            inflight: HashMap::new(),
+            pending: HashMap::new(),
+            pending_changes: HashMap::new(),
+            model_inflight: HashMap::new(),
+            model_pending: HashMap::new(),
+            queued: 0,
+            local_edits: 0,
+            seen: 0,
+            stats_at: HashMap::new(),
+            models_at: HashMap::new(),
+        }
+    }
+
+    /// The writer and the feed's reader put rows read at different feed positions, in either
+    /// order: the state is the row read last in the feed, whichever was put last.
+    #[test]
+    fn stats_and_model_cooldowns_read_earlier_in_the_feed_never_undo_later_ones() {
+        let mut inner = holding_one();
+        let policy = inner.policy();
+        let a = id("openai:a");
+        let used = |at: Millis| UsageStats { last_used: Some(at), success_count: at as u64, ..UsageStats::default() };
+        let model = ("openai".to_string(), "gpt".to_string());
+        let cooled = |until: Millis| ModelCooldown { until, error_count: 1, last_failure_at: until - 60_000 };
+
+        inner.put_stats([(a.clone(), used(20))], 20, &policy);
+        inner.put_stats([(a.clone(), used(10))], 10, &policy);
+        assert_eq!(inner.roster.views[&a].stats, used(20), "the earlier read came last: ignored");
+        inner.put_stats([(a.clone(), used(20))], 20, &policy);
+        assert_eq!(inner.roster.views[&a].stats, used(20), "the same position again: the same row");
+        inner.put_stats([(a.clone(), used(30))], 30, &policy);
+        assert_eq!(inner.roster.views[&a].stats, used(30), "a later read: taken");
+
+        inner.put_models([(model.clone(), cooled(2_000))], 20, &policy);
+        inner.put_models([(model.clone(), cooled(1_000))], 10, &policy);
+        assert_eq!(inner.model_cooldowns[&model], cooled(2_000));
+        inner.put_models([(model.clone(), cooled(3_000))], 30, &policy);
+        assert_eq!(inner.model_cooldowns[&model], cooled(3_000));
+
+        inner.put_stats([(id("openai:gone"), used(40))], 40, &policy);
+        assert!(!inner.stats_at.contains_key(&id("openai:gone")), "a profile not held is not tracked");
     }
 
     fn written(s: &mut Sessions) -> Vec<(String, i64, i64)> {

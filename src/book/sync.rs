@@ -1,5 +1,5 @@
-//! The book's write-behind: changes written in batches and replayed on the rows as stored, and
-//! the change feed read between them (docs/scale.md).
+//! The book's write-behind: changes written in batches and replayed on the rows as stored; and
+//! the change feed's reader (docs/scale.md).
 
 use super::load::{LoadError, unseal};
 use super::state::Inner;
@@ -9,9 +9,8 @@ use crate::engine::{Change, CooldownPolicy, ModelChange, ModelCooldown, ProfileI
 use crate::store::{SessionBinding, Snapshot, Store, StoreError};
 use parking_lot::MutexGuard;
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
-use tokio::sync::watch;
 
 /// How often the change feed is read: other writers' changes are in force within this much
 /// (plus the time a reload takes).
@@ -19,10 +18,6 @@ pub const FEED_EVERY: Duration = Duration::from_millis(250);
 
 /// How long changes gather before a write that nobody waits for.
 pub(super) const GATHER: Duration = Duration::from_millis(50);
-
-/// The most profiles one write of the stats writer takes: about 20 ms of the database's time
-/// under load (a batch of 2,000 took 148 ms), so the audit writer's turn is never long in coming.
-const STATS_BATCH: usize = 256;
 
 /// What the writer took to write: the changes of each profile and model.
 pub(super) struct Batch {
@@ -75,10 +70,8 @@ impl Book {
     }
 }
 
-/// The book's write-behind (`crate::behind`): the queued changes, written in batches, and the
-/// change feed, read between them. One task does both, so a reload never races a batch being
-/// written. A batch is replayed on the rows as stored, and the rows written back become the
-/// book's state. A failing batch is retried until the database takes it (busy, read-only or
+/// The book's write-behind (`crate::behind`): the queued changes, written in batches. A batch
+/// is replayed on the rows as stored, and the rows written back become the book's state. A failing batch is retried until the database takes it (busy, read-only or
 /// failing for a while: nothing is dropped, and later changes coalesce meanwhile). From the
 /// third failure on, rows are also tried one by one: when some of them can be written, the
 /// database works and the others are bad rows, logged with their key and given up, so that one
@@ -86,10 +79,8 @@ impl Book {
 /// left.
 pub(super) struct Stats {
     pub(super) shared: Arc<Shared>,
-    /// The change feed's position read so far.
-    pub(super) seen: i64,
-    pub(super) feed: tokio::time::Interval,
-    pub(super) wake: Option<watch::Receiver<u64>>,
+    /// The most profiles one batch takes (`Store::stats_batch`).
+    pub(super) batch: usize,
 }
 
 impl Sink for Stats {
@@ -97,11 +88,11 @@ impl Sink for Stats {
     const WHAT: &'static str = "usage stats";
 
     fn ready(&self) -> bool {
-        self.shared.full()
+        self.shared.lock().pending.len() >= self.batch
     }
 
     fn take(&mut self) -> (Batch, u64) {
-        self.shared.take()
+        self.shared.take(self.batch)
     }
 
     fn rows(batch: &Batch) -> usize {
@@ -110,9 +101,11 @@ impl Sink for Stats {
 
     async fn write(&mut self, store: &dyn Store, batch: &Batch) -> Result<(), StoreError> {
         let applied = store.apply(&batch.stats, &batch.models, &batch.sessions, &self.shared.policy()).await?;
-        self.shared.settle(&batch.stats, &batch.models, applied.stats, applied.models);
-        if applied.feed.0 == self.seen {
-            self.seen = applied.feed.1; // the entries in between are this batch's own
+        let at = applied.feed.1;
+        self.shared.settle(&batch.stats, &batch.models, vec![(applied.stats, applied.models, at)]);
+        let mut inner = self.shared.lock();
+        if inner.seen == applied.feed.0 {
+            inner.seen = at; // the entries in between are this batch's own
         }
         Ok(())
     }
@@ -122,17 +115,17 @@ impl Sink for Stats {
     async fn isolate(&mut self, store: &dyn Store, batch: &Batch) -> bool {
         let shared = &self.shared;
         let policy = shared.policy();
-        let mut written = (Vec::new(), Vec::new());
+        let mut written = Vec::new();
         let mut bad = Vec::new();
         for row in &batch.stats {
             match store.apply(std::slice::from_ref(row), &[], &[], &policy).await {
-                Ok(applied) => written.0.extend(applied.stats),
+                Ok(applied) => written.push((applied.stats, applied.models, applied.feed.1)),
                 Err(e) => bad.push((row.0.to_string(), e)),
             }
         }
         for row in &batch.models {
             match store.apply(&[], std::slice::from_ref(row), &[], &policy).await {
-                Ok(applied) => written.1.extend(applied.models),
+                Ok(applied) => written.push((applied.stats, applied.models, applied.feed.1)),
                 Err(e) => bad.push((format!("model {}/{}", row.0.0, row.0.1), e)),
             }
         }
@@ -147,27 +140,41 @@ impl Sink for Stats {
         for (key, e) in bad {
             tracing::error!(key, error = %e, "usage stats of this profile or model could not be written; given up");
         }
-        shared.settle(&batch.stats, &batch.models, written.0, written.1);
+        shared.settle(&batch.stats, &batch.models, written);
         true
     }
+}
 
-    async fn idle(&mut self) {
+/// The change feed's reader: reads the feed every `FEED_EVERY`, and at once when the database
+/// says something changed (PostgreSQL's notifications), until the book is dropped. A task of
+/// its own, beside the stats writer's: a write waiting for the database (behind the other
+/// servers' on PostgreSQL) never holds back what the others changed. Both put rows as stored;
+/// the feed position each was read at keeps the older read from undoing the newer
+/// (`Inner::put_stats`).
+pub(super) async fn read_feed(shared: Weak<Shared>, store: Arc<dyn Store>) {
+    let mut every = tokio::time::interval(FEED_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut wake = store.wake();
+    loop {
         tokio::select! {
-            _ = self.feed.tick() => {}
-            _ = crate::store::woken(&mut self.wake) => {}
+            _ = every.tick() => {}
+            _ = crate::store::woken(&mut wake) => {}
         }
-    }
-
-    async fn between(&mut self, store: &dyn Store) {
-        match follow(store, &self.shared, self.seen).await {
-            Ok(head) => self.seen = head,
+        let Some(shared) = shared.upgrade().filter(|s| !s.writer.is_closed()) else { return };
+        match follow(store.as_ref(), &shared).await {
+            Ok(head) => {
+                let mut inner = shared.lock();
+                inner.seen = inner.seen.max(head);
+            }
             Err(e) => tracing::warn!(error = %e, "reading the change feed failed; retrying"),
         }
     }
 }
 
-/// Reads the change feed after `seen` and reloads what changed; returns the new position.
-async fn follow(store: &dyn Store, shared: &Shared, seen: i64) -> Result<i64, LoadError> {
+/// Reads the change feed after the position seen so far and reloads what changed; returns the
+/// position it read up to.
+async fn follow(store: &dyn Store, shared: &Shared) -> Result<i64, LoadError> {
+    let seen = shared.lock().seen;
     let entries = store.changes_after(seen).await?;
     let Some(head) = entries.last().map(|e| e.seq) else { return Ok(seen) };
     let kinds = |k: &str| entries.iter().any(|e| e.kind == k);
@@ -189,10 +196,12 @@ async fn follow(store: &dyn Store, shared: &Shared, seen: i64) -> Result<i64, Lo
     ids.sort();
     ids.dedup();
     if !ids.is_empty() {
-        shared.refresh_stats(store.stats_of(&ids).await?);
+        let (at, stored) = store.stats_of(&ids).await?;
+        shared.refresh_stats(stored, at);
     }
     if kinds("model") {
-        shared.refresh_models(store.model_cooldowns().await?);
+        let (at, stored) = store.model_cooldowns().await?;
+        shared.refresh_models(stored, at);
     }
     Ok(head)
 }
@@ -213,14 +222,13 @@ impl Shared {
         self.lock().policy()
     }
 
-    /// Moves every queued change to the writer (in flight until settled), with the count of
-    /// changes queued up to them.
-    fn take(&self) -> (Batch, u64) {
+    /// Moves the queued changes of at most `most` profiles (and every model's) to the writer
+    /// (in flight until settled), with the count of changes queued up to them; what is left is
+    /// the next batch's, at once.
+    fn take(&self, most: usize) -> (Batch, u64) {
         let mut guard = self.lock();
         let inner = &mut *guard;
-        // At most `STATS_BATCH` profiles a batch, so that one write transaction stays short beside
-        // the audit writer's (they take turns); what is left is the next batch's, at once.
-        let ids: Vec<ProfileId> = inner.pending.keys().take(STATS_BATCH).cloned().collect();
+        let ids: Vec<ProfileId> = inner.pending.keys().take(most).cloned().collect();
         let mut stats: Vec<(ProfileId, Vec<Change>)> = ids
             .into_iter()
             .filter_map(|id| {
@@ -246,19 +254,14 @@ impl Shared {
         (Batch { stats, models, sessions }, inner.queued - left)
     }
 
-    /// Whether a whole batch waits.
-    fn full(&self) -> bool {
-        self.lock().pending.len() >= STATS_BATCH
-    }
-
     /// A batch was written (or given up): its changes are no longer in flight, and the rows
-    /// as stored, with what was queued since replayed on top, become the book's state.
+    /// as stored (each write's, with the feed position it was stored at), with what was queued
+    /// since replayed on top, become the book's state.
     fn settle(
         &self,
         stats: &[(ProfileId, Vec<Change>)],
         models: &[(ModelKey, Vec<ModelChange>)],
-        stored: Vec<(ProfileId, UsageStats)>,
-        stored_models: Vec<(ModelKey, ModelCooldown)>,
+        stored: Vec<(Vec<(ProfileId, UsageStats)>, Vec<(ModelKey, ModelCooldown)>, i64)>,
     ) {
         let mut guard = self.lock();
         let inner = &mut *guard;
@@ -269,20 +272,22 @@ impl Shared {
         for (key, _) in models {
             inner.model_inflight.remove(key);
         }
-        inner.put_stats(stored, &policy);
-        inner.put_models(stored_models, &policy);
+        for (rows, model_rows, at) in stored {
+            inner.put_stats(rows, at, &policy);
+            inner.put_models(model_rows, at, &policy);
+        }
     }
 
-    fn refresh_stats(&self, stored: Vec<(ProfileId, Option<UsageStats>)>) {
+    fn refresh_stats(&self, stored: Vec<(ProfileId, Option<UsageStats>)>, at: i64) {
         let mut inner = self.lock();
         let policy = inner.policy();
-        inner.put_stats(stored.into_iter().filter_map(|(id, s)| Some((id, s?))).collect(), &policy);
+        inner.put_stats(stored.into_iter().filter_map(|(id, s)| Some((id, s?))), at, &policy);
     }
 
-    fn refresh_models(&self, stored: HashMap<ModelKey, ModelCooldown>) {
+    fn refresh_models(&self, stored: HashMap<ModelKey, ModelCooldown>, at: i64) {
         let mut inner = self.lock();
         let policy = inner.policy();
-        inner.put_models(stored.into_iter().collect(), &policy);
+        inner.put_models(stored, at, &policy);
     }
 
     /// Profiles, secrets or orders changed in the database: the roster and credentials are
@@ -298,17 +303,26 @@ impl Shared {
             return Ok(false);
         }
         for (id, view) in roster.views.iter_mut() {
-            for c in inner.unwritten(id) {
-                view.stats.apply(&c, &policy);
+            // Stats the writer put from a later write than the snapshot stay.
+            let newer = inner.stats_at.get(id).is_some_and(|&at| at > snapshot.head);
+            match inner.roster.views.get(id).filter(|_| newer) {
+                Some(held) => view.stats = held.stats.clone(),
+                None => {
+                    for c in inner.unwritten(id) {
+                        view.stats.apply(&c, &policy);
+                    }
+                    inner.stats_at.insert(id.clone(), snapshot.head);
+                }
             }
         }
         inner.pending.retain(|id, _| roster.views.contains_key(id));
         inner.pending_changes.retain(|id, _| roster.views.contains_key(id));
+        inner.stats_at.retain(|id, _| roster.views.contains_key(id));
         inner.roster = roster;
         inner.forget_order();
         inner.credentials = credentials;
         inner.token_versions = token_versions;
-        inner.put_models(snapshot.model_cooldowns.into_iter().collect(), &policy);
+        inner.put_models(snapshot.model_cooldowns, snapshot.head, &policy);
         Ok(true)
     }
 }

@@ -95,6 +95,8 @@ impl StoredProfile {
 /// Everything the gateway keeps in memory, as stored.
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {
+    /// The change feed's position the snapshot is as of.
+    pub head: i64,
     pub profiles: Vec<StoredProfile>,
     pub secrets: HashMap<ProfileId, Vec<Sealed>>,
     pub stats: HashMap<ProfileId, UsageStats>,
@@ -423,10 +425,11 @@ pub trait Store: Send + Sync {
     async fn changes_after(&self, seq: i64) -> Result<Vec<FeedEntry>, StoreError>;
     /// The feed's newest position, of one kind or of all.
     async fn feed_head(&self, kind: Option<&str>) -> Result<i64, StoreError>;
-    /// These profiles' stats as stored (`None`: the profile is gone).
-    async fn stats_of(&self, ids: &[ProfileId]) -> Result<Vec<(ProfileId, Option<UsageStats>)>, StoreError>;
-    /// Every model cooldown as stored.
-    async fn model_cooldowns(&self) -> Result<HashMap<(String, String), ModelCooldown>, StoreError>;
+    /// These profiles' stats as stored (`None`: the profile is gone), with the feed's position
+    /// they are as of (read together).
+    async fn stats_of(&self, ids: &[ProfileId]) -> Result<(i64, Vec<(ProfileId, Option<UsageStats>)>), StoreError>;
+    /// Every model cooldown as stored, with the feed's position they are as of.
+    async fn model_cooldowns(&self) -> Result<(i64, HashMap<(String, String), ModelCooldown>), StoreError>;
     /// Sets (or with `None` removes) the stored explicit order of a provider.
     async fn set_order(&self, provider: &str, ids: Option<&[ProfileId]>) -> Result<(), StoreError>;
     /// Creates an agent with the digest of its key. A revoked agent of the same name gets the
@@ -558,6 +561,8 @@ pub trait Store: Send + Sync {
     async fn checkpoint(&self, truncate: bool) -> Result<bool, StoreError>;
     /// The write-ahead log's size in bytes, where there is one.
     fn wal_bytes(&self) -> Option<u64>;
+    /// The most profiles one write of a server's stats writer takes.
+    fn stats_batch(&self) -> usize;
     /// A write failed with `e`: after anything but another writer's lock, the connections
     /// open now are replaced before their next use (a writer calls this before retrying).
     fn write_failed(&self, e: &StoreError);

@@ -197,7 +197,7 @@ async fn what_one_instance_learns_the_others_keep(db: Db, instances: usize) {
     }
     assert_eq!(k1_calls(), 1, "one call to k1, A's; the others kept off it");
     let k1: rota::engine::ProfileId = "openai:k1".parse().unwrap();
-    let stored = a.store.stats_of(std::slice::from_ref(&k1)).await.unwrap()[0].1.clone().unwrap();
+    let stored = a.store.stats_of(std::slice::from_ref(&k1)).await.unwrap().1[0].1.clone().unwrap();
     let windows: Vec<i64> = stored.cooldowns.iter().map(|c| c.until - c.opened_at).collect();
     assert_eq!(windows, [600_000]);
 
@@ -343,7 +343,7 @@ async fn calls_in_flight_never_end_the_window_a_429_opened(db: Db, instances: us
         let left = held.map(|u| u.key() - now);
         assert!(left.is_some_and(|l| l > 590_000 && l <= 600_000), "instance {i}: k1's window in memory: {held:?}");
     }
-    let stored = first.store.stats_of(std::slice::from_ref(&k1)).await.unwrap()[0].1.clone().unwrap();
+    let stored = first.store.stats_of(std::slice::from_ref(&k1)).await.unwrap().1[0].1.clone().unwrap();
     let windows: Vec<i64> = stored.cooldowns.iter().map(|c| c.until - c.opened_at).collect();
     assert_eq!(windows, [600_000], "the window in the database");
     assert_eq!((stored.success_count, stored.error_count), (5, 1), "the five successes counted, the 429 kept");

@@ -52,6 +52,31 @@ impl<'a> Hourly<'a> {
     }
 }
 
+/// The statement that adds the sums of the JSON rows in `$1` to their hours' rows of
+/// `usage_hourly`, given the SQL that turns the rows into a `FROM` item named `r`.
+pub(super) fn add_hours(rows: impl Fn(&[(&str, &str)]) -> String) -> String {
+    format!(
+        "INSERT INTO usage_hourly (hour, profile_id, attempts, successes, failures, tokens_in, tokens_out)
+         SELECT r.hour, r.profile_id, r.attempts, r.successes, r.failures, r.tokens_in, r.tokens_out FROM {}
+         WHERE true ORDER BY r.hour, r.profile_id
+         ON CONFLICT (hour, profile_id) DO UPDATE SET
+             attempts = usage_hourly.attempts + excluded.attempts,
+             successes = usage_hourly.successes + excluded.successes,
+             failures = usage_hourly.failures + excluded.failures,
+             tokens_in = usage_hourly.tokens_in + excluded.tokens_in,
+             tokens_out = usage_hourly.tokens_out + excluded.tokens_out",
+        rows(&[
+            ("hour", "BIGINT"),
+            ("profile_id", "TEXT"),
+            ("attempts", "BIGINT"),
+            ("successes", "BIGINT"),
+            ("failures", "BIGINT"),
+            ("tokens_in", "BIGINT"),
+            ("tokens_out", "BIGINT"),
+        ])
+    )
+}
+
 /// Adds one attempt to a roll-up's attempts, successes, failures, tokens in and out.
 fn count_attempt(sums: &mut [i64; 5], outcome: &str, tokens_in: Option<i64>, tokens_out: Option<i64>) {
     sums[0] += 1;
@@ -201,32 +226,24 @@ where
         Ok(hourly)
     }
 
-    /// Adds attempts' sums to their hours' rows of `usage_hourly`.
+    /// Adds attempts' sums to their hours' rows of `usage_hourly`, in one statement (in the
+    /// order of their keys, as every writer locks them).
     async fn add_to_hours(
         tx: &mut DB::Connection,
         sums: &BTreeMap<(Millis, &str), [i64; 5]>,
     ) -> Result<(), StoreError> {
-        for ((hour, profile), [n, ok, failed, tin, tout]) in sums {
-            sqlx::query(
-                "INSERT INTO usage_hourly (hour, profile_id, attempts, successes, failures, tokens_in, tokens_out)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7)
-                 ON CONFLICT (hour, profile_id) DO UPDATE SET
-                     attempts = usage_hourly.attempts + excluded.attempts,
-                     successes = usage_hourly.successes + excluded.successes,
-                     failures = usage_hourly.failures + excluded.failures,
-                     tokens_in = usage_hourly.tokens_in + excluded.tokens_in,
-                     tokens_out = usage_hourly.tokens_out + excluded.tokens_out",
-            )
-            .bind(hour)
-            .bind(profile)
-            .bind(n)
-            .bind(ok)
-            .bind(failed)
-            .bind(tin)
-            .bind(tout)
-            .execute(&mut *tx)
-            .await?;
+        if sums.is_empty() {
+            return Ok(());
         }
+        let rows: Vec<serde_json::Value> = sums
+            .iter()
+            .map(|((hour, profile), [n, ok, failed, tin, tout])| {
+                serde_json::json!({"hour": hour, "profile_id": profile, "attempts": n, "successes": ok,
+                    "failures": failed, "tokens_in": tin, "tokens_out": tout})
+            })
+            .collect();
+        let rows = serde_json::to_string(&rows).expect("rows serialize");
+        sqlx::query(S::texts().add_hours.as_str()).bind(rows).execute(&mut *tx).await?;
         Ok(())
     }
 

@@ -100,16 +100,23 @@ pub(super) struct Texts {
     /// The stats, cooldown windows and quotas of the profiles in a JSON array bound as `$1`
     /// (`load_many`).
     stats_of: [String; 3],
+    /// The batch writes of stats rows, cooldown windows and quotas (`write_stats`).
+    writes: stats::Writes,
+    /// Adds an audit batch's sums to `usage_hourly` (`add_to_hours`).
+    add_hours: String,
 }
 
 impl Texts {
     /// `numbered`: the audit's INSERTs take `$N` parameters, else `?`; `ids`: the SQL that turns
-    /// the JSON array of ids in `$1` into rows.
-    pub(super) fn new(numbered: bool, ids: &str) -> Texts {
+    /// the JSON array of ids in `$1` into rows; `rows`: the SQL (a `FROM` item named `r`) that
+    /// turns the JSON array of objects in `$1` into rows of the given columns and types.
+    pub(super) fn new(numbered: bool, ids: &str, rows: impl Fn(&[(&str, &str)]) -> String) -> Texts {
         Texts {
             attempts: Shapes::attempts(numbered),
             requests: Shapes::requests(numbered),
             stats_of: stats::statements(ids),
+            writes: stats::Writes::new(&rows, ids),
+            add_hours: audit::add_hours(&rows),
         }
     }
 }
@@ -118,6 +125,8 @@ impl Texts {
 /// upkeep only some engines have (the `Store` methods of the same meaning say what each does).
 pub(super) trait Backend: Send + Sync + Sized {
     type Db: Driver;
+    /// The most profiles one write of the stats writer takes (`Store::stats_batch`).
+    const STATS_BATCH: usize;
 
     fn pool(&self) -> &Pool<Self::Db>;
     /// The database, as an operator names it.
@@ -284,11 +293,11 @@ where
         self.sql().feed_head(kind).await
     }
 
-    async fn stats_of(&self, ids: &[ProfileId]) -> Result<Vec<(ProfileId, Option<UsageStats>)>, StoreError> {
+    async fn stats_of(&self, ids: &[ProfileId]) -> Result<(i64, Vec<(ProfileId, Option<UsageStats>)>), StoreError> {
         self.sql().stats_of(ids).await
     }
 
-    async fn model_cooldowns(&self) -> Result<HashMap<(String, String), ModelCooldown>, StoreError> {
+    async fn model_cooldowns(&self) -> Result<(i64, HashMap<(String, String), ModelCooldown>), StoreError> {
         self.sql().model_cooldowns().await
     }
 
@@ -472,6 +481,10 @@ where
 
     fn free_bytes(&self) -> Option<u64> {
         self.free_space()
+    }
+
+    fn stats_batch(&self) -> usize {
+        S::STATS_BATCH
     }
 
     fn checkpoint_hold(&self) -> Option<Duration> {

@@ -60,7 +60,7 @@ where
         // One read transaction: a refresh committing between two of these reads must
         // not give a roster with the old expiry and the new tokens.
         let mut conn = self.store.read_tx().await?;
-        let mut snap = Snapshot::default();
+        let mut snap = Snapshot { head: Self::head(&mut conn).await?, ..Snapshot::default() };
         for row in sqlx::query(
             "SELECT id, type, source, enabled, email, expires_at, created_at, oauth_subject FROM profiles
              ORDER BY created_at, id",
@@ -139,10 +139,11 @@ where
         orders: &BTreeMap<String, Vec<ProfileId>>,
     ) -> Result<(), StoreError> {
         let mut tx = self.store.write_tx().await?;
-        for (p, secrets, stats) in profiles {
+        for (p, secrets, _) in profiles {
             Self::insert_profile(&mut tx, p, secrets).await?;
-            Self::upsert_stats(&mut tx, &p.id, None, stats).await?;
         }
+        let stats: Vec<_> = profiles.iter().map(|(p, _, stats)| (&p.id, None, stats)).collect();
+        Self::write_stats(&mut tx, &stats).await?;
         for (provider, ids) in orders {
             sqlx::query(
                 "INSERT INTO profile_order (provider, profile_ids, updated_at) VALUES ($1, $2, $3)

@@ -7,32 +7,165 @@ use crate::engine::{
     Change, Cooldown, CooldownPolicy, Disabled, ModelChange, ModelCooldown, ProfileId, Reason, UsageStats,
 };
 use crate::store::{Applied, SessionBinding, StoreError};
+use serde_json::{Value as Json, json};
 use sqlx::{ColumnIndex, Encode, Executor, Row, Type};
 use std::collections::{BTreeMap, HashMap};
 
-/// A profile's stats row, inserted (or updated when it exists) unless the profile is gone.
-const STATS_UPSERT: &str = "INSERT INTO usage_stats (profile_id, last_used, last_success_at, cooldown_until,
-         cooldown_reason, cooldown_model, disabled_until, disabled_reason, error_count, failure_counts, last_failure_at,
-         window_opened_at, success_count, failure_total, billing_step, cleared_at, last_success_sent_at)
-     SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $18
-     WHERE EXISTS (SELECT 1 FROM profiles WHERE id = $17)
-     ON CONFLICT (profile_id) DO UPDATE SET last_used = excluded.last_used,
-         last_success_at = excluded.last_success_at, cooldown_until = excluded.cooldown_until,
-         cooldown_reason = excluded.cooldown_reason, cooldown_model = excluded.cooldown_model,
-         disabled_until = excluded.disabled_until, disabled_reason = excluded.disabled_reason,
-         error_count = excluded.error_count, failure_counts = excluded.failure_counts,
-         last_failure_at = excluded.last_failure_at, window_opened_at = excluded.window_opened_at,
-         success_count = excluded.success_count, failure_total = excluded.failure_total,
-         billing_step = excluded.billing_step, cleared_at = excluded.cleared_at,
-         last_success_sent_at = excluded.last_success_sent_at";
+/// The columns of a profile's stats row, with their SQL types: the fields of each JSON object
+/// the batch writes bind as `$1` (`Writes`).
+const STATS: &[(&str, &str)] = &[
+    ("profile_id", "TEXT"),
+    ("last_used", "BIGINT"),
+    ("last_success_at", "BIGINT"),
+    ("cooldown_until", "BIGINT"),
+    ("cooldown_reason", "TEXT"),
+    ("cooldown_model", "TEXT"),
+    ("disabled_until", "BIGINT"),
+    ("disabled_reason", "TEXT"),
+    ("error_count", "BIGINT"),
+    ("failure_counts", "TEXT"),
+    ("last_failure_at", "BIGINT"),
+    ("window_opened_at", "BIGINT"),
+    ("success_count", "BIGINT"),
+    ("failure_total", "BIGINT"),
+    ("billing_step", "BIGINT"),
+    ("cleared_at", "BIGINT"),
+    ("last_success_sent_at", "BIGINT"),
+];
 
-/// The same row updated in place, when the write transaction read it: the same parameters
-/// (`$17` is the profile id again, named so that PostgreSQL knows every parameter's type).
-const STATS_UPDATE: &str = "UPDATE usage_stats SET last_used = $2, last_success_at = $3, cooldown_until = $4,
-         cooldown_reason = $5, cooldown_model = $6, disabled_until = $7, disabled_reason = $8, error_count = $9,
-         failure_counts = $10, last_failure_at = $11, window_opened_at = $12, success_count = $13,
-         failure_total = $14, billing_step = $15, cleared_at = $16, last_success_sent_at = $18
-     WHERE profile_id = $1 AND profile_id = $17";
+/// A cooldown window's row.
+const WINDOWS: &[(&str, &str)] = &[
+    ("profile_id", "TEXT"),
+    ("model", "TEXT"),
+    ("cooldown_until", "BIGINT"),
+    ("cooldown_reason", "TEXT"),
+    ("step", "BIGINT"),
+    ("opened_at", "BIGINT"),
+];
+
+/// A quota's row.
+const QUOTAS: &[(&str, &str)] = &[
+    ("profile_id", "TEXT"),
+    ("model", "TEXT"),
+    ("quota_remaining_requests", "BIGINT"),
+    ("quota_limit_requests", "BIGINT"),
+    ("quota_reset_at", "BIGINT"),
+    ("quota_remaining_tokens", "BIGINT"),
+    ("quota_limit_tokens", "BIGINT"),
+    ("quota_tokens_reset_at", "BIGINT"),
+    ("quota_seen_at", "BIGINT"),
+    ("quota_plan_left", "BIGINT"),
+    ("quota_plan_reset_at", "BIGINT"),
+];
+
+/// The statements that write many profiles' stats at once, each taking its rows as one JSON
+/// array of objects bound as `$1`: one statement a table for a whole batch, where one a profile
+/// kept a stats batch (and the change feed's counter, which it holds to its commit) waiting on
+/// a round trip to the database for each profile (docs/scale.md, "Capacity on PostgreSQL").
+pub(super) struct Writes {
+    /// Updates the rows of profiles that have one.
+    update: String,
+    /// Inserts or updates the rows, unless the profile is gone.
+    upsert: String,
+    /// Deletes the cooldown windows of the profiles in the JSON array of ids in `$1`.
+    clear_windows: String,
+    add_windows: String,
+    /// Inserts or updates quotas, unless the stored one was seen later.
+    quotas: String,
+}
+
+fn names(cols: &[(&str, &str)]) -> String {
+    cols.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+}
+
+impl Writes {
+    /// `rows`: the SQL (a `FROM` item named `r`) that turns the JSON array in `$1` into rows of
+    /// the given columns; `ids`: the SQL that turns a JSON array of ids into rows.
+    pub(super) fn new(rows: impl Fn(&[(&str, &str)]) -> String, ids: &str) -> Writes {
+        let set = |cols: &[(&str, &str)], from: &str| {
+            cols[1..].iter().map(|(n, _)| format!("{n} = {from}.{n}")).collect::<Vec<_>>().join(", ")
+        };
+        let insert = |table: &str, cols: &[(&str, &str)]| {
+            format!(
+                "INSERT INTO {table} ({}) SELECT {} FROM {} WHERE EXISTS (SELECT 1 FROM profiles WHERE id = r.profile_id)",
+                names(cols),
+                cols.iter().map(|(n, _)| format!("r.{n}")).collect::<Vec<_>>().join(", "),
+                rows(cols)
+            )
+        };
+        Writes {
+            update: format!(
+                "UPDATE usage_stats SET {} FROM {} WHERE usage_stats.profile_id = r.profile_id",
+                set(STATS, "r"),
+                rows(STATS)
+            ),
+            upsert: format!(
+                "{} ON CONFLICT (profile_id) DO UPDATE SET {}",
+                insert("usage_stats", STATS),
+                set(STATS, "excluded")
+            ),
+            clear_windows: format!("DELETE FROM profile_cooldowns WHERE profile_id IN ({ids})"),
+            add_windows: insert("profile_cooldowns", WINDOWS),
+            quotas: format!(
+                "{} ON CONFLICT (profile_id, model) DO UPDATE SET {} WHERE excluded.quota_seen_at >= profile_quota.quota_seen_at",
+                insert("profile_quota", QUOTAS),
+                set(&QUOTAS[1..], "excluded")
+            ),
+        }
+    }
+}
+
+fn stats_row(id: &ProfileId, s: &UsageStats) -> Json {
+    let head = s.cooldowns.iter().max_by_key(|c| (c.until, c.model.is_none()));
+    json!({
+        "profile_id": id.as_str(),
+        "last_used": s.last_used,
+        "last_success_at": s.last_success_at,
+        "cooldown_until": head.map(|c| c.until),
+        "cooldown_reason": head.map(|c| c.reason.as_str()),
+        "cooldown_model": head.and_then(|c| c.model.as_deref()),
+        "disabled_until": s.disabled.as_ref().and_then(|d| d.until),
+        "disabled_reason": s.disabled.as_ref().map(|d| d.reason.as_str()),
+        "error_count": s.error_count,
+        "failure_counts": serde_json::to_string(&s.failure_counts).expect("reason counts serialize"),
+        "last_failure_at": s.last_failure_at,
+        "window_opened_at": s.window_opened_at,
+        "success_count": s.success_count,
+        "failure_total": s.failure_total,
+        "billing_step": s.billing_step,
+        "cleared_at": s.cleared_at,
+        "last_success_sent_at": s.last_success_sent_at,
+    })
+}
+
+fn window_row(id: &ProfileId, c: &Cooldown) -> Json {
+    json!({
+        "profile_id": id.as_str(),
+        "model": c.model,
+        "cooldown_until": c.until,
+        "cooldown_reason": c.reason.as_str(),
+        "step": c.step,
+        "opened_at": c.opened_at,
+    })
+}
+
+fn quota_row(id: &ProfileId, q: &Quota) -> Json {
+    let window = |w: Option<Window>| (w.map(|w| w.remaining), w.and_then(|w| w.limit), w.and_then(|w| w.reset_at));
+    let (requests, tokens, plan) = (window(q.requests), window(q.tokens), window(q.plan));
+    json!({
+        "profile_id": id.as_str(),
+        "model": q.model,
+        "quota_remaining_requests": requests.0,
+        "quota_limit_requests": requests.1,
+        "quota_reset_at": requests.2,
+        "quota_remaining_tokens": tokens.0,
+        "quota_limit_tokens": tokens.1,
+        "quota_tokens_reset_at": tokens.2,
+        "quota_seen_at": q.seen_at,
+        "quota_plan_left": plan.0,
+        "quota_plan_reset_at": plan.2,
+    })
+}
 
 /// The statements that read many profiles' stats at once (`load_many`), given the SQL that
 /// turns the JSON array of ids in `$1` into rows of the engine's.
@@ -64,104 +197,52 @@ where
     Option<f64>: Value<DB>,
     Option<String>: Value<DB>,
 {
-    /// Writes a profile's stats row and its cooldown windows, unless the profile is gone (a removal
-    /// raced the write). `usage_stats.cooldown_*` show the window that ends last. `before`: the
-    /// row as this transaction read it, when it did (`apply`): then the row is updated in place,
-    /// and the cooldown windows and quotas that did not change are not written again. (Most
-    /// batches only move `last_used` and the success counts: rewriting every window and quota
-    /// of every profile, each row firing its change-feed trigger, was most of the stats
-    /// writer's work with many profiles.)
-    pub(super) async fn upsert_stats(
-        tx: &mut sqlx::Transaction<'_, DB>,
-        id: &ProfileId,
-        before: Option<&UsageStats>,
-        s: &UsageStats,
+    /// Writes profiles' stats rows with their cooldown windows and quotas, in one statement a
+    /// table, leaving out profiles that are gone (a removal raced the write). Each row: the
+    /// profile, its row as this transaction read it when it did (`apply`; then the row is
+    /// updated in place, and the windows and quotas that did not change are not written again),
+    /// and its stats. `usage_stats.cooldown_*` show the window that ends last. (Most batches
+    /// only move `last_used` and the success counts: rewriting every window and quota of every
+    /// profile, each row firing its change-feed trigger, was most of the stats writer's work
+    /// with many profiles.) A profile twice: its last row wins.
+    pub(super) async fn write_stats(
+        conn: &mut DB::Connection,
+        rows: &[(&ProfileId, Option<&UsageStats>, &UsageStats)],
     ) -> Result<(), StoreError> {
-        let counts = serde_json::to_string(&s.failure_counts).expect("reason counts serialize");
-        let head = s.cooldowns.iter().max_by_key(|c| (c.until, c.model.is_none()));
-        let sql = if before.is_some() { STATS_UPDATE } else { STATS_UPSERT };
-        sqlx::query(sql)
-            .bind(id.as_str())
-            .bind(s.last_used)
-            .bind(s.last_success_at)
-            .bind(head.map(|c| c.until))
-            .bind(head.map(|c| c.reason.as_str()))
-            .bind(head.and_then(|c| c.model.as_deref()))
-            .bind(s.disabled.as_ref().and_then(|d| d.until))
-            .bind(s.disabled.as_ref().map(|d| d.reason.as_str()))
-            .bind(s.error_count as i64)
-            .bind(counts)
-            .bind(s.last_failure_at)
-            .bind(s.window_opened_at)
-            .bind(s.success_count as i64)
-            .bind(s.failure_total as i64)
-            .bind(i64::from(s.billing_step))
-            .bind(s.cleared_at)
-            .bind(id.as_str())
-            .bind(s.last_success_sent_at)
-            .execute(&mut **tx)
-            .await?;
-        if before.is_some_and(|b| b.cooldowns == s.cooldowns) {
-            return Self::upsert_quotas(tx, id, before, s).await;
+        let w = &S::texts().writes;
+        let mut last: HashMap<&ProfileId, usize> = HashMap::with_capacity(rows.len());
+        for (i, (id, _, _)) in rows.iter().enumerate() {
+            last.insert(id, i);
         }
-        sqlx::query("DELETE FROM profile_cooldowns WHERE profile_id = $1").bind(id.as_str()).execute(&mut **tx).await?;
-        for c in &s.cooldowns {
-            sqlx::query(
-                "INSERT INTO profile_cooldowns (profile_id, model, cooldown_until, cooldown_reason, step, opened_at)
-                 SELECT $1, $2, $3, $4, $5, $6 WHERE EXISTS (SELECT 1 FROM profiles WHERE id = $7)",
-            )
-            .bind(id.as_str())
-            .bind(c.model.as_deref())
-            .bind(c.until)
-            .bind(c.reason.as_str())
-            .bind(i64::from(c.step))
-            .bind(c.opened_at)
-            .bind(id.as_str())
-            .execute(&mut **tx)
-            .await?;
+        let (mut updated, mut upserted, mut windows, mut quotas) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut cleared: Vec<&str> = Vec::new();
+        for (i, (id, before, s)) in rows.iter().enumerate() {
+            if last[id] != i {
+                continue;
+            }
+            if before.is_some() { &mut updated } else { &mut upserted }.push(stats_row(id, s));
+            if before.is_none_or(|b| b.cooldowns != s.cooldowns) {
+                cleared.push(id.as_str());
+                windows.extend(s.cooldowns.iter().map(|c| window_row(id, c)));
+            }
+            quotas.extend(
+                s.quotas.iter().filter(|q| before.is_none_or(|b| !b.quotas.contains(q))).map(|q| quota_row(id, q)),
+            );
         }
-        Self::upsert_quotas(tx, id, before, s).await
+        Self::write_rows(conn, w.update.as_str(), &updated).await?;
+        Self::write_rows(conn, w.upsert.as_str(), &upserted).await?;
+        if !cleared.is_empty() {
+            let ids = serde_json::to_string(&cleared).expect("ids serialize");
+            sqlx::query(w.clear_windows.as_str()).bind(ids).execute(&mut *conn).await?;
+        }
+        Self::write_rows(conn, w.add_windows.as_str(), &windows).await?;
+        Self::write_rows(conn, w.quotas.as_str(), &quotas).await
     }
 
-    /// Writes a profile's quotas, but those `before` (the row as read) already held.
-    async fn upsert_quotas(
-        tx: &mut sqlx::Transaction<'_, DB>,
-        id: &ProfileId,
-        before: Option<&UsageStats>,
-        s: &UsageStats,
-    ) -> Result<(), StoreError> {
-        for q in s.quotas.iter().filter(|q| before.is_none_or(|b| !b.quotas.contains(q))) {
-            let window =
-                |w: Option<Window>| (w.map(|w| w.remaining), w.and_then(|w| w.limit), w.and_then(|w| w.reset_at));
-            let (requests, tokens, plan) = (window(q.requests), window(q.tokens), window(q.plan));
-            sqlx::query(
-                "INSERT INTO profile_quota (profile_id, model, quota_remaining_requests, quota_limit_requests,
-                     quota_reset_at, quota_remaining_tokens, quota_limit_tokens, quota_tokens_reset_at, quota_seen_at,
-                     quota_plan_left, quota_plan_reset_at)
-                 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $11, $12 WHERE EXISTS (SELECT 1 FROM profiles WHERE id = $10)
-                 ON CONFLICT (profile_id, model) DO UPDATE SET
-                     quota_remaining_requests = excluded.quota_remaining_requests,
-                     quota_limit_requests = excluded.quota_limit_requests, quota_reset_at = excluded.quota_reset_at,
-                     quota_remaining_tokens = excluded.quota_remaining_tokens,
-                     quota_limit_tokens = excluded.quota_limit_tokens,
-                     quota_tokens_reset_at = excluded.quota_tokens_reset_at, quota_seen_at = excluded.quota_seen_at,
-                     quota_plan_left = excluded.quota_plan_left, quota_plan_reset_at = excluded.quota_plan_reset_at
-                 WHERE excluded.quota_seen_at >= profile_quota.quota_seen_at",
-            )
-            .bind(id.as_str())
-            .bind(&q.model)
-            .bind(requests.0)
-            .bind(requests.1)
-            .bind(requests.2)
-            .bind(tokens.0)
-            .bind(tokens.1)
-            .bind(tokens.2)
-            .bind(q.seen_at)
-            .bind(id.as_str())
-            .bind(plan.0)
-            .bind(plan.2)
-            .execute(&mut **tx)
-            .await?;
+    async fn write_rows(conn: &mut DB::Connection, sql: &'static str, rows: &[Json]) -> Result<(), StoreError> {
+        if !rows.is_empty() {
+            let rows = serde_json::to_string(rows).expect("rows serialize");
+            sqlx::query(sql).bind(rows).execute(&mut *conn).await?;
         }
         Ok(())
     }
@@ -297,9 +378,8 @@ where
 
     pub(super) async fn save_stats(&self, batch: &[(ProfileId, UsageStats)]) -> Result<(), StoreError> {
         let mut tx = self.store.write_tx().await?;
-        for (id, s) in batch {
-            Self::upsert_stats(&mut tx, id, None, s).await?;
-        }
+        let rows: Vec<_> = batch.iter().map(|(id, s)| (id, None, s)).collect();
+        Self::write_stats(&mut tx, &rows).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -328,15 +408,17 @@ where
         let mut out = Applied::default();
         let ids: Vec<&ProfileId> = stats.iter().map(|(id, _)| id).collect();
         let mut stored = Self::load_many(&mut tx, &ids).await?;
+        let mut rows = Vec::with_capacity(stats.len());
         for (id, changes) in stats {
             let Some(before) = stored.remove(id) else { continue };
             let mut s = before.clone();
             for c in changes {
                 s.apply(c, policy);
             }
-            Self::upsert_stats(&mut tx, id, Some(&before), &s).await?;
-            out.stats.push((id.clone(), s));
+            rows.push((id, before, s));
         }
+        Self::write_stats(&mut tx, &rows.iter().map(|(id, b, s)| (*id, Some(b), s)).collect::<Vec<_>>()).await?;
+        out.stats = rows.into_iter().map(|(id, _, s)| (id.clone(), s)).collect();
         for (key, changes) in models {
             let row = sqlx::query("SELECT * FROM model_cooldowns WHERE provider = $1 AND model = $2")
                 .bind(&key.0)
@@ -360,17 +442,25 @@ where
         Ok(out)
     }
 
-    pub(super) async fn stats_of(&self, ids: &[ProfileId]) -> Result<Vec<(ProfileId, Option<UsageStats>)>, StoreError> {
-        let mut conn = self.store.pool().acquire().await?;
-        let mut stored = Self::load_many(&mut conn, &ids.iter().collect::<Vec<_>>()).await?;
-        Ok(ids.iter().map(|id| (id.clone(), stored.remove(id))).collect())
+    pub(super) async fn stats_of(
+        &self,
+        ids: &[ProfileId],
+    ) -> Result<(i64, Vec<(ProfileId, Option<UsageStats>)>), StoreError> {
+        let mut tx = self.store.read_tx().await?;
+        let head = Self::head(&mut tx).await?;
+        let mut stored = Self::load_many(&mut tx, &ids.iter().collect::<Vec<_>>()).await?;
+        tx.commit().await?;
+        Ok((head, ids.iter().map(|id| (id.clone(), stored.remove(id))).collect()))
     }
 
-    pub(super) async fn model_cooldowns(&self) -> Result<HashMap<(String, String), ModelCooldown>, StoreError> {
+    pub(super) async fn model_cooldowns(&self) -> Result<(i64, HashMap<(String, String), ModelCooldown>), StoreError> {
+        let mut tx = self.store.read_tx().await?;
+        let head = Self::head(&mut tx).await?;
         let mut out = HashMap::new();
-        for row in sqlx::query("SELECT * FROM model_cooldowns").fetch_all(self.store.pool()).await? {
+        for row in sqlx::query("SELECT * FROM model_cooldowns").fetch_all(&mut *tx).await? {
             out.insert((row.try_get("provider")?, row.try_get("model")?), Self::model_cooldown_from_row(&row)?);
         }
-        Ok(out)
+        tx.commit().await?;
+        Ok((head, out))
     }
 }
