@@ -1,11 +1,10 @@
 //! The book's first read of the store, and what a snapshot's sealed secrets open to.
 
-use super::state::{Inner, Roster, Sessions};
+use super::state::{Inner, Roster};
 use super::sync::{GATHER, Stats, read_feed};
 use super::{Book, Credential, Exchange, Shared};
 use crate::behind::{self, Writer};
 use crate::config::Config;
-use crate::engine::gate::ProbeThrottle;
 use crate::engine::{Millis, ProfileId, ProfileType, ProfileView, UsageStats, Views};
 use crate::secrets::{MasterKey, OpenError, SecretField};
 use crate::settings::Live;
@@ -29,28 +28,8 @@ impl Book {
         let config = &settings.config;
         store.sync_config_profiles(&config_rows(config, now)).await?;
         let snapshot = store.snapshot().await?;
-        let (roster, credentials, token_versions) = unseal(&snapshot, config, &key)?;
-        let inner = Inner {
-            settings: settings.clone(),
-            live,
-            roster,
-            credentials,
-            token_versions,
-            model_cooldowns: snapshot.model_cooldowns,
-            probes: ProbeThrottle::default(),
-            sessions: Sessions::new(),
-            rotation: HashMap::new(),
-            inflight: HashMap::new(),
-            pending: HashMap::new(),
-            pending_changes: HashMap::new(),
-            model_inflight: HashMap::new(),
-            model_pending: HashMap::new(),
-            queued: 0,
-            local_edits: 0,
-            seen: snapshot.head,
-            stats_at: HashMap::new(),
-            models_at: HashMap::new(),
-        };
+        let unsealed = unseal(&snapshot, config, &key)?;
+        let inner = Inner::new(settings.clone(), live, unsealed, snapshot.model_cooldowns, snapshot.head);
         let shared = Arc::new(Shared { inner: Mutex::new(inner), key, writer: Writer::new() });
         tokio::spawn(read_feed(Arc::downgrade(&shared), store.clone()));
         let sink = Stats { shared: shared.clone(), batch: store.stats_batch() };

@@ -2,7 +2,7 @@
 //! cooldowns, the rotation indexes, and the changes not yet written.
 
 use super::Credential;
-use super::load::views;
+use super::load::{Unsealed, views};
 use crate::config::Config;
 use crate::engine::gate::ProbeThrottle;
 use crate::engine::order::{self, OrderRequest, Ordered, PinError, RotationIndex};
@@ -208,6 +208,38 @@ pub(super) struct Inner {
 const FIRST: usize = 8;
 
 impl Inner {
+    /// The state of a book just loaded: what the store held at feed position `seen`, nothing
+    /// queued.
+    pub(super) fn new(
+        settings: Arc<Settings>,
+        live: Live,
+        (roster, credentials, token_versions): Unsealed,
+        model_cooldowns: HashMap<ModelKey, ModelCooldown>,
+        seen: i64,
+    ) -> Inner {
+        Inner {
+            settings,
+            live,
+            roster,
+            credentials,
+            token_versions,
+            model_cooldowns,
+            probes: ProbeThrottle::default(),
+            sessions: Sessions::new(),
+            rotation: HashMap::new(),
+            inflight: HashMap::new(),
+            pending: HashMap::new(),
+            pending_changes: HashMap::new(),
+            model_inflight: HashMap::new(),
+            model_pending: HashMap::new(),
+            queued: 0,
+            local_edits: 0,
+            seen,
+            stats_at: HashMap::new(),
+            models_at: HashMap::new(),
+        }
+    }
+
     /// The cooldown durations in force.
     pub(super) fn policy(&self) -> CooldownPolicy {
         self.settings.config.cooldown_policy()
@@ -362,27 +394,7 @@ mod tests {
             stats: UsageStats::default(),
         };
         roster.views.insert(view.id.clone(), view);
-        Inner {
-            settings: Arc::new(settings),
-            live,
-            roster,
-            credentials: HashMap::new(),
-            token_versions: HashMap::new(),
-            model_cooldowns: HashMap::new(),
-            probes: ProbeThrottle::default(),
-            sessions: Sessions::new(),
-            rotation: HashMap::new(),
-            inflight: HashMap::new(),
-            pending: HashMap::new(),
-            pending_changes: HashMap::new(),
-            model_inflight: HashMap::new(),
-            model_pending: HashMap::new(),
-            queued: 0,
-            local_edits: 0,
-            seen: 0,
-            stats_at: HashMap::new(),
-            models_at: HashMap::new(),
-        }
+        Inner::new(Arc::new(settings), live, (roster, HashMap::new(), HashMap::new()), HashMap::new(), 0)
     }
 
     /// The writer and the feed's reader put rows read at different feed positions, in either

@@ -6,7 +6,7 @@ use super::state::Inner;
 use super::{Book, ModelKey, Shared};
 use crate::behind::Sink;
 use crate::engine::{Change, CooldownPolicy, ModelChange, ModelCooldown, ProfileId, UsageStats};
-use crate::store::{SessionBinding, Snapshot, Store, StoreError};
+use crate::store::{Applied, SessionBinding, Snapshot, Store, StoreError};
 use parking_lot::MutexGuard;
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -71,10 +71,11 @@ impl Book {
 }
 
 /// The book's write-behind (`crate::behind`): the queued changes, written in batches. A batch
-/// is replayed on the rows as stored, and the rows written back become the book's state. A failing batch is retried until the database takes it (busy, read-only or
-/// failing for a while: nothing is dropped, and later changes coalesce meanwhile). From the
-/// third failure on, rows are also tried one by one: when some of them can be written, the
-/// database works and the others are bad rows, logged with their key and given up, so that one
+/// is replayed on the rows as stored, and the rows written back become the book's state. A
+/// failing batch is retried until the database takes it (busy, read-only or failing for a
+/// while: nothing is dropped, and later changes coalesce meanwhile). From the third failure
+/// on, rows are also tried one by one: when some of them can be written, the database works
+/// and the others are bad rows, logged with their key and given up, so that one
 /// cannot hold back the rest. The task ends when the book is dropped, after writing what was
 /// left.
 pub(super) struct Stats {
@@ -101,11 +102,11 @@ impl Sink for Stats {
 
     async fn write(&mut self, store: &dyn Store, batch: &Batch) -> Result<(), StoreError> {
         let applied = store.apply(&batch.stats, &batch.models, &batch.sessions, &self.shared.policy()).await?;
-        let at = applied.feed.1;
-        self.shared.settle(&batch.stats, &batch.models, vec![(applied.stats, applied.models, at)]);
+        let (before, after) = applied.feed;
+        self.shared.settle(&batch.stats, &batch.models, vec![applied]);
         let mut inner = self.shared.lock();
-        if inner.seen == applied.feed.0 {
-            inner.seen = at; // the entries in between are this batch's own
+        if inner.seen == before {
+            inner.seen = after; // the entries in between are this batch's own
         }
         Ok(())
     }
@@ -119,13 +120,13 @@ impl Sink for Stats {
         let mut bad = Vec::new();
         for row in &batch.stats {
             match store.apply(std::slice::from_ref(row), &[], &[], &policy).await {
-                Ok(applied) => written.push((applied.stats, applied.models, applied.feed.1)),
+                Ok(applied) => written.push(applied),
                 Err(e) => bad.push((row.0.to_string(), e)),
             }
         }
         for row in &batch.models {
             match store.apply(&[], std::slice::from_ref(row), &[], &policy).await {
-                Ok(applied) => written.push((applied.stats, applied.models, applied.feed.1)),
+                Ok(applied) => written.push(applied),
                 Err(e) => bad.push((format!("model {}/{}", row.0.0, row.0.1), e)),
             }
         }
@@ -255,13 +256,13 @@ impl Shared {
     }
 
     /// A batch was written (or given up): its changes are no longer in flight, and the rows
-    /// as stored (each write's, with the feed position it was stored at), with what was queued
+    /// as stored (each write's, at the feed position its write ended at), with what was queued
     /// since replayed on top, become the book's state.
     fn settle(
         &self,
         stats: &[(ProfileId, Vec<Change>)],
         models: &[(ModelKey, Vec<ModelChange>)],
-        stored: Vec<(Vec<(ProfileId, UsageStats)>, Vec<(ModelKey, ModelCooldown)>, i64)>,
+        written: Vec<Applied>,
     ) {
         let mut guard = self.lock();
         let inner = &mut *guard;
@@ -272,9 +273,9 @@ impl Shared {
         for (key, _) in models {
             inner.model_inflight.remove(key);
         }
-        for (rows, model_rows, at) in stored {
-            inner.put_stats(rows, at, &policy);
-            inner.put_models(model_rows, at, &policy);
+        for applied in written {
+            inner.put_stats(applied.stats, applied.feed.1, &policy);
+            inner.put_models(applied.models, applied.feed.1, &policy);
         }
     }
 
