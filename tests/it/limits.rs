@@ -498,6 +498,7 @@ async fn an_agent_is_served_only_within_its_models(db: Db) {
     assert_eq!(code, 200);
 
     rota.flush().await;
+    other.flush().await; // its refusal's row is written by its own audit writer
     let (_, requests) = rota.api("GET", "/api/v1/requests?limit=100", admin, None).await;
     let refused: Vec<(i64, i64)> = requests["items"]
         .as_array()
