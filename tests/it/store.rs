@@ -716,6 +716,18 @@ async fn requests_filtered_on_attempts(target: DatabaseTarget) {
         // Every sixth request failed: 20,050 successes, 4,010 failures and 3 billing ones.
         let outcome = if i % 6 == 0 { "failure" } else { "success" };
         attempts.push(attempt(&id, 1 + i64::from(billing), "openai:b", outcome, at + 1, None));
+        // A timeout right after every 100th; every 1,000th one long after it began (a long
+        // stream's retry): newer than the attempts of every later request.
+        let timeout_at = match i % 1_000 {
+            999 => Some(at + 1_000_000),
+            n if n % 100 == 50 => Some(at + 2),
+            _ => None,
+        };
+        if let Some(t) = timeout_at {
+            let mut timeout = attempt(&id, 2 + i64::from(billing), "openai:c", "failure", t, None);
+            timeout.reason = Some("timeout".into());
+            attempts.push(timeout);
+        }
     }
     store.insert_audit(&requests, &attempts).await.unwrap();
 
@@ -730,6 +742,7 @@ async fn requests_filtered_on_attempts(target: DatabaseTarget) {
                 of_request[r.id.as_str()].iter().any(|a| {
                     q.outcome.as_ref().is_none_or(|o| &a.outcome == o)
                         && q.reason.as_ref().is_none_or(|w| a.reason.as_ref() == Some(w))
+                        && q.profile.as_ref().is_none_or(|p| a.profile_id.as_ref() == Some(p))
                 })
             })
             .filter(|r| q.since.is_none_or(|s| r.started_at >= s) && q.until.is_none_or(|u| r.started_at < u))
@@ -740,6 +753,7 @@ async fn requests_filtered_on_attempts(target: DatabaseTarget) {
     };
     let billing = || AuditQuery { reason: Some("billing".into()), limit: 10, ..Default::default() };
     let success = || AuditQuery { outcome: Some("success".into()), limit: 5, ..Default::default() };
+    let late = || AuditQuery { reason: Some("timeout".into()), limit: 3, ..Default::default() };
     let newest = requests.last().unwrap();
     let cases = [
         billing(),
@@ -756,6 +770,14 @@ async fn requests_filtered_on_attempts(target: DatabaseTarget) {
             limit: 100,
             ..success()
         },
+        AuditQuery { outcome: Some("failure".into()), limit: 1_000, ..Default::default() },
+        AuditQuery { profile: Some("openai:b".into()), limit: 7, ..Default::default() },
+        late(),
+        AuditQuery { limit: 30, ..late() },
+        AuditQuery { limit: 63, ..late() },
+        AuditQuery { after: Some((T0 + 9_000 * 5, "r09000".into(), 0)), ..late() },
+        AuditQuery { since: Some(T0 + 5_000 * 5), until: Some(T0 + 15_000 * 5), ..late() },
+        AuditQuery { until: Some(T0 + 12_000 * 5), ..success() },
     ];
     for q in cases {
         let got: Vec<String> = store.requests(&q).await.unwrap().into_iter().map(|r| r.id).collect();

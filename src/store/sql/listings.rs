@@ -10,6 +10,9 @@ use sqlx::{ColumnIndex, Encode, Executor, Type};
 /// requests up from them; more, and it walks the requests (see `requests`).
 const SELECTIVE: i64 = 5_000;
 
+/// The most attempts one step of `requests_from_attempts` reads.
+const WALK_MAX: usize = 4_096;
+
 /// The filters of an audit query on attempt columns: profile, provider, model, reason, outcome.
 fn attempt_filters(q: &AuditQuery) -> [(&'static str, &Option<String>); 5] {
     [
@@ -100,6 +103,9 @@ where
         }
         let of_attempts = attempt_filters(q);
         if of_attempts.iter().any(|(_, v)| v.is_some()) {
+            if let Some(rows) = self.requests_from_attempts(q).await? {
+                return Ok(rows);
+            }
             // Few matching attempts: the requests are looked up from them (each filter has
             // its index). Many: the requests are walked newest first, each one's attempts
             // looked up by request id, and the page fills fast. (Either way alone took
@@ -127,6 +133,95 @@ where
         }
         qb.push(" ORDER BY started_at DESC, id DESC LIMIT ").push_bind(i64::from(q.limit));
         Ok(qb.build_query_as::<RequestRecord>().fetch_all(self.store.pool()).await?)
+    }
+
+    /// A requests listing filtered on attempt columns, from the filter's own attempts index
+    /// walked newest first: each stretch of matching attempts' requests is looked up, and the
+    /// walk stops once the page is certain: every attempt not yet read started before the
+    /// page's last request (an attempt never starts before its request: both are dated by one
+    /// server's clock, which only moves forward), so none can add a request to the page. A first page reads about its own number of
+    /// attempts, whatever the filter matches. None when the walk would be long: a page after
+    /// a cursor or before `until` with more than `SELECTIVE` matching attempts since then
+    /// (the walk starts at the newest), or a millisecond holding more matches than a stretch.
+    async fn requests_from_attempts(&self, q: &AuditQuery) -> Result<Option<Vec<RequestRecord>>, StoreError> {
+        if q.request_id.is_some() || q.limit == 0 {
+            return Ok(None);
+        }
+        let filters = attempt_filters(q);
+        let matching = |qb: &mut sqlx::QueryBuilder<DB>| {
+            Self::push_equal(qb, &[("agent", &q.agent)]);
+            Self::push_equal(qb, &filters);
+            if let Some(since) = q.since {
+                qb.push(" AND started_at >= ").push_bind(since);
+            }
+        };
+        let bound = match (q.until, &q.after) {
+            (None, None) => None,
+            (until, after) => until.into_iter().chain(after.iter().map(|(t, _, _)| *t)).min(),
+        };
+        if let Some(bound) = bound {
+            let mut count = sqlx::QueryBuilder::new("SELECT count(*) FROM (SELECT 1 FROM attempts WHERE TRUE");
+            matching(&mut count);
+            count.push(" AND started_at >= ").push_bind(bound);
+            count.push(" LIMIT ").push_bind(SELECTIVE).push(") n");
+            if count.build_query_scalar::<i64>().fetch_one(self.store.pool()).await? >= SELECTIVE {
+                return Ok(None);
+            }
+        }
+        let limit = q.limit as usize;
+        let mut page: Vec<RequestRecord> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        // Attempts from `hi` down (exclusive) are not read yet.
+        let mut hi: Option<Millis> = None;
+        let mut stretch = (limit + 1).clamp(64, WALK_MAX);
+        loop {
+            let mut walk = sqlx::QueryBuilder::new("SELECT request_id, started_at FROM attempts WHERE TRUE");
+            matching(&mut walk);
+            if let Some(hi) = hi {
+                walk.push(" AND started_at < ").push_bind(hi);
+            }
+            walk.push(" ORDER BY started_at DESC LIMIT ").push_bind(stretch as i64);
+            let mut rows: Vec<(String, Millis)> = walk.build_query_as().fetch_all(self.store.pool()).await?;
+            let done = rows.len() < stretch;
+            if !done {
+                // The last millisecond read may go on past the stretch: it is read whole next.
+                let last = rows[rows.len() - 1].1;
+                if rows[0].1 == last {
+                    if stretch == WALK_MAX {
+                        return Ok(None);
+                    }
+                    stretch = (stretch * 4).min(WALK_MAX);
+                    continue;
+                }
+                rows.retain(|(_, t)| *t != last);
+                hi = Some(last + 1);
+            }
+            let ids: Vec<String> = rows.into_iter().map(|(id, _)| id).filter(|id| seen.insert(id.clone())).collect();
+            if !ids.is_empty() {
+                let mut lookup = sqlx::QueryBuilder::new(
+                    "SELECT id, agent, api, requested_model, served_model, served_profile, status, attempts,
+                            started_at, duration_ms, stream, tokens_in, tokens_out, error, cost
+                     FROM requests WHERE id IN (",
+                );
+                let mut list = lookup.separated(", ");
+                for id in ids {
+                    list.push_bind(id);
+                }
+                lookup.push(")");
+                Self::push_filters(&mut lookup, q, "id");
+                if let Some((t, id, _)) = &q.after {
+                    lookup.push(" AND (started_at, id) < (").push_bind(*t).push(", ").push_bind(id.clone()).push(")");
+                }
+                page.extend(lookup.build_query_as::<RequestRecord>().fetch_all(self.store.pool()).await?);
+                page.sort_by(|a, b| (b.started_at, &b.id).cmp(&(a.started_at, &a.id)));
+                page.truncate(limit);
+            }
+            let certain = page.len() == limit && hi.is_some_and(|hi| page[limit - 1].started_at >= hi);
+            if done || certain {
+                return Ok(Some(page));
+            }
+            stretch = (stretch * 2).min(WALK_MAX);
+        }
     }
 
     pub(super) async fn usage(&self, since: Millis, until: Millis) -> Result<Vec<ProfileUsage>, StoreError> {
