@@ -13,6 +13,10 @@ const SELECTIVE: i64 = 5_000;
 /// The most attempts one step of `requests_from_attempts` reads.
 const WALK_MAX: usize = 4_096;
 
+/// A requests listing's columns (`RequestRecord`).
+const REQUEST_COLUMNS: &str = "SELECT id, agent, api, requested_model, served_model, served_profile, status, attempts,
+    started_at, duration_ms, stream, tokens_in, tokens_out, error, cost FROM requests";
+
 /// The filters of an audit query on attempt columns: profile, provider, model, reason, outcome.
 fn attempt_filters(q: &AuditQuery) -> [(&'static str, &Option<String>); 5] {
     [
@@ -91,11 +95,8 @@ where
     }
 
     pub(super) async fn requests(&self, q: &AuditQuery) -> Result<Vec<RequestRecord>, StoreError> {
-        let mut qb = sqlx::QueryBuilder::new(
-            "SELECT id, agent, api, requested_model, served_model, served_profile, status, attempts, started_at,
-                    duration_ms, stream, tokens_in, tokens_out, error, cost
-             FROM requests r WHERE TRUE",
-        );
+        let mut qb = sqlx::QueryBuilder::new(REQUEST_COLUMNS);
+        qb.push(" r WHERE TRUE");
         Self::push_filters(&mut qb, q, "id");
         if let Some((t, id, _)) = &q.after {
             qb.push(" AND started_at <= ").push_bind(*t);
@@ -139,8 +140,9 @@ where
     /// walked newest first: each stretch of matching attempts' requests is looked up, and the
     /// walk stops once the page is certain: every attempt not yet read started before the
     /// page's last request (an attempt never starts before its request: both are dated by one
-    /// server's clock, which only moves forward), so none can add a request to the page. A first page reads about its own number of
-    /// attempts, whatever the filter matches. None when the walk would be long: a page after
+    /// server's clock, which only moves forward), so none can add a request to the page. A
+    /// first page reads about its own number of attempts, whatever the filter matches. None
+    /// when the walk would be long: a page after
     /// a cursor or before `until` with more than `SELECTIVE` matching attempts since then
     /// (the walk starts at the newest), or a millisecond holding more matches than a stretch.
     async fn requests_from_attempts(&self, q: &AuditQuery) -> Result<Option<Vec<RequestRecord>>, StoreError> {
@@ -155,11 +157,7 @@ where
                 qb.push(" AND started_at >= ").push_bind(since);
             }
         };
-        let bound = match (q.until, &q.after) {
-            (None, None) => None,
-            (until, after) => until.into_iter().chain(after.iter().map(|(t, _, _)| *t)).min(),
-        };
-        if let Some(bound) = bound {
+        if let Some(bound) = q.until.into_iter().chain(q.after.as_ref().map(|(t, _, _)| *t)).min() {
             let mut count = sqlx::QueryBuilder::new("SELECT count(*) FROM (SELECT 1 FROM attempts WHERE TRUE");
             matching(&mut count);
             count.push(" AND started_at >= ").push_bind(bound);
@@ -198,11 +196,8 @@ where
             }
             let ids: Vec<String> = rows.into_iter().map(|(id, _)| id).filter(|id| seen.insert(id.clone())).collect();
             if !ids.is_empty() {
-                let mut lookup = sqlx::QueryBuilder::new(
-                    "SELECT id, agent, api, requested_model, served_model, served_profile, status, attempts,
-                            started_at, duration_ms, stream, tokens_in, tokens_out, error, cost
-                     FROM requests WHERE id IN (",
-                );
+                let mut lookup = sqlx::QueryBuilder::new(REQUEST_COLUMNS);
+                lookup.push(" WHERE id IN (");
                 let mut list = lookup.separated(", ");
                 for id in ids {
                     list.push_bind(id);
