@@ -10,6 +10,8 @@ scenario), next to the floor: `rota-floor` (crates/rota-bench/src/floor.rs), a b
 same stack, whose figures are what any proxy in front of the mock costs. `--callgrind` adds
 instructions per request, rota's and the floor's, counted by valgrind. `--peers` adds LiteLLM's
 proxy and Portkey's gateway in front of the same mock.
+A second table gives the latency each path adds to the direct call at p50 and p99, chat at 1, 16
+and 64 concurrent (the shape of BerriAI's ai-gateway-bench): the floor, rota and the peers.
 `--postgres URL` (a server's maintenance database) adds the shared-state table: the same
 scenarios with rota on PostgreSQL, one instance and two, next to SQLite.
 Everything listens on 127.0.0.1.
@@ -296,8 +298,10 @@ def run(a, b: Bench) -> int:
     hey(fl, chat("m"), 200, 8, direct_h)
 
     scenarios = [
-        ("chat, 1 concurrent", chat("m"), chat("bench/m"), 1, b.n(4000), rota_h),
-        ("chat, 32 concurrent", chat("m"), chat("bench/m"), 32, b.n(40000), rota_h),
+        (chat_name(1), chat("m"), chat("bench/m"), 1, b.n(4000), rota_h),
+        (chat_name(16), chat("m"), chat("bench/m"), 16, b.n(40000), rota_h),
+        (chat_name(32), chat("m"), chat("bench/m"), 32, b.n(40000), rota_h),
+        (chat_name(64), chat("m"), chat("bench/m"), 64, b.n(40000), rota_h),
         (LIMITED, chat("m"), chat("bench/m"), 32, b.n(40000), limited_h),
         ("stream, 32 concurrent", chat("m", True), chat("bench/m", True), 32, b.n(20000), rota_h),
         ("failover mix, 32 concurrent", chat("m"), chat("mix/m"), 32, b.n(40000), rota_h),
@@ -355,8 +359,8 @@ def run(a, b: Bench) -> int:
         floor.stop()
         counted = count_instructions(b, rota_bin, mock.url, env, rota_h, direct_h, chat)
 
-    table = (render(results, floors, peers, startup_ms, idle_mb, rotated, b.smoke) + render_shared(shared)
-             + render_counted(counted))
+    table = (render(results, floors, peers, startup_ms, idle_mb, rotated, b.smoke) + render_added(results, floors, peers)
+             + render_shared(shared) + render_counted(counted))
     print(table)
     if a.out:
         Path(a.out).write_text(table)
@@ -371,6 +375,18 @@ def run(a, b: Bench) -> int:
 
 # Profiles of the `many` provider.
 MANY = 2000
+
+# The concurrencies of the added-latency table (render_added), for every path, the peers' too.
+ADDED_CONCURRENCY = (1, 16, 64)
+
+# The peers, in the added-latency table's order.
+PEERS = ("Portkey", "LiteLLM")
+
+
+def chat_name(c: int) -> str:
+    """The name of the plain chat scenario at concurrency `c`."""
+    return f"chat, {c} concurrent"
+
 
 # The scenario of the agent with limits (requests a minute and tokens a day it never reaches).
 LIMITED = "chat, 32 concurrent, agent with limits"
@@ -419,7 +435,8 @@ def sqlite_scalar(db: Path, sql: str):
 
 
 def run_peers(b: Bench, mock: Proc, results, direct_h, chat) -> list:
-    """LiteLLM's proxy and Portkey's gateway in front of the same mock, same load."""
+    """LiteLLM's proxy and Portkey's gateway in front of the same mock: chat at each of
+    ADDED_CONCURRENCY, for `b.peer_time` each (they are slow)."""
     peers = []
     venv = Path(".venv-bench")
     if not (venv / "bin" / "litellm").exists():
@@ -438,7 +455,8 @@ def run_peers(b: Bench, mock: Proc, results, direct_h, chat) -> list:
     wait_http(f"{ll.url}/health/liveliness", 120)
     h = {"Authorization": f"Bearer {master}"}
     hey(f"{ll.url}/v1/chat/completions", chat("m"), 100, 8, h)
-    for name, c in [("chat, 1 concurrent", 1), ("chat, 32 concurrent", 32)]:
+    for c in ADDED_CONCURRENCY:
+        name = chat_name(c)
         r = hey(f"{ll.url}/v1/chat/completions", chat("m"), 0, c, h, pid=ll.pid, duration=b.peer_time)
         peers.append(("LiteLLM", name, r))
         progress(f"LiteLLM {name}", r)
@@ -453,7 +471,8 @@ def run_peers(b: Bench, mock: Proc, results, direct_h, chat) -> list:
     time.sleep(2)
     h = {"x-portkey-provider": "openai", "x-portkey-custom-host": f"{mock.url}/v1", "Authorization": "Bearer sk-ok-1"}
     hey(f"{pk.url}/v1/chat/completions", chat("m"), 100, 8, h)
-    for name, c in [("chat, 1 concurrent", 1), ("chat, 32 concurrent", 32)]:
+    for c in ADDED_CONCURRENCY:
+        name = chat_name(c)
         r = hey(f"{pk.url}/v1/chat/completions", chat("m"), 0, c, h, pid=pk.pid, duration=b.peer_time)
         peers.append(("Portkey", name, r))
         progress(f"Portkey {name}", r)
@@ -526,6 +545,46 @@ def render_counted(counted) -> str:
     if at is not None:
         out += ["", "rota's 15 costliest functions (own instructions, the chat run, start-up included):", "", "```"]
         out += [ln for ln in lines[at + 1:] if ln.strip() and not ln.startswith("-")][:15] + ["```"]
+    return "\n".join(out)
+
+
+def render_added(results, floors, peers) -> str:
+    """Added latency in the shape of BerriAI's ai-gateway-bench: per concurrency, each path's p50 and
+    p99 minus the direct call's at the same percentile and concurrency, in the same run (chat, not
+    streaming). An empty cell: that peer was not run."""
+    runs = {n: (d, r) for n, d, r in results}
+    peer_runs = {(p, n): r for p, n, r in peers}
+    # hey times each request to 0.1 ms (its CSV too: seconds to 4 decimals), so one decimal.
+    ms = lambda x: f"{round(x, 1) + 0.0:.1f}"  # noqa: E731 (+ 0.0: no "-0.0")
+
+    def added(r: Run | None, d: Run) -> list[str]:
+        if r is None:
+            return ["", ""]
+        if r.p50_ms != r.p50_ms:  # NaN: no 200 answer within the run's time
+            return ["stalled", "stalled"]
+        return [ms(r.p50_ms - d.p50_ms), ms(r.p99_ms - d.p99_ms)]
+
+    paths = ["floor", "rota", *PEERS]
+    out = ["", "", "Added latency, ms: each path's p50 and p99 minus the direct call's at the same percentile, "
+           "same concurrency, same run (chat, not streaming; the shape of BerriAI's ai-gateway-bench). "
+           "Direct: the mock's own latency. hey times to 0.1 ms.", "",
+           "| concurrency | direct p50 | direct p99 | " + " | ".join(f"{p} p50 | {p} p99" for p in paths) + " |",
+           "|---:|" + "---:|" * (2 + 2 * len(paths))]
+    notes = []
+    for c in ADDED_CONCURRENCY:
+        name = chat_name(c)
+        if name not in runs:
+            continue
+        d, r = runs[name]
+        cells = [ms(d.p50_ms), ms(d.p99_ms), *added(floors.get(name), d), *added(r, d)]
+        for p in PEERS:
+            pr = peer_runs.get((p, name))
+            cells += added(pr, d)
+            if pr is not None and pr.errors:
+                notes.append(f"{p} at {c}: {pr.errors:,} of {pr.n:,} requests not answered 200")
+        out.append(f"| {c} | " + " | ".join(cells) + " |")
+    if notes:
+        out += ["", "Not counted in the percentiles: " + "; ".join(notes) + "."]
     return "\n".join(out)
 
 

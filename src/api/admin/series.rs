@@ -125,7 +125,20 @@ async fn usage_series(
     let (since, until, step) = range(&p, now)?;
     state.runtime.audit.flush_within(std::time::Duration::from_secs(2)).await;
     let n = ((until - since) / step) as usize;
-    let rows = state.store.usage_series(since, until, step).await.map_err(ApiError::from)?;
+    let settings = state.runtime.settings();
+    let policy = &settings.config.cooldown_policy();
+    let cooldown_max = policy.cooldown.max.as_millis() as Millis;
+    // A cooldown window lasts `cooldown.max` at most; the disabled lane up to the longest
+    // billing window or provider hint.
+    let lookback = (policy.cooldown.hint_max.max(policy.billing.max).as_millis() as Millis).min(LOOKBACK_CAP);
+    // The counts beside the profiles' usage and windows: two reads at once, each about half
+    // of the time over a day of a busy audit trail (docs/performance.md, "Audit at scale").
+    let (rows, (usage, windows)) = tokio::try_join!(state.store.usage_series(since, until, step), async {
+        let usage = state.store.usage(since, until).await?;
+        let far = since - lookback.max(cooldown_max);
+        Ok((usage, state.store.failure_windows((far, since - cooldown_max), since, until).await?))
+    })
+    .map_err(ApiError::from)?;
     let bucket = |b: i64| usize::try_from(b).ok().filter(|b| *b < n);
 
     let mut attempts: BTreeMap<(String, String), Vec<i64>> = BTreeMap::new();
@@ -151,11 +164,7 @@ async fn usage_series(
         .collect();
     reasons.sort_by(|a, b| b.total.cmp(&a.total).then_with(|| a.reason.cmp(&b.reason)));
 
-    let mut profiles: Vec<ProfileShare> = state
-        .store
-        .usage(since, until)
-        .await
-        .map_err(ApiError::from)?
+    let mut profiles: Vec<ProfileShare> = usage
         .into_iter()
         .filter(|u| u.attempts > 0)
         .map(|u| ProfileShare {
@@ -167,18 +176,6 @@ async fn usage_series(
         .collect();
     profiles.sort_by(|a, b| b.attempts.cmp(&a.attempts).then_with(|| a.profile.cmp(&b.profile)));
 
-    let settings = state.runtime.settings();
-    let policy = &settings.config.cooldown_policy();
-    let cooldown_max = policy.cooldown.max.as_millis() as Millis;
-    // A cooldown window lasts `cooldown.max` at most; the disabled lane up to the longest
-    // billing window or provider hint.
-    let lookback = (policy.cooldown.hint_max.max(policy.billing.max).as_millis() as Millis).min(LOOKBACK_CAP);
-    let near = since - cooldown_max;
-    let windows = state
-        .store
-        .failure_windows((since - lookback.max(cooldown_max), near), since, until)
-        .await
-        .map_err(ApiError::from)?;
     let roster = state.runtime.book.roster();
     let timeline = timeline(&roster.views, windows, (since, until), now, cooldown_max);
 
