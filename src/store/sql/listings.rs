@@ -293,8 +293,9 @@ where
         // The failures from `near` on through attempts_outcome (outcome, started_at); the
         // disabling ones from `far` to `near` through attempts_reason (reason,
         // started_at); each one's next success through attempts_profile (profile_id,
-        // started_at), walked in order and stopped at the first (a cooling profile is
-        // rarely called). Sorted by the caller.
+        // started_at, outcome: the outcome read from the index, not the table), walked in
+        // order and stopped at the first (a cooling profile is rarely called). Sorted by the
+        // caller.
         Ok(sqlx::query_as::<_, FailureWindow>(
             "SELECT w.profile_id, w.started_at, w.duration_ms, w.reason, w.cooldown_until,
                     (SELECT s.started_at FROM attempts s
