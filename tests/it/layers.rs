@@ -147,7 +147,7 @@ fn nothing_in_the_repository_points_outside_it() {
         ["/root", "/"].concat(),
         ["/home", "/"].concat(),
     ];
-    let skip = ["target", ".git", "node_modules", ".venv", "__pycache__", "migrations"];
+    let skip = ["target", ".git", "node_modules", ".venv", ".venv-bench", "__pycache__", "migrations"];
     let mut found = Vec::new();
     let mut dirs = vec![root.to_path_buf()];
     while let Some(dir) = dirs.pop() {
