@@ -13,9 +13,9 @@ use tokio::sync::watch;
 
 static MIGRATOR: Migrator = sqlx::migrate!("./migrations/postgres");
 
-/// PostgreSQL's `statement_timeout`: a statement (or a lock it waits for) that takes longer is
-/// cancelled by the server, so a stuck one frees its connection. Generous: audit listings and
-/// roll-ups over large tables stay well under it.
+/// PostgreSQL's `statement_timeout` unless the URL's `options` give one: a statement (or a lock
+/// it waits for) that takes longer is cancelled by the server, so a stuck one frees its
+/// connection. Generous: audit listings and roll-ups over large tables stay well under it.
 const STATEMENT_TIMEOUT: &str = "30s";
 
 /// A day, in milliseconds.
@@ -59,9 +59,10 @@ impl PgStore {
     /// Connects and applies pending migrations (sqlx holds an advisory lock meanwhile, so
     /// instances that start together migrate once).
     pub async fn open(url: &str) -> Result<PgStore, StoreError> {
-        let mut opts = PgConnectOptions::from_str(url)?
-            .application_name("rota")
-            .options([("statement_timeout", STATEMENT_TIMEOUT)]);
+        let mut opts = PgConnectOptions::from_str(url)?.application_name("rota");
+        if !opts.get_options().is_some_and(|o| o.contains("statement_timeout")) {
+            opts = opts.options([("statement_timeout", STATEMENT_TIMEOUT)]);
+        }
         if let Some(mode) = default_ssl_mode(url) {
             opts = opts.ssl_mode(mode);
         }
@@ -178,8 +179,16 @@ impl Backend for PgStore {
         None
     }
 
+    /// Without the statement timeout, since moving a copied trail out of the default partitions
+    /// takes as long as it is large; but waiting at most 2 s for a lock (a long query on a
+    /// default partition holds the one an attach needs), so the audit writers never queue long
+    /// behind it: the next upkeep tries again.
     async fn audit_upkeep(&self, now: Millis) -> Result<u64, StoreError> {
-        let made: i32 = sqlx::query_scalar("SELECT rota_audit_upkeep($1)").bind(now).fetch_one(&self.pool).await?;
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SET LOCAL statement_timeout = 0").execute(&mut *tx).await?;
+        sqlx::query("SET LOCAL lock_timeout = '2s'").execute(&mut *tx).await?;
+        let made: i32 = sqlx::query_scalar("SELECT rota_audit_upkeep($1)").bind(now).fetch_one(&mut *tx).await?;
+        tx.commit().await?;
         Ok(made as u64)
     }
 

@@ -235,10 +235,36 @@ async fn an_sqlite_deployment_copied_into_postgres_keeps_its_state_its_audit_log
     let (first, rest) = text.split_once("\nurl = ").unwrap();
     let (sqlite_url, rest) = rest.split_once('\n').unwrap();
     let pg = crate::support::postgres_database().await;
+    // The copy ends by moving the rows of days without a partition out of the default ones,
+    // which takes as long as the trail is large: it must not run under the statement timeout.
+    // Here every day's partition of `attempts` is gone and the move out of `attempts_default`
+    // sleeps a second, beside a timeout of 500 ms given in the URL.
+    drop(rota::store::open(&rota::store::DatabaseTarget::Postgres(pg.clone())).await.unwrap());
+    let pool = sqlx::PgPool::connect(&pg).await.unwrap();
+    let days: Vec<String> = sqlx::query_scalar(
+        "SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+         WHERE i.inhparent = 'attempts'::regclass AND c.relname <> 'attempts_default'",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert!(!days.is_empty());
+    for day in days {
+        sqlx::query(sqlx::AssertSqlSafe(format!("DROP TABLE {day}"))).execute(&pool).await.unwrap();
+    }
+    sqlx::raw_sql(
+        "CREATE FUNCTION slow_move() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_sleep(1); RETURN NULL; END $$;
+         CREATE TRIGGER slow_move BEFORE DELETE ON attempts_default FOR EACH STATEMENT EXECUTE FUNCTION slow_move();",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let mut short = url::Url::parse(&pg).unwrap();
+    short.query_pairs_mut().append_pair("options", "-c statement_timeout=500ms");
     let key_file = old.dir.path().join("rota.key");
     let new = tempfile::tempdir().unwrap();
     let config = new.path().join("rota.toml");
-    let pg_text = format!("{first}\nurl = \"{pg}\"\n{rest}\n[secrets]\nkey_file = \"{}\"\n", key_file.display());
+    let pg_text = format!("{first}\nurl = \"{short}\"\n{rest}\n[secrets]\nkey_file = \"{}\"\n", key_file.display());
     std::fs::write(&config, pg_text).unwrap();
     let migrate = || {
         std::process::Command::new(env!("CARGO_BIN_EXE_rota"))
@@ -263,7 +289,8 @@ async fn an_sqlite_deployment_copied_into_postgres_keeps_its_state_its_audit_log
 
     let target = rota::store::open(&rota::store::DatabaseTarget::Postgres(pg.clone())).await.unwrap();
     assert_eq!(state(target.snapshot().await.unwrap()), state(old.store.snapshot().await.unwrap()));
-    let pool = sqlx::PgPool::connect(&pg).await.unwrap();
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM attempts_default").fetch_one(&pool).await.unwrap();
+    assert_eq!(left, 0, "the copied days have partitions of their own");
     for (i, sql) in queries().iter().enumerate() {
         let got: Vec<Vec<String>> = sqlx::raw_sql(sqlx::AssertSqlSafe(sql.clone()))
             .fetch_all(&pool)
