@@ -532,7 +532,8 @@ pub trait Store: Send + Sync {
     /// Attempts and tokens per profile with `since <= started_at < until`.
     async fn usage(&self, since: Millis, until: Millis) -> Result<Vec<ProfileUsage>, StoreError>;
     /// Attempts and requests with `since <= started_at < until`, counted per bucket of `step`
-    /// milliseconds from `since`.
+    /// milliseconds from `since` (`since`, `until` and `step` whole minutes: the counts are
+    /// read from `audit_minutely`).
     async fn usage_series(&self, since: Millis, until: Millis, step: Millis) -> Result<SeriesRows, StoreError>;
     /// The windows failures set on profiles that last past `since`: those of every failure
     /// started in `[near, until)` whose `cooldown_until` is after `since` (or an

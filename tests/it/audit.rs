@@ -815,6 +815,7 @@ async fn usage_series_counts_match_the_tables(db: Db) {
         ("step=59", "60 to 86400"),
         ("step=86401", "60 to 86400"),
         ("step=1m", "whole number"),
+        ("step=90", "multiple of 60"),
         ("since=2000&until=1000", "before"),
         ("since=0&until=86460000", "1441 buckets"),
         ("since=yesterday", "RFC 3339"),

@@ -618,16 +618,18 @@ async fn pruning_rolls_old_rows_up(target: DatabaseTarget) {
 }
 
 #[tokio::test]
-async fn usage_reads_whole_hours_from_the_hourly_sums_and_the_ends_from_attempts_on_sqlite() {
+async fn usage_and_its_series_read_the_roll_ups_kept_through_retried_batches_on_sqlite() {
     let dir = tempfile::tempdir().unwrap();
     usage_by_the_hour(DatabaseTarget::Sqlite(dir.path().join("rota.db"))).await;
 }
 
 #[tokio::test]
-async fn usage_reads_whole_hours_from_the_hourly_sums_and_the_ends_from_attempts_on_postgres() {
+async fn usage_and_its_series_read_the_roll_ups_kept_through_retried_batches_on_postgres() {
     usage_by_the_hour(DatabaseTarget::Postgres(crate::support::postgres_database().await)).await;
 }
 
+/// `usage` reads whole hours from `usage_hourly` and the ends from `attempts`; `usage_series`
+/// reads `audit_minutely`; both as the rows say, through a retried batch and a partial one.
 async fn usage_by_the_hour(target: DatabaseTarget) {
     const HOUR: i64 = 3_600_000;
     let store = rota::store::open(&target).await.unwrap();
@@ -677,11 +679,43 @@ async fn usage_by_the_hour(target: DatabaseTarget) {
     ] {
         assert_eq!(store.usage(since, until).await.unwrap(), counted(since, until), "{since}..{until}");
     }
+    // The per-minute counts `/usage/series` reads (`audit_minutely`), kept through the same
+    // batches: the same as grouping the rows.
+    let grouped = |since: i64, until: i64, step: i64| {
+        let bucket = |at: i64| (at >= since && at < until).then_some((at - since) / step);
+        let mut attempts: std::collections::BTreeMap<_, i64> = Default::default();
+        for a in &all {
+            let Some(b) = bucket(a.started_at) else { continue };
+            *attempts.entry((b, a.provider.clone(), a.outcome.clone(), a.reason.clone())).or_default() += 1;
+        }
+        let mut served: std::collections::BTreeMap<_, i64> = Default::default();
+        for r in &requests {
+            let Some(b) = bucket(r.started_at) else { continue };
+            let outcome = match (r.attempts, r.status) {
+                (0, _) => "refused",
+                (_, Some(200..=299)) => "served",
+                _ => "failed",
+            };
+            *served.entry((b, outcome.to_string())).or_default() += 1;
+        }
+        (
+            attempts.into_iter().map(|((b, p, o, r), n)| (b, p, o, r, n)).collect::<Vec<_>>(),
+            served.into_iter().map(|((b, o), n)| (b, o, n)).collect::<Vec<_>>(),
+        )
+    };
+    for (since, until, step) in [(start, start + 4 * HOUR, 120_000), (start - HOUR, start + 5 * HOUR, HOUR)] {
+        let got = store.usage_series(since, until, step).await.unwrap();
+        assert_eq!((got.attempts, got.requests), grouped(since, until, step), "{since}..{until} by {step}");
+    }
 
     // Pruning the first two hours: their hourly sums go with their attempts.
     while store.prune_audit(start + 2 * HOUR, 1000).await.unwrap().more {}
     assert_eq!(store.usage(start, start + 2 * HOUR).await.unwrap(), []);
     assert_eq!(store.usage(start, start + 4 * HOUR).await.unwrap(), counted(start + 2 * HOUR, start + 4 * HOUR));
+    let got = store.usage_series(start, start + 4 * HOUR, HOUR).await.unwrap();
+    let (attempts, requests) = grouped(start, start + 4 * HOUR, HOUR);
+    let kept = (attempts.into_iter().filter(|a| a.0 >= 2).collect(), requests.into_iter().filter(|r| r.0 >= 2).collect());
+    assert_eq!((got.attempts, got.requests), kept);
 }
 
 #[tokio::test]

@@ -20,7 +20,7 @@ pub fn routes() -> OpenApiRouter<ApiState> {
 
 /// At most this many buckets in one answer.
 pub const MAX_BUCKETS: i64 = 1_440;
-/// The bucket sizes allowed, in seconds.
+/// The bucket sizes allowed, in seconds (whole minutes: the counts are kept per minute).
 const STEPS: std::ops::RangeInclusive<i64> = 60..=86_400;
 /// How far back a window that ends in the range may have started, at most.
 const LOOKBACK_CAP: Millis = 7 * 86_400_000;
@@ -35,7 +35,8 @@ pub struct SeriesParams {
     /// End of the range, exclusive (RFC 3339 or Unix ms), rounded up to a multiple of `step`;
     /// default now.
     pub until: Option<String>,
-    /// Bucket size in seconds, 60 to 86400 (default 60); at most 1440 buckets.
+    /// Bucket size in seconds, a whole number of minutes from 60 to 86400 (default 60); at most
+    /// 1440 buckets.
     pub step: Option<String>,
 }
 
@@ -214,6 +215,11 @@ fn range(p: &SeriesParams, now: Millis) -> Result<(Millis, Millis, Millis), ApiE
             STEPS.end()
         )));
     }
+    if step % 60 != 0 {
+        return Err(ApiError::BadRequest(format!(
+            "step {step} is not a whole number of minutes: give a multiple of 60 seconds"
+        )));
+    }
     let step = step * 1000;
     let until = p.until.as_deref().map(|u| parse_time(u, "until")).transpose()?.unwrap_or(now);
     let since = p.since.as_deref().map(|s| parse_time(s, "since")).transpose()?.unwrap_or(until - 3_600_000);
@@ -379,6 +385,7 @@ mod tests {
         assert!(err(p("0", "60000", Some("59"))).contains("60 to 86400"));
         assert!(err(p("0", "60000", Some("86401"))).contains("60 to 86400"));
         assert!(err(p("0", "60000", Some("1m"))).contains("whole number"));
+        assert!(err(p("0", "60000", Some("90"))).contains("multiple of 60"));
         assert!(err(p("60000", "60000", None)).contains("before"));
         assert!(err(p("0", "86460000", None)).contains("1441 buckets"));
         assert_eq!(range(&p("0", "86400000", None), 0).unwrap().1, 86_400_000);

@@ -1,8 +1,8 @@
 //! The audit log written: each request's row and its attempts' (every request writes them, in
-//! batches), the hourly and daily roll-ups and the agents' day counters kept with them, and the
-//! pruning of old rows.
+//! batches), the minute, hourly and daily roll-ups and the agents' day counters kept with them,
+//! and the pruning of old rows.
 
-use super::{Affected, Backend, Driver, HOUR, Sql, Value};
+use super::{Affected, Backend, Driver, HOUR, MINUTE, Sql, Value};
 use crate::engine::Millis;
 use crate::store::{AttemptRecord, Pruned, RequestRecord, StoreError};
 use sqlx::{ColumnIndex, Encode, Executor, Row, Type};
@@ -23,32 +23,59 @@ fn agent_days<'a>(requests: impl Iterator<Item = &'a RequestRecord>) -> BTreeMap
 /// A row of `usage_daily`: the day (UTC, `YYYY-MM-DD`), agent, provider, model and profile.
 type Day = (String, String, String, String, String);
 
-/// An audit batch's attempts summed per hour and profile, for `usage_hourly`.
+/// A row of `audit_minutely`: the minute, kind (`attempt` or `request`), provider, outcome and
+/// reason.
+type Minute<'a> = (Millis, &'static str, &'a str, &'a str, &'a str);
+
+/// An audit batch's rows summed for the roll-ups written with them: its attempts per hour and
+/// profile (`usage_hourly`), its attempts and requests per minute (`audit_minutely`).
 #[derive(Default)]
-struct Hourly<'a> {
+struct RollUps<'a> {
     /// Attempts, successes, failures, tokens in and out of the rows that were inserted.
-    sums: BTreeMap<(Millis, &'a str), [i64; 5]>,
+    hours: BTreeMap<(Millis, &'a str), [i64; 5]>,
     /// Hours to count again from `attempts`: a chunk only some of whose rows were new.
-    recount: BTreeSet<(Millis, &'a str)>,
+    recount_hours: BTreeSet<(Millis, &'a str)>,
+    /// The attempts and requests that were inserted, per minute.
+    minutes: BTreeMap<Minute<'a>, i64>,
+    /// Minutes whose attempts are counted again from `attempts`, as hours are.
+    recount_minutes: BTreeSet<Millis>,
 }
 
-impl<'a> Hourly<'a> {
+impl<'a> RollUps<'a> {
     /// A chunk of attempts of which `inserted` were new. None: a retried batch whose first
     /// commit did land (`ON CONFLICT DO NOTHING`), already counted; all: added; some (which
-    /// ones is not known): their hours are counted again from the table.
-    fn add(&mut self, chunk: &'a [AttemptRecord], inserted: u64) {
+    /// ones is not known): their hours and minutes are counted again from the table.
+    fn add_attempts(&mut self, chunk: &'a [AttemptRecord], inserted: u64) {
         if inserted == 0 {
             return;
         }
+        let some = inserted < chunk.len() as u64;
         for a in chunk {
+            let minute = a.started_at.div_euclid(MINUTE) * MINUTE;
+            if some {
+                self.recount_minutes.insert(minute);
+            } else {
+                let key = (minute, "attempt", a.provider.as_str(), a.outcome.as_str(), a.reason.as_deref().unwrap_or(""));
+                *self.minutes.entry(key).or_default() += 1;
+            }
             let Some(profile) = a.profile_id.as_deref() else { continue };
             let key = (a.started_at.div_euclid(HOUR) * HOUR, profile);
-            if inserted < chunk.len() as u64 {
-                self.recount.insert(key);
+            if some {
+                self.recount_hours.insert(key);
                 continue;
             }
-            count_attempt(self.sums.entry(key).or_default(), &a.outcome, a.tokens_in, a.tokens_out);
+            count_attempt(self.hours.entry(key).or_default(), &a.outcome, a.tokens_in, a.tokens_out);
         }
+    }
+
+    /// A request that was inserted: `served` (a 2xx), `refused` (no attempt) or `failed`.
+    fn add_request(&mut self, r: &RequestRecord) {
+        let outcome = match (r.attempts, r.status) {
+            (0, _) => "refused",
+            (_, Some(200..=299)) => "served",
+            _ => "failed",
+        };
+        *self.minutes.entry((r.started_at.div_euclid(MINUTE) * MINUTE, "request", "", outcome, "")).or_default() += 1;
     }
 }
 
@@ -73,6 +100,25 @@ pub(super) fn add_hours(rows: impl Fn(&[(&str, &str)]) -> String) -> String {
             ("failures", "BIGINT"),
             ("tokens_in", "BIGINT"),
             ("tokens_out", "BIGINT"),
+        ])
+    )
+}
+
+/// The statement that adds the counts of the JSON rows in `$1` to their rows of
+/// `audit_minutely`, given the SQL that turns the rows into a `FROM` item named `r`.
+pub(super) fn add_minutes(rows: impl Fn(&[(&str, &str)]) -> String) -> String {
+    format!(
+        "INSERT INTO audit_minutely (minute, kind, provider, outcome, reason, n)
+         SELECT r.minute, r.kind, r.provider, r.outcome, r.reason, r.n FROM {}
+         WHERE true ORDER BY r.minute, r.kind, r.provider, r.outcome, r.reason
+         ON CONFLICT (minute, kind, provider, outcome, reason) DO UPDATE SET n = audit_minutely.n + excluded.n",
+        rows(&[
+            ("minute", "BIGINT"),
+            ("kind", "TEXT"),
+            ("provider", "TEXT"),
+            ("outcome", "TEXT"),
+            ("reason", "TEXT"),
+            ("n", "BIGINT"),
         ])
     )
 }
@@ -177,25 +223,29 @@ where
         // `ON CONFLICT DO NOTHING`: a retried batch whose first commit did land (an I/O
         // error after the commit record was written) adds nothing twice.
         let mut tx = self.store.audit_tx().await?;
-        let hourly = Self::insert_attempts(&mut tx, attempts).await?;
-        Self::add_to_hours(&mut tx, &hourly.sums).await?;
-        Self::recount_hours(&mut tx, &hourly.recount).await?;
+        let mut sums = Self::insert_attempts(&mut tx, attempts).await?;
+        Self::add_to_hours(&mut tx, &sums.hours).await?;
+        Self::recount_hours(&mut tx, &sums.recount_hours).await?;
         let inserted = Self::insert_requests(&mut tx, requests).await?;
-        // Each agent's day (`agent_usage`) takes the tokens and cost of its requests
-        // written now (not those of a retried batch's rows that had landed).
-        let days = agent_days(requests.iter().filter(|r| inserted.contains(&r.id)));
-        Self::add_to_agent_days(&mut tx, &days).await?;
+        // The roll-ups and each agent's day (`agent_usage`) take the requests written now
+        // (not those of a retried batch's rows that had landed); the minutes last, since every
+        // server of a fleet adds to the same few rows of the minute, each held to the commit.
+        let new = || requests.iter().filter(|r| inserted.contains(&r.id));
+        Self::add_to_agent_days(&mut tx, &agent_days(new())).await?;
+        new().for_each(|r| sums.add_request(r));
+        Self::add_to_minutes(&mut tx, &sums.minutes).await?;
+        Self::recount_minutes(&mut tx, &sums.recount_minutes).await?;
         tx.commit().await?;
         Ok(())
     }
 
-    /// Inserts attempts, in chunks of the prepared shapes; the sums of those that were new, per
-    /// hour and profile.
+    /// Inserts attempts, in chunks of the prepared shapes; the roll-ups' sums of those that
+    /// were new.
     async fn insert_attempts<'a>(
         tx: &mut DB::Connection,
         attempts: &'a [AttemptRecord],
-    ) -> Result<Hourly<'a>, StoreError> {
-        let mut hourly = Hourly::default();
+    ) -> Result<RollUps<'a>, StoreError> {
+        let mut sums = RollUps::default();
         for chunk in shaped(attempts) {
             let mut q = sqlx::query(S::texts().attempts.sql(chunk.len()));
             for a in chunk {
@@ -221,9 +271,9 @@ where
                     .bind(a.cost);
             }
             let inserted = q.execute(&mut *tx).await?.rows_affected();
-            hourly.add(chunk, inserted);
+            sums.add_attempts(chunk, inserted);
         }
-        Ok(hourly)
+        Ok(sums)
     }
 
     /// Adds attempts' sums to their hours' rows of `usage_hourly`, in one statement (in the
@@ -263,6 +313,44 @@ where
             )
             .bind(hour)
             .bind(profile)
+            .execute(&mut *tx)
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Adds attempts' and requests' counts to their minutes' rows of `audit_minutely`, in one
+    /// statement, in the order of their keys.
+    async fn add_to_minutes(tx: &mut DB::Connection, minutes: &BTreeMap<Minute<'_>, i64>) -> Result<(), StoreError> {
+        if minutes.is_empty() {
+            return Ok(());
+        }
+        let rows: Vec<serde_json::Value> = minutes
+            .iter()
+            .map(|((minute, kind, provider, outcome, reason), n)| {
+                serde_json::json!({"minute": minute, "kind": kind, "provider": provider, "outcome": outcome,
+                    "reason": reason, "n": n})
+            })
+            .collect();
+        let rows = serde_json::to_string(&rows).expect("rows serialize");
+        sqlx::query(S::texts().add_minutes.as_str()).bind(rows).execute(&mut *tx).await?;
+        Ok(())
+    }
+
+    /// Counts these minutes' attempts in `audit_minutely` again, from `attempts`.
+    async fn recount_minutes(tx: &mut DB::Connection, minutes: &BTreeSet<Millis>) -> Result<(), StoreError> {
+        for minute in minutes {
+            sqlx::query("DELETE FROM audit_minutely WHERE minute = $1 AND kind = 'attempt'")
+                .bind(minute)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query(
+                "INSERT INTO audit_minutely (minute, kind, provider, outcome, reason, n)
+                 SELECT $1, 'attempt', provider, outcome, coalesce(reason, ''), count(*)
+                 FROM attempts WHERE started_at >= $1 AND started_at < $2 GROUP BY 3, 4, 5",
+            )
+            .bind(minute)
+            .bind(minute + MINUTE)
             .execute(&mut *tx)
             .await?;
         }
@@ -345,9 +433,13 @@ where
         .bind(before)
         .fetch_all(&mut *tx)
         .await?;
-        // The hours whose attempts are all gone now (usage_daily keeps their sums).
+        // The hours and minutes whose attempts are all gone now (usage_daily keeps their sums).
         sqlx::query("DELETE FROM usage_hourly WHERE hour + 3600000 <= $1")
             .bind((upto + 1).min(before))
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM audit_minutely WHERE minute <= $1")
+            .bind((upto + 1).min(before) - MINUTE)
             .execute(&mut *tx)
             .await?;
         Self::add_to_days(&mut tx, &Self::daily_sums(&gone)?).await?;

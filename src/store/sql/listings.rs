@@ -254,33 +254,26 @@ where
         until: Millis,
         step: Millis,
     ) -> Result<SeriesRows, StoreError> {
-        // One pass over the range of attempts_listing (started_at first) and one over
-        // requests_started; the buckets are grouped in the database.
-        let attempts = sqlx::query_as::<_, (i64, String, String, Option<String>, i64)>(
-            "SELECT CAST((started_at - $1) / $3 AS BIGINT) AS bucket, provider, outcome, reason,
-                    CAST(count(*) AS BIGINT) AS n
-             FROM attempts WHERE started_at >= $1 AND started_at < $2
-             GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4",
+        // The minutes of the range in audit_minutely, through its primary key (minute first).
+        let rows = sqlx::query_as::<_, (i64, String, String, String, String, i64)>(
+            "SELECT CAST((minute - $1) / $3 AS BIGINT) AS bucket, kind, provider, outcome, reason,
+                    CAST(sum(n) AS BIGINT) AS n
+             FROM audit_minutely WHERE minute >= $1 AND minute < $2
+             GROUP BY 1, 2, 3, 4, 5 ORDER BY 1, 2, 3, 4, 5",
         )
         .bind(since)
         .bind(until)
         .bind(step)
         .fetch_all(self.store.pool())
         .await?;
-        let requests = sqlx::query_as::<_, (i64, String, i64)>(
-            "SELECT CAST((started_at - $1) / $3 AS BIGINT) AS bucket,
-                    CASE WHEN attempts = 0 THEN 'refused'
-                         WHEN status >= 200 AND status < 300 THEN 'served'
-                         ELSE 'failed' END AS outcome,
-                    CAST(count(*) AS BIGINT) AS n
-             FROM requests WHERE started_at >= $1 AND started_at < $2
-             GROUP BY 1, 2 ORDER BY 1, 2",
-        )
-        .bind(since)
-        .bind(until)
-        .bind(step)
-        .fetch_all(self.store.pool())
-        .await?;
+        let (mut attempts, mut requests) = (Vec::new(), Vec::new());
+        for (bucket, kind, provider, outcome, reason, n) in rows {
+            if kind == "request" {
+                requests.push((bucket, outcome, n));
+            } else {
+                attempts.push((bucket, provider, outcome, Some(reason).filter(|r| !r.is_empty()), n));
+            }
+        }
         Ok(SeriesRows { attempts, requests })
     }
 

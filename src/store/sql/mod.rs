@@ -42,6 +42,8 @@ use audit::Shapes;
 
 /// An hour, in milliseconds.
 const HOUR: Millis = 3_600_000;
+/// A minute, in milliseconds.
+const MINUTE: Millis = 60_000;
 
 pub(super) fn now() -> Millis {
     chrono::Utc::now().timestamp_millis()
@@ -104,6 +106,8 @@ pub(super) struct Texts {
     writes: stats::Writes,
     /// Adds an audit batch's sums to `usage_hourly` (`add_to_hours`).
     add_hours: String,
+    /// Adds an audit batch's counts to `audit_minutely` (`add_to_minutes`).
+    add_minutes: String,
 }
 
 impl Texts {
@@ -117,6 +121,7 @@ impl Texts {
             stats_of: stats::statements(ids),
             writes: stats::Writes::new(&rows, ids),
             add_hours: audit::add_hours(&rows),
+            add_minutes: audit::add_minutes(&rows),
         }
     }
 }
