@@ -310,7 +310,8 @@ fn current(v: &ProfileView, now: Millis, until: Millis) -> Vec<Raw> {
 }
 
 /// The windows clipped to `[since, until)` and flattened: where windows overlap, a disabled
-/// one wins, then the one that ends last; adjacent pieces of the same state and reason join.
+/// one wins, then the one that ends last (then the one listed last); adjacent pieces of the same
+/// state and reason join. One sweep over the windows' edges, with those open at each in a heap.
 fn merge(list: Vec<Raw>, since: Millis, until: Millis) -> Vec<Segment> {
     let list: Vec<Raw> = list
         .into_iter()
@@ -320,11 +321,22 @@ fn merge(list: Vec<Raw>, since: Millis, until: Millis) -> Vec<Segment> {
     let mut edges: Vec<Millis> = list.iter().flat_map(|r| [r.from, r.until]).collect();
     edges.sort_unstable();
     edges.dedup();
+    let mut opening: Vec<usize> = (0..list.len()).collect();
+    opening.sort_by_key(|&i| list[i].from);
+    let mut opening = opening.into_iter().peekable();
+    let mut open = std::collections::BinaryHeap::new();
     let mut out: Vec<Segment> = Vec::new();
     for pair in edges.windows(2) {
         let (a, b) = (pair[0], pair[1]);
-        let top = list.iter().filter(|r| r.from <= a && b <= r.until).max_by_key(|r| (r.disabled, r.until));
-        let Some(top) = top else { continue };
+        while let Some(i) = opening.next_if(|&i| list[i].from <= a) {
+            open.push((list[i].disabled, list[i].until, i));
+        }
+        // A window still open at `a` ends at an edge after it, so it covers `[a, b)`.
+        while open.peek().is_some_and(|&(_, end, _)| end <= a) {
+            open.pop();
+        }
+        let Some(&(_, _, top)) = open.peek() else { continue };
+        let top = &list[top];
         let state = if top.disabled { "disabled" } else { "cooling" };
         match out.last_mut() {
             Some(last) if last.until == a && last.state == state && last.reason == top.reason => last.until = b,
@@ -365,6 +377,45 @@ mod tests {
             ]
         );
         assert_eq!(merge(vec![raw(10, 10, false, "x"), raw(400, 500, false, "x")], 0, 350), []);
+    }
+
+    /// The flattening by definition: for each piece between two edges, the top window that
+    /// covers it (the sweep's oracle).
+    fn merge_by_definition(list: Vec<Raw>, since: Millis, until: Millis) -> Vec<Segment> {
+        let list: Vec<Raw> = list
+            .into_iter()
+            .map(|r| Raw { from: r.from.max(since), until: r.until.min(until), ..r })
+            .filter(|r| r.from < r.until)
+            .collect();
+        let mut edges: Vec<Millis> = list.iter().flat_map(|r| [r.from, r.until]).collect();
+        edges.sort_unstable();
+        edges.dedup();
+        let mut out: Vec<Segment> = Vec::new();
+        for pair in edges.windows(2) {
+            let (a, b) = (pair[0], pair[1]);
+            let top = list.iter().filter(|r| r.from <= a && b <= r.until).max_by_key(|r| (r.disabled, r.until));
+            let Some(top) = top else { continue };
+            let state = if top.disabled { "disabled" } else { "cooling" };
+            match out.last_mut() {
+                Some(last) if last.until == a && last.state == state && last.reason == top.reason => last.until = b,
+                _ => out.push(seg(a, b, state, &top.reason)),
+            }
+        }
+        out
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+        #[test]
+        fn the_sweep_flattens_as_the_definition_does(
+            windows in proptest::collection::vec((-20i64..120, 0i64..60, proptest::bool::ANY, 0usize..3), 0..40),
+        ) {
+            let list: Vec<Raw> = windows
+                .into_iter()
+                .map(|(from, len, disabled, r)| raw(from, from + len, disabled, ["rate_limit", "timeout", "billing"][r]))
+                .collect();
+            proptest::prop_assert_eq!(merge(list.clone(), 0, 100), merge_by_definition(list, 0, 100));
+        }
     }
 
     #[test]

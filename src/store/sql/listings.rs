@@ -283,12 +283,11 @@ where
         since: Millis,
         until: Millis,
     ) -> Result<Vec<FailureWindow>, StoreError> {
-        // The failures from `near` on through attempts_outcome (outcome, started_at); the
-        // disabling ones from `far` to `near` through attempts_reason (reason,
-        // started_at); each one's next success through attempts_profile (profile_id,
-        // started_at, outcome: the outcome read from the index, not the table), walked in
-        // order and stopped at the first (a cooling profile is rarely called). Sorted by the
-        // caller.
+        // The failures from `far` on through attempts_failed (the failures alone, with every
+        // column read here: no table row is read); each one's next success through
+        // attempts_profile (profile_id, started_at, outcome: the outcome read from the index,
+        // not the table), walked in order and stopped at the first (a cooling profile is
+        // rarely called). Sorted by the caller.
         Ok(sqlx::query_as::<_, FailureWindow>(
             "SELECT w.profile_id, w.started_at, w.duration_ms, w.reason, w.cooldown_until,
                     (SELECT s.started_at FROM attempts s
