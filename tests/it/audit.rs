@@ -291,6 +291,13 @@ async fn an_sqlite_deployment_copied_into_postgres_keeps_its_state_its_audit_log
     assert_eq!(state(target.snapshot().await.unwrap()), state(old.store.snapshot().await.unwrap()));
     let left: i64 = sqlx::query_scalar("SELECT count(*) FROM attempts_default").fetch_one(&pool).await.unwrap();
     assert_eq!(left, 0, "the copied days have partitions of their own");
+    let vacuumed: bool = sqlx::query_scalar(
+        "SELECT last_vacuum IS NOT NULL FROM pg_stat_user_tables WHERE relname = 'attempts_default'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(vacuumed, "the rows moved out of the default partition leave no dead entries behind");
     for (i, sql) in queries().iter().enumerate() {
         let got: Vec<Vec<String>> = sqlx::raw_sql(sqlx::AssertSqlSafe(sql.clone()))
             .fetch_all(&pool)
