@@ -313,14 +313,7 @@ fn current(v: &ProfileView, now: Millis, until: Millis) -> Vec<Raw> {
 /// one wins, then the one that ends last (then the one listed last); adjacent pieces of the same
 /// state and reason join. One sweep over the windows' edges, with those open at each in a heap.
 fn merge(list: Vec<Raw>, since: Millis, until: Millis) -> Vec<Segment> {
-    let list: Vec<Raw> = list
-        .into_iter()
-        .map(|r| Raw { from: r.from.max(since), until: r.until.min(until), ..r })
-        .filter(|r| r.from < r.until)
-        .collect();
-    let mut edges: Vec<Millis> = list.iter().flat_map(|r| [r.from, r.until]).collect();
-    edges.sort_unstable();
-    edges.dedup();
+    let (list, edges) = clipped(list, since, until);
     let mut opening: Vec<usize> = (0..list.len()).collect();
     opening.sort_by_key(|&i| list[i].from);
     let mut opening = opening.into_iter().peekable();
@@ -335,15 +328,34 @@ fn merge(list: Vec<Raw>, since: Millis, until: Millis) -> Vec<Segment> {
         while open.peek().is_some_and(|&(_, end, _)| end <= a) {
             open.pop();
         }
-        let Some(&(_, _, top)) = open.peek() else { continue };
-        let top = &list[top];
-        let state = if top.disabled { "disabled" } else { "cooling" };
-        match out.last_mut() {
-            Some(last) if last.until == a && last.state == state && last.reason == top.reason => last.until = b,
-            _ => out.push(Segment { from: a, until: b, state: state.into(), reason: top.reason.clone() }),
+        if let Some(&(_, _, top)) = open.peek() {
+            piece(&mut out, (a, b), &list[top]);
         }
     }
     out
+}
+
+/// The windows clipped to `[since, until)`, those left empty dropped, and their edges in order.
+fn clipped(list: Vec<Raw>, since: Millis, until: Millis) -> (Vec<Raw>, Vec<Millis>) {
+    let list: Vec<Raw> = list
+        .into_iter()
+        .map(|r| Raw { from: r.from.max(since), until: r.until.min(until), ..r })
+        .filter(|r| r.from < r.until)
+        .collect();
+    let mut edges: Vec<Millis> = list.iter().flat_map(|r| [r.from, r.until]).collect();
+    edges.sort_unstable();
+    edges.dedup();
+    (list, edges)
+}
+
+/// `[a, b)` in the state of `top`, joined to the last segment when it goes on in the same state
+/// and reason.
+fn piece(out: &mut Vec<Segment>, (a, b): (Millis, Millis), top: &Raw) {
+    let state = if top.disabled { "disabled" } else { "cooling" };
+    match out.last_mut() {
+        Some(last) if last.until == a && last.state == state && last.reason == top.reason => last.until = b,
+        _ => out.push(Segment { from: a, until: b, state: state.into(), reason: top.reason.clone() }),
+    }
 }
 
 #[cfg(test)]
@@ -382,23 +394,13 @@ mod tests {
     /// The flattening by definition: for each piece between two edges, the top window that
     /// covers it (the sweep's oracle).
     fn merge_by_definition(list: Vec<Raw>, since: Millis, until: Millis) -> Vec<Segment> {
-        let list: Vec<Raw> = list
-            .into_iter()
-            .map(|r| Raw { from: r.from.max(since), until: r.until.min(until), ..r })
-            .filter(|r| r.from < r.until)
-            .collect();
-        let mut edges: Vec<Millis> = list.iter().flat_map(|r| [r.from, r.until]).collect();
-        edges.sort_unstable();
-        edges.dedup();
+        let (list, edges) = clipped(list, since, until);
         let mut out: Vec<Segment> = Vec::new();
         for pair in edges.windows(2) {
             let (a, b) = (pair[0], pair[1]);
             let top = list.iter().filter(|r| r.from <= a && b <= r.until).max_by_key(|r| (r.disabled, r.until));
-            let Some(top) = top else { continue };
-            let state = if top.disabled { "disabled" } else { "cooling" };
-            match out.last_mut() {
-                Some(last) if last.until == a && last.state == state && last.reason == top.reason => last.until = b,
-                _ => out.push(seg(a, b, state, &top.reason)),
+            if let Some(top) = top {
+                piece(&mut out, (a, b), top);
             }
         }
         out
