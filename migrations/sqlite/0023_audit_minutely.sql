@@ -1,7 +1,7 @@
 -- Attempts and requests counted per minute, added to by the audit writer in the transaction
 -- that inserts them, as usage_hourly is: GET /api/v1/usage/series counts its buckets here
--- instead of grouping every attempt and request of its range (a day of 5 million attempts:
--- some 26,000 rows here against 170,000 attempts and 135,000 requests).
+-- instead of grouping every attempt and request of its range (5 million attempts over 90 days:
+-- some 15,000 rows a day here against 35,000 attempts and 28,000 requests).
 CREATE TABLE audit_minutely (
     minute    INTEGER NOT NULL,                    -- start of the minute, Unix ms
     kind      TEXT NOT NULL,                       -- 'attempt' or 'request'
