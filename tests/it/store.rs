@@ -688,7 +688,7 @@ async fn usage_by_the_hour(target: DatabaseTarget) {
             let Some(b) = bucket(a.started_at) else { continue };
             *attempts.entry((b, a.provider.clone(), a.outcome.clone(), a.reason.clone())).or_default() += 1;
         }
-        let mut served: std::collections::BTreeMap<_, i64> = Default::default();
+        let mut outcomes: std::collections::BTreeMap<_, i64> = Default::default();
         for r in &requests {
             let Some(b) = bucket(r.started_at) else { continue };
             let outcome = match (r.attempts, r.status) {
@@ -696,11 +696,11 @@ async fn usage_by_the_hour(target: DatabaseTarget) {
                 (_, Some(200..=299)) => "served",
                 _ => "failed",
             };
-            *served.entry((b, outcome.to_string())).or_default() += 1;
+            *outcomes.entry((b, outcome.to_string())).or_default() += 1;
         }
         (
             attempts.into_iter().map(|((b, p, o, r), n)| (b, p, o, r, n)).collect::<Vec<_>>(),
-            served.into_iter().map(|((b, o), n)| (b, o, n)).collect::<Vec<_>>(),
+            outcomes.into_iter().map(|((b, o), n)| (b, o, n)).collect::<Vec<_>>(),
         )
     };
     for (since, until, step) in [(start, start + 4 * HOUR, 120_000), (start - HOUR, start + 5 * HOUR, HOUR)] {
