@@ -184,8 +184,8 @@ impl Backend for PgStore {
     /// default partition holds the one an attach needs), so the audit writers never queue long
     /// behind it: the next upkeep tries again. When it made partitions, the default ones are
     /// vacuumed: rows moved out of them leave dead entries in their indices that every query
-    /// not bounded in time reads until autovacuum comes (an attempt by request id after a copy
-    /// of 5 million: 420 ms).
+    /// not bounded in time reads until autovacuum comes (a request's attempts after a copy of 5
+    /// million: 291 ms at p95, 10.9 ms vacuumed).
     async fn audit_upkeep(&self, now: Millis) -> Result<u64, StoreError> {
         let mut tx = self.pool.begin().await?;
         sqlx::query("SET LOCAL statement_timeout = 0").execute(&mut *tx).await?;
