@@ -533,7 +533,7 @@ pub trait Store: Send + Sync {
     async fn usage(&self, since: Millis, until: Millis) -> Result<Vec<ProfileUsage>, StoreError>;
     /// Attempts and requests with `since <= started_at < until`, counted per bucket of `step`
     /// milliseconds from `since` (`since`, `until` and `step` whole minutes: the counts are
-    /// read from `audit_minutely`).
+    /// read from `audit_minutely`, or `audit_hourly` when all three are whole hours).
     async fn usage_series(&self, since: Millis, until: Millis, step: Millis) -> Result<SeriesRows, StoreError>;
     /// The windows failures set on profiles that last past `since`: those of every failure
     /// started in `[near, until)` whose `cooldown_until` is after `since` (or an

@@ -677,7 +677,12 @@ async fn usage_series_counts_match_the_tables(db: Db) {
     ]);
     rota.store.insert_audit(&requests, &attempts).await.unwrap();
 
-    for (since, until, step) in [(t0, t0 + 60 * MIN, 300), (t0 - 7 * MIN - 5, t0 + 42 * MIN + 1, 60)] {
+    // Per 5 minutes, per minute, and per hour over three days (its counts from `audit_hourly`,
+    // its timeline over the last day and hour only).
+    let hours = 60 * MIN;
+    for (since, until, step) in
+        [(t0, t0 + 60 * MIN, 300), (t0 - 7 * MIN - 5, t0 + 42 * MIN + 1, 60), (t0 - 72 * hours, t0 + 23 * hours, 3600)]
+    {
         let (code, s) = rota
             .api("GET", &format!("/api/v1/usage/series?since={since}&until={until}&step={step}"), admin, None)
             .await;
@@ -776,8 +781,29 @@ async fn usage_series_counts_match_the_tables(db: Db) {
             "a removed profile's share"
         );
 
+        let seg = |from: i64, to: i64, state: &str, reason: &str| json!({"from": from, "until": to, "state": state, "reason": reason});
+        if step == 3600 {
+            // The timeline from a day and an hour before the end: two hours before t0, inside
+            // b1's first billing window.
+            assert_eq!(s["timeline_since"].as_i64(), Some(t0 - 2 * hours));
+            assert_eq!(
+                s["timeline"],
+                json!([
+                    {"profile": "backup:b1", "segments": [
+                        seg(t0 - 2 * hours, t0 + 3 * MIN, "disabled", "billing"),
+                        seg(t0 + 30 * MIN + 50, t0 + 150 * MIN, "disabled", "billing"),
+                    ]},
+                    {"profile": "openai:k1", "segments": [
+                        seg(t0 - 10 * MIN, t0 + 2 * MIN, "cooling", "timeout"),
+                        seg(t0 + 10 * MIN + 100, t0 + 16 * MIN, "cooling", "rate_limit"),
+                    ]},
+                    {"profile": "openai:k2", "segments": []},
+                ])
+            );
+        } else {
+            assert_eq!(s["timeline_since"].as_i64(), Some(since));
+        }
         if step == 300 {
-            let seg = |from: i64, to: i64, state: &str, reason: &str| json!({"from": from, "until": to, "state": state, "reason": reason});
             assert_eq!(
                 s["timeline"],
                 json!([

@@ -629,7 +629,8 @@ async fn usage_and_its_series_read_the_roll_ups_kept_through_retried_batches_on_
 }
 
 /// `usage` reads whole hours from `usage_hourly` and the ends from `attempts`; `usage_series`
-/// reads `audit_minutely`; both as the rows say, through a retried batch and a partial one.
+/// reads `audit_minutely`, or `audit_hourly` for buckets of whole hours; all as the rows say,
+/// through a retried batch and a partial one.
 async fn usage_by_the_hour(target: DatabaseTarget) {
     const HOUR: i64 = 3_600_000;
     let store = rota::store::open(&target).await.unwrap();
@@ -679,8 +680,8 @@ async fn usage_by_the_hour(target: DatabaseTarget) {
     ] {
         assert_eq!(store.usage(since, until).await.unwrap(), counted(since, until), "{since}..{until}");
     }
-    // The per-minute counts `/usage/series` reads (`audit_minutely`), kept through the same
-    // batches: the same as grouping the rows.
+    // The per-minute and per-hour counts `/usage/series` reads (`audit_minutely`,
+    // `audit_hourly`), kept through the same batches: the same as grouping the rows.
     let grouped = |since: i64, until: i64, step: i64| {
         let bucket = |at: i64| (at >= since && at < until).then_some((at - since) / step);
         let mut attempts: std::collections::BTreeMap<_, i64> = Default::default();
@@ -703,7 +704,12 @@ async fn usage_by_the_hour(target: DatabaseTarget) {
             outcomes.into_iter().map(|((b, o), n)| (b, o, n)).collect::<Vec<_>>(),
         )
     };
-    for (since, until, step) in [(start, start + 4 * HOUR, 120_000), (start - HOUR, start + 5 * HOUR, HOUR)] {
+    for (since, until, step) in [
+        (start, start + 4 * HOUR, 120_000),
+        (start - HOUR, start + 5 * HOUR, HOUR),                       // audit_hourly
+        (start - HOUR / 2, start + 4 * HOUR + HOUR / 2, HOUR),        // hours from a half hour: per minute
+        (start, start + 4 * HOUR, 2 * HOUR),                          // audit_hourly, two hours a bucket
+    ] {
         let got = store.usage_series(since, until, step).await.unwrap();
         assert_eq!((got.attempts, got.requests), grouped(since, until, step), "{since}..{until} by {step}");
     }
@@ -750,15 +756,17 @@ async fn requests_filtered_on_attempts(target: DatabaseTarget) {
         // Every sixth request failed: 20,050 successes, 4,010 failures and 3 billing ones.
         let outcome = if i % 6 == 0 { "failure" } else { "success" };
         attempts.push(attempt(&id, 1 + i64::from(billing), "openai:b", outcome, at + 1, None));
-        // A timeout right after every 100th; every 1,000th one long after it began (a long
-        // stream's retry): newer than the attempts of every later request.
+        // A timeout right after every 100th; every 1,000th one two days after it began (a
+        // long stream's retry, its request older than the day looked in first): newer than the
+        // attempts of every later request.
         let timeout_at = match i % 1_000 {
-            999 => Some(at + 1_000_000),
+            999 => Some(at + 2 * 86_400_000),
             n if n % 100 == 50 => Some(at + 2),
             _ => None,
         };
         if let Some(t) = timeout_at {
-            let mut timeout = attempt(&id, 2 + i64::from(billing), "openai:c", "failure", t, None);
+            let profile = if i % 1_000 == 999 { "openai:d" } else { "openai:c" };
+            let mut timeout = attempt(&id, 2 + i64::from(billing), profile, "failure", t, None);
             timeout.reason = Some("timeout".into());
             attempts.push(timeout);
         }
@@ -806,6 +814,7 @@ async fn requests_filtered_on_attempts(target: DatabaseTarget) {
         },
         AuditQuery { outcome: Some("failure".into()), limit: 1_000, ..Default::default() },
         AuditQuery { profile: Some("openai:b".into()), limit: 7, ..Default::default() },
+        AuditQuery { profile: Some("openai:d".into()), limit: 5, ..Default::default() },
         late(),
         AuditQuery { limit: 30, ..late() },
         AuditQuery { limit: 63, ..late() },

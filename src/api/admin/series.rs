@@ -24,6 +24,10 @@ pub const MAX_BUCKETS: i64 = 1_440;
 const STEPS: std::ops::RangeInclusive<i64> = 60..=86_400;
 /// How far back a window that ends in the range may have started, at most.
 const LOOKBACK_CAP: Millis = 7 * 86_400_000;
+/// The longest stretch the timeline covers, with a bucket more (a day's range rounded out to its
+/// step): the end of a longer range (a month holds some 300,000 windows at 5 million attempts:
+/// an answer of 26 MB, seconds to make).
+const TIMELINE_SPAN: Millis = 86_400_000;
 
 #[derive(Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
@@ -60,7 +64,11 @@ pub struct Series {
     /// Attempts per profile over the whole range, most first (attempts without a profile,
     /// skipped candidates, are not counted).
     pub profiles: Vec<ProfileShare>,
-    /// Every profile in force, with the windows it was cooling or disabled in during the range.
+    /// Start of the stretch `timeline` covers (Unix ms): `since`, or a day and a bucket before
+    /// `until` when the range is longer.
+    pub timeline_since: Millis,
+    /// Every profile in force, with the windows it was cooling or disabled in from
+    /// `timeline_since` to `until`.
     pub timeline: Vec<ProfileTimeline>,
 }
 
@@ -114,7 +122,8 @@ pub struct Segment {
 /// Usage per time bucket
 ///
 /// Attempts, requests and failure reasons per bucket, each profile's share and its cooling and
-/// disabled windows, from the audit log (and the profiles' state now).
+/// disabled windows (over the range's last day at most), from the audit log (and the profiles'
+/// state now).
 #[utoipa::path(get, path = "/api/v1/usage/series", tag = "admin", params(SeriesParams),
     responses((status = 200, body = Series), (status = 400, body = crate::api::ErrorBody)))]
 async fn usage_series(
@@ -134,10 +143,11 @@ async fn usage_series(
     let lookback = (policy.cooldown.hint_max.max(policy.billing.max).as_millis() as Millis).min(LOOKBACK_CAP);
     // The counts beside the profiles' usage and windows: two reads at once, each about half
     // of the time over a day of a busy audit trail (docs/performance.md, "Audit at scale").
+    let from = since.max(until - TIMELINE_SPAN - step);
     let (rows, (usage, windows)) = tokio::try_join!(state.store.usage_series(since, until, step), async {
         let usage = state.store.usage(since, until).await?;
-        let far = since - lookback.max(cooldown_max);
-        Ok((usage, state.store.failure_windows((far, since - cooldown_max), since, until).await?))
+        let far = from - lookback.max(cooldown_max);
+        Ok((usage, state.store.failure_windows((far, from - cooldown_max), from, until).await?))
     })
     .map_err(ApiError::from)?;
     let bucket = |b: i64| usize::try_from(b).ok().filter(|b| *b < n);
@@ -178,7 +188,7 @@ async fn usage_series(
     profiles.sort_by(|a, b| b.attempts.cmp(&a.attempts).then_with(|| a.profile.cmp(&b.profile)));
 
     let roster = state.runtime.book.roster();
-    let timeline = timeline(&roster.views, windows, (since, until), now, cooldown_max);
+    let timeline = timeline(&roster.views, windows, (from, until), now, cooldown_max);
 
     Ok(Json(Series {
         since,
@@ -195,6 +205,7 @@ async fn usage_series(
             .collect(),
         reasons,
         profiles,
+        timeline_since: from,
         timeline,
     }))
 }

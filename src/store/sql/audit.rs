@@ -23,8 +23,8 @@ fn agent_days<'a>(requests: impl Iterator<Item = &'a RequestRecord>) -> BTreeMap
 /// A row of `usage_daily`: the day (UTC, `YYYY-MM-DD`), agent, provider, model and profile.
 type Day = (String, String, String, String, String);
 
-/// A row of `audit_minutely`: the minute, kind (`attempt` or `request`), provider, outcome and
-/// reason.
+/// A row of `audit_minutely` (or `audit_hourly`): the minute (hour), kind (`attempt` or
+/// `request`), provider, outcome and reason.
 type Minute<'a> = (Millis, &'static str, &'a str, &'a str, &'a str);
 
 /// An audit batch's rows summed for the roll-ups written with them: its attempts per hour and
@@ -105,21 +105,15 @@ pub(super) fn add_hours(rows: impl Fn(&[(&str, &str)]) -> String) -> String {
 }
 
 /// The statement that adds the counts of the JSON rows in `$1` to their rows of
-/// `audit_minutely`, given the SQL that turns the rows into a `FROM` item named `r`.
-pub(super) fn add_minutes(rows: impl Fn(&[(&str, &str)]) -> String) -> String {
+/// `audit_minutely` (`table`, keyed by `minute`) or `audit_hourly` (by `hour`), given the SQL that
+/// turns the rows into a `FROM` item named `r`.
+pub(super) fn add_counts(rows: impl Fn(&[(&str, &str)]) -> String, table: &str, at: &str) -> String {
     format!(
-        "INSERT INTO audit_minutely (minute, kind, provider, outcome, reason, n)
-         SELECT r.minute, r.kind, r.provider, r.outcome, r.reason, r.n FROM {}
-         WHERE true ORDER BY r.minute, r.kind, r.provider, r.outcome, r.reason
-         ON CONFLICT (minute, kind, provider, outcome, reason) DO UPDATE SET n = audit_minutely.n + excluded.n",
-        rows(&[
-            ("minute", "BIGINT"),
-            ("kind", "TEXT"),
-            ("provider", "TEXT"),
-            ("outcome", "TEXT"),
-            ("reason", "TEXT"),
-            ("n", "BIGINT"),
-        ])
+        "INSERT INTO {table} ({at}, kind, provider, outcome, reason, n)
+         SELECT r.{at}, r.kind, r.provider, r.outcome, r.reason, r.n FROM {}
+         WHERE true ORDER BY r.{at}, r.kind, r.provider, r.outcome, r.reason
+         ON CONFLICT ({at}, kind, provider, outcome, reason) DO UPDATE SET n = {table}.n + excluded.n",
+        rows(&[(at, "BIGINT"), ("kind", "TEXT"), ("provider", "TEXT"), ("outcome", "TEXT"), ("reason", "TEXT"), ("n", "BIGINT")])
     )
 }
 
@@ -235,6 +229,7 @@ where
         new().for_each(|r| sums.add_request(r));
         Self::add_to_minutes(&mut tx, &sums.minutes).await?;
         Self::recount_minutes(&mut tx, &sums.recount_minutes).await?;
+        Self::add_to_audit_hours(&mut tx, &sums.minutes, &sums.recount_minutes).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -322,18 +317,60 @@ where
     /// Adds attempts' and requests' counts to their minutes' rows of `audit_minutely`, in one
     /// statement, in the order of their keys.
     async fn add_to_minutes(tx: &mut DB::Connection, minutes: &BTreeMap<Minute<'_>, i64>) -> Result<(), StoreError> {
-        if minutes.is_empty() {
+        Self::add_counts(tx, &S::texts().add_minutes, "minute", minutes).await
+    }
+
+    /// Adds the minutes' counts to their hours' rows of `audit_hourly`, then counts the hours
+    /// of the recounted minutes again from `audit_minutely`.
+    async fn add_to_audit_hours(
+        tx: &mut DB::Connection,
+        minutes: &BTreeMap<Minute<'_>, i64>,
+        recounted: &BTreeSet<Millis>,
+    ) -> Result<(), StoreError> {
+        let mut hours: BTreeMap<Minute<'_>, i64> = BTreeMap::new();
+        for ((minute, kind, provider, outcome, reason), n) in minutes {
+            *hours.entry((minute.div_euclid(HOUR) * HOUR, kind, provider, outcome, reason)).or_default() += n;
+        }
+        Self::add_counts(tx, &S::texts().add_audit_hours, "hour", &hours).await?;
+        let recount: BTreeSet<Millis> = recounted.iter().map(|m| m.div_euclid(HOUR) * HOUR).collect();
+        for hour in recount {
+            sqlx::query("DELETE FROM audit_hourly WHERE hour = $1 AND kind = 'attempt'")
+                .bind(hour)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query(
+                "INSERT INTO audit_hourly (hour, kind, provider, outcome, reason, n)
+                 SELECT $1, kind, provider, outcome, reason, sum(n) FROM audit_minutely
+                 WHERE minute >= $1 AND minute < $2 AND kind = 'attempt' GROUP BY 2, 3, 4, 5",
+            )
+            .bind(hour)
+            .bind(hour + HOUR)
+            .execute(&mut *tx)
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Adds counts to their rows (of `audit_minutely` or `audit_hourly`, by `statement`, whose
+    /// time column is `at`), in one statement, in the order of their keys.
+    async fn add_counts(
+        tx: &mut DB::Connection,
+        statement: &'static str,
+        at: &str,
+        counts: &BTreeMap<Minute<'_>, i64>,
+    ) -> Result<(), StoreError> {
+        if counts.is_empty() {
             return Ok(());
         }
-        let rows: Vec<serde_json::Value> = minutes
+        let rows: Vec<serde_json::Value> = counts
             .iter()
-            .map(|((minute, kind, provider, outcome, reason), n)| {
-                serde_json::json!({"minute": minute, "kind": kind, "provider": provider, "outcome": outcome,
+            .map(|((time, kind, provider, outcome, reason), n)| {
+                serde_json::json!({at: time, "kind": kind, "provider": provider, "outcome": outcome,
                     "reason": reason, "n": n})
             })
             .collect();
         let rows = serde_json::to_string(&rows).expect("rows serialize");
-        sqlx::query(S::texts().add_minutes.as_str()).bind(rows).execute(&mut *tx).await?;
+        sqlx::query(statement).bind(rows).execute(&mut *tx).await?;
         Ok(())
     }
 
@@ -440,6 +477,10 @@ where
             .await?;
         sqlx::query("DELETE FROM audit_minutely WHERE minute <= $1")
             .bind((upto + 1).min(before) - MINUTE)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM audit_hourly WHERE hour + 3600000 <= $1")
+            .bind((upto + 1).min(before))
             .execute(&mut *tx)
             .await?;
         Self::add_to_days(&mut tx, &Self::daily_sums(&gone)?).await?;

@@ -44,6 +44,8 @@ use audit::Shapes;
 const HOUR: Millis = 3_600_000;
 /// A minute, in milliseconds.
 const MINUTE: Millis = 60_000;
+/// A day, in milliseconds.
+const DAY: Millis = 86_400_000;
 
 pub(super) fn now() -> Millis {
     chrono::Utc::now().timestamp_millis()
@@ -106,8 +108,10 @@ pub(super) struct Texts {
     writes: stats::Writes,
     /// Adds an audit batch's sums to `usage_hourly` (`add_to_hours`).
     add_hours: String,
-    /// Adds an audit batch's counts to `audit_minutely` (`add_to_minutes`).
+    /// Adds an audit batch's counts to `audit_minutely` and `audit_hourly` (`add_to_minutes`,
+    /// `add_to_audit_hours`).
     add_minutes: String,
+    add_audit_hours: String,
 }
 
 impl Texts {
@@ -121,7 +125,8 @@ impl Texts {
             stats_of: stats::statements(ids),
             writes: stats::Writes::new(&rows, ids),
             add_hours: audit::add_hours(&rows),
-            add_minutes: audit::add_minutes(&rows),
+            add_minutes: audit::add_counts(&rows, "audit_minutely", "minute"),
+            add_audit_hours: audit::add_counts(&rows, "audit_hourly", "hour"),
         }
     }
 }
