@@ -14,8 +14,8 @@ analyses, which are timed and reported apart.
   providers, `agents create` for 20 agents and an admin), then 90 days of `requests` and
   `attempts` ending now are bulk-inserted: daily and weekly cycles, about 3/4 of the requests
   served at the first try, the others rotating past rate limits, overloads, timeouts, server and
-  auth errors, falling back or failing; redacted upstream errors; `usage_hourly` and
-  `audit_minutely` summed from them as migrations 0010 and 0023 do. Seeded (`--seed`): the same rows each run, but for the shift to
+  auth errors, falling back or failing; redacted upstream errors; `usage_hourly`,
+  `audit_minutely` and `audit_hourly` summed from them as migrations 0010, 0023 and 0025 do. Seeded (`--seed`): the same rows each run, but for the shift to
   end now.
 - `--db PATH`: the database to fill, or to reuse if this script filled it (`PATH.json` keeps
   its keys). Default: `audit-N.db` in `--workdir`, which also holds rota's configs and logs and
@@ -499,9 +499,10 @@ def fill(db: Path, target: int, seed: int, end_ms: int) -> dict:
                 "VALUES ('openai', 'gpt-4-32k', ?, 3, ?), ('google', 'gemini-1.0-pro', ?, 1, ?)",
                 (end_ms + 6 * HOUR, end_ms - HOUR, end_ms - 10 * DAY, end_ms - 10 * DAY - HOUR))
     # The hourly sums and minute counts rota's audit writer keeps beside the rows it inserts,
-    # as migrations 0010_usage_hourly.sql and 0023_audit_minutely.sql build them from rows
-    # already there.
-    for table, file in [("usage_hourly", "0010_usage_hourly.sql"), ("audit_minutely", "0023_audit_minutely.sql")]:
+    # as migrations 0010_usage_hourly.sql, 0023_audit_minutely.sql and 0025_audit_hourly.sql
+    # build them from rows already there.
+    for table, file in [("usage_hourly", "0010_usage_hourly.sql"), ("audit_minutely", "0023_audit_minutely.sql"),
+                        ("audit_hourly", "0025_audit_hourly.sql")]:
         migration = (REPO / "migrations" / "sqlite" / file).read_text()
         con.execute(f"DELETE FROM {table}")
         con.executescript(migration[migration.index(f"INSERT INTO {table}"):])

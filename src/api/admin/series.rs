@@ -141,14 +141,15 @@ async fn usage_series(
     // A cooldown window lasts `cooldown.max` at most; the disabled lane up to the longest
     // billing window or provider hint.
     let lookback = (policy.cooldown.hint_max.max(policy.billing.max).as_millis() as Millis).min(LOOKBACK_CAP);
-    // The counts beside the profiles' usage and windows: two reads at once, each about half
-    // of the time over a day of a busy audit trail (docs/performance.md, "Audit at scale").
+    // The counts, the profiles' usage and the windows: three reads at once (over a month,
+    // the usage is the longest; docs/performance.md, "Audit at scale").
     let from = since.max(until - TIMELINE_SPAN - step);
-    let (rows, (usage, windows)) = tokio::try_join!(state.store.usage_series(since, until, step), async {
-        let usage = state.store.usage(since, until).await?;
-        let far = from - lookback.max(cooldown_max);
-        Ok((usage, state.store.failure_windows((far, from - cooldown_max), from, until).await?))
-    })
+    let far = from - lookback.max(cooldown_max);
+    let (rows, usage, windows) = tokio::try_join!(
+        state.store.usage_series(since, until, step),
+        state.store.usage(since, until),
+        state.store.failure_windows((far, from - cooldown_max), from, until),
+    )
     .map_err(ApiError::from)?;
     let bucket = |b: i64| usize::try_from(b).ok().filter(|b| *b < n);
 
