@@ -706,9 +706,9 @@ async fn usage_by_the_hour(target: DatabaseTarget) {
     };
     for (since, until, step) in [
         (start, start + 4 * HOUR, 120_000),
-        (start - HOUR, start + 5 * HOUR, HOUR),                       // audit_hourly
-        (start - HOUR / 2, start + 4 * HOUR + HOUR / 2, HOUR),        // hours from a half hour: per minute
-        (start, start + 4 * HOUR, 2 * HOUR),                          // audit_hourly, two hours a bucket
+        (start - HOUR, start + 5 * HOUR, HOUR),                // audit_hourly
+        (start - HOUR / 2, start + 4 * HOUR + HOUR / 2, HOUR), // hours from a half hour: per minute
+        (start, start + 4 * HOUR, 2 * HOUR),                   // audit_hourly, two hours a bucket
     ] {
         let got = store.usage_series(since, until, step).await.unwrap();
         assert_eq!((got.attempts, got.requests), grouped(since, until, step), "{since}..{until} by {step}");
@@ -720,7 +720,8 @@ async fn usage_by_the_hour(target: DatabaseTarget) {
     assert_eq!(store.usage(start, start + 4 * HOUR).await.unwrap(), counted(start + 2 * HOUR, start + 4 * HOUR));
     let got = store.usage_series(start, start + 4 * HOUR, HOUR).await.unwrap();
     let (attempts, requests) = grouped(start, start + 4 * HOUR, HOUR);
-    let kept = (attempts.into_iter().filter(|a| a.0 >= 2).collect(), requests.into_iter().filter(|r| r.0 >= 2).collect());
+    let kept =
+        (attempts.into_iter().filter(|a| a.0 >= 2).collect(), requests.into_iter().filter(|r| r.0 >= 2).collect());
     assert_eq!((got.attempts, got.requests), kept);
 }
 

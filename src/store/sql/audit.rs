@@ -55,7 +55,8 @@ impl<'a> RollUps<'a> {
             if some {
                 self.recount_minutes.insert(minute);
             } else {
-                let key = (minute, "attempt", a.provider.as_str(), a.outcome.as_str(), a.reason.as_deref().unwrap_or(""));
+                let key =
+                    (minute, "attempt", a.provider.as_str(), a.outcome.as_str(), a.reason.as_deref().unwrap_or(""));
                 *self.minutes.entry(key).or_default() += 1;
             }
             let Some(profile) = a.profile_id.as_deref() else { continue };
@@ -113,7 +114,14 @@ pub(super) fn add_counts(rows: impl Fn(&[(&str, &str)]) -> String, table: &str, 
          SELECT r.{at}, r.kind, r.provider, r.outcome, r.reason, r.n FROM {}
          WHERE true ORDER BY r.{at}, r.kind, r.provider, r.outcome, r.reason
          ON CONFLICT ({at}, kind, provider, outcome, reason) DO UPDATE SET n = {table}.n + excluded.n",
-        rows(&[(at, "BIGINT"), ("kind", "TEXT"), ("provider", "TEXT"), ("outcome", "TEXT"), ("reason", "TEXT"), ("n", "BIGINT")])
+        rows(&[
+            (at, "BIGINT"),
+            ("kind", "TEXT"),
+            ("provider", "TEXT"),
+            ("outcome", "TEXT"),
+            ("reason", "TEXT"),
+            ("n", "BIGINT")
+        ])
     )
 }
 
