@@ -182,7 +182,7 @@ def iso(ms: int) -> str:
 
 # -- setup through the CLI ----------------------------------------------------------------------
 
-ENV = {"ROTA_LOG": "warn", "ROTA_SECRETS__KEYRING": "off"}
+ENV = {"ROTA_LOG": __import__("os").environ.get("XLOG", "warn"), "ROTA_SECRETS__KEYRING": "off"}
 
 
 def write_config(work: Path, db: Path, mock_url: str, pg_url: str | None = None) -> Path:

@@ -289,7 +289,7 @@ pub struct SeriesRows {
 /// A window a failure put a profile in (`attempts.cooldown_until`, or an `auth_permanent`
 /// failure's open end), with the profile's first success after the failure, if one came
 /// before the window's end.
-#[derive(Clone, Debug, PartialEq, Eq, sqlx::FromRow)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FailureWindow {
     pub profile_id: String,
     pub started_at: i64,

@@ -99,10 +99,15 @@ async fn listen(pool: &PgPool, tx: &watch::Sender<u64>) -> Result<(), sqlx::Erro
 /// `json_array_elements_text` turns the JSON array of ids bound as `$1` into rows (`load_many`)
 /// and `json_to_recordset` a JSON array of objects (`write_stats`).
 static TEXTS: LazyLock<Texts> = LazyLock::new(|| {
-    Texts::new(true, "SELECT json_array_elements_text($1::json)", |cols| {
-        let cols: Vec<String> = cols.iter().map(|(n, t)| format!("{n} {t}")).collect();
-        format!("json_to_recordset($1::json) AS r({})", cols.join(", "))
-    })
+    Texts::new(
+        true,
+        "SELECT json_array_elements_text($1::json)",
+        |cols| {
+            let cols: Vec<String> = cols.iter().map(|(n, t)| format!("{n} {t}")).collect();
+            format!("json_to_recordset($1::json) AS r({})", cols.join(", "))
+        },
+        |cols| format!("coalesce(json_agg(json_build_array({cols})), '[]')::text"),
+    )
 });
 
 impl Backend for PgStore {

@@ -134,10 +134,15 @@ impl SqliteStore {
 /// ids bound as `$1` into rows (`load_many`), and with `json_extract` a JSON array of objects
 /// (`write_stats`).
 static TEXTS: LazyLock<Texts> = LazyLock::new(|| {
-    Texts::new(false, "SELECT value FROM json_each($1)", |cols| {
-        let cols: Vec<String> = cols.iter().map(|(n, _)| format!("json_extract(value, '$.{n}') AS {n}")).collect();
-        format!("(SELECT {} FROM json_each($1)) AS r", cols.join(", "))
-    })
+    Texts::new(
+        false,
+        "SELECT value FROM json_each($1)",
+        |cols| {
+            let cols: Vec<String> = cols.iter().map(|(n, _)| format!("json_extract(value, '$.{n}') AS {n}")).collect();
+            format!("(SELECT {} FROM json_each($1)) AS r", cols.join(", "))
+        },
+        |cols| format!("json_group_array(json_array({cols}))"),
+    )
 });
 
 impl Backend for SqliteStore {

@@ -290,22 +290,11 @@ where
         until: Millis,
         step: Millis,
     ) -> Result<SeriesRows, StoreError> {
-        // Buckets of whole hours from audit_hourly, others from audit_minutely, through the
-        // primary key (time first): a month per hour reads some 36,000 rows instead of 480,000.
-        // The rows are summed into their buckets here: grouping them by the bucket's expression
-        // sorted them all first (SQLite's temporary b-tree: a day, 12,800 rows, 24 ms against 6
-        // ms read alone; docs/performance.md, "Audit at scale").
-        let query = if [since, until, step].iter().all(|t| t % HOUR == 0) {
-            "SELECT hour, kind, provider, outcome, reason, n FROM audit_hourly WHERE hour >= $1 AND hour < $2"
-        } else {
-            "SELECT minute, kind, provider, outcome, reason, n FROM audit_minutely WHERE minute >= $1 AND minute < $2"
-        };
+        let texts = &S::texts().series;
+        let query = if [since, until, step].iter().all(|t| t % HOUR == 0) { &texts.hours } else { &texts.minutes };
+        let query = query.as_str();
+        let rows: Vec<(i64, String, String, String, String, i64)> = self.json_rows(query, &[since, until]).await?;
         let mut sums: BTreeMap<(i64, String, String, String, String), i64> = BTreeMap::new();
-        let rows = sqlx::query_as::<_, (i64, String, String, String, String, i64)>(query)
-            .bind(since)
-            .bind(until)
-            .fetch_all(self.store.pool())
-            .await?;
         for (at, kind, provider, outcome, reason, n) in rows {
             *sums.entry(((at - since).div_euclid(step), kind, provider, outcome, reason)).or_default() += n;
         }
@@ -326,46 +315,94 @@ where
         since: Millis,
         until: Millis,
     ) -> Result<Vec<FailureWindow>, StoreError> {
-        // The failures from `far` on through attempts_failed (the failures alone, with every
-        // column read here: no table row is read); each one's next success through
-        // attempts_profile (profile_id, started_at, outcome: the outcome read from the index,
-        // not the table), walked in order and stopped at the first (a cooling profile is
-        // rarely called). The search is also bounded by each branch's own constant range, so
-        // PostgreSQL plans it over those days' partitions alone instead of choosing among all
-        // of them on every call (a day's windows: docs/performance.md, "Audit at scale").
-        // Sorted by the caller.
-        macro_rules! failures_from {
-            ($from:literal) => {
-                concat!(
-                    "SELECT profile_id, started_at, duration_ms, reason, cooldown_until,
-                        (SELECT s.started_at FROM attempts s
-                         WHERE s.profile_id = w.profile_id AND s.started_at > w.started_at
-                           AND s.started_at >= ",
-                    $from,
-                    " AND s.started_at < $4
-                           AND s.started_at < coalesce(w.cooldown_until, $4) AND s.outcome = 'success'
-                         ORDER BY s.started_at LIMIT 1) AS next_success
-                     FROM attempts w
-                     WHERE outcome = 'failure' AND started_at >= ",
-                    $from,
-                    " AND started_at < $4
-                       AND profile_id IS NOT NULL
-                       AND (cooldown_until > $3 OR (cooldown_until IS NULL AND reason = 'auth_permanent'))"
-                )
-            };
+        let rows: Vec<WindowRow> =
+            self.json_rows(S::texts().series.windows.as_str(), &[far, near, since, until]).await?;
+        Ok(rows
+            .into_iter()
+            .map(|(profile_id, started_at, duration_ms, reason, cooldown_until, next_success)| FailureWindow {
+                profile_id,
+                started_at,
+                duration_ms,
+                reason,
+                cooldown_until,
+                next_success,
+            })
+            .collect())
+    }
+
+    /// The rows of a statement that answers them as one JSON array of arrays (`SeriesTexts`).
+    async fn json_rows<T: serde::de::DeserializeOwned>(
+        &self,
+        query: &'static str,
+        args: &[Millis],
+    ) -> Result<Vec<T>, StoreError> {
+        let mut q = sqlx::query_scalar::<_, String>(query);
+        for a in args {
+            q = q.bind(*a);
         }
-        Ok(sqlx::query_as::<_, FailureWindow>(concat!(
-            failures_from!("$2"),
-            " UNION ALL ",
-            failures_from!("$1"),
-            " AND reason IN ('billing', 'auth_permanent') AND started_at < $2"
-        ))
-        .bind(far)
-        .bind(near)
-        .bind(since)
-        .bind(until)
-        .fetch_all(self.store.pool())
-        .await?)
+        let text = q.fetch_one(self.store.pool()).await?;
+        serde_json::from_str(&text).map_err(|e| StoreError::Db(sqlx::Error::Decode(e.into())))
+    }
+}
+
+/// A failure's window as `failure_windows` reads it: profile, start, duration, reason, cooldown
+/// end, next success.
+type WindowRow = (String, i64, Option<i64>, Option<String>, Option<i64>, Option<i64>);
+
+/// The usage series' reads, each answering its rows as one text (a JSON array of arrays, made
+/// by the engine's aggregate): a day is 12,800 count rows and 6,500 windows, and a row handed
+/// from sqlx's SQLite thread to the handler cost several microseconds (docs/performance.md,
+/// "Audit at scale").
+pub(super) struct SeriesTexts {
+    /// The counts of `audit_minutely` and `audit_hourly` from `$1` to `$2`, through their
+    /// primary keys (time first); summed into buckets by `usage_series`, since grouping them
+    /// by the bucket's expression sorted them all first (SQLite's temporary b-tree: a day,
+    /// 12,800 rows, 24 ms against 6 ms read alone).
+    minutes: String,
+    hours: String,
+    /// The failures whose windows reach past `$3` (the timeline's start) up to `$4`: from `$2`
+    /// on, and the `billing` and `auth_permanent` ones from `$1`, through attempts_failed (the
+    /// failures alone, with every column read here: no table row is read). Each one's next
+    /// success through attempts_profile (profile_id, started_at, outcome: the outcome read
+    /// from the index, not the table), walked in order and stopped at the first (a cooling
+    /// profile is rarely called), also bounded by its branch's constant range, so PostgreSQL
+    /// plans it over those days' partitions alone instead of choosing among all of them on
+    /// every call. Sorted by the caller.
+    windows: String,
+}
+
+impl SeriesTexts {
+    pub(super) fn new(json_rows: impl Fn(&str) -> String) -> SeriesTexts {
+        let counts = |table: &str, at: &str| {
+            format!(
+                "SELECT {} FROM {table} WHERE {at} >= $1 AND {at} < $2",
+                json_rows(&format!("{at}, kind, provider, outcome, reason, n"))
+            )
+        };
+        let failures_from = |from: &str| {
+            format!(
+                "SELECT profile_id, started_at, duration_ms, reason, cooldown_until,
+                    (SELECT s.started_at FROM attempts s
+                     WHERE s.profile_id = w.profile_id AND s.started_at > w.started_at
+                       AND s.started_at >= {from} AND s.started_at < $4
+                       AND s.started_at < coalesce(w.cooldown_until, $4) AND s.outcome = 'success'
+                     ORDER BY s.started_at LIMIT 1) AS next_success
+                 FROM attempts w
+                 WHERE outcome = 'failure' AND started_at >= {from} AND started_at < $4
+                   AND profile_id IS NOT NULL
+                   AND (cooldown_until > $3 OR (cooldown_until IS NULL AND reason = 'auth_permanent'))"
+            )
+        };
+        SeriesTexts {
+            minutes: counts("audit_minutely", "minute"),
+            hours: counts("audit_hourly", "hour"),
+            windows: format!(
+                "SELECT {} FROM ({} UNION ALL {} AND reason IN ('billing', 'auth_permanent') AND started_at < $2) w",
+                json_rows("profile_id, started_at, duration_ms, reason, cooldown_until, next_success"),
+                failures_from("$2"),
+                failures_from("$1"),
+            ),
+        }
     }
 }
 

@@ -112,13 +112,22 @@ pub(super) struct Texts {
     /// `add_to_audit_hours`).
     add_minutes: String,
     add_audit_hours: String,
+    /// The usage series' reads (`usage_series`, `failure_windows`), each answering its rows as
+    /// one JSON array of arrays.
+    series: listings::SeriesTexts,
 }
 
 impl Texts {
     /// `numbered`: the audit's INSERTs take `$N` parameters, else `?`; `ids`: the SQL that turns
     /// the JSON array of ids in `$1` into rows; `rows`: the SQL (a `FROM` item named `r`) that
-    /// turns the JSON array of objects in `$1` into rows of the given columns and types.
-    pub(super) fn new(numbered: bool, ids: &str, rows: impl Fn(&[(&str, &str)]) -> String) -> Texts {
+    /// turns the JSON array of objects in `$1` into rows of the given columns and types;
+    /// `json_rows`: the aggregate that makes a text of one JSON array of the given columns' rows.
+    pub(super) fn new(
+        numbered: bool,
+        ids: &str,
+        rows: impl Fn(&[(&str, &str)]) -> String,
+        json_rows: impl Fn(&str) -> String,
+    ) -> Texts {
         Texts {
             attempts: Shapes::attempts(numbered),
             requests: Shapes::requests(numbered),
@@ -127,6 +136,7 @@ impl Texts {
             add_hours: audit::add_hours(&rows),
             add_minutes: audit::add_counts(&rows, "audit_minutely", "minute"),
             add_audit_hours: audit::add_counts(&rows, "audit_hourly", "hour"),
+            series: listings::SeriesTexts::new(json_rows),
         }
     }
 }
