@@ -47,7 +47,8 @@ analyses, which are timed and reported apart.
   stays 0.
 
 Needs `rota` and `rota-mock` in `--bin` (default target/release), and `hey` unless
-`--throughput 0`. Everything listens on 127.0.0.1.
+`--throughput 0`. Everything listens on 127.0.0.1. rota logs at `warn`, or as `XLOG` in the
+environment says (its `ROTA_LOG`; `warn,sqlx::query=debug` logs each statement's time).
 """
 
 from __future__ import annotations
@@ -182,7 +183,7 @@ def iso(ms: int) -> str:
 
 # -- setup through the CLI ----------------------------------------------------------------------
 
-ENV = {"ROTA_LOG": __import__("os").environ.get("XLOG", "warn"), "ROTA_SECRETS__KEYRING": "off"}
+ENV = {"ROTA_LOG": os.environ.get("XLOG", "warn"), "ROTA_SECRETS__KEYRING": "off"}
 
 
 def write_config(work: Path, db: Path, mock_url: str, pg_url: str | None = None) -> Path:
