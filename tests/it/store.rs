@@ -628,27 +628,31 @@ async fn usage_and_its_series_read_the_roll_ups_kept_through_retried_batches_on_
     usage_by_the_hour(DatabaseTarget::Postgres(crate::support::postgres_database().await)).await;
 }
 
-/// `usage` reads whole hours from `usage_hourly` and the ends from `attempts`; `usage_series`
+/// `usage` reads whole days from `usage_profile_daily`, whole hours from `usage_hourly` and the
+/// ends from `attempts`; `usage_series`
 /// reads `audit_minutely`, or `audit_hourly` for buckets of whole hours; all as the rows say,
 /// through a retried batch and a partial one.
 async fn usage_by_the_hour(target: DatabaseTarget) {
     const HOUR: i64 = 3_600_000;
+    const DAY: i64 = 24 * HOUR;
     let store = rota::store::open(&target).await.unwrap();
-    let start = T0 - T0 % HOUR - 3 * HOUR;
-    // 40 attempts over four hours on two profiles, one of them with no profile (skipped).
-    let all: Vec<AttemptRecord> = (0..40)
+    // Three hours before a UTC midnight.
+    let start = T0 - T0 % DAY - 3 * HOUR;
+    // 40 attempts over four hours on two profiles, every fourth with no profile (skipped), then
+    // 20 more over the next three days.
+    let at = |i: i64| if i < 40 { start + i * 6 * 60_000 + 7 } else { start + 4 * HOUR + (i - 40) * 197 * 60_000 + 11 };
+    let all: Vec<AttemptRecord> = (0..60)
         .map(|i| {
             let profile = ["openai:a", "openai:b"][i % 2];
             let outcome = ["success", "failure", "success", "skipped"][i % 4];
-            let mut a =
-                attempt(&format!("r{i}"), 1, profile, outcome, start + i as i64 * 6 * 60_000 + 7, Some((3, i as i64)));
+            let mut a = attempt(&format!("r{i}"), 1, profile, outcome, at(i as i64), Some((3, i as i64)));
             if outcome == "skipped" {
                 a.profile_id = None;
             }
             a
         })
         .collect();
-    let requests: Vec<RequestRecord> = (0..40).map(|i| request(&format!("r{i}"), 1, all[i].started_at)).collect();
+    let requests: Vec<RequestRecord> = (0..60).map(|i| request(&format!("r{i}"), 1, all[i].started_at)).collect();
     // In three batches: the second retried whole after its commit landed (adds nothing), the
     // third a chunk of 8 rows of which 3 were written before (those hours are counted again).
     store.insert_audit(&requests[..20], &all[..20]).await.unwrap();
@@ -677,6 +681,9 @@ async fn usage_by_the_hour(target: DatabaseTarget) {
         (start + 13 * 60_000, start + 50 * 60_000), // inside one hour
         (start - 10 * HOUR, start + 10 * HOUR),
         (start + 2 * HOUR, start + 2 * HOUR + 1),
+        (start + 3 * HOUR, start + 27 * HOUR),              // one whole day
+        (start - DAY, start + 3 * DAY),                     // whole days and hours
+        (start + 3 * HOUR + 1, start + 51 * HOUR + 59_999), // a whole day, whole and partial hours
     ] {
         assert_eq!(store.usage(since, until).await.unwrap(), counted(since, until), "{since}..{until}");
     }
@@ -714,15 +721,20 @@ async fn usage_by_the_hour(target: DatabaseTarget) {
         assert_eq!((got.attempts, got.requests), grouped(since, until, step), "{since}..{until} by {step}");
     }
 
-    // Pruning the first two hours: their hourly sums go with their attempts.
+    // Pruning the first two hours: their hourly sums go with their attempts, and their day's sums
+    // are what its hours left.
     while store.prune_audit(start + 2 * HOUR, 1000).await.unwrap().more {}
     assert_eq!(store.usage(start, start + 2 * HOUR).await.unwrap(), []);
     assert_eq!(store.usage(start, start + 4 * HOUR).await.unwrap(), counted(start + 2 * HOUR, start + 4 * HOUR));
+    assert_eq!(store.usage(start - DAY, start + 3 * DAY).await.unwrap(), counted(start + 2 * HOUR, start + 3 * DAY));
     let got = store.usage_series(start, start + 4 * HOUR, HOUR).await.unwrap();
     let (attempts, requests) = grouped(start, start + 4 * HOUR, HOUR);
     let kept =
         (attempts.into_iter().filter(|a| a.0 >= 2).collect(), requests.into_iter().filter(|r| r.0 >= 2).collect());
     assert_eq!((got.attempts, got.requests), kept);
+    // Pruning past a midnight: that day's sums go.
+    while store.prune_audit(start + 3 * HOUR + 1, 1000).await.unwrap().more {}
+    assert_eq!(store.usage(start - DAY, start + 3 * DAY).await.unwrap(), counted(start + 3 * HOUR, start + 3 * DAY));
 }
 
 #[tokio::test]

@@ -2,7 +2,7 @@
 //! batches), the minute, hourly and daily roll-ups and the agents' day counters kept with them,
 //! and the pruning of old rows.
 
-use super::{Affected, Backend, Driver, HOUR, MINUTE, Sql, Value};
+use super::{Affected, Backend, DAY, Driver, HOUR, MINUTE, Sql, Value};
 use crate::engine::Millis;
 use crate::store::{AttemptRecord, Pruned, RequestRecord, StoreError};
 use sqlx::{ColumnIndex, Encode, Executor, Row, Type};
@@ -80,21 +80,22 @@ impl<'a> RollUps<'a> {
     }
 }
 
-/// The statement that adds the sums of the JSON rows in `$1` to their hours' rows of
-/// `usage_hourly`, given the SQL that turns the rows into a `FROM` item named `r`.
-pub(super) fn add_hours(rows: impl Fn(&[(&str, &str)]) -> String) -> String {
+/// The statement that adds the sums of the JSON rows in `$1` to their rows of `usage_hourly`
+/// (`table`, keyed by `hour`) or `usage_profile_daily` (by `day`), given the SQL that turns the
+/// rows into a `FROM` item named `r`.
+pub(super) fn add_usage(rows: impl Fn(&[(&str, &str)]) -> String, table: &str, at: &str) -> String {
     format!(
-        "INSERT INTO usage_hourly (hour, profile_id, attempts, successes, failures, tokens_in, tokens_out)
-         SELECT r.hour, r.profile_id, r.attempts, r.successes, r.failures, r.tokens_in, r.tokens_out FROM {}
-         WHERE true ORDER BY r.hour, r.profile_id
-         ON CONFLICT (hour, profile_id) DO UPDATE SET
-             attempts = usage_hourly.attempts + excluded.attempts,
-             successes = usage_hourly.successes + excluded.successes,
-             failures = usage_hourly.failures + excluded.failures,
-             tokens_in = usage_hourly.tokens_in + excluded.tokens_in,
-             tokens_out = usage_hourly.tokens_out + excluded.tokens_out",
+        "INSERT INTO {table} ({at}, profile_id, attempts, successes, failures, tokens_in, tokens_out)
+         SELECT r.{at}, r.profile_id, r.attempts, r.successes, r.failures, r.tokens_in, r.tokens_out FROM {}
+         WHERE true ORDER BY r.{at}, r.profile_id
+         ON CONFLICT ({at}, profile_id) DO UPDATE SET
+             attempts = {table}.attempts + excluded.attempts,
+             successes = {table}.successes + excluded.successes,
+             failures = {table}.failures + excluded.failures,
+             tokens_in = {table}.tokens_in + excluded.tokens_in,
+             tokens_out = {table}.tokens_out + excluded.tokens_out",
         rows(&[
-            ("hour", "BIGINT"),
+            (at, "BIGINT"),
             ("profile_id", "TEXT"),
             ("attempts", "BIGINT"),
             ("successes", "BIGINT"),
@@ -226,8 +227,9 @@ where
         // error after the commit record was written) adds nothing twice.
         let mut tx = self.store.audit_tx().await?;
         let mut sums = Self::insert_attempts(&mut tx, attempts).await?;
-        Self::add_to_hours(&mut tx, &sums.hours).await?;
+        Self::add_usage(&mut tx, &S::texts().add_hours, "hour", &sums.hours).await?;
         Self::recount_hours(&mut tx, &sums.recount_hours).await?;
+        Self::add_to_profile_days(&mut tx, &sums.hours, &sums.recount_hours).await?;
         let inserted = Self::insert_requests(&mut tx, requests).await?;
         // The roll-ups and each agent's day (`agent_usage`) take the requests written now
         // (not those of a retried batch's rows that had landed); the minutes last, since every
@@ -279,10 +281,13 @@ where
         Ok(sums)
     }
 
-    /// Adds attempts' sums to their hours' rows of `usage_hourly`, in one statement (in the
-    /// order of their keys, as every writer locks them).
-    async fn add_to_hours(
+    /// Adds attempts' sums to their rows of `usage_hourly` or `usage_profile_daily` (by
+    /// `statement`, whose time column is `at`), in one statement, in the order of their keys (as
+    /// every writer locks them).
+    async fn add_usage(
         tx: &mut DB::Connection,
+        statement: &'static str,
+        at: &str,
         sums: &BTreeMap<(Millis, &str), [i64; 5]>,
     ) -> Result<(), StoreError> {
         if sums.is_empty() {
@@ -290,13 +295,49 @@ where
         }
         let rows: Vec<serde_json::Value> = sums
             .iter()
-            .map(|((hour, profile), [n, ok, failed, tin, tout])| {
-                serde_json::json!({"hour": hour, "profile_id": profile, "attempts": n, "successes": ok,
+            .map(|((time, profile), [n, ok, failed, tin, tout])| {
+                serde_json::json!({at: time, "profile_id": profile, "attempts": n, "successes": ok,
                     "failures": failed, "tokens_in": tin, "tokens_out": tout})
             })
             .collect();
         let rows = serde_json::to_string(&rows).expect("rows serialize");
-        sqlx::query(S::texts().add_hours.as_str()).bind(rows).execute(&mut *tx).await?;
+        sqlx::query(statement).bind(rows).execute(&mut *tx).await?;
+        Ok(())
+    }
+
+    /// Adds the hours' sums to their days' rows of `usage_profile_daily`, then sums the days of
+    /// the recounted hours again from `usage_hourly`.
+    async fn add_to_profile_days(
+        tx: &mut DB::Connection,
+        hours: &BTreeMap<(Millis, &str), [i64; 5]>,
+        recounted: &BTreeSet<(Millis, &str)>,
+    ) -> Result<(), StoreError> {
+        let mut days: BTreeMap<(Millis, &str), [i64; 5]> = BTreeMap::new();
+        for ((hour, profile), sums) in hours {
+            let day = days.entry((hour.div_euclid(DAY) * DAY, profile)).or_default();
+            day.iter_mut().zip(sums).for_each(|(d, s)| *d += s);
+        }
+        Self::add_usage(tx, &S::texts().add_profile_days, "day", &days).await?;
+        Self::recount_profile_days(tx, recounted.iter().map(|(hour, _)| hour.div_euclid(DAY) * DAY).collect()).await
+    }
+
+    /// Sums these days of `usage_profile_daily` again from `usage_hourly` (the profiles whose
+    /// hours there are all gone go too).
+    async fn recount_profile_days(tx: &mut DB::Connection, days: BTreeSet<Millis>) -> Result<(), StoreError> {
+        for day in days {
+            sqlx::query("DELETE FROM usage_profile_daily WHERE day = $1").bind(day).execute(&mut *tx).await?;
+            sqlx::query(
+                "INSERT INTO usage_profile_daily (day, profile_id, attempts, successes, failures, tokens_in, tokens_out)
+                 SELECT $1, profile_id, CAST(sum(attempts) AS BIGINT), CAST(sum(successes) AS BIGINT),
+                        CAST(sum(failures) AS BIGINT), CAST(sum(tokens_in) AS BIGINT),
+                        CAST(sum(tokens_out) AS BIGINT)
+                 FROM usage_hourly WHERE hour >= $1 AND hour < $2 GROUP BY profile_id",
+            )
+            .bind(day)
+            .bind(day + DAY)
+            .execute(&mut *tx)
+            .await?;
+        }
         Ok(())
     }
 
@@ -479,18 +520,13 @@ where
         .fetch_all(&mut *tx)
         .await?;
         // The hours and minutes whose attempts are all gone now (usage_daily keeps their sums).
-        sqlx::query("DELETE FROM usage_hourly WHERE hour + 3600000 <= $1")
-            .bind((upto + 1).min(before))
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query("DELETE FROM audit_minutely WHERE minute <= $1")
-            .bind((upto + 1).min(before) - MINUTE)
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query("DELETE FROM audit_hourly WHERE hour + 3600000 <= $1")
-            .bind((upto + 1).min(before))
-            .execute(&mut *tx)
-            .await?;
+        let cut = (upto + 1).min(before);
+        sqlx::query("DELETE FROM usage_hourly WHERE hour + 3600000 <= $1").bind(cut).execute(&mut *tx).await?;
+        // The days whose hours are all gone, and the day the cut falls in summed again.
+        sqlx::query("DELETE FROM usage_profile_daily WHERE day + 86400000 <= $1").bind(cut).execute(&mut *tx).await?;
+        Self::recount_profile_days(&mut tx, BTreeSet::from([cut.div_euclid(DAY) * DAY])).await?;
+        sqlx::query("DELETE FROM audit_minutely WHERE minute <= $1").bind(cut - MINUTE).execute(&mut *tx).await?;
+        sqlx::query("DELETE FROM audit_hourly WHERE hour + 3600000 <= $1").bind(cut).execute(&mut *tx).await?;
         Self::add_to_days(&mut tx, &Self::daily_sums(&gone)?).await?;
         let requests = sqlx::query("DELETE FROM requests WHERE started_at <= $1 AND started_at < $2")
             .bind(upto)

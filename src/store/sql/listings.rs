@@ -29,11 +29,11 @@ fn attempt_filters(q: &AuditQuery) -> [(&'static str, &Option<String>); 5] {
     ]
 }
 
-/// The whole hours in `[since, until)`, as `[first, last)`: empty (`first == last == until`)
-/// when there is none.
-fn whole_hours(since: Millis, until: Millis) -> (Millis, Millis) {
-    let first = (since + HOUR - 1).div_euclid(HOUR) * HOUR;
-    let last = until.div_euclid(HOUR) * HOUR;
+/// The whole units (hours, days) in `[since, until)`, as `[first, last)`: empty (`first ==
+/// last == until`) when there is none.
+fn whole(since: Millis, until: Millis, unit: Millis) -> (Millis, Millis) {
+    let first = (since + unit - 1).div_euclid(unit) * unit;
+    let last = until.div_euclid(unit) * unit;
     if first < last { (first, last) } else { (until, until) }
 }
 
@@ -256,15 +256,23 @@ where
     }
 
     pub(super) async fn usage(&self, since: Millis, until: Millis) -> Result<Vec<ProfileUsage>, StoreError> {
-        // Whole hours from usage_hourly, the partial ones at either end from attempts.
-        let (first, last) = whole_hours(since, until);
+        // Whole days from usage_profile_daily, the whole hours at either end from usage_hourly,
+        // the partial hours from attempts.
+        let (first, last) = whole(since, until, HOUR);
+        let (first_day, last_day) = whole(first, last, DAY);
         let rows = sqlx::query_as::<_, ProfileUsage>(
             "SELECT profile_id, CAST(sum(attempts) AS BIGINT) AS attempts,
                     CAST(sum(successes) AS BIGINT) AS successes, CAST(sum(failures) AS BIGINT) AS failures,
                     CAST(sum(tokens_in) AS BIGINT) AS tokens_in, CAST(sum(tokens_out) AS BIGINT) AS tokens_out
              FROM (
                  SELECT profile_id, attempts, successes, failures, tokens_in, tokens_out
-                 FROM usage_hourly WHERE hour >= $3 AND hour < $4
+                 FROM usage_profile_daily WHERE day >= $5 AND day < $6
+                 UNION ALL
+                 SELECT profile_id, attempts, successes, failures, tokens_in, tokens_out
+                 FROM usage_hourly WHERE hour >= $3 AND hour < $5
+                 UNION ALL
+                 SELECT profile_id, attempts, successes, failures, tokens_in, tokens_out
+                 FROM usage_hourly WHERE hour >= $6 AND hour < $4
                  UNION ALL
                  SELECT profile_id, 1, CASE WHEN outcome = 'success' THEN 1 ELSE 0 END,
                         CASE WHEN outcome = 'failure' THEN 1 ELSE 0 END, coalesce(tokens_in, 0),
@@ -279,6 +287,8 @@ where
         .bind(until)
         .bind(first)
         .bind(last)
+        .bind(first_day)
+        .bind(last_day)
         .fetch_all(self.store.pool())
         .await?;
         Ok(rows)
@@ -411,12 +421,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_window_splits_into_its_whole_hours_and_the_parts_at_its_ends() {
+    fn a_window_splits_into_its_whole_days_hours_and_the_parts_at_its_ends() {
         let h = HOUR;
-        assert_eq!(whole_hours(0, 3 * h), (0, 3 * h));
-        assert_eq!(whole_hours(1, 3 * h - 1), (h, 2 * h));
-        assert_eq!(whole_hours(h + 5, 2 * h - 5), (2 * h - 5, 2 * h - 5), "no whole hour");
-        assert_eq!(whole_hours(h + 5, 2 * h), (2 * h, 2 * h), "no whole hour, ending on one");
-        assert_eq!(whole_hours(-h - 1, 0), (-h, 0));
+        assert_eq!(whole(0, 3 * h, h), (0, 3 * h));
+        assert_eq!(whole(1, 3 * h - 1, h), (h, 2 * h));
+        assert_eq!(whole(h + 5, 2 * h - 5, h), (2 * h - 5, 2 * h - 5), "no whole hour");
+        assert_eq!(whole(h + 5, 2 * h, h), (2 * h, 2 * h), "no whole hour, ending on one");
+        assert_eq!(whole(-h - 1, 0, h), (-h, 0));
+        // The whole days within the whole hours.
+        assert_eq!(whole(h, 50 * h, DAY), (DAY, 2 * DAY));
+        assert_eq!(whole(h, 47 * h, DAY), (47 * h, 47 * h), "no whole day");
     }
 }

@@ -106,8 +106,10 @@ pub(super) struct Texts {
     stats_of: [String; 3],
     /// The batch writes of stats rows, cooldown windows and quotas (`write_stats`).
     writes: stats::Writes,
-    /// Adds an audit batch's sums to `usage_hourly` (`add_to_hours`).
+    /// Adds an audit batch's sums to `usage_hourly` and `usage_profile_daily` (`add_usage`,
+    /// `add_to_profile_days`).
     add_hours: String,
+    add_profile_days: String,
     /// Adds an audit batch's counts to `audit_minutely` and `audit_hourly` (`add_to_minutes`,
     /// `add_to_audit_hours`).
     add_minutes: String,
@@ -133,7 +135,8 @@ impl Texts {
             requests: Shapes::requests(numbered),
             stats_of: stats::statements(ids),
             writes: stats::Writes::new(&rows, ids),
-            add_hours: audit::add_hours(&rows),
+            add_hours: audit::add_usage(&rows, "usage_hourly", "hour"),
+            add_profile_days: audit::add_usage(&rows, "usage_profile_daily", "day"),
             add_minutes: audit::add_counts(&rows, "audit_minutely", "minute"),
             add_audit_hours: audit::add_counts(&rows, "audit_hourly", "hour"),
             series: listings::SeriesTexts::new(json_rows),
