@@ -97,7 +97,8 @@ async fn listen(pool: &PgPool, tx: &watch::Sender<u64>) -> Result<(), sqlx::Erro
 
 /// The statements of PostgreSQL's own text: the audit's INSERTs take `$N` parameters,
 /// `json_array_elements_text` turns the JSON array of ids bound as `$1` into rows (`load_many`)
-/// and `json_to_recordset` a JSON array of objects (`write_stats`).
+/// and `json_to_recordset` a JSON array of objects (`write_stats`); the usage series' reads
+/// answer rows.
 static TEXTS: LazyLock<Texts> = LazyLock::new(|| {
     Texts::new(
         true,
@@ -106,7 +107,7 @@ static TEXTS: LazyLock<Texts> = LazyLock::new(|| {
             let cols: Vec<String> = cols.iter().map(|(n, t)| format!("{n} {t}")).collect();
             format!("json_to_recordset($1::json) AS r({})", cols.join(", "))
         },
-        |cols| format!("coalesce(json_agg(json_build_array({cols})), '[]')::text"),
+        None,
     )
 });
 

@@ -123,12 +123,13 @@ impl Texts {
     /// `numbered`: the audit's INSERTs take `$N` parameters, else `?`; `ids`: the SQL that turns
     /// the JSON array of ids in `$1` into rows; `rows`: the SQL (a `FROM` item named `r`) that
     /// turns the JSON array of objects in `$1` into rows of the given columns and types;
-    /// `json_rows`: the aggregate that makes a text of one JSON array of the given columns' rows.
+    /// `json_rows`: the aggregate that makes a text of one JSON array of the given columns' rows,
+    /// for the usage series' reads (none: they read rows).
     pub(super) fn new(
         numbered: bool,
         ids: &str,
         rows: impl Fn(&[(&str, &str)]) -> String,
-        json_rows: impl Fn(&str) -> String,
+        json_rows: Option<fn(&str) -> String>,
     ) -> Texts {
         Texts {
             attempts: Shapes::attempts(numbered),
