@@ -98,7 +98,8 @@ async fn listen(pool: &PgPool, tx: &watch::Sender<u64>) -> Result<(), sqlx::Erro
 /// The statements of PostgreSQL's own text: the audit's INSERTs take `$N` parameters,
 /// `json_array_elements_text` turns the JSON array of ids bound as `$1` into rows (`load_many`)
 /// and `json_to_recordset` a JSON array of objects (`write_stats`); the usage series' reads
-/// answer rows.
+/// answer rows, and the audit writer keeps `usage_profile_daily` (a trigger per row would lock
+/// the days' rows out of their keys' order, which two servers' batches can deadlock on).
 static TEXTS: LazyLock<Texts> = LazyLock::new(|| {
     Texts::new(
         true,
@@ -108,6 +109,7 @@ static TEXTS: LazyLock<Texts> = LazyLock::new(|| {
             format!("json_to_recordset($1::json) AS r({})", cols.join(", "))
         },
         None,
+        true,
     )
 });
 

@@ -132,7 +132,8 @@ impl SqliteStore {
 /// numbered one up by walking the statement's list of names, so binding a 64-row INSERT's 1,152
 /// `$N` parameters took over half a million instructions. `json_each` turns the JSON array of
 /// ids bound as `$1` into rows (`load_many`), and with `json_extract` a JSON array of objects
-/// (`write_stats`); the usage series' reads answer one JSON text (`json_group_array`).
+/// (`write_stats`); the usage series' reads answer one JSON text (`json_group_array`), and
+/// triggers keep `usage_profile_daily`.
 static TEXTS: LazyLock<Texts> = LazyLock::new(|| {
     Texts::new(
         false,
@@ -142,6 +143,7 @@ static TEXTS: LazyLock<Texts> = LazyLock::new(|| {
             format!("(SELECT {} FROM json_each($1)) AS r", cols.join(", "))
         },
         Some(|cols| format!("json_group_array(json_array({cols}))")),
+        false,
     )
 });
 

@@ -623,6 +623,74 @@ async fn usage_and_its_series_read_the_roll_ups_kept_through_retried_batches_on_
     usage_by_the_hour(DatabaseTarget::Sqlite(dir.path().join("rota.db"))).await;
 }
 
+/// On SQLite, triggers keep `usage_profile_daily` the sum of `usage_hourly` per UTC day, whoever
+/// changes it: the audit writer, retention, an operator's own SQL (a row moved to another day,
+/// changed, deleted).
+#[tokio::test]
+async fn the_days_follow_their_hours_through_any_sql_on_sqlite() {
+    const HOUR: i64 = 3_600_000;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rota.db");
+    let store = rota::store::open(&DatabaseTarget::Sqlite(path.clone())).await.unwrap();
+    let start = T0 - T0 % (24 * HOUR) - 2 * HOUR;
+    let all: Vec<AttemptRecord> = (0..12)
+        .map(|i| {
+            attempt(
+                &format!("r{i}"),
+                1,
+                ["openai:a", "openai:b"][i % 2],
+                "success",
+                start + i as i64 * 20 * 60_000,
+                Some((5, 7)),
+            )
+        })
+        .collect();
+    let requests: Vec<RequestRecord> = all.iter().map(|a| request(&a.request_id, 1, a.started_at)).collect();
+    store.insert_audit(&requests, &all).await.unwrap();
+    let mut db =
+        sqlx::ConnectOptions::connect(&sqlx::sqlite::SqliteConnectOptions::new().filename(&path)).await.unwrap();
+    async fn check(db: &mut sqlx::SqliteConnection, what: &str) -> usize {
+        type Day = (i64, String, i64, i64, i64, i64, i64);
+        let days: Vec<Day> = sqlx::query_as("SELECT * FROM usage_profile_daily ORDER BY day, profile_id")
+            .fetch_all(&mut *db)
+            .await
+            .unwrap();
+        let summed: Vec<Day> = sqlx::query_as(
+            "SELECT hour - hour % 86400000, profile_id, sum(attempts), sum(successes), sum(failures),
+                    sum(tokens_in), sum(tokens_out)
+             FROM usage_hourly GROUP BY 1, 2 ORDER BY 1, 2",
+        )
+        .fetch_all(&mut *db)
+        .await
+        .unwrap();
+        assert_eq!(days, summed, "{what}");
+        days.len()
+    }
+    assert_eq!(check(&mut db, "written").await, 4, "two profiles on two days");
+    for (what, sql) in [
+        (
+            "a row moved to the next day",
+            format!("UPDATE usage_hourly SET hour = hour + {} WHERE hour = {start} + {HOUR}", 10 * HOUR),
+        ),
+        (
+            "a row changed",
+            format!(
+                "UPDATE usage_hourly SET attempts = attempts + 5, tokens_in = 0 WHERE hour = {start} + {} AND profile_id = 'openai:b'",
+                3 * HOUR
+            ),
+        ),
+        (
+            "a profile moved",
+            "UPDATE usage_hourly SET profile_id = 'openai:c' WHERE profile_id = 'openai:a'".to_string(),
+        ),
+        ("hours deleted", format!("DELETE FROM usage_hourly WHERE hour < {start} + {}", 2 * HOUR)),
+    ] {
+        sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&mut db).await.unwrap();
+        check(&mut db, what).await;
+    }
+    assert_eq!(check(&mut db, "the first day's hours gone").await, 2, "its rows went with them");
+}
+
 #[tokio::test]
 async fn usage_and_its_series_read_the_roll_ups_kept_through_retried_batches_on_postgres() {
     usage_by_the_hour(DatabaseTarget::Postgres(crate::support::postgres_database().await)).await;

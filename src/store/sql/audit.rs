@@ -306,18 +306,19 @@ where
     }
 
     /// Adds the hours' sums to their days' rows of `usage_profile_daily`, then sums the days of
-    /// the recounted hours again from `usage_hourly`.
+    /// the recounted hours again from `usage_hourly`, where the writer keeps it (`Texts`).
     async fn add_to_profile_days(
         tx: &mut DB::Connection,
         hours: &BTreeMap<(Millis, &str), [i64; 5]>,
         recounted: &BTreeSet<(Millis, &str)>,
     ) -> Result<(), StoreError> {
+        let Some(statement) = &S::texts().add_profile_days else { return Ok(()) };
         let mut days: BTreeMap<(Millis, &str), [i64; 5]> = BTreeMap::new();
         for ((hour, profile), sums) in hours {
             let day = days.entry((hour.div_euclid(DAY) * DAY, profile)).or_default();
             day.iter_mut().zip(sums).for_each(|(d, s)| *d += s);
         }
-        Self::add_usage(tx, &S::texts().add_profile_days, "day", &days).await?;
+        Self::add_usage(tx, statement, "day", &days).await?;
         Self::recount_profile_days(tx, recounted.iter().map(|(hour, _)| hour.div_euclid(DAY) * DAY).collect()).await
     }
 
@@ -522,9 +523,15 @@ where
         // The hours and minutes whose attempts are all gone now (usage_daily keeps their sums).
         let cut = (upto + 1).min(before);
         sqlx::query("DELETE FROM usage_hourly WHERE hour + 3600000 <= $1").bind(cut).execute(&mut *tx).await?;
-        // The days whose hours are all gone, and the day the cut falls in summed again.
-        sqlx::query("DELETE FROM usage_profile_daily WHERE day + 86400000 <= $1").bind(cut).execute(&mut *tx).await?;
-        Self::recount_profile_days(&mut tx, BTreeSet::from([cut.div_euclid(DAY) * DAY])).await?;
+        // The days whose hours are all gone, and the day the cut falls in summed again (where
+        // the writer keeps them; SQLite's triggers did as the hours went).
+        if S::texts().add_profile_days.is_some() {
+            sqlx::query("DELETE FROM usage_profile_daily WHERE day + 86400000 <= $1")
+                .bind(cut)
+                .execute(&mut *tx)
+                .await?;
+            Self::recount_profile_days(&mut tx, BTreeSet::from([cut.div_euclid(DAY) * DAY])).await?;
+        }
         sqlx::query("DELETE FROM audit_minutely WHERE minute <= $1").bind(cut - MINUTE).execute(&mut *tx).await?;
         sqlx::query("DELETE FROM audit_hourly WHERE hour + 3600000 <= $1").bind(cut).execute(&mut *tx).await?;
         Self::add_to_days(&mut tx, &Self::daily_sums(&gone)?).await?;

@@ -106,10 +106,11 @@ pub(super) struct Texts {
     stats_of: [String; 3],
     /// The batch writes of stats rows, cooldown windows and quotas (`write_stats`).
     writes: stats::Writes,
-    /// Adds an audit batch's sums to `usage_hourly` and `usage_profile_daily` (`add_usage`,
-    /// `add_to_profile_days`).
+    /// Adds an audit batch's sums to `usage_hourly` (`add_usage`).
     add_hours: String,
-    add_profile_days: String,
+    /// Adds them to `usage_profile_daily` (`add_to_profile_days`): on PostgreSQL; SQLite's
+    /// triggers on `usage_hourly` keep it (migration 0026).
+    add_profile_days: Option<String>,
     /// Adds an audit batch's counts to `audit_minutely` and `audit_hourly` (`add_to_minutes`,
     /// `add_to_audit_hours`).
     add_minutes: String,
@@ -124,12 +125,14 @@ impl Texts {
     /// the JSON array of ids in `$1` into rows; `rows`: the SQL (a `FROM` item named `r`) that
     /// turns the JSON array of objects in `$1` into rows of the given columns and types;
     /// `json_rows`: the aggregate that makes a text of one JSON array of the given columns' rows,
-    /// for the usage series' reads (none: they read rows).
+    /// for the usage series' reads (none: they read rows); `profile_days`: whether the audit
+    /// writer keeps `usage_profile_daily` itself.
     pub(super) fn new(
         numbered: bool,
         ids: &str,
         rows: impl Fn(&[(&str, &str)]) -> String,
         json_rows: Option<fn(&str) -> String>,
+        profile_days: bool,
     ) -> Texts {
         Texts {
             attempts: Shapes::attempts(numbered),
@@ -137,7 +140,7 @@ impl Texts {
             stats_of: stats::statements(ids),
             writes: stats::Writes::new(&rows, ids),
             add_hours: audit::add_usage(&rows, "usage_hourly", "hour"),
-            add_profile_days: audit::add_usage(&rows, "usage_profile_daily", "day"),
+            add_profile_days: profile_days.then(|| audit::add_usage(&rows, "usage_profile_daily", "day")),
             add_minutes: audit::add_counts(&rows, "audit_minutely", "minute"),
             add_audit_hours: audit::add_counts(&rows, "audit_hourly", "hour"),
             series: listings::SeriesTexts::new(json_rows),
