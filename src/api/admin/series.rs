@@ -141,8 +141,8 @@ async fn usage_series(
     // A cooldown window lasts `cooldown.max` at most; the disabled lane up to the longest
     // billing window or provider hint.
     let lookback = (policy.cooldown.hint_max.max(policy.billing.max).as_millis() as Millis).min(LOOKBACK_CAP);
-    // The counts, the profiles' usage and the windows: three reads at once (over a month,
-    // the usage is the longest; docs/performance.md, "Audit at scale").
+    // The counts, the profiles' usage and the windows: three reads at once (docs/performance.md,
+    // "Audit at scale").
     let from = since.max(until - TIMELINE_SPAN - step);
     let far = from - lookback.max(cooldown_max);
     let (rows, usage, windows) = tokio::try_join!(
