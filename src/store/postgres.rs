@@ -258,6 +258,10 @@ impl Backend for PgStore {
                 .execute(&mut *tx)
                 .await?;
             }
+            if table == "usage_hourly" {
+                // The day's sums go with its hours.
+                sqlx::query("DELETE FROM usage_profile_daily WHERE day = $1").bind(start).execute(&mut *tx).await?;
+            }
             sqlx::query(sqlx::AssertSqlSafe(format!("DROP TABLE \"{part}\""))).execute(&mut *tx).await?;
             tx.commit().await?;
             dropped += 1;
