@@ -500,11 +500,11 @@ def fill(db: Path, target: int, seed: int, end_ms: int) -> dict:
                 "VALUES ('openai', 'gpt-4-32k', ?, 3, ?), ('google', 'gemini-1.0-pro', ?, 1, ?)",
                 (end_ms + 6 * HOUR, end_ms - HOUR, end_ms - 10 * DAY, end_ms - 10 * DAY - HOUR))
     # The hourly sums and minute counts rota's audit writer keeps beside the rows it inserts,
-    # as migrations 0010_usage_hourly.sql, 0023_audit_minutely.sql, 0025_audit_hourly.sql and
-    # 0026_usage_profile_daily.sql build them from rows already there (in that order).
+    # as migrations 0010_usage_hourly.sql, 0023_audit_minutely.sql and 0025_audit_hourly.sql
+    # build them from rows already there (usage_profile_daily follows usage_hourly through the
+    # triggers of 0026_usage_profile_daily.sql).
     for table, file in [("usage_hourly", "0010_usage_hourly.sql"), ("audit_minutely", "0023_audit_minutely.sql"),
-                        ("audit_hourly", "0025_audit_hourly.sql"),
-                        ("usage_profile_daily", "0026_usage_profile_daily.sql")]:
+                        ("audit_hourly", "0025_audit_hourly.sql")]:
         migration = (REPO / "migrations" / "sqlite" / file).read_text()
         con.execute(f"DELETE FROM {table}")
         con.executescript(migration[migration.index(f"INSERT INTO {table}"):])
