@@ -99,7 +99,8 @@ async fn listen(pool: &PgPool, tx: &watch::Sender<u64>) -> Result<(), sqlx::Erro
 /// `json_array_elements_text` turns the JSON array of ids bound as `$1` into rows (`load_many`)
 /// and `json_to_recordset` a JSON array of objects (`write_stats`); the usage series' reads
 /// answer rows, and the audit writer keeps `usage_profile_daily` (a trigger per row would lock
-/// the days' rows out of their keys' order, which two servers' batches can deadlock on).
+/// the days' rows out of their keys' order, which two servers' batches can deadlock on) and
+/// `failure_windows`.
 static TEXTS: LazyLock<Texts> = LazyLock::new(|| {
     Texts::new(
         true,
@@ -239,6 +240,11 @@ impl Backend for PgStore {
             let mut tx = self.pool.begin().await?;
             sqlx::query("SET LOCAL lock_timeout = '2s'").execute(&mut *tx).await?;
             if table == "attempts" {
+                sqlx::query("DELETE FROM failure_windows WHERE started_at >= $1 AND started_at < $2")
+                    .bind(start)
+                    .bind(start + DAY)
+                    .execute(&mut *tx)
+                    .await?;
                 sqlx::query(sqlx::AssertSqlSafe(format!(
                     "INSERT INTO usage_daily (day, agent, provider, model, profile_id, attempts, successes, failures,
                          tokens_in, tokens_out)

@@ -29,7 +29,7 @@ async fn unpartitioned() -> (String, PgPool) {
 
 /// `per_day` requests of one to three attempts each, on each of `days` days from `DAY0`, with
 /// agents, providers, profiles, outcomes, reasons, tokens and costs that vary, and their hours
-/// in `usage_hourly` as the audit writer keeps them.
+/// in `usage_hourly`, `usage_profile_daily` and `failure_windows` as the audit writer keeps them.
 async fn fill(pool: &PgPool, days: i64, per_day: i64) {
     let step = DAY / per_day;
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
@@ -49,7 +49,7 @@ async fn fill(pool: &PgPool, days: i64, per_day: i64) {
              {DAY0} + i * {step} + s, 10, 5, CASE WHEN s < 1 + i % 3 THEN 429 ELSE 200 END,
              CASE WHEN s < 1 + i % 3 THEN 'failure' ELSE 'success' END,
              CASE WHEN s < 1 + i % 3 THEN (ARRAY['rate_limit', 'overloaded', 'billing'])[1 + i % 3] END,
-             NULL, NULL, NULL, 10 + i % 5, 3, 0.00001
+             NULL, CASE WHEN s < 1 + i % 3 THEN {DAY0} + i * {step} + s + 60000 END, NULL, 10 + i % 5, 3, 0.00001
          FROM generate_series(0, {n} - 1) i, generate_series(1, 3) s WHERE s <= 1 + i % 3;
          INSERT INTO usage_hourly (hour, profile_id, attempts, successes, failures, tokens_in, tokens_out)
          SELECT started_at - started_at % 3600000, profile_id, count(*),
@@ -62,6 +62,14 @@ async fn fill(pool: &PgPool, days: i64, per_day: i64) {
              SELECT hour - hour % 86400000, profile_id, sum(attempts), sum(successes), sum(failures),
                  sum(tokens_in), sum(tokens_out)
              FROM usage_hourly GROUP BY 1, 2;
+         END IF;
+         IF to_regclass('failure_windows') IS NOT NULL THEN
+             INSERT INTO failure_windows (request_id, seq, profile_id, started_at, duration_ms, reason,
+                 cooldown_until, next_success)
+             SELECT w.request_id, w.seq, w.profile_id, w.started_at, w.duration_ms, w.reason, w.cooldown_until,
+                 (SELECT min(s.started_at) FROM attempts s WHERE s.profile_id = w.profile_id
+                  AND s.started_at > w.started_at AND s.started_at < w.cooldown_until AND s.outcome = 'success')
+             FROM attempts w WHERE w.outcome = 'failure';
          END IF; END $$;",
         n = days * per_day,
     )))
@@ -194,6 +202,7 @@ async fn a_day_past_the_retention_drops_its_partitions_and_rolls_up_as_the_row_d
             "SELECT count(*), min(started_at) FROM requests",
             "SELECT count(*), min(hour) FROM usage_hourly",
             "SELECT * FROM usage_profile_daily ORDER BY day, profile_id",
+            "SELECT count(*), min(started_at), count(next_success), sum(next_success) FROM failure_windows",
         ] {
             let got = sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).fetch_all(&pool).await.unwrap();
             out.push(got.iter().map(render_pg).collect::<Vec<_>>());
@@ -204,4 +213,6 @@ async fn a_day_past_the_retention_drops_its_partitions_and_rolls_up_as_the_row_d
     assert_eq!(a, b, "the same roll-up and the same rows left");
     assert!(a[1][0][1].parse::<i64>().unwrap() >= DAY0 + DAY && !a[0].is_empty(), "{a:?}");
     assert!(a[4].len() == 4, "the second day's sums of the four profiles are left: {:?}", a[4]);
+    let windows: Vec<i64> = a[5][0][..3].iter().map(|n| n.parse().unwrap()).collect();
+    assert!(windows[0] > windows[2] && windows[2] > 0 && windows[1] >= DAY0 + DAY, "the second day's windows: {windows:?}");
 }

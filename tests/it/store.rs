@@ -805,6 +805,142 @@ async fn usage_by_the_hour(target: DatabaseTarget) {
     assert_eq!(store.usage(start - DAY, start + 3 * DAY).await.unwrap(), counted(start + 3 * HOUR, start + 3 * DAY));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failure_window_ends_at_the_first_success_however_the_rows_arrive_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    failure_windows_however_rows_arrive(DatabaseTarget::Sqlite(dir.path().join("rota.db"))).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failure_window_ends_at_the_first_success_however_the_rows_arrive_on_postgres() {
+    failure_windows_however_rows_arrive(DatabaseTarget::Postgres(crate::support::postgres_database().await)).await;
+}
+
+/// `failure_windows` answers each window with its profile's first success inside it, whatever
+/// order the rows are written in: successes before the failures whose windows they end, an
+/// earlier success after a later one, a batch retried after its commit landed, and two servers
+/// writing the same profiles at once (PostgreSQL's writer keeps `failure_windows` as the rows
+/// come; SQLite's reads search `attempts`). Then the same after pruning.
+async fn failure_windows_however_rows_arrive(target: DatabaseTarget) {
+    use rota::store::FailureWindow;
+    const MIN: i64 = 60_000;
+    let servers = [rota::store::open(&target).await.unwrap(), rota::store::open(&target).await.unwrap()];
+    let start = T0 - T0 % DAY;
+    // 600 attempts over an hour on three profiles, from a fixed sequence.
+    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let mut all: Vec<AttemptRecord> = (0..600)
+        .map(|i| {
+            let profile = ["openai:a", "openai:b", "openai:c"][next(3) as usize];
+            let at = start + i * 6_000 + (i % 7);
+            let outcome = if next(3) == 0 { "failure" } else { "success" };
+            let mut a = attempt(&format!("r{i}"), 1 + (i % 2), profile, outcome, at, None);
+            if outcome == "failure" {
+                let (reason, until) = match next(10) {
+                    0 => ("billing", Some(at + 300 * MIN)),
+                    1 => ("auth_permanent", None),
+                    2 => ("format", None),
+                    n => ("rate_limit", Some(at + (n as i64) * MIN)),
+                };
+                a.reason = Some(reason.into());
+                a.cooldown_until = until;
+            }
+            a
+        })
+        .collect();
+    // Written in an order of their own, in batches of 1 to 12, each pair of batches by the
+    // two servers at once; one batch written twice.
+    let mut order: Vec<usize> = (0..all.len()).collect();
+    for i in (1..order.len()).rev() {
+        order.swap(i, next(i as u64 + 1) as usize);
+    }
+    let mut batches: Vec<Vec<AttemptRecord>> = Vec::new();
+    let mut rest = &order[..];
+    while !rest.is_empty() {
+        let (batch, tail) = rest.split_at((1 + next(12) as usize).min(rest.len()));
+        batches.push(batch.iter().map(|&i| all[i].clone()).collect());
+        rest = tail;
+    }
+    batches.insert(7, batches[3].clone());
+    // Then 50 failures on a fourth profile, each written by one server while the other writes
+    // the success that ends its window, half a second before and after a midnight (no row
+    // of the roll-ups is common to the two, so nothing else makes one wait for the other).
+    let mut raced = Vec::new();
+    for k in 0..50 {
+        let at = start + (k + 1) * DAY - 500;
+        let mut failure = attempt(&format!("d{k}"), 1, "openai:d", "failure", at, None);
+        failure.cooldown_until = Some(at + MIN);
+        let success = attempt(&format!("d{k}"), 2, "openai:d", "success", at + 1_000, None);
+        all.extend([failure.clone(), success.clone()]);
+        raced.extend(if k % 2 == 0 { [vec![failure], vec![success]] } else { [vec![success], vec![failure]] });
+    }
+    for pair in batches.chunks(2).chain(raced.chunks(2)) {
+        let writes = pair.iter().zip(&servers).map(|(batch, store)| store.insert_audit(&[], batch));
+        for written in futures_util::future::join_all(writes).await {
+            written.unwrap();
+        }
+    }
+
+    let expected = |all: &[AttemptRecord], (far, near): (i64, i64), since: i64, until: i64| {
+        let mut windows: Vec<FailureWindow> = all
+            .iter()
+            .filter(|f| {
+                let lasting = matches!(f.reason.as_deref(), Some("billing" | "auth_permanent"));
+                f.outcome == "failure"
+                    && f.started_at < until
+                    && (f.started_at >= near || (lasting && f.started_at >= far))
+                    && (f.cooldown_until.is_some_and(|c| c > since)
+                        || (f.cooldown_until.is_none() && f.reason.as_deref() == Some("auth_permanent")))
+            })
+            .map(|f| FailureWindow {
+                profile_id: f.profile_id.clone().unwrap(),
+                started_at: f.started_at,
+                duration_ms: f.duration_ms,
+                reason: f.reason.clone(),
+                cooldown_until: f.cooldown_until,
+                next_success: all
+                    .iter()
+                    .filter(|s| s.outcome == "success" && s.profile_id == f.profile_id)
+                    .map(|s| s.started_at)
+                    .filter(|&s| s > f.started_at && s < f.cooldown_until.unwrap_or(until).min(until))
+                    .min(),
+            })
+            .collect();
+        windows.sort_by_key(|w| (w.profile_id.clone(), w.started_at));
+        windows
+    };
+    let check = |all: Vec<AttemptRecord>, what: &'static str| {
+        let store = &servers[0];
+        async move {
+            let ranges = [
+                ((start - DAY, start), start, start + 3 * 60 * MIN),
+                ((start - DAY, start + 10 * MIN), start + 40 * MIN, start + 80 * MIN),
+                ((start - DAY, start - 60 * MIN), start + 5 * MIN, start + 30 * MIN),
+                ((start + 20 * MIN, start + 35 * MIN), start + 36 * MIN, start + 50 * MIN),
+                ((start - DAY, start), start, start + 60 * DAY),
+            ];
+            for (far_near, since, until) in ranges {
+                let mut got = store.failure_windows(far_near, since, until).await.unwrap();
+                got.sort_by_key(|w| (w.profile_id.clone(), w.started_at));
+                let want = expected(&all, far_near, since, until);
+                assert!(want.iter().any(|w| w.next_success.is_some()), "{what}: a window a success ends");
+                assert!(want.iter().any(|w| w.next_success.is_none()), "{what}: a window no success ends");
+                assert_eq!(got, want, "{what}: {far_near:?} {since}..{until}");
+            }
+        }
+    };
+    check(all.clone(), "written").await;
+    // Pruned up to 25 minutes in: the windows of the failures pruned go with them.
+    while servers[1].prune_audit(start + 25 * MIN, 50).await.unwrap().more {}
+    all.retain(|a| a.started_at >= start + 25 * MIN);
+    check(all, "pruned").await;
+}
+
 #[tokio::test]
 async fn requests_filtered_on_attempts_are_the_same_whether_matches_are_few_or_many_on_sqlite() {
     let dir = tempfile::tempdir().unwrap();

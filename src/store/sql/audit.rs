@@ -106,6 +106,70 @@ pub(super) fn add_usage(rows: impl Fn(&[(&str, &str)]) -> String, table: &str, a
     )
 }
 
+/// The statements that keep `failure_windows` (PostgreSQL's migration 0024): the failures that
+/// open a window on their profile, each with the profile's first success inside it. The close
+/// ends a window at a success written after its failure's row; the open finds one written
+/// before (a long call's success lands after a failure that started later). PostgreSQL's.
+pub(super) struct WindowTexts {
+    /// Locks the profiles of the JSON array in `$1` until the commit, in the order of their
+    /// locks' keys (the same for every writer, so two batches cannot wait on each other), so
+    /// the statements after it see every row another writer's batch wrote of these profiles:
+    /// a failure and a later success written at once by two servers would otherwise each miss
+    /// the other's uncommitted row.
+    lock: String,
+    /// Inserts the windows of the JSON rows in `$1` with each one's next success in `attempts`.
+    open: String,
+    /// Ends the windows open at the successes of the JSON rows in `$1` (the earliest success
+    /// ends a window, whichever was written first).
+    close: String,
+}
+
+/// The first key of `failure_windows`' locks (`pg_advisory_xact_lock(key, hashtext(profile))`):
+/// "rota" in ASCII.
+const WINDOW_LOCKS: i32 = 0x726f_7461;
+
+impl WindowTexts {
+    pub(super) fn new(ids: &str, rows: impl Fn(&[(&str, &str)]) -> String) -> WindowTexts {
+        WindowTexts {
+            lock: format!(
+                "SELECT count(pg_advisory_xact_lock({WINDOW_LOCKS}, h))
+                 FROM (SELECT DISTINCT hashtext(p) AS h FROM ({ids}) AS t(p) ORDER BY h) AS l"
+            ),
+            open: format!(
+                "INSERT INTO failure_windows
+                     (request_id, seq, profile_id, started_at, duration_ms, reason, cooldown_until, next_success)
+                 SELECT r.request_id, r.seq, r.profile_id, r.started_at, r.duration_ms, r.reason, r.cooldown_until,
+                     (SELECT s.started_at FROM attempts s
+                      WHERE s.profile_id = r.profile_id AND s.started_at > r.started_at
+                        AND s.started_at < coalesce(r.cooldown_until, 9223372036854775807) AND s.outcome = 'success'
+                      ORDER BY s.started_at LIMIT 1)
+                 FROM {}
+                 ON CONFLICT (request_id, seq) DO NOTHING",
+                rows(&[
+                    ("request_id", "TEXT"),
+                    ("seq", "BIGINT"),
+                    ("profile_id", "TEXT"),
+                    ("started_at", "BIGINT"),
+                    ("duration_ms", "BIGINT"),
+                    ("reason", "TEXT"),
+                    ("cooldown_until", "BIGINT"),
+                ])
+            ),
+            close: format!(
+                "UPDATE failure_windows w SET next_success = x.at
+                 FROM (SELECT o.request_id, o.seq, min(r.started_at) AS at
+                       FROM {} JOIN failure_windows o
+                         ON o.profile_id = r.profile_id AND o.started_at < r.started_at
+                        AND coalesce(o.cooldown_until, 9223372036854775807) > r.started_at
+                       GROUP BY o.request_id, o.seq) AS x
+                 WHERE w.request_id = x.request_id AND w.seq = x.seq
+                   AND (w.next_success IS NULL OR w.next_success > x.at)",
+                rows(&[("profile_id", "TEXT"), ("started_at", "BIGINT")])
+            ),
+        }
+    }
+}
+
 /// The statement that adds the counts of the JSON rows in `$1` to their rows of
 /// `audit_minutely` (`table`, keyed by `minute`) or `audit_hourly` (by `hour`), given the SQL that
 /// turns the rows into a `FROM` item named `r`.
@@ -230,6 +294,7 @@ where
         Self::add_usage(&mut tx, &S::texts().add_hours, "hour", &sums.hours).await?;
         Self::recount_hours(&mut tx, &sums.recount_hours).await?;
         Self::add_to_profile_days(&mut tx, &sums.hours, &sums.recount_hours).await?;
+        Self::keep_windows(&mut tx, attempts).await?;
         let inserted = Self::insert_requests(&mut tx, requests).await?;
         // The roll-ups and each agent's day (`agent_usage`) take the requests written now
         // (not those of a retried batch's rows that had landed); the minutes last, since every
@@ -338,6 +403,43 @@ where
             .bind(day + DAY)
             .execute(&mut *tx)
             .await?;
+        }
+        Ok(())
+    }
+
+    /// Opens the windows of the batch's failures and ends the open ones at its successes, in
+    /// `failure_windows`, where the writer keeps it (`Texts`). A retried batch whose first
+    /// commit landed changes nothing: its windows are there, and its successes ended them.
+    async fn keep_windows(tx: &mut DB::Connection, attempts: &[AttemptRecord]) -> Result<(), StoreError> {
+        let Some(texts) = &S::texts().windows else { return Ok(()) };
+        let (mut profiles, mut opened, mut successes) = (BTreeSet::new(), Vec::new(), Vec::new());
+        for a in attempts {
+            let Some(profile) = a.profile_id.as_deref() else { continue };
+            if a.outcome == "success" {
+                successes.push(serde_json::json!({"profile_id": profile, "started_at": a.started_at}));
+            } else if a.outcome == "failure"
+                && (a.cooldown_until.is_some() || a.reason.as_deref() == Some("auth_permanent"))
+            {
+                opened.push(serde_json::json!({"request_id": a.request_id, "seq": a.seq, "profile_id": profile,
+                    "started_at": a.started_at, "duration_ms": a.duration_ms, "reason": a.reason,
+                    "cooldown_until": a.cooldown_until}));
+            } else {
+                continue;
+            }
+            profiles.insert(profile);
+        }
+        if profiles.is_empty() {
+            return Ok(());
+        }
+        sqlx::query(texts.lock.as_str())
+            .bind(serde_json::to_string(&profiles).expect("names serialize"))
+            .execute(&mut *tx)
+            .await?;
+        for (statement, rows) in [(&texts.open, opened), (&texts.close, successes)] {
+            if !rows.is_empty() {
+                let rows = serde_json::to_string(&rows).expect("rows serialize");
+                sqlx::query(statement.as_str()).bind(rows).execute(&mut *tx).await?;
+            }
         }
         Ok(())
     }
@@ -522,6 +624,9 @@ where
         .await?;
         // The hours and minutes whose attempts are all gone now (usage_daily keeps their sums).
         let cut = (upto + 1).min(before);
+        if S::texts().windows.is_some() {
+            sqlx::query("DELETE FROM failure_windows WHERE started_at < $1").bind(cut).execute(&mut *tx).await?;
+        }
         sqlx::query("DELETE FROM usage_hourly WHERE hour + 3600000 <= $1").bind(cut).execute(&mut *tx).await?;
         // The days whose hours are all gone, and the day the cut falls in summed again (where
         // the writer keeps them; SQLite's triggers did as the hours went).

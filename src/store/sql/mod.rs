@@ -111,6 +111,9 @@ pub(super) struct Texts {
     /// Adds them to `usage_profile_daily` (`add_to_profile_days`): on PostgreSQL; SQLite's
     /// triggers on `usage_hourly` keep it (migration 0026).
     add_profile_days: Option<String>,
+    /// Keeps `failure_windows` (`keep_windows`): on PostgreSQL, where the usage series'
+    /// timeline reads it; SQLite's reads search `attempts` for each failure's next success.
+    windows: Option<audit::WindowTexts>,
     /// Adds an audit batch's counts to `audit_minutely` and `audit_hourly` (`add_to_minutes`,
     /// `add_to_audit_hours`).
     add_minutes: String,
@@ -125,14 +128,14 @@ impl Texts {
     /// the JSON array of ids in `$1` into rows; `rows`: the SQL (a `FROM` item named `r`) that
     /// turns the JSON array of objects in `$1` into rows of the given columns and types;
     /// `json_rows`: the aggregate that makes a text of one JSON array of the given columns' rows,
-    /// for the usage series' reads (none: they read rows); `profile_days`: whether the audit
-    /// writer keeps `usage_profile_daily` itself.
+    /// for the usage series' reads (none: they read rows); `writer_keeps`: whether the audit
+    /// writer keeps `usage_profile_daily` and `failure_windows` itself.
     pub(super) fn new(
         numbered: bool,
         ids: &str,
         rows: impl Fn(&[(&str, &str)]) -> String,
         json_rows: Option<fn(&str) -> String>,
-        profile_days: bool,
+        writer_keeps: bool,
     ) -> Texts {
         Texts {
             attempts: Shapes::attempts(numbered),
@@ -140,10 +143,11 @@ impl Texts {
             stats_of: stats::statements(ids),
             writes: stats::Writes::new(&rows, ids),
             add_hours: audit::add_usage(&rows, "usage_hourly", "hour"),
-            add_profile_days: profile_days.then(|| audit::add_usage(&rows, "usage_profile_daily", "day")),
+            add_profile_days: writer_keeps.then(|| audit::add_usage(&rows, "usage_profile_daily", "day")),
+            windows: writer_keeps.then(|| audit::WindowTexts::new(ids, &rows)),
             add_minutes: audit::add_counts(&rows, "audit_minutely", "minute"),
             add_audit_hours: audit::add_counts(&rows, "audit_hourly", "hour"),
-            series: listings::SeriesTexts::new(json_rows),
+            series: listings::SeriesTexts::new(json_rows, writer_keeps),
         }
     }
 }
