@@ -277,13 +277,14 @@ pub struct ProfileUsage {
 }
 
 /// The audit log counted per time bucket (`GET /api/v1/usage/series`): bucket `n` holds the
-/// rows with `since + n * step <= started_at < since + (n + 1) * step`.
+/// rows with `since + n * step <= started_at < since + (n + 1) * step`, and each series holds
+/// a count for every bucket of the range.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SeriesRows {
-    /// Attempts per bucket, provider, outcome and reason (NULL on a success).
-    pub attempts: Vec<(i64, String, String, Option<String>, i64)>,
-    /// Requests per bucket and outcome: `served` (a 2xx), `refused` (no attempt), `failed`.
-    pub requests: Vec<(i64, String, i64)>,
+    /// Attempts by provider, outcome and reason (None on a success), in that order.
+    pub attempts: Vec<(String, String, Option<String>, Vec<i64>)>,
+    /// Requests by outcome, in its order: `served` (a 2xx), `refused` (no attempt), `failed`.
+    pub requests: Vec<(String, Vec<i64>)>,
 }
 
 /// A window a failure put a profile in (`attempts.cooldown_until`, or an `auth_permanent`

@@ -151,23 +151,21 @@ async fn usage_series(
         state.store.failure_windows((far, from - cooldown_max), from, until),
     )
     .map_err(ApiError::from)?;
-    let bucket = |b: i64| usize::try_from(b).ok().filter(|b| *b < n);
-
+    let add = |into: &mut Vec<i64>, counts: &[i64]| into.iter_mut().zip(counts).for_each(|(sum, n)| *sum += n);
     let mut attempts: BTreeMap<(String, String), Vec<i64>> = BTreeMap::new();
     let mut reasons: BTreeMap<String, Vec<i64>> = BTreeMap::new();
-    for (b, provider, outcome, reason, count) in rows.attempts {
-        let Some(b) = bucket(b) else { continue };
-        attempts.entry((provider, outcome.clone())).or_insert_with(|| vec![0; n])[b] += count;
+    for (provider, outcome, reason, counts) in rows.attempts {
         if outcome == "failure" {
             let reason = reason.unwrap_or_else(|| "unknown".into());
-            reasons.entry(reason).or_insert_with(|| vec![0; n])[b] += count;
+            add(reasons.entry(reason).or_insert_with(|| vec![0; n]), &counts);
         }
+        add(attempts.entry((provider, outcome)).or_insert_with(|| vec![0; n]), &counts);
     }
     let mut requests: BTreeMap<String, Vec<i64>> =
         ["served", "failed", "refused"].into_iter().map(|o| (o.to_string(), vec![0; n])).collect();
-    for (b, outcome, count) in rows.requests {
-        if let (Some(b), Some(counts)) = (bucket(b), requests.get_mut(&outcome)) {
-            counts[b] += count;
+    for (outcome, counts) in rows.requests {
+        if let Some(sums) = requests.get_mut(&outcome) {
+            add(sums, &counts);
         }
     }
     let mut reasons: Vec<ReasonSeries> = reasons

@@ -68,7 +68,7 @@ pub(super) fn usable<C: sqlx::Connection>(conn: &C) -> bool {
 
 /// What the SQL needs of an sqlx driver (SQLite's, PostgreSQL's) besides the types it binds and
 /// reads, which the `where` clauses name.
-pub(super) trait Driver: Database<QueryResult: Affected, Arguments: IntoArguments<Self>> {}
+pub(super) trait Driver: Database<QueryResult: Affected, Arguments: IntoArguments<Self>> + sqlx::database::HasStatementCache {}
 
 impl Driver for Sqlite {}
 
