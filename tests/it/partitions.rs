@@ -214,5 +214,8 @@ async fn a_day_past_the_retention_drops_its_partitions_and_rolls_up_as_the_row_d
     assert!(a[1][0][1].parse::<i64>().unwrap() >= DAY0 + DAY && !a[0].is_empty(), "{a:?}");
     assert!(a[4].len() == 4, "the second day's sums of the four profiles are left: {:?}", a[4]);
     let windows: Vec<i64> = a[5][0][..3].iter().map(|n| n.parse().unwrap()).collect();
-    assert!(windows[0] > windows[2] && windows[2] > 0 && windows[1] >= DAY0 + DAY, "the second day's windows: {windows:?}");
+    assert!(
+        windows[0] > windows[2] && windows[2] > 0 && windows[1] >= DAY0 + DAY,
+        "the second day's windows: {windows:?}"
+    );
 }

@@ -784,7 +784,8 @@ async fn usage_by_the_hour(target: DatabaseTarget) {
         let held = |counts: Vec<i64>| counts.into_iter().enumerate().filter(|(_, n)| *n != 0);
         let mut attempts = Vec::new();
         for (provider, outcome, reason, counts) in got.attempts {
-            attempts.extend(held(counts).map(|(b, n)| (b as i64, provider.clone(), outcome.clone(), reason.clone(), n)));
+            attempts
+                .extend(held(counts).map(|(b, n)| (b as i64, provider.clone(), outcome.clone(), reason.clone(), n)));
         }
         let mut requests = Vec::new();
         for (outcome, counts) in got.requests {

@@ -30,6 +30,7 @@ use crate::agents::{Agent, Limits};
 use crate::engine::{Change, CooldownPolicy, Millis, ModelChange, ModelCooldown, ProfileId, UsageStats};
 use crate::secrets::Sealed;
 use async_trait::async_trait;
+use sqlx::database::HasStatementCache;
 use sqlx::migrate::Migrator;
 use sqlx::postgres::PgQueryResult;
 use sqlx::sqlite::SqliteQueryResult;
@@ -68,7 +69,10 @@ pub(super) fn usable<C: sqlx::Connection>(conn: &C) -> bool {
 
 /// What the SQL needs of an sqlx driver (SQLite's, PostgreSQL's) besides the types it binds and
 /// reads, which the `where` clauses name.
-pub(super) trait Driver: Database<QueryResult: Affected, Arguments: IntoArguments<Self>> + sqlx::database::HasStatementCache {}
+pub(super) trait Driver:
+    Database<QueryResult: Affected, Arguments: IntoArguments<Self>> + HasStatementCache
+{
+}
 
 impl Driver for Sqlite {}
 
