@@ -19,11 +19,16 @@ CREATE TABLE failure_windows (
     PRIMARY KEY (request_id, seq)
 );
 -- The timeline's windows by start, the long ones (billing, auth_permanent) by reason and start,
--- and a profile's windows open at a success's time (the writer's close).
+-- and the windows still open at a time, what a success may end (the writer's close): from the
+-- failure's start to its end or its next success, both excluded. Few are open at any time,
+-- whichever order the rows come in; a b-tree on profile and end read every later window of
+-- the profile for a success written after them (a copy goes newest first).
 CREATE INDEX failure_windows_started_at ON failure_windows (started_at);
 CREATE INDEX failure_windows_lasting ON failure_windows (reason, started_at)
     WHERE reason IN ('billing', 'auth_permanent');
-CREATE INDEX failure_windows_open ON failure_windows (profile_id, (coalesce(cooldown_until, 9223372036854775807)));
+CREATE INDEX failure_windows_open ON failure_windows USING gist (int8range(started_at,
+    greatest(started_at, least(coalesce(cooldown_until, 9223372036854775807), coalesce(next_success, 9223372036854775807))),
+    '()'));
 
 INSERT INTO failure_windows (request_id, seq, profile_id, started_at, duration_ms, reason, cooldown_until, next_success)
 SELECT w.request_id, w.seq, w.profile_id, w.started_at, w.duration_ms, w.reason, w.cooldown_until,
