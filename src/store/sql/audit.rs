@@ -109,7 +109,7 @@ pub(super) fn add_usage(rows: impl Fn(&[(&str, &str)]) -> String, table: &str, a
 /// The statements that keep `failure_windows` (PostgreSQL's migration 0024): the failures that
 /// open a window on their profile, each with the profile's first success inside it. The close
 /// ends a window at a success written after its failure's row; the open finds one written
-/// before (a long call's success lands after a failure that started later). PostgreSQL's.
+/// before (a long call's failure lands after the success of a call started later).
 pub(super) struct WindowTexts {
     /// Locks the profiles of the JSON array in `$1` until the commit, in the order of their
     /// locks' keys (the same for every writer, so two batches cannot wait on each other), so
