@@ -41,6 +41,9 @@ const KNOWN: &[&str] = &[
     "refresh_claims.profile_id: NULL allowed on SQLite only",
     "requests.id: NULL allowed on SQLite only",
     "usage_stats.profile_id: NULL allowed on SQLite only",
+    // The usage series' windows with their next success, kept by PostgreSQL's audit writer;
+    // SQLite's reads search `attempts` instead (docs/schema.md, "failure_windows").
+    "failure_windows: a table on PostgreSQL only",
 ];
 
 /// Every way the two schemas differ, in table and column order.
