@@ -157,20 +157,23 @@ pub fn usage_of(body: &[u8]) -> Option<Tokens> {
 fn usage_in(usage: Option<&Value>, message: Option<&Value>, response: Option<&Value>) -> Tokens {
     let u = usage.or_else(|| message.and_then(|m| m.get("usage"))).or_else(|| response.and_then(|r| r.get("usage")));
     let Some(u) = u.filter(|u| u.is_object()) else { return Tokens::default() };
-    let field = |names: &[&str]| names.iter().find_map(|n| u.pointer(n).and_then(Value::as_i64));
+    // Each field by its keys, not `Value::pointer`: a pointer's path is split and unescaped
+    // into new strings at every call, seven of them per answer (docs/performance.md).
+    let at = |path: &[&str]| path.iter().try_fold(u, |v, k| v.get(k)).and_then(Value::as_i64);
+    let field = |paths: &[&[&str]]| paths.iter().find_map(|p| at(p));
     // Anthropic leaves cached prompt tokens out of `input_tokens`; they count as input here.
-    let input = field(&["/prompt_tokens"])
+    let input = field(&[&["prompt_tokens"]])
         .or_else(|| u.get("input_tokens").map(|_| crate::gateway::translate::response::prompt_tokens(u)));
     Tokens {
         input,
-        output: field(&["/completion_tokens", "/output_tokens"]),
+        output: field(&[&["completion_tokens"], &["output_tokens"]]),
         cached: field(&[
-            "/cache_read_input_tokens",
-            "/prompt_tokens_details/cached_tokens",
-            "/input_tokens_details/cached_tokens",
+            &["cache_read_input_tokens"],
+            &["prompt_tokens_details", "cached_tokens"],
+            &["input_tokens_details", "cached_tokens"],
         ]),
-        cache_write: field(&["/cache_creation_input_tokens"]),
-        cache_write_1h: field(&["/cache_creation/ephemeral_1h_input_tokens"]),
+        cache_write: field(&[&["cache_creation_input_tokens"]]),
+        cache_write_1h: field(&[&["cache_creation", "ephemeral_1h_input_tokens"]]),
     }
 }
 

@@ -131,16 +131,19 @@ impl SqliteStore {
 /// The statements of SQLite's own text. The audit's INSERTs take `?` parameters: SQLite looks a
 /// numbered one up by walking the statement's list of names, so binding a 64-row INSERT's 1,152
 /// `$N` parameters took over half a million instructions. `json_each` turns the JSON array of
-/// ids bound as `$1` into rows (`load_many`), and with `json_extract` a JSON array of objects
-/// (`write_stats`); the usage series' reads answer one JSON text (`json_group_array`), and
-/// triggers keep `usage_profile_daily`.
+/// ids bound as `$1` into rows (`load_many`), and `jsonb_each` with `json_extract` a JSON array
+/// of objects (`write_stats`, the roll-ups): `jsonb_each` hands each object on in SQLite's
+/// binary form, where `json_each` wrote it out as text for every column read from it, which
+/// `json_extract` parsed again (docs/performance.md, "Performance near the floor"). The
+/// usage series' reads answer one JSON text (`json_group_array`), and triggers keep
+/// `usage_profile_daily`.
 static TEXTS: LazyLock<Texts> = LazyLock::new(|| {
     Texts::new(
         false,
         "SELECT value FROM json_each($1)",
         |cols| {
             let cols: Vec<String> = cols.iter().map(|(n, _)| format!("json_extract(value, '$.{n}') AS {n}")).collect();
-            format!("(SELECT {} FROM json_each($1)) AS r", cols.join(", "))
+            format!("(SELECT {} FROM jsonb_each($1)) AS r", cols.join(", "))
         },
         Some(|cols| format!("json_group_array(json_array({cols}))")),
         false,
