@@ -62,6 +62,12 @@ impl Shared {
     fn lock(&self) -> MutexGuard<'_, Queue> {
         self.queue.lock()
     }
+
+    /// Rows that are written without gathering: `BATCH`, or half the queue when that is fewer,
+    /// so that rows gathering for a write never fill the queue (a small `audit.queue`).
+    fn whole(&self) -> usize {
+        BATCH.min(self.capacity.div_ceil(2)).max(1)
+    }
 }
 
 /// The writer's state, for `/healthz` and `/metrics`.
@@ -126,7 +132,8 @@ const ADMIT_LAG: Duration = Duration::from_millis(100);
 /// and counted when the queue is full, as while it fails.
 const ADMIT_WAIT: Duration = Duration::from_millis(500);
 
-/// Rows written in one transaction at most; a batch this large is written without gathering.
+/// Rows written in one transaction at most; a batch this large (or half the queue) is written
+/// without gathering.
 const BATCH: usize = 1024;
 
 impl Audit {
@@ -168,9 +175,13 @@ impl Audit {
         if queue.rows.len() < shared.capacity.max(1) {
             queue.rows.push_back((Instant::now(), row));
             queue.queued += 1;
+            let whole = queue.rows.len() == shared.whole();
             shared.depth.fetch_add(1, Ordering::Relaxed);
             drop(queue);
             shared.writer.wake();
+            if whole {
+                shared.writer.hurry();
+            }
             return;
         }
         drop(queue);
@@ -274,7 +285,7 @@ impl Sink for Rows {
     const WHAT: &'static str = "audit rows";
 
     fn ready(&self) -> bool {
-        self.0.lock().rows.len() >= BATCH
+        self.0.lock().rows.len() >= self.0.whole()
     }
 
     fn take(&mut self) -> (Self::Batch, u64) {

@@ -100,6 +100,11 @@ impl Writer {
         self.wake.notify_one();
     }
 
+    /// A whole batch waits: a gather under way ends, and the batch is written.
+    pub fn hurry(&self) {
+        self.hurry.notify_one();
+    }
+
     /// Waits until the items queued up to `target` (the sink's count) are written, or given up;
     /// the writer writes at once. Concurrent callers share its transactions (group commit).
     pub async fn written(&self, target: u64) {

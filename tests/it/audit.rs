@@ -923,6 +923,42 @@ async fn rows_that_shutdown_gives_up_on_are_counted_as_shed() {
     sqlx::query("ROLLBACK").execute(&mut auditor).await.unwrap();
 }
 
+/// Rows that arrive faster than a small queue (`audit.queue`) fills in one gather are written
+/// once half the queue waits: none is shed while the database keeps up.
+#[tokio::test]
+async fn a_small_queue_is_written_before_the_gather_fills_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = rota::store::SqliteStore::open(&dir.path().join("rota.db")).await.unwrap();
+    let store: std::sync::Arc<dyn rota::store::Store> = std::sync::Arc::new(store);
+    let audit = rota::audit::Audit::start(store.clone(), 8);
+    // A row every 5 ms: ten in one 50 ms gather, more than the queue holds.
+    for i in 0..40 {
+        audit.request(rota::store::RequestRow {
+            id: format!("r{i}"),
+            agent: Some("tester".into()),
+            api: "chat",
+            requested_model: None,
+            served_model: None,
+            served_profile: None,
+            status: 200,
+            attempts: 1,
+            started_at: 1,
+            duration_ms: 1,
+            stream: false,
+            tokens_in: None,
+            tokens_out: None,
+            error: None,
+            cost: None,
+        });
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert!(audit.flush_within(std::time::Duration::from_secs(10)).await);
+    let h = audit.health();
+    assert_eq!((h.dropped_requests, h.queued), (0, 0), "{h:?}");
+    let everything = rota::store::AuditQuery { limit: 100, ..Default::default() };
+    assert_eq!(store.requests(&everything).await.unwrap().len(), 40);
+}
+
 /// A row the database refuses for its content (here a failed check: an `api` no request has)
 /// is set aside after the batch's third try, logged and counted, and the rows behind it are
 /// written: it never holds up the audit log.
