@@ -41,6 +41,13 @@ impl App {
 
     /// [`App::build`] on `clock` (tests move time on).
     pub async fn build_on(config: Config, watched: Option<std::path::PathBuf>, clock: Arc<dyn Clock>) -> Result<App> {
+        // The HTTP client reads and parses the system's CA certificates (a tenth of start-up's
+        // instructions with 2,000 profiles): built on a blocking thread while the database opens
+        // and the profiles load (docs/performance.md, "Performance near the floor").
+        let upstream = tokio::task::spawn_blocking({
+            let timeouts = config.timeouts.clone();
+            move || Upstream::new(&timeouts)
+        });
         let target = crate::store::DatabaseTarget::of(&config)?;
         let store = crate::store::open(&target).await.with_context(|| format!("opening database {target}"))?;
         let (key, origin) =
@@ -48,10 +55,10 @@ impl App {
         tracing::info!(key_id = key.id(), from = %origin, database = %target, "master key ready");
         let key = Arc::new(key);
         let audit = Audit::start(store.clone(), config.audit.queue);
-        let upstream = Upstream::new(&config.timeouts);
         let (sender, live) = crate::settings::channel(Settings::new(config));
         let book = Arc::new(Book::load(store.clone(), live.clone(), key.clone(), clock.now()).await?);
         book.sweep_every(std::time::Duration::from_secs(1), clock.clone());
+        let upstream = upstream.await.context("building the upstream HTTP client")?;
         let refresher = Arc::new(Refresher::new(book.clone(), store.clone(), key.clone(), clock.clone()));
         let runtime = Arc::new(Runtime::new(
             live.clone(),
