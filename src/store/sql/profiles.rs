@@ -90,7 +90,8 @@ where
             let sealed = Self::sealed_row(&row)?;
             snap.secrets.entry(id.parse().map_err(|e| corrupt("secrets", e))?).or_default().push(sealed);
         }
-        for row in sqlx::query("SELECT * FROM usage_stats").fetch_all(&mut *conn).await? {
+        let stats = format!("SELECT {} FROM usage_stats", super::stats::STATS_COLUMNS);
+        for row in sqlx::query(sqlx::AssertSqlSafe(stats)).fetch_all(&mut *conn).await? {
             let id: String = row.try_get("profile_id")?;
             snap.stats.insert(id.parse().map_err(|e| corrupt("usage_stats", e))?, Self::stats_from_row(&row)?);
         }

@@ -167,11 +167,18 @@ fn quota_row(id: &ProfileId, q: &Quota) -> Json {
     })
 }
 
+/// The columns of `usage_stats` that `stats_from_row` reads: not `cooldown_*`, the head of
+/// `profile_cooldowns` kept for SQL readers (sqlx copies each value of a row out of SQLite and
+/// frees it: start-up reads a row for each profile).
+pub(super) const STATS_COLUMNS: &str = "profile_id, last_used, last_success_at, last_success_sent_at, \
+     disabled_until, disabled_reason, error_count, failure_counts, last_failure_at, window_opened_at, \
+     success_count, failure_total, billing_step, cleared_at";
+
 /// The statements that read many profiles' stats at once (`load_many`), given the SQL that
 /// turns the JSON array of ids in `$1` into rows of the engine's.
 pub(super) fn statements(ids: &str) -> [String; 3] {
     [
-        format!("SELECT * FROM usage_stats WHERE profile_id IN ({ids})"),
+        format!("SELECT {STATS_COLUMNS} FROM usage_stats WHERE profile_id IN ({ids})"),
         format!(
             "SELECT profile_id, model, cooldown_until, cooldown_reason, step, opened_at FROM profile_cooldowns
              WHERE profile_id IN ({ids})"
