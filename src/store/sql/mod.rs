@@ -125,6 +125,12 @@ pub(super) struct Texts {
     /// The usage series' reads (`usage_series`, `failure_windows`), each answering its rows as
     /// one JSON array of arrays.
     series: listings::SeriesTexts,
+    /// Every profile's `usage_stats` row (`snapshot`), and where `json_rows` is given, the same
+    /// as one JSON text: sqlx copies each value of a row out of SQLite and frees it, and a
+    /// start-up with 2,000 profiles read 28,000 of them here (docs/performance.md, "What
+    /// profiling changed").
+    all_stats: String,
+    all_stats_json: Option<String>,
 }
 
 impl Texts {
@@ -152,6 +158,8 @@ impl Texts {
             add_minutes: audit::add_counts(&rows, "audit_minutely", "minute"),
             add_audit_hours: audit::add_counts(&rows, "audit_hourly", "hour"),
             series: listings::SeriesTexts::new(json_rows, writer_keeps),
+            all_stats: format!("SELECT {} FROM usage_stats", stats::STATS_COLUMNS),
+            all_stats_json: json_rows.map(|json| format!("SELECT {} FROM usage_stats", json(stats::STATS_COLUMNS))),
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Profiles: their rows, the roster read whole at start (`snapshot`), the profiles declared in
 //! the config file, imports, and the providers' explicit orders.
 
+use super::stats::StatsRow;
 use super::{Affected, Backend, Driver, Sql, Value, corrupt, now};
 use crate::engine::{ProfileId, UsageStats};
 use crate::secrets::Sealed;
@@ -90,10 +91,22 @@ where
             let sealed = Self::sealed_row(&row)?;
             snap.secrets.entry(id.parse().map_err(|e| corrupt("secrets", e))?).or_default().push(sealed);
         }
-        let stats = format!("SELECT {} FROM usage_stats", super::stats::STATS_COLUMNS);
-        for row in sqlx::query(sqlx::AssertSqlSafe(stats)).fetch_all(&mut *conn).await? {
-            let id: String = row.try_get("profile_id")?;
-            snap.stats.insert(id.parse().map_err(|e| corrupt("usage_stats", e))?, Self::stats_from_row(&row)?);
+        let texts = S::texts();
+        let stats: Vec<(String, UsageStats)> = match &texts.all_stats_json {
+            Some(json) => {
+                let text: String = sqlx::query_scalar(json.as_str()).fetch_one(&mut *conn).await?;
+                let rows: Vec<StatsRow> = serde_json::from_str(&text).map_err(|e| corrupt("usage_stats", e))?;
+                rows.into_iter().map(StatsRow::stats).collect::<Result<_, _>>()?
+            }
+            None => sqlx::query(texts.all_stats.as_str())
+                .fetch_all(&mut *conn)
+                .await?
+                .iter()
+                .map(Self::stats_from_row)
+                .collect::<Result<_, _>>()?,
+        };
+        for (id, stats) in stats {
+            snap.stats.insert(id.parse().map_err(|e| corrupt("usage_stats", e))?, stats);
         }
         for row in sqlx::query(
             "SELECT profile_id, model, cooldown_until, cooldown_reason, step, opened_at FROM profile_cooldowns",

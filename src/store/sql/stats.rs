@@ -4,7 +4,7 @@
 use super::{Backend, Driver, Sql, Value, corrupt};
 use crate::engine::quota::{Quota, Window};
 use crate::engine::{
-    Change, Cooldown, CooldownPolicy, Disabled, ModelChange, ModelCooldown, ProfileId, Reason, UsageStats,
+    Change, Cooldown, CooldownPolicy, Disabled, Millis, ModelChange, ModelCooldown, ProfileId, Reason, UsageStats,
 };
 use crate::store::{Applied, SessionBinding, StoreError};
 use serde_json::{Value as Json, json};
@@ -174,6 +174,56 @@ pub(super) const STATS_COLUMNS: &str = "profile_id, last_used, last_success_at, 
      disabled_until, disabled_reason, error_count, failure_counts, last_failure_at, window_opened_at, \
      success_count, failure_total, billing_step, cleared_at";
 
+/// A `usage_stats` row: the columns of `STATS_COLUMNS`, in its order (a JSON array of them
+/// reads into it too).
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct StatsRow {
+    profile_id: String,
+    last_used: Option<Millis>,
+    last_success_at: Option<Millis>,
+    last_success_sent_at: Option<Millis>,
+    disabled_until: Option<Millis>,
+    disabled_reason: Option<String>,
+    error_count: i64,
+    failure_counts: String,
+    last_failure_at: Option<Millis>,
+    window_opened_at: Option<Millis>,
+    success_count: i64,
+    failure_total: i64,
+    billing_step: i64,
+    cleared_at: Option<Millis>,
+}
+
+impl StatsRow {
+    /// The profile's id, as stored, and its stats (without cooldowns and quotas, which are
+    /// rows of their own).
+    pub(super) fn stats(self) -> Result<(String, UsageStats), StoreError> {
+        let reason = |raw: String| raw.parse::<Reason>().map_err(|e| corrupt("usage_stats", e));
+        let disabled =
+            self.disabled_reason.map(reason).transpose()?.map(|reason| Disabled { until: self.disabled_until, reason });
+        let failure_counts: BTreeMap<Reason, u32> =
+            serde_json::from_str(&self.failure_counts).map_err(|e| corrupt("usage_stats", e))?;
+        let stats = UsageStats {
+            last_used: self.last_used,
+            last_success_at: self.last_success_at,
+            last_success_sent_at: self.last_success_sent_at,
+            cooldowns: Vec::new(),
+            disabled,
+            error_count: self.error_count as u32,
+            failure_counts,
+            last_failure_at: self.last_failure_at,
+            window_opened_at: self.window_opened_at,
+            success_count: self.success_count as u64,
+            failure_total: self.failure_total as u64,
+            billing_step: self.billing_step as u32,
+            cleared_at: self.cleared_at,
+            quotas: Vec::new(),
+        };
+        Ok((self.profile_id, stats))
+    }
+}
+
 /// The statements that read many profiles' stats at once (`load_many`), given the SQL that
 /// turns the JSON array of ids in `$1` into rows of the engine's.
 pub(super) fn statements(ids: &str) -> [String; 3] {
@@ -278,33 +328,25 @@ where
         })
     }
 
-    fn reason(row: &DB::Row, col: &str) -> Result<Option<Reason>, StoreError> {
-        let raw: Option<String> = row.try_get(col)?;
-        raw.map(|r| r.parse().map_err(|e| corrupt("usage_stats", e))).transpose()
-    }
-
-    pub(super) fn stats_from_row(row: &DB::Row) -> Result<UsageStats, StoreError> {
-        let disabled = Self::reason(row, "disabled_reason")?
-            .map(|reason| Disabled { until: row.try_get("disabled_until").ok().flatten(), reason });
-        let counts: String = row.try_get("failure_counts")?;
-        let failure_counts: BTreeMap<Reason, u32> =
-            serde_json::from_str(&counts).map_err(|e| corrupt("usage_stats", e))?;
-        Ok(UsageStats {
+    /// A row of `STATS_COLUMNS`, read by name.
+    pub(super) fn stats_from_row(row: &DB::Row) -> Result<(String, UsageStats), StoreError> {
+        StatsRow {
+            profile_id: row.try_get("profile_id")?,
             last_used: row.try_get("last_used")?,
             last_success_at: row.try_get("last_success_at")?,
             last_success_sent_at: row.try_get("last_success_sent_at")?,
-            cooldowns: Vec::new(),
-            disabled,
-            error_count: row.try_get::<i64, _>("error_count")? as u32,
-            failure_counts,
+            disabled_until: row.try_get("disabled_until")?,
+            disabled_reason: row.try_get("disabled_reason")?,
+            error_count: row.try_get("error_count")?,
+            failure_counts: row.try_get("failure_counts")?,
             last_failure_at: row.try_get("last_failure_at")?,
             window_opened_at: row.try_get("window_opened_at")?,
-            success_count: row.try_get::<i64, _>("success_count")? as u64,
-            failure_total: row.try_get::<i64, _>("failure_total")? as u64,
-            billing_step: row.try_get::<i64, _>("billing_step")? as u32,
+            success_count: row.try_get("success_count")?,
+            failure_total: row.try_get("failure_total")?,
+            billing_step: row.try_get("billing_step")?,
             cleared_at: row.try_get("cleared_at")?,
-            quotas: Vec::new(),
-        })
+        }
+        .stats()
     }
 
     pub(super) fn window_from_row(row: &DB::Row) -> Result<Cooldown, StoreError> {
@@ -332,9 +374,8 @@ where
             let list =
                 serde_json::to_string(&chunk.iter().map(|id| id.as_str()).collect::<Vec<_>>()).expect("ids serialize");
             for row in sqlx::query(stats.as_str()).bind(&list).fetch_all(&mut *conn).await? {
-                let id: String = row.try_get("profile_id")?;
-                let id = id.parse().map_err(|e| corrupt("usage_stats", e))?;
-                out.insert(id, Self::stats_from_row(&row)?);
+                let (id, stats) = Self::stats_from_row(&row)?;
+                out.insert(id.parse().map_err(|e| corrupt("usage_stats", e))?, stats);
             }
             for row in sqlx::query(cooldowns.as_str()).bind(&list).fetch_all(&mut *conn).await? {
                 let id: String = row.try_get("profile_id")?;
@@ -469,5 +510,33 @@ where
         }
         tx.commit().await?;
         Ok((head, out))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    /// A JSON array of the columns reads into the fields of the same names: a row read by name
+    /// and the same values read by place give the same stats.
+    #[test]
+    fn the_stats_columns_are_in_the_order_of_a_stats_row() {
+        let names: Vec<&str> = STATS_COLUMNS.split(',').map(str::trim).collect();
+        let value = |(i, name): (usize, &&str)| match *name {
+            "profile_id" => json!("p:k"),
+            "disabled_reason" => json!("billing"),
+            "failure_counts" => json!(r#"{"rate_limit": 3}"#),
+            _ => json!(1000 + i as i64),
+        };
+        let by_name: serde_json::Map<String, Value> =
+            names.iter().enumerate().map(|c| (c.1.to_string(), value(c))).collect();
+        let by_place: Vec<Value> = names.iter().enumerate().map(value).collect();
+        let by_name: StatsRow = serde_json::from_value(Value::Object(by_name)).unwrap();
+        let by_place: StatsRow = serde_json::from_value(Value::Array(by_place)).unwrap();
+        let (by_name, by_place) = (by_name.stats().unwrap(), by_place.stats().unwrap());
+        assert_eq!(by_name, by_place);
+        assert_eq!(by_name.1.last_used, Some(1001));
+        assert_eq!(by_name.1.cleared_at, Some(1000 + names.len() as i64 - 1));
     }
 }
