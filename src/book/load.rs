@@ -113,7 +113,7 @@ pub fn config_rows(config: &Config, now: Millis) -> Vec<StoredProfile> {
 
 /// Stored secrets opened on the calling thread at most; more are opened in two halves on two
 /// threads: each is an XChaCha20-Poly1305 decryption (about 9,000 instructions), most of a
-/// load's work with thousands of profiles (docs/performance.md, "Performance near the floor").
+/// load's work with thousands of profiles (docs/performance.md, "What profiling changed").
 const OPEN_ON_ONE_THREAD: usize = 256;
 
 /// Each profile's sealed secrets, opened, by field.

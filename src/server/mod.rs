@@ -43,7 +43,7 @@ impl App {
     pub async fn build_on(config: Config, watched: Option<std::path::PathBuf>, clock: Arc<dyn Clock>) -> Result<App> {
         // The HTTP client reads and parses the system's CA certificates (a tenth of start-up's
         // instructions with 2,000 profiles): built on a blocking thread while the database opens
-        // and the profiles load (docs/performance.md, "Performance near the floor").
+        // and the profiles load (docs/performance.md, "What profiling changed").
         let upstream = tokio::task::spawn_blocking({
             let timeouts = config.timeouts.clone();
             move || Upstream::new(&timeouts)
