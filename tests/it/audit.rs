@@ -883,6 +883,27 @@ fn counts_sum(series: &Value) -> i64 {
     series["counts"].as_array().unwrap().iter().map(|c| c.as_i64().unwrap()).sum()
 }
 
+/// A `requests` row of `api`, as the writer's tests queue it.
+fn request_row(id: &str, api: &'static str) -> rota::store::RequestRow {
+    rota::store::RequestRow {
+        id: id.into(),
+        agent: Some("tester".into()),
+        api,
+        requested_model: None,
+        served_model: None,
+        served_profile: None,
+        status: 200,
+        attempts: 0,
+        started_at: 1,
+        duration_ms: 1,
+        stream: false,
+        tokens_in: None,
+        tokens_out: None,
+        error: None,
+        cost: None,
+    }
+}
+
 /// Shutdown that gives up waiting for the database sheds the rows still queued and counts
 /// them with the others (`dropped_*`, `rota_audit_dropped_total`): never only a log line. The
 /// batch under way may still land, so it is not counted.
@@ -898,23 +919,7 @@ async fn rows_that_shutdown_gives_up_on_are_counted_as_shed() {
     sqlx::query("BEGIN IMMEDIATE").execute(&mut auditor).await.unwrap();
     // More than one batch (1,024 rows): the writer takes one and waits for the lock.
     for i in 0..1500 {
-        audit.request(rota::store::RequestRow {
-            id: format!("r{i}"),
-            agent: Some("tester".into()),
-            api: "chat",
-            requested_model: None,
-            served_model: None,
-            served_profile: None,
-            status: 200,
-            attempts: 1,
-            started_at: 1,
-            duration_ms: 1,
-            stream: false,
-            tokens_in: None,
-            tokens_out: None,
-            error: None,
-            cost: None,
-        });
+        audit.request(request_row(&format!("r{i}"), "chat"));
     }
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     let h = audit.give_up();
@@ -933,23 +938,7 @@ async fn a_small_queue_is_written_before_the_gather_fills_it() {
     let audit = rota::audit::Audit::start(store.clone(), 8);
     // A row every 5 ms: ten in one 50 ms gather, more than the queue holds.
     for i in 0..40 {
-        audit.request(rota::store::RequestRow {
-            id: format!("r{i}"),
-            agent: Some("tester".into()),
-            api: "chat",
-            requested_model: None,
-            served_model: None,
-            served_profile: None,
-            status: 200,
-            attempts: 1,
-            started_at: 1,
-            duration_ms: 1,
-            stream: false,
-            tokens_in: None,
-            tokens_out: None,
-            error: None,
-            cost: None,
-        });
+        audit.request(request_row(&format!("r{i}"), "chat"));
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
     assert!(audit.flush_within(std::time::Duration::from_secs(10)).await);
@@ -965,26 +954,9 @@ async fn a_small_queue_is_written_before_the_gather_fills_it() {
 async fn a_row_the_database_refuses_is_set_aside(target: rota::store::DatabaseTarget) {
     let store = rota::store::open(&target).await.unwrap();
     let audit = rota::audit::Audit::start(store.clone(), 100);
-    let row = |id: &str, api: &'static str| rota::store::RequestRow {
-        id: id.into(),
-        agent: Some("tester".into()),
-        api,
-        requested_model: None,
-        served_model: None,
-        served_profile: None,
-        status: 200,
-        attempts: 0,
-        started_at: 1,
-        duration_ms: 1,
-        stream: false,
-        tokens_in: None,
-        tokens_out: None,
-        error: None,
-        cost: None,
-    };
-    audit.request(row("before", "chat"));
-    audit.request(row("refused", "bogus"));
-    audit.request(row("after", "lease"));
+    audit.request(request_row("before", "chat"));
+    audit.request(request_row("refused", "bogus"));
+    audit.request(request_row("after", "lease"));
     assert!(audit.flush_within(std::time::Duration::from_secs(10)).await, "the log moved on");
     let h = audit.health();
     assert_eq!((h.invalid_requests, h.dropped_requests, h.queued), (1, 0, 0), "{h:?}");
@@ -993,7 +965,7 @@ async fn a_row_the_database_refuses_is_set_aside(target: rota::store::DatabaseTa
     ids.sort();
     assert_eq!(ids, ["after", "before"]);
     // The next rows go in at once.
-    audit.request(row("later", "chat"));
+    audit.request(request_row("later", "chat"));
     assert!(audit.flush_within(std::time::Duration::from_secs(2)).await);
 }
 
