@@ -126,6 +126,10 @@ impl Backend for PgStore {
         &self.pool
     }
 
+    async fn close(&self) {
+        self.pool.close().await;
+    }
+
     fn description(&self) -> &str {
         &self.description
     }

@@ -15,6 +15,10 @@ static MIGRATOR: Migrator = sqlx::migrate!("./migrations/sqlite");
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
     pool: SqlitePool,
+    /// The one connection every write transaction of this process runs on (`write_tx`,
+    /// `audit_tx`): SQLite has one writer at a time, and the writes' statements (with their
+    /// triggers' programs) are prepared once, not once on each of the pool's connections.
+    writer: SqlitePool,
     description: String,
     failures: Arc<Failures>,
     /// This process's writers take turns here (`Store::write_turn`), in order.
@@ -103,19 +107,24 @@ impl SqliteStore {
             .row_buffer_size(1024);
         let failures = Arc::new(Failures { opened: std::time::Instant::now(), last: AtomicU64::new(0) });
         let seen = failures.clone();
-        let pool = SqlitePoolOptions::new()
-            .max_connections(4)
-            .acquire_timeout(super::TIMEOUT)
-            .before_acquire(move |conn, meta| {
-                let fresh = !seen.outlived(meta.age);
-                Box::pin(async move { Ok(fresh && super::sql::usable(conn)) })
-            })
-            .connect_with(opts)
-            .await?;
+        let pool_of = |connections: u32, wait: Duration| {
+            let seen = seen.clone();
+            SqlitePoolOptions::new().max_connections(connections).acquire_timeout(wait).before_acquire(
+                move |conn, meta| {
+                    let fresh = !seen.outlived(meta.age);
+                    Box::pin(async move { Ok(fresh && super::sql::usable(conn)) })
+                },
+            )
+        };
+        let pool = pool_of(4, super::TIMEOUT).connect_with(opts.clone()).await?;
         owner_only(path)?;
         MIGRATOR.run(&pool).await?;
+        // A write waits for the writer's connection as long as it would for another
+        // connection's lock.
+        let writer = pool_of(1, BUSY_TIMEOUT).connect_with(opts).await?;
         Ok(SqliteStore {
             pool,
+            writer,
             description: path.display().to_string(),
             failures,
             turn: Arc::new(tokio::sync::Mutex::new(())),
@@ -164,6 +173,11 @@ impl Backend for SqliteStore {
         &self.description
     }
 
+    async fn close(&self) {
+        self.writer.close().await;
+        self.pool.close().await;
+    }
+
     fn migrator() -> &'static Migrator {
         &MIGRATOR
     }
@@ -177,7 +191,7 @@ impl Backend for SqliteStore {
     /// (SQLITE_BUSY_SNAPSHOT, which the busy timeout does not wait out), and the rows it reads
     /// are the ones it replaces.
     async fn write_tx(&self) -> Result<sqlx::Transaction<'static, Sqlite>, StoreError> {
-        Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
+        Ok(self.writer.begin_with("BEGIN IMMEDIATE").await?)
     }
 
     /// Reads that see one committed state: in WAL mode a read transaction keeps the snapshot

@@ -172,6 +172,8 @@ pub(super) trait Backend: Send + Sync + Sized {
     const STATS_BATCH: usize;
 
     fn pool(&self) -> &Pool<Self::Db>;
+    /// Closes every connection.
+    fn close(&self) -> impl Future<Output = ()> + Send;
     /// The database, as an operator names it.
     fn description(&self) -> &str;
     /// This build's migrations for the engine.
@@ -243,7 +245,7 @@ where
     }
 
     async fn close(&self) {
-        self.pool().close().await;
+        Backend::close(self).await;
     }
 
     fn wake(&self) -> Option<watch::Receiver<u64>> {
