@@ -1,7 +1,7 @@
 //! Micro-benchmarks of the engine (divan): ordering 10 to 10,000 profiles (whole, and the
 //! first usable ones through the rotation index, with a use moving one to the end), the index's
-//! update per mark, classifying a provider error, one whole failover decision, and reading the
-//! remaining quota of an answer.
+//! update per mark, classifying a provider error (alone, and beside a 100 KB request), one whole
+//! failover decision, and reading the remaining quota of an answer.
 //! `cargo bench -p rota-engine`.
 
 use rota_engine::classify::{Classifier, Observed};
@@ -125,6 +125,32 @@ fn classify_429(bencher: divan::Bencher) {
             body: BODY,
             transport: None,
             echoed: rota_engine::classify::Echoed::strings(&["gpt-4.1"]),
+        };
+        classifier.classify(divan::black_box(&seen), NOW)
+    });
+}
+
+/// The same 429 with what a coding agent sends beside it: a request body of about 100 KB (a
+/// system prompt, files read, tool results), every string of which the answer's text is
+/// checked against before a rule reads it.
+#[divan::bench]
+fn classify_429_of_a_100_kb_request(bencher: divan::Bencher) {
+    let classifier = Classifier::with_overrides(vec![]);
+    let headers = headers();
+    let line = "fn main() { let config = load(\"rota.toml\")?; serve(config).await } // the gateway's entry\n";
+    let messages: Vec<serde_json::Value> = (0..50)
+        .map(|i| serde_json::json!({"role": if i % 2 == 0 { "user" } else { "assistant" }, "content": line.repeat(22)}))
+        .collect();
+    let body = serde_json::json!({"model": "gpt-4.1", "stream": true, "messages": messages});
+    let body = body.as_object().unwrap();
+    assert!(serde_json::to_string(body).unwrap().len() > 100_000);
+    bencher.bench_local(|| {
+        let seen = Observed {
+            status: Some(429),
+            headers: &headers,
+            body: BODY,
+            transport: None,
+            echoed: rota_engine::classify::Echoed { strings: &["gpt-4.1"], body: Some(body) },
         };
         classifier.classify(divan::black_box(&seen), NOW)
     });

@@ -386,55 +386,37 @@ fn without_echoes(text: &str, echoed: &Echoed<'_>) -> String {
         end -= 1;
     }
     let bytes = &text.as_bytes()[..end];
-    let lower: Vec<u8> = bytes.iter().map(u8::to_ascii_lowercase).collect();
-    // Each run of GRAM bytes of the answer, and each substring of 3 to GRAM - 1 bytes, as a key
-    // (its bytes, and its length above them) with where it starts, sorted for lookups.
-    let key = |b: &[u8]| gram(b) | (b.len() as u64) << 56;
-    let mut at: Vec<(u64, usize)> = Vec::with_capacity(lower.len() * (GRAM - 2));
-    for i in 0..lower.len() {
-        if i + GRAM <= lower.len() {
-            at.push((gram(&lower[i..i + GRAM]), i));
-        }
-        for n in 3..GRAM.min(lower.len() - i + 1) {
-            at.push((key(&lower[i..i + n]), i));
-        }
+    if bytes.len() < 3 {
+        return text[..end].to_string();
     }
-    at.sort_unstable();
+    let lower: Vec<u8> = bytes.iter().map(u8::to_ascii_lowercase).collect();
+    let mut runs = Runs::of(&lower);
     let mut blank = vec![false; lower.len()];
-    let mut mark = |k: u64, n: usize| {
-        let from = at.partition_point(|&(x, _)| x < k);
-        for &(_, p) in at[from..].iter().take_while(|&&(x, _)| x == k) {
-            blank[p..p + n].iter_mut().for_each(|b| *b = true);
-        }
-    };
     echoed.each(&mut |s| {
         let s = s.trim().as_bytes();
-        if s.len() < 3 || at.is_empty() {
+        if s.len() < 3 {
             return;
         }
         if s.len() < GRAM {
-            let lower: Vec<u8> = s.iter().map(u8::to_ascii_lowercase).collect();
-            mark(key(&lower), s.len());
+            runs.mark(Runs::short(s.iter().map(u8::to_ascii_lowercase)), s.len(), &mut blank);
             return;
         }
+        // Each run of GRAM bytes, and each short word: "quota" inside "Tell me about my quota".
         let (mut window, mut word) = (0u64, 0usize);
-        for (i, b) in s.iter().enumerate() {
+        for (i, &b) in s.iter().enumerate() {
             window = (window << 8) | u64::from(b.to_ascii_lowercase());
             if i + 1 >= GRAM {
-                mark(window, GRAM);
+                runs.mark(Key::Gram(window), GRAM, &mut blank);
             }
-            // And each of its short words: "quota" inside "Tell me about my quota".
-            if b.is_ascii_alphanumeric() {
-                word += 1;
+            if !b.is_ascii_alphanumeric() {
+                if (3..GRAM).contains(&(i - word)) {
+                    runs.mark(Runs::short(s[word..i].iter().map(u8::to_ascii_lowercase)), i - word, &mut blank);
+                }
+                word = i + 1;
             }
-            let ends = !b.is_ascii_alphanumeric() || i + 1 == s.len();
-            if ends && (3..GRAM).contains(&word) {
-                let from = if b.is_ascii_alphanumeric() { i + 1 - word } else { i - word };
-                mark(key(&s[from..from + word].to_ascii_lowercase()), word);
-            }
-            if ends {
-                word = 0;
-            }
+        }
+        if (3..GRAM).contains(&(s.len() - word)) {
+            runs.mark(Runs::short(s[word..].iter().map(u8::to_ascii_lowercase)), s.len() - word, &mut blank);
         }
     });
     if !blank.contains(&true) {
@@ -444,10 +426,148 @@ fn without_echoes(text: &str, echoed: &Echoed<'_>) -> String {
     String::from_utf8_lossy(&kept).into_owned()
 }
 
-/// Up to `GRAM` bytes as one number (the rolling window of `without_echoes` builds the same for
-/// `GRAM` bytes; a shorter run's length goes above its bytes, so no two keys are equal).
-fn gram(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0, |w, &b| (w << 8) | u64::from(b))
+/// A run of a text's bytes as one number: `GRAM` bytes, or 3 to `GRAM - 1` (their bytes below
+/// their length, so no two short runs are equal).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Key {
+    Gram(u64),
+    Short(u64),
+}
+
+impl Key {
+    fn hash(self) -> u64 {
+        let k = match self {
+            Key::Gram(k) => k,
+            Key::Short(k) => !k,
+        };
+        k.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    }
+}
+
+/// Where each run of `GRAM` bytes of a text, and each of its substrings of 3 to `GRAM - 1`
+/// bytes, starts. Most runs of the client's text are not in the answer: a bit per hashed run
+/// answers those (at most about 6 % false hits). The first `SCANS` runs it may hold are looked
+/// for by a pass over the text; past them, an index is built, one hash entry per distinct run
+/// holding its last start, the earlier ones chained behind it. A run is blanked once, however
+/// often the client's text repeats it, so blanking costs at most `SCANS` passes over the text
+/// and one over each start.
+struct Runs<'t> {
+    text: &'t [u8],
+    bits: Vec<u64>,
+    shift: u32,
+    scanned: Vec<Key>,
+    index: Option<Index>,
+}
+
+struct Index {
+    last: std::collections::HashMap<Key, (u32, bool), foldhash::fast::FixedState>,
+    /// Per entry: where its run starts, and the entry of the same run before it (`NONE`).
+    start: Vec<u32>,
+    before: Vec<u32>,
+}
+
+impl<'t> Runs<'t> {
+    const NONE: u32 = u32::MAX;
+
+    /// Each run of `text` with where it starts.
+    fn each(text: &[u8], mut f: impl FnMut(Key, usize)) {
+        for i in 0..text.len() {
+            let mut w = 0u64;
+            for (n, &b) in text[i..text.len().min(i + GRAM)].iter().enumerate() {
+                w = (w << 8) | u64::from(b);
+                match n + 1 {
+                    GRAM => f(Key::Gram(w), i),
+                    3.. => f(Key::Short(w | ((n as u64 + 1) << 56)), i),
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    /// Each run of `n` bytes of `text` with where it starts.
+    fn each_of_length(text: &[u8], n: usize, mut f: impl FnMut(Key, usize)) {
+        let mut w = 0u64;
+        for (i, &b) in text.iter().enumerate() {
+            w = (w << 8) | u64::from(b);
+            if i + 1 >= n {
+                f(
+                    if n == GRAM { Key::Gram(w) } else { Key::Short(w & ((1 << (8 * n)) - 1) | ((n as u64) << 56)) },
+                    i + 1 - n,
+                );
+            }
+        }
+    }
+
+    fn of(text: &'t [u8]) -> Runs<'t> {
+        // 16 bits a run.
+        let log2 = (text.len() * (GRAM - 2) * 16).next_power_of_two().trailing_zeros().max(6);
+        let mut runs =
+            Runs { text, bits: vec![0; 1 << (log2 - 6)], shift: 64 - log2, scanned: Vec::new(), index: None };
+        Self::each(text, |key, _| {
+            let bit = key.hash() >> runs.shift;
+            runs.bits[(bit >> 6) as usize] |= 1 << (bit & 63);
+        });
+        runs
+    }
+
+    fn short(bytes: impl Iterator<Item = u8>) -> Key {
+        let (w, n) = bytes.fold((0u64, 0u64), |(w, n), b| ((w << 8) | u64::from(b), n + 1));
+        Key::Short(w | (n << 56))
+    }
+
+    /// Blanks the `n` bytes at each start of `key`, the first time it is asked for.
+    #[inline(always)]
+    fn mark(&mut self, key: Key, n: usize, blank: &mut [bool]) {
+        let bit = key.hash() >> self.shift;
+        if self.bits[(bit >> 6) as usize] & (1 << (bit & 63)) != 0 {
+            self.mark_held(key, n, blank);
+        }
+    }
+
+    #[inline(never)]
+    fn mark_held(&mut self, key: Key, n: usize, blank: &mut [bool]) {
+        const SCANS: usize = 32;
+        let text = self.text;
+        if self.index.is_none() && self.scanned.len() < SCANS {
+            if !self.scanned.contains(&key) {
+                self.scanned.push(key);
+                Self::each_of_length(text, n, |run, at| {
+                    if run == key {
+                        blank[at..at + n].iter_mut().for_each(|b| *b = true);
+                    }
+                });
+            }
+            return;
+        }
+        let index = self.index.get_or_insert_with(|| {
+            // TEXT_MAX bounds the entries far below u32::MAX.
+            let entries = text.len() * (GRAM - 2);
+            let mut index = Index {
+                last: std::collections::HashMap::with_capacity_and_hasher(entries, Default::default()),
+                start: Vec::with_capacity(entries),
+                before: Vec::with_capacity(entries),
+            };
+            Self::each(text, |key, at| {
+                let entry = index.start.len() as u32;
+                index.start.push(at as u32);
+                let last = index.last.entry(key).or_insert((Self::NONE, false));
+                index.before.push(std::mem::replace(&mut last.0, entry));
+            });
+            index
+        });
+        let Some((mut entry, marked)) = index.last.get_mut(&key).map(|l| (l.0, std::mem::replace(&mut l.1, true)))
+        else {
+            return;
+        };
+        if marked {
+            return;
+        }
+        while entry != Self::NONE {
+            let at = index.start[entry as usize] as usize;
+            blank[at..at + n].iter_mut().for_each(|b| *b = true);
+            entry = index.before[entry as usize];
+        }
+    }
 }
 
 /// `word` appears in `text` with no letter or digit right before or after it (so the
@@ -592,6 +712,60 @@ mod tests {
             serde_json::from_str(r#"{"model":"m","metadata":{"note":["insufficient credits"]},"billing":1}"#).unwrap();
         let echoed = Echoed { strings: &[], body: Some(&body) };
         assert_eq!(without_echoes("insufficient credits; billing", &echoed), format!("{};        ", " ".repeat(20)));
+    }
+
+    /// The definition, by brute force: every occurrence of each run the client's strings yield.
+    fn blank_by_definition(text: &str, echoed: &[&str]) -> String {
+        let mut end = text.len().min(TEXT_MAX);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        let lower = text[..end].to_ascii_lowercase().into_bytes();
+        let mut runs: Vec<Vec<u8>> = Vec::new();
+        for s in echoed {
+            let s = s.trim().to_ascii_lowercase().into_bytes();
+            match s.len() {
+                0..3 => {}
+                3..GRAM => runs.push(s),
+                _ => {
+                    runs.extend(s.windows(GRAM).map(<[u8]>::to_vec));
+                    let words = s.split(|b| !b.is_ascii_alphanumeric());
+                    runs.extend(words.filter(|w| (3..GRAM).contains(&w.len())).map(<[u8]>::to_vec));
+                }
+            }
+        }
+        let mut blank = vec![false; lower.len()];
+        for run in &runs {
+            for (at, window) in lower.windows(run.len()).enumerate() {
+                if window == run.as_slice() {
+                    blank[at..at + run.len()].fill(true);
+                }
+            }
+        }
+        let kept: Vec<u8> =
+            text.as_bytes()[..end].iter().zip(&blank).map(|(&b, &g)| if g { b' ' } else { b }).collect();
+        String::from_utf8_lossy(&kept).into_owned()
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::test_runner::Config { cases: 4096, failure_persistence: None, ..Default::default() })]
+        #[test]
+        fn echoes_are_blanked_as_defined(
+            text in "[abAB é.-]{0,48}|[ab ]{0,200}",
+            echoed in proptest::collection::vec("[abAB é.-]{0,14}|[abAB ]{0,60}", 0..6),
+        ) {
+            let echoed: Vec<&str> = echoed.iter().map(String::as_str).collect();
+            proptest::prop_assert_eq!(blank(&text, &echoed), blank_by_definition(&text, &echoed));
+        }
+    }
+
+    #[test]
+    fn a_run_repeated_by_the_client_is_blanked_once() {
+        // Every start of the answer is a start of the same runs: a walk over them per byte of
+        // the client's text would be 16K times 64K steps.
+        let text = "a".repeat(TEXT_MAX);
+        let echo = "a".repeat(64 * 1024);
+        assert_eq!(blank(&text, &[&echo]), " ".repeat(TEXT_MAX));
     }
 
     #[test]
