@@ -4,7 +4,7 @@
 //! failover decision, and reading the remaining quota of an answer.
 //! `cargo bench -p rota-engine`.
 
-use rota_engine::classify::{Classifier, Observed};
+use rota_engine::classify::{Classifier, Echoed, Observed};
 use rota_engine::order::{OrderRequest, Rotation, RotationIndex, order};
 use rota_engine::{CooldownPolicy, Failure, ProfileId, ProfileType, ProfileView, UsageStats, Views};
 
@@ -114,18 +114,17 @@ fn headers() -> Vec<(String, String)> {
     ]
 }
 
+/// The 429 of `BODY` with `headers`, `echoed` the client's text.
+fn limited<'a>(headers: &'a [(String, String)], echoed: Echoed<'a>) -> Observed<'a> {
+    Observed { status: Some(429), headers, body: BODY, transport: None, echoed }
+}
+
 #[divan::bench]
 fn classify_429(bencher: divan::Bencher) {
     let classifier = Classifier::with_overrides(vec![]);
     let headers = headers();
     bencher.bench_local(|| {
-        let seen = Observed {
-            status: Some(429),
-            headers: &headers,
-            body: BODY,
-            transport: None,
-            echoed: rota_engine::classify::Echoed::strings(&["gpt-4.1"]),
-        };
+        let seen = limited(&headers, Echoed::strings(&["gpt-4.1"]));
         classifier.classify(divan::black_box(&seen), NOW)
     });
 }
@@ -145,13 +144,7 @@ fn classify_429_of_a_100_kb_request(bencher: divan::Bencher) {
     let body = body.as_object().unwrap();
     assert!(serde_json::to_string(body).unwrap().len() > 100_000);
     bencher.bench_local(|| {
-        let seen = Observed {
-            status: Some(429),
-            headers: &headers,
-            body: BODY,
-            transport: None,
-            echoed: rota_engine::classify::Echoed { strings: &["gpt-4.1"], body: Some(body) },
-        };
+        let seen = limited(&headers, Echoed { strings: &["gpt-4.1"], body: Some(body) });
         classifier.classify(divan::black_box(&seen), NOW)
     });
 }
@@ -165,13 +158,7 @@ fn failover_decision(bencher: divan::Bencher) {
     let (ids, views) = profiles(100);
     let policy = CooldownPolicy::default();
     bencher.bench_local(|| {
-        let seen = Observed {
-            status: Some(429),
-            headers: &headers,
-            body: BODY,
-            transport: None,
-            echoed: rota_engine::classify::Echoed::strings(&["gpt-4.1"]),
-        };
+        let seen = limited(&headers, Echoed::strings(&["gpt-4.1"]));
         let class = classifier.classify(&seen, NOW);
         let mut stats = views[&ids[1]].stats.clone();
         let f = Failure {

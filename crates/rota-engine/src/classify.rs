@@ -398,7 +398,7 @@ fn without_echoes(text: &str, echoed: &Echoed<'_>) -> String {
             return;
         }
         if s.len() < GRAM {
-            runs.mark(Runs::short(s.iter().map(u8::to_ascii_lowercase)), s.len(), &mut blank);
+            runs.mark(Key::of(s.iter().map(u8::to_ascii_lowercase)), &mut blank);
             return;
         }
         // Each run of GRAM bytes, and each short word: "quota" inside "Tell me about my quota".
@@ -406,17 +406,17 @@ fn without_echoes(text: &str, echoed: &Echoed<'_>) -> String {
         for (i, &b) in s.iter().enumerate() {
             window = (window << 8) | u64::from(b.to_ascii_lowercase());
             if i + 1 >= GRAM {
-                runs.mark(Key::Gram(window), GRAM, &mut blank);
+                runs.mark(Key::Gram(window), &mut blank);
             }
             if !b.is_ascii_alphanumeric() {
                 if (3..GRAM).contains(&(i - word)) {
-                    runs.mark(Runs::short(s[word..i].iter().map(u8::to_ascii_lowercase)), i - word, &mut blank);
+                    runs.mark(Key::of(s[word..i].iter().map(u8::to_ascii_lowercase)), &mut blank);
                 }
                 word = i + 1;
             }
         }
         if (3..GRAM).contains(&(s.len() - word)) {
-            runs.mark(Runs::short(s[word..].iter().map(u8::to_ascii_lowercase)), s.len() - word, &mut blank);
+            runs.mark(Key::of(s[word..].iter().map(u8::to_ascii_lowercase)), &mut blank);
         }
     });
     if !blank.contains(&true) {
@@ -435,6 +435,27 @@ enum Key {
 }
 
 impl Key {
+    /// The run of `n` bytes that end `w` (`n` is 3 to `GRAM`).
+    fn last(w: u64, n: usize) -> Key {
+        match n {
+            GRAM => Key::Gram(w),
+            _ => Key::Short(w & ((1 << (8 * n)) - 1) | ((n as u64) << 56)),
+        }
+    }
+
+    /// The run of these 3 to `GRAM` bytes.
+    fn of(bytes: impl ExactSizeIterator<Item = u8>) -> Key {
+        let n = bytes.len();
+        Key::last(bytes.fold(0, |w, b| (w << 8) | u64::from(b)), n)
+    }
+
+    fn len(self) -> usize {
+        match self {
+            Key::Gram(_) => GRAM,
+            Key::Short(k) => (k >> 56) as usize,
+        }
+    }
+
     fn hash(self) -> u64 {
         let k = match self {
             Key::Gram(k) => k,
@@ -475,10 +496,8 @@ impl<'t> Runs<'t> {
             let mut w = 0u64;
             for (n, &b) in text[i..text.len().min(i + GRAM)].iter().enumerate() {
                 w = (w << 8) | u64::from(b);
-                match n + 1 {
-                    GRAM => f(Key::Gram(w), i),
-                    3.. => f(Key::Short(w | ((n as u64 + 1) << 56)), i),
-                    _ => {}
+                if n + 1 >= 3 {
+                    f(Key::last(w, n + 1), i);
                 }
             }
         }
@@ -490,10 +509,7 @@ impl<'t> Runs<'t> {
         for (i, &b) in text.iter().enumerate() {
             w = (w << 8) | u64::from(b);
             if i + 1 >= n {
-                f(
-                    if n == GRAM { Key::Gram(w) } else { Key::Short(w & ((1 << (8 * n)) - 1) | ((n as u64) << 56)) },
-                    i + 1 - n,
-                );
+                f(Key::last(w, n), i + 1 - n);
             }
         }
     }
@@ -510,24 +526,19 @@ impl<'t> Runs<'t> {
         runs
     }
 
-    fn short(bytes: impl Iterator<Item = u8>) -> Key {
-        let (w, n) = bytes.fold((0u64, 0u64), |(w, n), b| ((w << 8) | u64::from(b), n + 1));
-        Key::Short(w | (n << 56))
-    }
-
-    /// Blanks the `n` bytes at each start of `key`, the first time it is asked for.
+    /// Blanks the bytes at each start of `key`, the first time it is asked for.
     #[inline(always)]
-    fn mark(&mut self, key: Key, n: usize, blank: &mut [bool]) {
+    fn mark(&mut self, key: Key, blank: &mut [bool]) {
         let bit = key.hash() >> self.shift;
         if self.bits[(bit >> 6) as usize] & (1 << (bit & 63)) != 0 {
-            self.mark_held(key, n, blank);
+            self.mark_held(key, blank);
         }
     }
 
     #[inline(never)]
-    fn mark_held(&mut self, key: Key, n: usize, blank: &mut [bool]) {
+    fn mark_held(&mut self, key: Key, blank: &mut [bool]) {
         const SCANS: usize = 32;
-        let text = self.text;
+        let (text, n) = (self.text, key.len());
         if self.index.is_none() && self.scanned.len() < SCANS {
             if !self.scanned.contains(&key) {
                 self.scanned.push(key);
