@@ -74,6 +74,7 @@ impl Alerts {
             store: store.clone(),
             clock: clock.clone(),
             last: HashMap::new(),
+            offered: HashMap::new(),
             waiting: VecDeque::new(),
             raised: raised.clone(),
         };
@@ -109,6 +110,9 @@ struct Raiser {
     /// When this server last offered an alert per rule and subject: the database's gate is
     /// asked once per interval at most.
     last: HashMap<(String, String), Millis>,
+    /// Per rule, when its current interval began and how many alerts this server offered in it
+    /// (`cap`).
+    offered: HashMap<String, (Millis, u32)>,
     /// Alerts the database did not take yet, with their gates.
     waiting: VecDeque<(NewAlert, Millis)>,
     raised: Arc<Notify>,
@@ -123,7 +127,10 @@ impl Raiser {
                     Some(event) => self.match_rules(event).await,
                     None => return,
                 },
-                _ = tick.tick() => self.offer_waiting().await,
+                _ = tick.tick() => {
+                    self.forget_old();
+                    self.offer_waiting().await
+                }
             }
         }
     }
@@ -137,6 +144,18 @@ impl Raiser {
             if self.last.get(&key).is_some_and(|at| now - at < interval && now >= *at) {
                 continue;
             }
+            let (since, n) = self.offered.entry(rule.name.clone()).or_insert((now, 0));
+            if now - *since >= interval || now < *since {
+                (*since, *n) = (now, 0);
+            }
+            if *n >= rule.cap {
+                if *n == rule.cap {
+                    tracing::warn!(rule = %rule.name, cap = rule.cap, "alerts past the rule's cap are dropped until its interval ends");
+                    *n += 1;
+                }
+                continue;
+            }
+            *n += 1;
             self.last.insert(key, now);
             let id = uuid::Uuid::now_v7().to_string();
             let alert = NewAlert {
@@ -154,6 +173,16 @@ impl Raiser {
             }
         }
         self.offer_waiting().await;
+    }
+
+    /// Forgets the subjects whose every rule's interval is over, so that `last` holds what the
+    /// current intervals need and no more.
+    fn forget_old(&mut self) {
+        let now = self.clock.now();
+        let settings = self.settings.get();
+        let longest = settings.config.alerts.iter().map(|r| r.min_interval.as_millis() as Millis).max().unwrap_or(0);
+        self.last.retain(|_, at| now - *at < longest && now >= *at);
+        self.offered.retain(|_, (since, _)| now - *since < longest && now >= *since);
     }
 
     /// Offers the waiting alerts to the database in order; stops at the first it cannot take.
@@ -200,8 +229,19 @@ fn body(rule: &AlertRule, event: &Event, id: &str, now: Millis) -> String {
             "details": event.details,
         })
         .to_string(),
-        AlertFormat::Slack => json!({ "text": format!("rota · {}: {}", rule.name, event.summary) }).to_string(),
+        AlertFormat::Slack => json!({
+            "text": format!("rota · {}: {}", slack_text(&rule.name), slack_text(&event.summary)),
+            "unfurl_links": false,
+            "unfurl_media": false,
+        })
+        .to_string(),
     }
+}
+
+/// Text as Slack shows it literally: `&`, `<` and `>` escaped, so that no `<!channel>`, mention or
+/// link is made of it.
+fn slack_text(text: &str) -> String {
+    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 
 /// Claims due alerts and posts them.
@@ -364,7 +404,10 @@ mod tests {
         let slack = toml_rule("name = \"s\"\non = [\"paid\"]\nurl = \"http://127.0.0.1:9/\"\nformat = \"slack\"");
         let e = event(AlertKind::Paid, None);
         let b: Value = serde_json::from_str(&body(&slack, &e, "i", 0)).unwrap();
-        assert_eq!(b, json!({"text": "rota · s: x"}));
+        assert_eq!(b, json!({"text": "rota · s: x", "unfurl_links": false, "unfurl_media": false}));
+        let hostile = Event { summary: "<!channel> <http://evil.example|click> <@U1> & co".into(), ..e.clone() };
+        let b: Value = serde_json::from_str(&body(&slack, &hostile, "i", 0)).unwrap();
+        assert_eq!(b["text"], "rota · s: &lt;!channel&gt; &lt;http://evil.example|click&gt; &lt;@U1&gt; &amp; co");
         let b: Value = serde_json::from_str(&body(&rule(&[AlertKind::Paid], 0.8), &e, "i", 0)).unwrap();
         assert_eq!(
             b,

@@ -96,7 +96,7 @@ struct Day {
 impl Day {
     fn used(&self) -> (i64, f64) {
         let (_, tokens, cost) = self.read.unwrap_or((Instant::now(), 0, 0.0));
-        (tokens + self.spent.0 - self.base.0, cost + self.spent.1 - self.base.1)
+        (tokens.saturating_add(self.spent.0).saturating_sub(self.base.0), cost + self.spent.1 - self.base.1)
     }
 }
 
@@ -145,7 +145,7 @@ impl Limiter {
     pub fn spent(&self, agent: &str, started_at: Millis, tokens: i64, cost: f64) {
         let mut gates = self.gates.lock();
         if let Some(day) = gates.get_mut(agent).map(|g| &mut g.day).filter(|d| d.start == day_start(started_at)) {
-            day.spent.0 += tokens;
+            day.spent.0 = day.spent.0.saturating_add(tokens);
             day.spent.1 += cost;
         }
     }

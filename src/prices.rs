@@ -56,7 +56,31 @@ pub struct Tokens {
     pub cache_write_1h: Option<i64>,
 }
 
+/// The most tokens one answer may count of each kind: far above any model's window, far below
+/// what the audit's columns and the sums over them hold (docs/schema.md, `usage_suspect`).
+pub const TOKENS_MAX: i64 = 100_000_000;
+
 impl Tokens {
+    /// These counts held to 0..=`TOKENS_MAX`, the cached and cache-written tokens to the prompt,
+    /// and whether any had to be (the upstream's report is then not believed).
+    pub fn clamped(self) -> (Tokens, bool) {
+        let mut suspect = false;
+        let mut hold = |n: Option<i64>, max: i64| {
+            n.map(|n| {
+                let held = n.clamp(0, max);
+                suspect |= held != n;
+                held
+            })
+        };
+        let input = hold(self.input, TOKENS_MAX);
+        let output = hold(self.output, TOKENS_MAX);
+        let within = input.unwrap_or(TOKENS_MAX);
+        let cached = hold(self.cached, within);
+        let cache_write = hold(self.cache_write, within.saturating_sub(cached.unwrap_or(0)));
+        let cache_write_1h = hold(self.cache_write_1h, cache_write.unwrap_or(within));
+        (Tokens { input, output, cached, cache_write, cache_write_1h }, suspect)
+    }
+
     /// These counts, with those `later` reports replacing them (a stream reports in parts).
     pub fn and(self, later: Tokens) -> Tokens {
         Tokens {
@@ -78,7 +102,7 @@ impl Price {
         if tokens.cache_write_1h.unwrap_or(0) != 0 {
             return None;
         }
-        let plain = input - cached - written;
+        let plain = input.saturating_sub(cached).saturating_sub(written);
         // Price per million tokens × tokens = micro-dollars: in millionths of a micro-dollar, the
         // sum is exact (prices are taken to six decimals).
         let part = |n: i64, price: Option<f64>| -> Option<i128> {

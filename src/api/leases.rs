@@ -155,9 +155,7 @@ pub struct Usage {
     pub cache_write_tokens: Option<i64>,
 }
 
-/// The most tokens one report may count of each kind: far above any model's window, far
-/// below what the audit's columns and the agents' day totals hold.
-pub const TOKENS_MAX: i64 = 100_000_000;
+pub use crate::prices::TOKENS_MAX;
 
 impl Usage {
     /// Every count within 0 to `TOKENS_MAX`, and the cached and cache-written tokens within

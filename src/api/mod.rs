@@ -88,6 +88,7 @@ impl ApiState {
         let a = crate::store::AdminAction {
             at: self.runtime.clock.now(),
             actor: actor.name.clone(),
+            actor_email: actor.email.clone(),
             actor_kind: actor.kind().into(),
             role: actor.role.as_str().into(),
             action: action.into(),
@@ -98,9 +99,13 @@ impl ApiState {
         self.store.record_action(&a).await.map_err(ApiError::internal)
     }
 
-    /// The request's console session, if it is live and its agent is still an active admin.
+    /// The request's console session, if it is live and its agent is still an active admin, or
+    /// its person still has a role under the config in force (which the session then carries).
     pub fn session(&self, headers: &axum::http::HeaderMap) -> Option<Session> {
-        self.sessions.find(headers, self.runtime.clock.now(), |a| self.agents.is_active_admin(a))
+        let settings = self.runtime.settings();
+        let sso = settings.config.console.sso.as_ref();
+        let role = |p: &roles::Person| sso.and_then(|sso| roles::role_of(sso, p));
+        self.sessions.find(headers, self.runtime.clock.now(), |a| self.agents.is_active_admin(a), role)
     }
 }
 

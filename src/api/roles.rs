@@ -33,15 +33,84 @@ impl Role {
 /// person (a console session from the identity provider), with their role.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Actor {
-    /// The agent's name, or the person's email (else their subject).
+    /// The agent's name, or the person's verified subject (`issuer sub`).
     pub name: String,
     pub person: bool,
     pub role: Role,
+    /// A person's verified email (docs/operations.md, "Signing in").
+    pub email: Option<String>,
 }
 
 impl Actor {
+    pub fn agent(name: &str) -> Actor {
+        Actor { name: name.to_string(), person: false, role: Role::Admin, email: None }
+    }
+
     pub fn kind(&self) -> &'static str {
         if self.person { "person" } else { "agent" }
+    }
+
+    /// The name people read: a person's verified email, else their subject; an agent's name.
+    pub fn shown(&self) -> &str {
+        self.email.as_deref().unwrap_or(&self.name)
+    }
+}
+
+/// A person signed in through `[console.sso]`, as their identity provider vouched for them:
+/// what their role is worked out from again at every request, under the config in force.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Person {
+    /// `issuer sub`: the id_token's issuer and subject.
+    pub subject: String,
+    /// Their email, only when verified: `email_verified` is the JSON `true`, or the address is
+    /// in one of `console.sso.own_domains`.
+    pub email: Option<String>,
+    /// The groups of `groups_claim` and the roles of `role_claim`, as the id_token gave them.
+    pub groups: Vec<String>,
+    pub claimed_roles: Vec<String>,
+}
+
+impl Person {
+    /// The person an id_token's `claims` name (with `sub`), the email taken from `claims` or,
+    /// when they hold no verified one, from `userinfo` (whose `sub` must be the same).
+    pub fn verified(
+        sso: &crate::config::Sso,
+        claims: &serde_json::Value,
+        userinfo: Option<&serde_json::Value>,
+    ) -> Result<Person, String> {
+        let text = |v: &serde_json::Value, k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_string);
+        let sub = text(claims, "sub").filter(|s| !s.is_empty()).ok_or("the id_token names no subject (sub)")?;
+        let issuer = text(claims, "iss").unwrap_or_default();
+        let same = |info: &&serde_json::Value| text(info, "sub").as_deref() == Some(sub.as_str());
+        let email = verified_email(sso, claims).or_else(|| userinfo.filter(same).and_then(|i| verified_email(sso, i)));
+        Ok(Person {
+            subject: format!("{issuer} {sub}"),
+            email,
+            groups: strings(claims.get(&sso.groups_claim)),
+            claimed_roles: sso.role_claim.as_ref().map(|c| strings(claims.get(c))).unwrap_or_default(),
+        })
+    }
+}
+
+/// The `email` of `claims` if it is verified: `email_verified` is the JSON boolean `true`
+/// (a string or a missing claim is not), or its domain is one the operator names as the
+/// identity provider's own (`own_domains`). `preferred_username` never counts.
+fn verified_email(sso: &crate::config::Sso, claims: &serde_json::Value) -> Option<String> {
+    let email = claims.get("email")?.as_str()?.trim().to_ascii_lowercase();
+    let (local, domain) = email.rsplit_once('@')?;
+    if local.is_empty() {
+        return None;
+    }
+    let flagged = claims.get("email_verified") == Some(&serde_json::Value::Bool(true));
+    let own = sso.own_domains.iter().any(|d| d.eq_ignore_ascii_case(domain));
+    (flagged || own).then_some(email)
+}
+
+fn strings(v: Option<&serde_json::Value>) -> Vec<String> {
+    match v {
+        Some(serde_json::Value::String(s)) => vec![s.clone()],
+        Some(serde_json::Value::Array(a)) => a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect(),
+        _ => Vec::new(),
     }
 }
 
@@ -71,14 +140,14 @@ async fn actor(parts: &mut Parts, state: &ApiState, need: Role) -> Result<Actor,
                     agent.name
                 )));
             }
-            Actor { name: agent.name, person: false, role: Role::Admin }
+            Actor::agent(&agent.name)
         }
     };
     if actor.role < need {
         return Err(ApiError::Forbidden(format!(
             "{} {} has the {} role; this needs {} (docs/operations.md)",
             actor.kind(),
-            actor.name,
+            actor.shown(),
             actor.role.as_str(),
             need.as_str()
         )));
@@ -105,35 +174,27 @@ role_extractor!(Viewer, Role::Viewer, "Any role: reads.");
 role_extractor!(Operator, Role::Operator, "An operator or an admin: the accounts' day-to-day changes.");
 role_extractor!(Admin, Role::Admin, "An admin: agents, keys, limits, deletions.");
 
-/// The role a person signing in has: the highest of the roles `role_claim` names and those of
-/// the `roles` lists that name their email (exactly, or `*@domain`) or one of their groups.
-pub fn role_of(sso: &crate::config::Sso, claims: &serde_json::Value) -> Option<Role> {
-    let strings = |v: Option<&serde_json::Value>| -> Vec<String> {
-        match v {
-            Some(serde_json::Value::String(s)) => vec![s.clone()],
-            Some(serde_json::Value::Array(a)) => a.iter().filter_map(|x| x.as_str().map(str::to_string)).collect(),
-            _ => Vec::new(),
-        }
-    };
-    let mut roles: Vec<Role> = Vec::new();
-    if let Some(claim) = &sso.role_claim {
-        roles.extend(strings(claims.get(claim)).iter().filter_map(|r| match r.as_str() {
+/// The role `person` has under `sso`: the highest of the roles their `role_claim` names and
+/// those of the `roles` lists that name their verified email (exactly, or `*@domain`) or one
+/// of their groups. `None`: no role, no sign-in.
+pub fn role_of(sso: &crate::config::Sso, person: &Person) -> Option<Role> {
+    let mut roles: Vec<Role> = person
+        .claimed_roles
+        .iter()
+        .filter_map(|r| match r.as_str() {
             "viewer" => Some(Role::Viewer),
             "operator" => Some(Role::Operator),
             "admin" => Some(Role::Admin),
             _ => None,
-        }));
-    }
-    let email = claims.get("email").and_then(|e| e.as_str()).map(str::to_ascii_lowercase);
-    let verified = claims.get("email_verified").and_then(|v| v.as_bool()) != Some(false);
-    let groups = strings(claims.get(&sso.groups_claim));
+        })
+        .collect();
     let names = |entry: &String| {
         let e = entry.to_ascii_lowercase();
-        let mail = email.as_deref().filter(|_| verified).is_some_and(|m| match e.strip_prefix("*@") {
+        let mail = person.email.as_deref().is_some_and(|m| match e.strip_prefix("*@") {
             Some(domain) => m.rsplit_once('@').is_some_and(|(_, d)| d == domain),
             None => m == e,
         });
-        mail || groups.iter().any(|g| g == entry)
+        mail || person.groups.iter().any(|g| g == entry)
     };
     for (list, role) in
         [(&sso.roles.admin, Role::Admin), (&sso.roles.operator, Role::Operator), (&sso.roles.viewer, Role::Viewer)]
@@ -166,7 +227,13 @@ viewer = ["*@example.com"]
         )
         .unwrap_or_else(|e| panic!("{e}"));
         let sso = config.console.sso.as_ref().unwrap();
-        let role = |claims| role_of(sso, &claims);
+        let role = |mut claims: serde_json::Value| {
+            claims["sub"] = json!("s1");
+            if claims.get("email_verified").is_none() {
+                claims["email_verified"] = json!(true);
+            }
+            role_of(sso, &Person::verified(sso, &claims, None).unwrap())
+        };
         assert_eq!(role(json!({"email": "Alice@Example.com"})), Some(Role::Admin));
         assert_eq!(role(json!({"email": "bob@example.com"})), Some(Role::Viewer));
         assert_eq!(role(json!({"email": "bob@example.com", "groups": ["sre"]})), Some(Role::Operator));
@@ -180,5 +247,49 @@ viewer = ["*@example.com"]
             None,
             "an unverified email names nobody"
         );
+        assert_eq!(role(json!({"email": "alice@example.com", "email_verified": "true"})), None, "a string is no flag");
+    }
+
+    #[test]
+    fn only_a_verified_email_is_a_persons_email() {
+        let config = crate::config::Config::from_toml(
+            "[console.sso]\nissuer = \"https://idp\"\nclient_id = \"rota\"\nown_domains = [\"corp.example\"]",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let sso = config.console.sso.as_ref().unwrap();
+        let email = |claims: serde_json::Value, info: Option<serde_json::Value>| {
+            Person::verified(sso, &claims, info.as_ref()).map(|p| p.email)
+        };
+        let sub = |extra: serde_json::Value| {
+            let mut c = json!({"iss": "https://idp", "sub": "s1"});
+            c.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            c
+        };
+        let alice = Some("alice@example.com".to_string());
+        assert_eq!(email(sub(json!({"email": "Alice@Example.com", "email_verified": true})), None), Ok(alice.clone()));
+        assert_eq!(email(sub(json!({"email": "alice@example.com"})), None), Ok(None), "no flag");
+        assert_eq!(email(sub(json!({"email": "alice@example.com", "email_verified": false})), None), Ok(None));
+        assert_eq!(email(sub(json!({"email": "alice@example.com", "email_verified": "false"})), None), Ok(None));
+        assert_eq!(email(sub(json!({"email": "alice@example.com", "email_verified": 1})), None), Ok(None));
+        assert_eq!(email(sub(json!({"preferred_username": "alice@example.com"})), None), Ok(None), "a user name");
+        assert_eq!(email(sub(json!({"email": "bob@corp.example"})), None), Ok(Some("bob@corp.example".into())));
+        assert_eq!(email(sub(json!({"email": "bob@sub.corp.example"})), None), Ok(None), "that domain only");
+        let info = |v: serde_json::Value| Some(v);
+        let verified = json!({"sub": "s1", "email": "alice@example.com", "email_verified": true});
+        assert_eq!(email(sub(json!({})), info(verified.clone())), Ok(alice));
+        assert_eq!(
+            email(sub(json!({})), info(json!({"sub": "s1", "email": "a@example.com", "email_verified": false}))),
+            Ok(None)
+        );
+        assert_eq!(
+            email(sub(json!({})), info(json!({"sub": "s1", "email": "a@example.com", "email_verified": "false"}))),
+            Ok(None)
+        );
+        let mut other = verified.clone();
+        other["sub"] = json!("s2");
+        assert_eq!(email(sub(json!({})), info(other)), Ok(None), "another subject's userinfo");
+        assert!(email(json!({"iss": "https://idp", "email": "a@example.com", "email_verified": true}), None).is_err());
+        let p = Person::verified(sso, &sub(json!({})), None).unwrap();
+        assert_eq!(p.subject, "https://idp s1");
     }
 }

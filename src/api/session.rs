@@ -1,5 +1,6 @@
 //! Console sign-in: an admin key buys a session cookie and a CSRF token.
 
+use super::roles::Person;
 use super::{Actor, ApiState, Role};
 use super::{ApiError, Body};
 use crate::agents::Agent;
@@ -36,7 +37,7 @@ pub struct SignIn {
 
 #[derive(Serialize, ToSchema)]
 pub struct SessionInfo {
-    /// Who is signed in: the agent's name, or the person's email.
+    /// Who is signed in: the agent's name, or the person's verified email (else their subject).
     pub agent: String,
     /// `agent` or `person`.
     pub kind: String,
@@ -62,9 +63,11 @@ async fn sign_in(State(state): State<ApiState>, Body(req): Body<SignIn>) -> Resu
     }
     let settings = state.runtime.settings();
     let server = &settings.config.server;
-    let actor = Actor { name: agent.name.clone(), person: false, role: Role::Admin };
-    let (token, session) = state.sessions.create(actor, Some(agent), state.runtime.clock.now(), server.session_idle);
+    let actor = Actor::agent(&agent.name);
+    let (token, session) =
+        state.sessions.create(actor, Opener::Agent(agent), state.runtime.clock.now(), server.session_idle);
     tracing::info!(agent = %session.actor.name, "console sign-in");
+    state.record(&session.actor, "session.sign_in", None, (None, None)).await?;
     let body = SessionInfo::of(&session);
     Ok(([(header::SET_COOKIE, web::set_cookie(Some(&token), server.secure_cookies()))], Json(body)).into_response())
 }
@@ -88,6 +91,7 @@ async fn sign_out(State(state): State<ApiState>, headers: HeaderMap) -> Result<R
         return Err(ApiError::Csrf("missing or wrong x-csrf-token"));
     }
     state.sessions.end(&s.id);
+    state.record(&s.actor, "session.sign_out", None, (None, None)).await?;
     let secure = state.runtime.settings().config.server.secure_cookies();
     Ok((StatusCode::NO_CONTENT, [(header::SET_COOKIE, web::set_cookie(None, secure))]).into_response())
 }
@@ -95,15 +99,22 @@ async fn sign_out(State(state): State<ApiState>, headers: HeaderMap) -> Result<R
 impl SessionInfo {
     fn of(s: &Session) -> SessionInfo {
         let a = &s.actor;
-        SessionInfo { agent: a.name.clone(), kind: a.kind().into(), role: a.role, csrf: s.csrf.clone() }
+        SessionInfo { agent: a.shown().to_string(), kind: a.kind().into(), role: a.role, csrf: s.csrf.clone() }
     }
+}
+
+/// Who opened a console session: an admin agent with its key, or a person through the
+/// identity provider.
+#[derive(Clone, Debug)]
+pub enum Opener {
+    Agent(Agent),
+    Person(Person),
 }
 
 #[derive(Clone, Debug)]
 pub struct Session {
     pub actor: Actor,
-    /// The admin agent whose key opened it (none for a person's).
-    agent: Option<Agent>,
+    opener: Opener,
     pub csrf: String,
     /// The digest of the cookie's token: what OAuth logins started in this session are bound to.
     pub id: String,
@@ -131,21 +142,15 @@ pub struct Sessions {
 }
 
 impl Sessions {
-    /// A new session for `actor` (opened with `agent`'s key, or by a person) that ends after
+    /// A new session for `actor` (opened with an agent's key, or by a person) that ends after
     /// `idle` unused (and 12 hours at most): the cookie's value and the session.
-    pub fn create(
-        &self,
-        actor: Actor,
-        agent: Option<Agent>,
-        now: Millis,
-        idle: std::time::Duration,
-    ) -> (String, Session) {
+    pub fn create(&self, actor: Actor, opener: Opener, now: Millis, idle: std::time::Duration) -> (String, Session) {
         let token = web::random_token();
         let id = web::digest(&token);
         let idle = Millis::try_from(idle.as_millis()).unwrap_or(Millis::MAX).max(1);
         let session = Session {
             actor,
-            agent,
+            opener,
             csrf: web::random_token(),
             id: id.clone(),
             expires_at: now + SESSION_TTL,
@@ -159,19 +164,32 @@ impl Sessions {
     }
 
     /// The session the request's cookie names, if it is live (used within its idle timeout,
-    /// younger than 12 hours) and its agent still `admitted` (an active admin: a key revoked or
-    /// demoted anywhere, by the CLI or another instance too, ends its sessions at their next
-    /// use). Finding it counts as a use, its idle timeout starting again, unless the request
-    /// says it is the console's own background refresh (`x-rota-background`).
-    pub fn find(&self, headers: &HeaderMap, now: Millis, admitted: impl Fn(&Agent) -> bool) -> Option<Session> {
+    /// younger than 12 hours) and its opener still admitted: an agent that is still an active
+    /// admin (a key revoked or demoted anywhere, by the CLI or another instance too, ends its
+    /// sessions at their next use), a person whom the config in force still gives a role
+    /// (`role`: the session carries that role from then on, lower or higher). Finding it counts
+    /// as a use, its idle timeout starting again, unless the request says it is the console's
+    /// own background refresh (`x-rota-background`).
+    pub fn find(
+        &self,
+        headers: &HeaderMap,
+        now: Millis,
+        admitted: impl Fn(&Agent) -> bool,
+        role: impl Fn(&Person) -> Option<Role>,
+    ) -> Option<Session> {
         let token = web::cookie(headers, COOKIE)?;
         let id = web::digest(token);
         let mut map = self.by_digest.lock();
         let session = map.get_mut(&id)?;
-        if !session.live(now) || session.agent.as_ref().is_some_and(|a| !admitted(a)) {
+        let now_role = match &session.opener {
+            Opener::Agent(a) => admitted(a).then_some(Role::Admin),
+            Opener::Person(p) => role(p),
+        };
+        let Some(now_role) = now_role.filter(|_| session.live(now)) else {
             map.remove(&id);
             return None;
-        }
+        };
+        session.actor.role = now_role;
         if !headers.contains_key(BACKGROUND) {
             session.last_used = session.last_used.max(now);
         }
@@ -184,7 +202,7 @@ impl Sessions {
 
     /// Ends every session of an agent (its key was revoked).
     pub fn end_agent(&self, name: &str) {
-        self.by_digest.lock().retain(|_, s| s.agent.as_ref().is_none_or(|a| a.name != name));
+        self.by_digest.lock().retain(|_, s| !matches!(&s.opener, Opener::Agent(a) if a.name == name));
     }
 }
 
@@ -194,9 +212,8 @@ mod tests {
     use axum::http::HeaderValue;
 
     /// An admin agent `ops`, as a session's actor and agent.
-    fn ops() -> (Actor, Option<Agent>) {
-        let actor = Actor { name: "ops".into(), person: false, role: Role::Admin };
-        (actor, Some(ops_agent()))
+    fn ops() -> (Actor, Opener) {
+        (Actor::agent("ops"), Opener::Agent(ops_agent()))
     }
 
     fn ops_agent() -> Agent {
@@ -220,10 +237,10 @@ mod tests {
         h.insert(header::COOKIE, HeaderValue::from_str(&format!("{COOKIE}={token}")).unwrap());
         for minute in 1..=5 {
             let now = minute * 59_000;
-            assert!(s.find(&h, now, |_| true).is_some(), "used every 59 s: alive at {now} ms");
+            assert!(s.find(&h, now, |_| true, |_| None).is_some(), "used every 59 s: alive at {now} ms");
         }
-        assert!(s.find(&h, 5 * 59_000 + 60_000, |_| true).is_none(), "60 s unused: gone");
-        assert!(s.find(&h, 5 * 59_000 + 1_000, |_| true).is_none(), "and it stays gone");
+        assert!(s.find(&h, 5 * 59_000 + 60_000, |_| true, |_| None).is_none(), "60 s unused: gone");
+        assert!(s.find(&h, 5 * 59_000 + 1_000, |_| true, |_| None).is_none(), "and it stays gone");
     }
 
     #[test]
@@ -238,18 +255,40 @@ mod tests {
         };
         with(&mut h, &token);
         let admitted = |_: &Agent| true;
-        assert_eq!(s.find(&h, 2_000, admitted).map(|x| x.id), Some(session.id.clone()));
+        assert_eq!(s.find(&h, 2_000, admitted, |_| None).map(|x| x.id), Some(session.id.clone()));
         assert!(session.csrf_ok(Some(&session.csrf)) && !session.csrf_ok(Some("x")) && !session.csrf_ok(None));
-        assert!(s.find(&h, 3_000, |_| false).is_none(), "the agent is no longer an active admin");
-        assert!(s.find(&h, 4_000, admitted).is_none(), "and the session is gone");
+        assert!(s.find(&h, 3_000, |_| false, |_| None).is_none(), "the agent is no longer an active admin");
+        assert!(s.find(&h, 4_000, admitted, |_| None).is_none(), "and the session is gone");
         let (token, _) = s.create(agent.0, agent.1, 1_000, forever);
         with(&mut h, &token);
-        assert!(s.find(&h, SESSION_TTL, admitted).is_some(), "used all along, it lasts its 12 hours");
-        assert!(s.find(&h, 1_000 + SESSION_TTL, admitted).is_none(), "and not longer");
+        assert!(s.find(&h, SESSION_TTL, admitted, |_| None).is_some(), "used all along, it lasts its 12 hours");
+        assert!(s.find(&h, 1_000 + SESSION_TTL, admitted, |_| None).is_none(), "and not longer");
         let (token, _) =
-            s.create(session.actor.clone(), session.agent.clone(), 1_000, std::time::Duration::from_secs(60));
+            s.create(session.actor.clone(), session.opener.clone(), 1_000, std::time::Duration::from_secs(60));
         h.insert(header::COOKIE, HeaderValue::from_str(&format!("{COOKIE}={token}")).unwrap());
         s.end_agent("ops");
-        assert!(s.find(&h, 2_000, admitted).is_none());
+        assert!(s.find(&h, 2_000, admitted, |_| None).is_none());
+    }
+
+    #[test]
+    fn a_persons_session_carries_the_role_the_config_gives_now() {
+        let s = Sessions::default();
+        let person = Person {
+            subject: "https://idp s1".into(),
+            email: Some("p@example.com".into()),
+            groups: vec![],
+            claimed_roles: vec![],
+        };
+        let actor =
+            Actor { name: person.subject.clone(), person: true, role: Role::Admin, email: person.email.clone() };
+        let (token, _) = s.create(actor, Opener::Person(person), 0, std::time::Duration::from_secs(600));
+        let mut h = HeaderMap::new();
+        h.insert(header::COOKIE, HeaderValue::from_str(&format!("{COOKIE}={token}")).unwrap());
+        let role_at = |now, role: Option<Role>| s.find(&h, now, |_| true, |_| role).map(|x| x.actor.role);
+        assert_eq!(role_at(1_000, Some(Role::Admin)), Some(Role::Admin));
+        assert_eq!(role_at(2_000, Some(Role::Viewer)), Some(Role::Viewer), "demoted: the lower role at once");
+        assert_eq!(role_at(3_000, Some(Role::Operator)), Some(Role::Operator));
+        assert_eq!(role_at(4_000, None), None, "removed: signed out");
+        assert_eq!(role_at(5_000, Some(Role::Admin)), None, "and it stays out");
     }
 }

@@ -1,9 +1,12 @@
 //! People sign in to the console with their OpenID Connect provider (`[console.sso]`,
 //! docs/operations.md, "Signing in"): authorization code + PKCE through rota's
 //! `/oauth/callback` (the same address account logins come back to), the id_token's issuer,
-//! audience, nonce and expiry checked, the role from a claim or the configured lists, and a
-//! console session bound to the person.
+//! audience, nonce and expiry checked, the person's verified identity, the role from a claim or
+//! the configured lists, and a console session bound to the person. Sign-ins in progress are
+//! bounded (`MAX_PENDING`, `STARTS_PER_MINUTE` an address).
 
+use super::roles::Person;
+use super::session::Opener;
 use super::{Actor, ApiState};
 use crate::config::{OAuth as OAuthConfig, Sso};
 use crate::engine::Millis;
@@ -13,12 +16,17 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::Response;
 use parking_lot::Mutex;
 use serde::Deserialize;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::net::IpAddr;
 
 /// A sign-in must come back within this time.
 const PENDING_TTL: Millis = 15 * 60_000;
 /// The provider's endpoints are read again after this long.
 const DISCOVERY_TTL: Millis = 60 * 60_000;
+/// At most this many sign-ins started within `PENDING_TTL`; past it `/ui/sso` answers 503.
+pub const MAX_PENDING: usize = 4096;
+/// Sign-ins one client address may start a minute; past it `/ui/sso` answers 429.
+pub const STARTS_PER_MINUTE: u32 = 20;
 
 /// The endpoints of `/.well-known/openid-configuration` rota uses.
 #[derive(Clone, Debug, Deserialize)]
@@ -40,14 +48,82 @@ struct Started {
 /// Sign-ins in progress and the provider's endpoints, in memory.
 #[derive(Default)]
 pub struct SsoLogins {
-    started: Mutex<HashMap<String, Started>>,
+    started: Mutex<Starts>,
     discovered: Mutex<Option<(String, Discovery, Millis)>>,
+}
+
+/// The sign-ins started in the last `PENDING_TTL`, in the order they started (so expiry pops
+/// from the front), and the starts of each client address in the current minute.
+#[derive(Default)]
+struct Starts {
+    by_state: HashMap<String, Started>,
+    order: VecDeque<(Millis, String)>,
+    minute: Millis,
+    per_address: HashMap<IpAddr, u32>,
+}
+
+impl Starts {
+    /// Drops what is older than `PENDING_TTL` and the last minute's address counts.
+    fn expire(&mut self, now: Millis) {
+        while let Some((at, state)) = self.order.front() {
+            if now - at < PENDING_TTL && *at <= now + PENDING_TTL {
+                break;
+            }
+            if self.by_state.get(state).is_some_and(|s| s.pending.created_at == *at) {
+                self.by_state.remove(state);
+            }
+            self.order.pop_front();
+        }
+        if now / 60_000 != self.minute {
+            self.minute = now / 60_000;
+            self.per_address.clear();
+        }
+    }
+
+    /// Why `from` may not start another sign-in now, if it may not.
+    fn refused(&mut self, from: Option<IpAddr>, now: Millis) -> Option<(StatusCode, &'static str)> {
+        self.expire(now);
+        if self.order.len() >= MAX_PENDING {
+            return Some((
+                StatusCode::SERVICE_UNAVAILABLE,
+                "too many sign-ins in progress: try again in a few minutes",
+            ));
+        }
+        let n = self.per_address.entry(from.map_or(IpAddr::from([0, 0, 0, 0]), prefix)).or_default();
+        if *n >= STARTS_PER_MINUTE {
+            return Some((StatusCode::TOO_MANY_REQUESTS, "too many sign-ins started from this address: wait a minute"));
+        }
+        *n += 1;
+        None
+    }
+
+    fn insert(&mut self, started: Started) {
+        self.order.push_back((started.pending.created_at, started.pending.state.clone()));
+        self.by_state.insert(started.pending.state.clone(), started);
+    }
+}
+
+/// The address a client is counted under: an IPv6 client's /64, which one host holds whole.
+fn prefix(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) if v6.to_ipv4_mapped().is_none() => {
+            let s = v6.segments();
+            IpAddr::from([s[0], s[1], s[2], s[3], 0, 0, 0, 0])
+        }
+        IpAddr::V6(v6) => IpAddr::V4(v6.to_ipv4_mapped().expect("mapped")),
+        v4 => v4,
+    }
 }
 
 impl SsoLogins {
     /// Whether `state` is a sign-in started here (the callback is then this module's).
     pub fn owns(&self, state: &str) -> bool {
-        self.started.lock().contains_key(state)
+        self.started.lock().by_state.contains_key(state)
+    }
+
+    /// How many sign-ins are in progress.
+    pub fn pending(&self) -> usize {
+        self.started.lock().by_state.len()
     }
 }
 
@@ -73,8 +149,35 @@ async fn discover(state: &ApiState, sso: &Sso) -> Result<Discovery, OAuthError> 
             d.issuer, sso.issuer
         )));
     }
+    let endpoints = [Some(&d.authorization_endpoint), Some(&d.token_endpoint), d.userinfo_endpoint.as_ref()];
+    if let Some(why) = endpoints.into_iter().flatten().find_map(|e| off_issuer(sso, e)) {
+        return Err(OAuthError::Malformed(why));
+    }
     *state.sso.discovered.lock() = Some((sso.issuer.clone(), d.clone(), now));
     Ok(d)
+}
+
+/// Why the discovery document's `endpoint` is refused, if it is: each must be https on the
+/// issuer's host (or a host of `console.sso.endpoint_hosts`), http only on a loopback host.
+fn off_issuer(sso: &Sso, endpoint: &str) -> Option<String> {
+    let host =
+        |u: &str| url::Url::parse(u).ok().and_then(|u| Some((u.scheme().to_string(), u.host_str()?.to_string())));
+    let Some((scheme, at)) = host(endpoint) else {
+        return Some(format!("the discovery document's endpoint {endpoint:?} is no URL"));
+    };
+    let issuer = host(&sso.issuer).map(|(_, h)| h).unwrap_or_default();
+    let loopback =
+        |h: &str| h == "localhost" || h.trim_matches(['[', ']']).parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    let secure = scheme == "https" || (scheme == "http" && loopback(&at) && loopback(&issuer));
+    let ours = at.eq_ignore_ascii_case(&issuer) || sso.endpoint_hosts.iter().any(|h| h.eq_ignore_ascii_case(&at));
+    match (secure, ours) {
+        (true, true) => None,
+        (false, _) => Some(format!("the discovery document's endpoint {endpoint} is not https")),
+        (_, false) => Some(format!(
+            "the discovery document's endpoint {endpoint} is not on the issuer's host {issuer} \
+             (console.sso.endpoint_hosts may name its host)"
+        )),
+    }
 }
 
 /// The sign-in as an OAuth client of the provider.
@@ -94,7 +197,11 @@ fn client(sso: &Sso, d: &Discovery, nonce: &str) -> OAuthConfig {
 }
 
 /// `GET /ui/sso`: off to the provider, the browser holding the sign-in's cookie.
-pub async fn start(State(state): State<ApiState>, headers: HeaderMap) -> Response {
+pub async fn start(
+    State(state): State<ApiState>,
+    peer: Option<axum::Extension<crate::server::Peer>>,
+    headers: HeaderMap,
+) -> Response {
     let settings = state.runtime.settings();
     let Some(sso) = &settings.config.console.sso else {
         return crate::web::error_page(
@@ -102,6 +209,10 @@ pub async fn start(State(state): State<ApiState>, headers: HeaderMap) -> Respons
             "no [console.sso] is configured: sign in with an admin key",
         );
     };
+    let from = peer.map(|p| p.0.0.ip());
+    if let Some((status, why)) = state.sso.started.lock().refused(from, state.runtime.clock.now()) {
+        return crate::web::error_page(status, &format!("sign-in: {why}"));
+    }
     let d = match discover(&state, sso).await {
         Ok(d) => d,
         Err(e) => return failed(e),
@@ -114,10 +225,7 @@ pub async fn start(State(state): State<ApiState>, headers: HeaderMap) -> Respons
         Err(e) => return failed(e),
     };
     let browser = crate::web::random_token();
-    let mut started = state.sso.started.lock();
-    started.retain(|_, s| now - s.pending.created_at < PENDING_TTL);
-    started.insert(pending.state.clone(), Started { pending, nonce, browser: crate::web::digest(&browser) });
-    drop(started);
+    state.sso.started.lock().insert(Started { pending, nonce, browser: crate::web::digest(&browser) });
     crate::web::go_redirect(&url, &browser, settings.config.server.secure_cookies())
 }
 
@@ -126,14 +234,19 @@ pub async fn start(State(state): State<ApiState>, headers: HeaderMap) -> Respons
 /// session for the person.
 pub async fn callback(state: &ApiState, headers: &HeaderMap, query: &str, state_param: &str) -> Response {
     let page = |status: StatusCode, msg: &str| crate::web::error_page(status, msg);
-    let Some(started) = state.sso.started.lock().remove(state_param) else {
-        return page(StatusCode::BAD_REQUEST, "unknown or expired sign-in: sign in again");
-    };
     let browser = crate::web::cookie(headers, crate::web::LOGIN_COOKIE).map(crate::web::digest);
-    if browser.as_deref() != Some(started.browser.as_str()) {
-        tracing::warn!("a console sign-in's callback from another browser was refused");
-        return page(StatusCode::FORBIDDEN, "this sign-in was started in another browser: sign in again here");
-    }
+    let started = {
+        let mut starts = state.sso.started.lock();
+        let Some(started) = starts.by_state.get(state_param) else {
+            return page(StatusCode::BAD_REQUEST, "unknown or expired sign-in: sign in again");
+        };
+        // The browser is checked first: a `state` seen by someone else cancels nothing.
+        if browser.as_deref() != Some(started.browser.as_str()) {
+            tracing::warn!("a console sign-in's callback from another browser was refused");
+            return page(StatusCode::FORBIDDEN, "this sign-in was started in another browser: sign in again here");
+        }
+        starts.by_state.remove(state_param).expect("just found")
+    };
     let code = match oauth::code_from_pasted(&format!("?{query}"), &started.pending.state) {
         Ok(c) => c,
         Err(e) => return page(StatusCode::BAD_REQUEST, &e),
@@ -152,31 +265,43 @@ pub async fn callback(state: &ApiState, headers: &HeaderMap, query: &str, state_
         Ok(g) => g,
         Err(e) => return failed(e),
     };
-    let Some(mut claims) = granted.id_token.as_deref().and_then(oauth::id_token_claims) else {
+    let Some(claims) = granted.id_token.as_deref().and_then(oauth::id_token_claims) else {
         return failed("the provider sent no id_token");
     };
     if let Err(why) = check_id_token(&claims, sso, &started.nonce, now) {
         tracing::warn!(%why, "a console sign-in's id_token was refused");
         return page(StatusCode::FORBIDDEN, &format!("the provider's id_token is refused: {why}"));
     }
-    if claims.get("email").is_none()
-        && let Some(email) = oauth::account(&state.logins.http, &cfg, &granted).await.email
+    // Userinfo is asked only when the id_token holds no verified email.
+    let mut person = match Person::verified(sso, &claims, None) {
+        Ok(p) => p,
+        Err(why) => return page(StatusCode::FORBIDDEN, &format!("the provider's id_token is refused: {why}")),
+    };
+    if person.email.is_none()
+        && let Some(info) = oauth::userinfo(&state.logins.http, &cfg, &granted).await
+        && let Ok(p) = Person::verified(sso, &claims, Some(&info))
     {
-        claims["email"] = email.into();
+        person = p;
     }
-    let name =
-        claims.get("email").or_else(|| claims.get("sub")).and_then(|v| v.as_str()).unwrap_or_default().to_string();
-    let Some(role) = super::roles::role_of(sso, &claims) else {
+    let name = person.email.clone().unwrap_or_else(|| person.subject.clone());
+    let Some(role) = super::roles::role_of(sso, &person) else {
         tracing::info!(person = %name, "a console sign-in without a role was refused");
+        let unverified = if person.email.is_none() { " (the provider vouched for no email of theirs)" } else { "" };
         return page(
             StatusCode::FORBIDDEN,
-            &format!("{name} signed in, but [console.sso] gives them no role: ask an admin (docs/operations.md)"),
+            &format!(
+                "{name} signed in, but [console.sso] gives them no role{unverified}: ask an admin (docs/operations.md)"
+            ),
         );
     };
-    let actor = Actor { name, person: true, role };
+    let actor = Actor { name: person.subject.clone(), person: true, role, email: person.email.clone() };
     let server = &settings.config.server;
-    let (token, session) = state.sessions.create(actor, None, now, server.session_idle);
-    tracing::info!(person = %session.actor.name, role = role.as_str(), "console sign-in");
+    let (token, session) = state.sessions.create(actor, Opener::Person(person), now, server.session_idle);
+    tracing::info!(person = %name, role = role.as_str(), "console sign-in");
+    if state.record(&session.actor, "session.sign_in", None, (None, None)).await.is_err() {
+        state.sessions.end(&session.id);
+        return page(StatusCode::SERVICE_UNAVAILABLE, "the sign-in could not be recorded in admin_actions: try again");
+    }
     let mut resp = crate::web::continue_page("/ui/", server.secure_cookies());
     resp.headers_mut().append(header::SET_COOKIE, crate::web::set_cookie(Some(&token), server.secure_cookies()));
     resp

@@ -230,6 +230,9 @@ fn alert_problems(rules: &[super::AlertRule]) -> Vec<String> {
             }
             _ => {}
         }
+        if r.cap == 0 {
+            out.push(format!("{key}.cap: must be at least 1"));
+        }
         if r.min_interval < std::time::Duration::from_secs(1) {
             out.push(format!("{key}.min_interval: must be at least 1s"));
         }

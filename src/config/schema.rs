@@ -84,6 +84,14 @@ pub struct AlertRule {
     /// `budget`: the share of an agent's daily limit that raises it.
     #[serde(default = "budget_share")]
     pub budget_share: f64,
+    /// At most this many alerts of this rule per `min_interval` from one server, whatever
+    /// their subjects.
+    #[serde(default = "alert_cap")]
+    pub cap: u32,
+}
+
+fn alert_cap() -> u32 {
+    100
 }
 
 fn alert_interval() -> Duration {
@@ -314,9 +322,17 @@ pub struct Sso {
     /// The claim listing the person's groups, which `roles` may name.
     #[serde(default = "groups_claim")]
     pub groups_claim: String,
-    /// Who has which role: emails, `*@domain`, or groups of `groups_claim`.
+    /// Who has which role: verified emails, `*@domain`, or groups of `groups_claim`.
     #[serde(default)]
     pub roles: SsoRoles,
+    /// The identity provider's own email domains (its tenant's): an `email` in one of them is
+    /// verified without `email_verified`.
+    #[serde(default)]
+    pub own_domains: Vec<String>,
+    /// Hosts besides the issuer's that its discovery document may name for its endpoints
+    /// (Google's: `oauth2.googleapis.com`, `openidconnect.googleapis.com`).
+    #[serde(default)]
+    pub endpoint_hosts: Vec<String>,
     /// The sign-in page's button.
     #[serde(default = "sso_label")]
     pub label: String,

@@ -503,7 +503,7 @@ pub async fn account(http: &Http, cfg: &OAuthConfig, granted: &Granted) -> Accou
     Account { subject: sub.filter(|s| !s.is_empty()).map(|s| format!("{issuer} {s}")), email }
 }
 
-async fn userinfo(http: &Http, cfg: &OAuthConfig, granted: &Granted) -> Option<serde_json::Value> {
+pub async fn userinfo(http: &Http, cfg: &OAuthConfig, granted: &Granted) -> Option<serde_json::Value> {
     let url = cfg.userinfo_url.as_ref()?;
     let resp = http.client().get(url).bearer_auth(granted.access.expose_secret()).send().await.ok()?;
     if !resp.status().is_success() {

@@ -127,11 +127,11 @@ impl App {
                 _ = &mut shutdown => break,
                 p = limit.clone().acquire_owned() => p.expect("the semaphore is never closed"),
             };
-            let tcp = tokio::select! {
+            let (tcp, peer) = tokio::select! {
                 biased;
                 _ = &mut shutdown => break,
                 accepted = listener.accept() => match accepted {
-                    Ok((tcp, _)) => tcp,
+                    Ok(accepted) => accepted,
                     Err(e) => {
                         // Out of file descriptors, say: accepting again at once would spin.
                         tracing::warn!(error = %e, "accepting a connection failed");
@@ -144,7 +144,12 @@ impl App {
             if let Err(e) = tcp.set_nodelay(true) {
                 tracing::debug!(error = %e, "TCP_NODELAY not set");
             }
-            let conn = graceful.watch(http.serve_connection(hyper_util::rt::TokioIo::new(tcp), service.clone()));
+            let svc = service.clone();
+            let with_peer = hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+                req.extensions_mut().insert(Peer(peer));
+                hyper::service::Service::call(&svc, req)
+            });
+            let conn = graceful.watch(http.serve_connection(hyper_util::rt::TokioIo::new(tcp), with_peer));
             tokio::spawn(async move {
                 if let Err(e) = conn.await {
                     tracing::debug!(error = %e, "connection ended with an error");
@@ -185,6 +190,10 @@ impl App {
         Ok(())
     }
 }
+
+/// The client's address of a request's connection (a request extension).
+#[derive(Clone, Copy, Debug)]
+pub struct Peer(pub std::net::SocketAddr);
 
 /// How long requests still running after the grace may take to end once streams are cut.
 const CUT_WAIT: Duration = Duration::from_secs(3);

@@ -117,9 +117,11 @@ pub struct Applied {
 #[derive(Clone, Debug, PartialEq)]
 pub struct AdminAction {
     pub at: Millis,
-    /// The agent's name or the person's email.
+    /// The agent's name, the person's verified subject (`issuer sub`) or the CLI's OS user.
     pub actor: String,
-    /// `agent` or `person`.
+    /// A person's verified email.
+    pub actor_email: Option<String>,
+    /// `agent`, `person` or `cli`.
     pub actor_kind: String,
     /// `viewer`, `operator` or `admin`.
     pub role: String,

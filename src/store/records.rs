@@ -71,6 +71,8 @@ pub struct AttemptRow {
     pub tokens_out: Option<i64>,
     /// USD, rounded to the micro-dollar; None where no price is known (docs/schema.md).
     pub cost: Option<f64>,
+    /// The upstream reported token counts out of range: they were held to it (docs/schema.md).
+    pub usage_suspect: bool,
 }
 
 /// One `requests` row as the request path records it, once the request is answered.
@@ -94,6 +96,8 @@ pub struct RequestRow {
     pub error: Option<String>,
     /// USD, rounded to the micro-dollar; None where no price is known (docs/schema.md).
     pub cost: Option<f64>,
+    /// The served attempt's token counts were held to their range (docs/schema.md).
+    pub usage_suspect: bool,
 }
 
 impl From<AttemptRow> for AttemptRecord {
@@ -118,6 +122,7 @@ impl From<AttemptRow> for AttemptRecord {
             tokens_in: a.tokens_in,
             tokens_out: a.tokens_out,
             cost: a.cost,
+            usage_suspect: a.usage_suspect,
         }
     }
 }
@@ -140,6 +145,7 @@ impl From<RequestRow> for RequestRecord {
             tokens_out: r.tokens_out,
             error: r.error,
             cost: r.cost,
+            usage_suspect: r.usage_suspect,
         }
     }
 }
@@ -167,6 +173,8 @@ pub struct AttemptRecord {
     pub tokens_out: Option<i64>,
     /// USD, rounded to the micro-dollar; None where no price is known (docs/schema.md).
     pub cost: Option<f64>,
+    /// The upstream reported token counts out of range: they were held to it (docs/schema.md).
+    pub usage_suspect: bool,
 }
 
 /// One `requests` row as stored (docs/schema.md).
@@ -190,4 +198,6 @@ pub struct RequestRecord {
     pub error: Option<String>,
     /// USD, rounded to the micro-dollar; None where no price is known (docs/schema.md).
     pub cost: Option<f64>,
+    /// The served attempt's token counts were held to their range.
+    pub usage_suspect: bool,
 }

@@ -117,14 +117,20 @@ impl Trail {
             tokens_in: None,
             tokens_out: None,
             cost: None,
+            usage_suspect: false,
         }
     }
 
-    /// Sets the row's token counts and, when `priced` (the counts are final), what they cost.
+    /// Sets the row's token counts, held to their range (a row whose counts had to be is
+    /// `usage_suspect`, and unpriced), and, when `priced` (the counts are final), what they cost.
     pub(super) fn spend(&self, row: &mut AttemptRow, tokens: Tokens, priced: bool) -> Spent {
-        (row.tokens_in, row.tokens_out) = (tokens.input, tokens.output);
-        row.cost = priced.then(|| self.prices.cost(&row.provider, &row.model, tokens)).flatten();
-        Spent { tokens_in: row.tokens_in, tokens_out: row.tokens_out, cost: row.cost }
+        let (tokens, suspect) = tokens.clamped();
+        if suspect {
+            tracing::warn!(request_id = %row.request_id, provider = %row.provider, "the upstream's token counts are out of range: held to 0..=100,000,000 and flagged usage_suspect");
+        }
+        (row.tokens_in, row.tokens_out, row.usage_suspect) = (tokens.input, tokens.output, suspect);
+        row.cost = (priced && !suspect).then(|| self.prices.cost(&row.provider, &row.model, tokens)).flatten();
+        Spent { tokens_in: row.tokens_in, tokens_out: row.tokens_out, cost: row.cost, usage_suspect: suspect }
     }
 
     /// Audits one attempt or skip (and counts it in the metrics).
@@ -188,12 +194,13 @@ impl Trail {
             tokens_out: spent.tokens_out,
             error,
             cost: spent.cost,
+            usage_suspect: spent.usage_suspect,
         };
         // Only a buffered gateway answer tells rota's own share of the time; a stream's or a
         // lease's time is the client's.
         let overhead = (!self.stream && self.api != "lease").then(|| duration_ms - self.upstream_ms);
         self.metrics.observe_request(&row, self.first_candidate.as_deref(), overhead);
-        let tokens = row.tokens_in.unwrap_or(0) + row.tokens_out.unwrap_or(0);
+        let tokens = row.tokens_in.unwrap_or(0).saturating_add(row.tokens_out.unwrap_or(0));
         if tokens > 0 || row.cost.is_some() {
             self.limits.spent(&self.agent, self.started_at, tokens, row.cost.unwrap_or(0.0));
         }
@@ -218,10 +225,18 @@ impl Trail {
         if watch.fallback
             && let Some(first) = self.first_candidate.as_deref().filter(|first| *first != label)
         {
+            // The subject and summary name what the config names: a model the client made up
+            // is its provider's `other` (an alert per invented name would be a flood).
+            let configured = |p_m: &str| match p_m.split_once('/') {
+                Some((p, m)) if self.names(p, m) => p_m.to_string(),
+                Some((p, _)) => format!("{p}/other"),
+                None => "other".to_string(),
+            };
+            let (first, served) = (configured(first), configured(&label));
             alerts.raise(Event {
                 kind: AlertKind::Fallback,
-                subject: first.to_string(),
-                summary: format!("{first} failed over: a request was served by {label}"),
+                subject: first.clone(),
+                summary: format!("{first} failed over: a request was served by {served}"),
                 details: details(),
                 share: None,
             });
@@ -244,4 +259,5 @@ pub struct Spent {
     pub tokens_in: Option<i64>,
     pub tokens_out: Option<i64>,
     pub cost: Option<f64>,
+    pub usage_suspect: bool,
 }

@@ -106,15 +106,19 @@ e2e('people sign in with their identity provider, each with their role; every ch
 
   // Every change, as whose it was.
   const actions = (await rota.api('GET', '/api/v1/admin-actions')).json;
-  const seen = actions.map((x) => `${x.actor} ${x.actor_kind} ${x.role} ${x.action} ${x.target}`);
+  const seen = actions.map((x) => `${x.actor_email ?? x.actor} ${x.actor_kind} ${x.role} ${x.action} ${x.target}`);
   assert.deepEqual(seen, [
     'alice@example.com person admin agent.create planner',
+    'alice@example.com person admin session.sign_in null',
     'olivia@example.com person operator profile.disable corp:one',
+    'olivia@example.com person operator session.sign_in null',
+    'vera@example.com person viewer session.sign_in null',
     'ops agent admin profile.add corp:two',
     'ops agent admin profile.add corp:one',
   ]);
+  assert.equal(actions[0].actor, `${env.idp.issuer} alice`, 'the actor is the verified subject');
   assert.ok(!JSON.stringify(actions).includes('sk-corp-one-0001'), 'no secret in the recorded values');
-  const disabled = actions[1];
+  const disabled = actions[2];
   assert.equal(disabled.before.enabled, true);
   assert.equal(disabled.after.enabled, false);
   await a.locator('#tab-changes').click();

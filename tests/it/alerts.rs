@@ -155,6 +155,49 @@ async fn served(rota: &Rota, model: &str) {
     assert_eq!(r.status(), 200, "{model}: {}", r.text().await.unwrap());
 }
 
+/// Models a client makes up are no subjects: however many invented names fail over, each rule
+/// sends one `fallback` alert an interval, its subject the provider's `other`, and Slack shows the
+/// text as text.
+#[tokio::test]
+async fn invented_model_names_raise_one_fallback_alert_per_rule_and_interval() {
+    let (receiver, hook) = receiver().await;
+    let (mock, base) = Mock::started().await;
+    let config = format!(
+        r#"{}
+[[alerts]]
+name = "ops"
+on = ["fallback"]
+url = "{hook}/hook"
+secret_env = "{SECRET_ENV}"
+min_interval = "10m"
+[[alerts]]
+name = "chat <!channel>"
+on = ["fallback"]
+url = "{hook}/slack"
+format = "slack"
+min_interval = "10m"
+"#,
+        support::config_with_backup(&base)
+    );
+    let rota = spawn(Scenario { config: &config, keys: &[KEYS[0], KEYS[3]], ..Scenario::default() }).await;
+    let limited = Reply::Status(429, vec![], r#"{"error":{"message":"Rate limit reached"}}"#.into());
+    mock.script(KEYS[0].1, vec![limited; 1_100]);
+    for i in 0..1_000 {
+        served(&rota, &format!("openai/invented-{i}")).await;
+    }
+    receiver.wait(Duration::from_secs(20), "the fallback alerts", |r| r.got().len() >= 2).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let got = receiver.got();
+    assert_eq!(got.len(), 2, "one post per rule: {got:#?}");
+    assert_eq!(receiver.by_kind(), BTreeMap::from([(("fallback".to_string(), "openai/other".to_string()), 1)]));
+    let slack = got.iter().find(|g| g.path == "/slack").unwrap();
+    let text = slack.body["text"].as_str().unwrap();
+    assert_eq!(
+        text,
+        "rota · chat &lt;!channel&gt;: openai/other failed over: a request was served by backup/gpt-4.1-mini"
+    );
+}
+
 #[tokio::test]
 async fn each_event_kind_reaches_a_signed_webhook_once_per_interval_and_every_delivery_is_recorded() {
     let (receiver, hook) = receiver().await;
@@ -186,7 +229,7 @@ async fn each_event_kind_reaches_a_signed_webhook_once_per_interval_and_every_de
     let first = [
         ("budget", "tester/tokens_per_day"),
         ("disabled", "openai:k1"),
-        ("fallback", "corp/m"),
+        ("fallback", "corp/other"),
         ("fallback", "openai/gpt-4.1"),
         ("needs_relogin", "corp:alice"),
         ("paid", "backup:paid"),

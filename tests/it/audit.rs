@@ -590,6 +590,7 @@ fn attempt_at(
         tokens_in: None,
         tokens_out: None,
         cost: None,
+        usage_suspect: false,
     }
 }
 
@@ -658,6 +659,7 @@ async fn usage_series_counts_match_the_tables(db: Db) {
             tokens_out: None,
             error: None,
             cost: None,
+            usage_suspect: false,
         });
     }
     // The windows: k1 cools from before the hour into it (timeout), then twice (rate_limit,
@@ -901,6 +903,7 @@ fn request_row(id: &str, api: &'static str) -> rota::store::RequestRow {
         tokens_out: None,
         error: None,
         cost: None,
+        usage_suspect: false,
     }
 }
 

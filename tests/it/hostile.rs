@@ -560,3 +560,85 @@ async fn success_reports_past_the_agents_rate_get_429_and_the_lease_stays_valid(
         "the refused report's headers were not read"
     );
 }
+
+#[tokio::test]
+async fn an_upstreams_usage_out_of_range_is_held_and_flagged_on_sqlite() {
+    usage_out_of_range(support::Db::Sqlite).await;
+}
+
+#[tokio::test]
+async fn an_upstreams_usage_out_of_range_is_held_and_flagged_on_postgres() {
+    usage_out_of_range(support::Db::Postgres(support::postgres_database().await)).await;
+}
+
+/// Finding: an upstream's `prompt_tokens = i64::MAX` and negative counts were stored as sent,
+/// and `/api/v1/usage` and `/usage/series` then answered 500 for the whole retention window. Now
+/// each count is held to 0..=100,000,000, the rows flagged `usage_suspect` and left unpriced,
+/// and every usage view answers 200 whatever a row holds (docs/schema.md, `usage_suspect`).
+async fn usage_out_of_range(db: support::Db) {
+    let (mock, base) = Mock::started().await;
+    let pg = match &db {
+        support::Db::Postgres(url) => Some(sqlx::PgPool::connect(url).await.unwrap()),
+        support::Db::Sqlite => None,
+    };
+    let config = format!(
+        "{}{}[prices]\n\"openai/gpt-4.1\" = {{ input = 1, output = 2 }}\n",
+        support::config(&base),
+        support::anthropic_provider(&base)
+    );
+    let keys = [KEYS[0], support::ANTHROPIC_KEY];
+    let rota = spawn(Scenario { config: &config, keys: &keys, db, ..Scenario::default() }).await;
+    let huge = i64::MAX;
+    let chat_body = format!(
+        r#"{{"id":"c","object":"chat.completion","model":"gpt-4.1","choices":[{{"index":0,"message":{{"role":"assistant","content":"Hi"}},"finish_reason":"stop"}}],"usage":{{"prompt_tokens":{huge},"completion_tokens":-5,"total_tokens":{huge}}}}}"#
+    );
+    let messages_body = format!(
+        r#"{{"id":"m","type":"message","role":"assistant","model":"claude","content":[{{"type":"text","text":"Hi"}}],"stop_reason":"end_turn","usage":{{"input_tokens":{huge},"cache_creation_input_tokens":{huge},"cache_read_input_tokens":-5,"output_tokens":-5}}}}"#
+    );
+    mock.script(KEYS[0].1, vec![Reply::Status(200, vec![], chat_body)]);
+    mock.script(support::ANTHROPIC_KEY.1, vec![Reply::Status(200, vec![], messages_body)]);
+    let r = rota.chat(chat(), &[]).await;
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    let r = rota.messages(json!({"model": "anthropic/claude-sonnet-4-5", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]})).await;
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    rota.flush().await;
+    type Row = (String, Option<i64>, Option<i64>, bool, Option<f64>);
+    let sql = "SELECT provider, tokens_in, tokens_out, usage_suspect, cost FROM attempts ORDER BY provider";
+    let rows: Vec<Row> = match &pg {
+        Some(pg) => sqlx::query_as(sql).fetch_all(pg).await.unwrap(),
+        None => sqlx::query_as(sql).fetch_all(rota.pool()).await.unwrap(),
+    };
+    let held = |p: &str| (p.to_string(), Some(100_000_000), Some(0), true, None);
+    assert_eq!(rows, vec![held("anthropic"), held("openai")]);
+    let requests = "SELECT count(*) FROM requests WHERE usage_suspect AND tokens_in = 100000000";
+    let flagged: i64 = match &pg {
+        Some(pg) => sqlx::query_scalar(requests).fetch_one(pg).await.unwrap(),
+        None => sqlx::query_scalar(requests).fetch_one(rota.pool()).await.unwrap(),
+    };
+    assert_eq!(flagged, 2);
+
+    // Rows written before the bound (or by hand) may hold anything: the views still answer.
+    let hour = (chrono::Utc::now().timestamp_millis() / 3_600_000 - 3) * 3_600_000;
+    let hostile = format!(
+        "INSERT INTO usage_hourly (hour, profile_id, attempts, successes, failures, tokens_in, tokens_out)
+         VALUES ({hour}, 'openai:k1', 1, 1, 0, {huge}, {huge}), ({hour}, 'openai:k2', 1, 1, 0, {huge}, -{huge})"
+    );
+    let attempt = format!(
+        "INSERT INTO attempts (request_id, seq, kind, provider, model, profile_id, started_at, outcome, tokens_in, tokens_out)
+         VALUES ('r-old', 1, 'primary', 'openai', 'gpt-4.1', 'openai:k1', {}, 'success', {huge}, {huge})",
+        chrono::Utc::now().timestamp_millis() - 60_000
+    );
+    for sql in [hostile, attempt] {
+        match &pg {
+            Some(pg) => sqlx::query(sqlx::AssertSqlSafe(sql)).execute(pg).await.map(|_| ()).unwrap(),
+            None => sqlx::query(sqlx::AssertSqlSafe(sql)).execute(rota.pool()).await.map(|_| ()).unwrap(),
+        }
+    }
+    let admin = Some(rota.admin_key.as_str());
+    for path in ["/api/v1/usage", "/api/v1/usage/series", "/api/v1/usage?since=0"] {
+        let (code, answer) = rota.api("GET", path, admin, None).await;
+        assert_eq!(code, 200, "{path}: {answer}");
+    }
+    let (_, usage) = rota.api("GET", "/api/v1/usage", admin, None).await;
+    assert!(usage.to_string().contains("openai:k1"), "{usage}");
+}

@@ -179,6 +179,7 @@ fn costly(agent: &str, at: i64, cost: f64) -> RequestRecord {
         tokens_out: Some(20),
         error: None,
         cost: Some(cost),
+        usage_suspect: false,
     }
 }
 

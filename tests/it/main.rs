@@ -23,6 +23,7 @@ mod layers;
 mod leases;
 mod limits;
 mod partitions;
+mod people;
 mod presets;
 mod quota;
 mod reload;

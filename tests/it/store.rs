@@ -528,6 +528,7 @@ fn attempt(
         tokens_in: tokens.map(|t| t.0),
         tokens_out: tokens.map(|t| t.1),
         cost: None,
+        usage_suspect: false,
     }
 }
 
@@ -548,6 +549,7 @@ fn request(id: &str, attempts: i64, at: i64) -> RequestRecord {
         tokens_out: None,
         error: None,
         cost: None,
+        usage_suspect: false,
     }
 }
 

@@ -21,7 +21,7 @@ export async function loadChanges() {
         "tr",
         { "data-action": a.action, "data-actor": a.actor },
         el("td", {}, localTime(Date.parse(a.at))),
-        el("td", { className: "id" }, a.actor, el("span", { className: "muted" }, ` (${a.actor_kind})`)),
+        el("td", { className: "id", title: a.actor }, a.actor_email ?? a.actor, el("span", { className: "muted" }, ` (${a.actor_kind})`)),
         el("td", {}, a.role),
         el("td", {}, el("code", {}, a.action)),
         el("td", { className: "id" }, a.target ?? "—"),

@@ -19,9 +19,11 @@ pub fn routes() -> OpenApiRouter<ApiState> {
 pub struct ActionInfo {
     /// RFC 3339.
     pub at: String,
-    /// The agent's name or the person's email.
+    /// The agent's name, the person's verified subject (`issuer sub`) or the CLI's OS user.
     pub actor: String,
-    /// `agent` or `person`.
+    /// A person's verified email.
+    pub actor_email: Option<String>,
+    /// `agent`, `person` or `cli`.
     pub actor_kind: String,
     /// `viewer`, `operator` or `admin`.
     pub role: String,
@@ -62,6 +64,7 @@ async fn list_actions(
             .map(|a| ActionInfo {
                 at: time(a.at),
                 actor: a.actor,
+                actor_email: a.actor_email,
                 actor_kind: a.actor_kind,
                 role: a.role,
                 action: a.action,

@@ -26,7 +26,7 @@ pub fn prompt_tokens(usage: &Value) -> i64 {
     ["input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"]
         .iter()
         .filter_map(|k| usage.get(*k).and_then(Value::as_i64))
-        .sum()
+        .fold(0, i64::saturating_add)
 }
 
 fn now_secs() -> i64 {
@@ -71,7 +71,7 @@ pub fn messages_response_to_chat(resp: &Value) -> Value {
             "message": message,
             "finish_reason": finish_from_stop(resp.get("stop_reason").and_then(Value::as_str)),
         }],
-        "usage": {"prompt_tokens": input, "completion_tokens": output, "total_tokens": input + output},
+        "usage": {"prompt_tokens": input, "completion_tokens": output, "total_tokens": input.saturating_add(output)},
     })
 }
 

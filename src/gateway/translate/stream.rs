@@ -131,7 +131,7 @@ impl ToChat {
                 out.extend(sse_data(&json!({
                     "id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
                     "choices": [],
-                    "usage": {"prompt_tokens": self.input_tokens, "completion_tokens": output, "total_tokens": self.input_tokens + output},
+                    "usage": {"prompt_tokens": self.input_tokens, "completion_tokens": output, "total_tokens": self.input_tokens.saturating_add(output)},
                 })));
                 out
             }

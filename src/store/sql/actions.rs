@@ -26,8 +26,8 @@ where
         let json = |v: &Option<serde_json::Value>| v.as_ref().map(|v| v.to_string());
         let mut tx = self.store.write_tx().await?;
         sqlx::query(
-            "INSERT INTO admin_actions (id, at, actor, actor_kind, role, action, target, value_before, value_after)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+            "INSERT INTO admin_actions (id, at, actor, actor_kind, role, action, target, value_before, value_after, actor_email)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
         )
         .bind(uuid::Uuid::now_v7().to_string())
         .bind(a.at)
@@ -38,6 +38,7 @@ where
         .bind(a.target.as_deref())
         .bind(json(&a.before))
         .bind(json(&a.after))
+        .bind(a.actor_email.as_deref())
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -47,7 +48,7 @@ where
     /// The newest `limit` actions, newest first.
     pub(super) async fn admin_actions(&self, limit: i64) -> Result<Vec<AdminAction>, StoreError> {
         let rows = sqlx::query(
-            "SELECT at, actor, actor_kind, role, action, target, value_before, value_after FROM admin_actions
+            "SELECT at, actor, actor_email, actor_kind, role, action, target, value_before, value_after FROM admin_actions
              ORDER BY at DESC, id DESC LIMIT $1",
         )
         .bind(limit)
@@ -59,6 +60,7 @@ where
                 Ok(AdminAction {
                     at: r.try_get("at")?,
                     actor: r.try_get("actor")?,
+                    actor_email: r.try_get("actor_email")?,
                     actor_kind: r.try_get("actor_kind")?,
                     role: r.try_get("role")?,
                     action: r.try_get("action")?,

@@ -14,7 +14,7 @@ fn agent_days<'a>(requests: impl Iterator<Item = &'a RequestRecord>) -> BTreeMap
     for r in requests {
         let Some(agent) = r.agent.as_deref() else { continue };
         let sums = days.entry((agent, crate::agents::day_start(r.started_at))).or_default();
-        sums.0 += r.tokens_in.unwrap_or(0) + r.tokens_out.unwrap_or(0);
+        sums.0 = sums.0.saturating_add(r.tokens_in.unwrap_or(0).saturating_add(r.tokens_out.unwrap_or(0)));
         sums.1 += r.cost.unwrap_or(0.0);
     }
     days
@@ -210,8 +210,8 @@ fn count_attempt(sums: &mut [i64; 5], outcome: &str, tokens_in: Option<i64>, tok
     sums[0] += 1;
     sums[1] += i64::from(outcome == "success");
     sums[2] += i64::from(outcome == "failure");
-    sums[3] += tokens_in.unwrap_or(0);
-    sums[4] += tokens_out.unwrap_or(0);
+    sums[3] = sums[3].saturating_add(tokens_in.unwrap_or(0));
+    sums[4] = sums[4].saturating_add(tokens_out.unwrap_or(0));
 }
 
 /// The row counts of the audit's multi-row INSERTs, largest first.
@@ -235,8 +235,9 @@ impl Shapes {
     pub(super) fn attempts(numbered: bool) -> Shapes {
         Shapes::new(
             "attempts (request_id, seq, kind, agent, provider, model, profile_id, started_at, duration_ms, ttfb_ms,
-             http_status, outcome, reason, retry_after_ms, cooldown_until, error, tokens_in, tokens_out, cost)",
-            19,
+             http_status, outcome, reason, retry_after_ms, cooldown_until, error, tokens_in, tokens_out, cost,
+             usage_suspect)",
+            20,
             numbered,
         )
     }
@@ -245,8 +246,8 @@ impl Shapes {
     pub(super) fn requests(numbered: bool) -> Shapes {
         Shapes::new(
             "requests (id, agent, api, requested_model, served_model, served_profile, status, attempts, started_at,
-             duration_ms, stream, tokens_in, tokens_out, error, cost)",
-            15,
+             duration_ms, stream, tokens_in, tokens_out, error, cost, usage_suspect)",
+            16,
             numbered,
         )
         .returning("id")
@@ -353,7 +354,8 @@ where
                     .bind(&a.error)
                     .bind(a.tokens_in)
                     .bind(a.tokens_out)
-                    .bind(a.cost);
+                    .bind(a.cost)
+                    .bind(a.usage_suspect);
             }
             let inserted = q.execute(&mut *tx).await?.rows_affected();
             sums.add_attempts(chunk, inserted);
@@ -396,7 +398,7 @@ where
         let mut days: BTreeMap<(Millis, &str), [i64; 5]> = BTreeMap::new();
         for ((hour, profile), sums) in hours {
             let day = days.entry((hour.div_euclid(DAY) * DAY, profile)).or_default();
-            day.iter_mut().zip(sums).for_each(|(d, s)| *d += s);
+            day.iter_mut().zip(sums).for_each(|(d, s)| *d = d.saturating_add(*s));
         }
         Self::add_usage(tx, statement, "day", &days).await?;
         Self::recount_profile_days(tx, recounted.iter().map(|(hour, _)| hour.div_euclid(DAY) * DAY).collect()).await
@@ -595,7 +597,8 @@ where
                     .bind(r.tokens_in)
                     .bind(r.tokens_out)
                     .bind(&r.error)
-                    .bind(r.cost);
+                    .bind(r.cost)
+                    .bind(r.usage_suspect);
             }
             inserted.extend(q.fetch_all(&mut *tx).await?);
         }

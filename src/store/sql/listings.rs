@@ -16,7 +16,7 @@ const WALK_MAX: usize = 4_096;
 
 /// A requests listing's columns (`RequestRecord`).
 const REQUEST_COLUMNS: &str = "SELECT id, agent, api, requested_model, served_model, served_profile, status, attempts,
-    started_at, duration_ms, stream, tokens_in, tokens_out, error, cost FROM requests";
+    started_at, duration_ms, stream, tokens_in, tokens_out, error, cost, usage_suspect FROM requests";
 
 /// The filters of an audit query on attempt columns: profile, provider, model, reason, outcome.
 fn attempt_filters(q: &AuditQuery) -> [(&'static str, &Option<String>); 5] {
@@ -80,7 +80,7 @@ where
         let mut qb = sqlx::QueryBuilder::new(
             "SELECT request_id, seq, kind, agent, provider, model, profile_id, started_at, duration_ms, ttfb_ms,
                     http_status, outcome, reason, retry_after_ms, cooldown_until, error, tokens_in, tokens_out,
-                    cost
+                    cost, usage_suspect
              FROM attempts WHERE TRUE",
         );
         Self::push_filters(&mut qb, q, "request_id");
@@ -257,7 +257,9 @@ where
 
     pub(super) async fn usage(&self, since: Millis, until: Millis) -> Result<Vec<ProfileUsage>, StoreError> {
         // Whole days from usage_profile_daily, the whole hours at either end from usage_hourly,
-        // the partial hours from attempts.
+        // the partial hours from attempts. Each row's tokens are held to a range first (an
+        // attempt's to `TOKENS_MAX`, a roll-up's to 10^15), so that whatever a row holds the sums
+        // stay within BIGINT (docs/schema.md, `usage_suspect`).
         let (first, last) = whole(since, until, HOUR);
         let (first_day, last_day) = whole(first, last, DAY);
         let rows = sqlx::query_as::<_, ProfileUsage>(
@@ -265,18 +267,31 @@ where
                     CAST(sum(successes) AS BIGINT) AS successes, CAST(sum(failures) AS BIGINT) AS failures,
                     CAST(sum(tokens_in) AS BIGINT) AS tokens_in, CAST(sum(tokens_out) AS BIGINT) AS tokens_out
              FROM (
-                 SELECT profile_id, attempts, successes, failures, tokens_in, tokens_out
+                 SELECT profile_id, attempts, successes, failures,
+                        CASE WHEN tokens_in > 1000000000000000 THEN 1000000000000000
+                             WHEN tokens_in < 0 THEN 0 ELSE tokens_in END AS tokens_in,
+                        CASE WHEN tokens_out > 1000000000000000 THEN 1000000000000000
+                             WHEN tokens_out < 0 THEN 0 ELSE tokens_out END AS tokens_out
                  FROM usage_profile_daily WHERE day >= $5 AND day < $6
                  UNION ALL
-                 SELECT profile_id, attempts, successes, failures, tokens_in, tokens_out
+                 SELECT profile_id, attempts, successes, failures,
+                        CASE WHEN tokens_in > 1000000000000000 THEN 1000000000000000
+                             WHEN tokens_in < 0 THEN 0 ELSE tokens_in END,
+                        CASE WHEN tokens_out > 1000000000000000 THEN 1000000000000000
+                             WHEN tokens_out < 0 THEN 0 ELSE tokens_out END
                  FROM usage_hourly WHERE hour >= $3 AND hour < $5
                  UNION ALL
-                 SELECT profile_id, attempts, successes, failures, tokens_in, tokens_out
+                 SELECT profile_id, attempts, successes, failures,
+                        CASE WHEN tokens_in > 1000000000000000 THEN 1000000000000000
+                             WHEN tokens_in < 0 THEN 0 ELSE tokens_in END,
+                        CASE WHEN tokens_out > 1000000000000000 THEN 1000000000000000
+                             WHEN tokens_out < 0 THEN 0 ELSE tokens_out END
                  FROM usage_hourly WHERE hour >= $6 AND hour < $4
                  UNION ALL
                  SELECT profile_id, 1, CASE WHEN outcome = 'success' THEN 1 ELSE 0 END,
-                        CASE WHEN outcome = 'failure' THEN 1 ELSE 0 END, coalesce(tokens_in, 0),
-                        coalesce(tokens_out, 0)
+                        CASE WHEN outcome = 'failure' THEN 1 ELSE 0 END,
+                        CASE WHEN tokens_in > 100000000 THEN 100000000 WHEN tokens_in > 0 THEN tokens_in ELSE 0 END,
+                        CASE WHEN tokens_out > 100000000 THEN 100000000 WHEN tokens_out > 0 THEN tokens_out ELSE 0 END
                  FROM attempts
                  WHERE profile_id IS NOT NULL
                    AND ((started_at >= $1 AND started_at < $3) OR (started_at >= $4 AND started_at < $2))

@@ -46,7 +46,7 @@ fn usage_to_responses(u: &Value) -> Value {
         return Value::Null;
     }
     let (input, output) = (int(u, "/prompt_tokens"), int(u, "/completion_tokens"));
-    let total = u.get("total_tokens").and_then(Value::as_i64).unwrap_or(input + output);
+    let total = u.get("total_tokens").and_then(Value::as_i64).unwrap_or(input.saturating_add(output));
     json!({
         "input_tokens": input,
         "input_tokens_details": {"cached_tokens": int(u, "/prompt_tokens_details/cached_tokens")},
@@ -62,7 +62,7 @@ fn usage_to_chat(u: &Value) -> Value {
         return Value::Null;
     }
     let (input, output) = (int(u, "/input_tokens"), int(u, "/output_tokens"));
-    let total = u.get("total_tokens").and_then(Value::as_i64).unwrap_or(input + output);
+    let total = u.get("total_tokens").and_then(Value::as_i64).unwrap_or(input.saturating_add(output));
     json!({
         "prompt_tokens": input,
         "completion_tokens": output,
