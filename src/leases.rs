@@ -3,13 +3,14 @@
 //! failure-report rate; and the task that expires unreported leases, audited `cancelled`.
 //! The HTTP side is `api::leases`.
 
+use crate::engine::ProfileId;
 use crate::engine::recent::Recent;
 use crate::engine::{Clock, Millis, Reason};
 use crate::settings::Settings;
 use crate::store::AttemptRow;
 use crate::walk::{Attempt, Spent, Walk};
 use parking_lot::Mutex;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -46,6 +47,26 @@ pub struct Table {
     /// Reports per agent and kind (success or not) in the current minute: (the minute's
     /// start, count).
     pub reports: HashMap<(String, bool), (Millis, u32)>,
+    /// What each untrusted agent's reports did to each provider's profiles in the current
+    /// `leases.claim_window`.
+    pub claims: HashMap<(String, String), Claims>,
+}
+
+/// The profiles of one provider that one agent's reports cooled or ordered last in a window.
+#[derive(Default)]
+pub struct Claims {
+    start: Millis,
+    moved: HashSet<ProfileId>,
+    pushed: HashSet<ProfileId>,
+}
+
+/// What an untrusted agent's report would do to a profile.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Claim {
+    /// Cool it (a failure).
+    Cool,
+    /// Order it after the others until a reset its quota headers give.
+    Push,
 }
 
 impl Table {
@@ -78,6 +99,41 @@ impl Table {
         *n += 1;
         Ok(())
     }
+
+    /// Whether `agent`'s report may do `claim` to `pid`, one of `profiles` profiles of its
+    /// provider (docs/api.md, "A report is a claim"): within `window`, the agent's reports move
+    /// at most `share` of them (at least one; a profile already moved may be again), and order
+    /// each last at most once. `Err`: why not.
+    pub fn admit_claim(
+        &mut self,
+        agent: &str,
+        pid: &ProfileId,
+        claim: Claim,
+        (profiles, share, window): (usize, f64, Millis),
+        now: Millis,
+    ) -> Result<(), String> {
+        let claims = self.claims.entry((agent.to_string(), pid.provider().to_string())).or_default();
+        if now - claims.start >= window || now < claims.start {
+            *claims = Claims { start: now, ..Claims::default() };
+        }
+        let most = ((profiles as f64 * share).floor() as usize).max(1);
+        if claim == Claim::Push && claims.pushed.contains(pid) {
+            return Err(format!(
+                "agent {agent}'s reports ordered {pid} last once in this window already (leases.claim_window)"
+            ));
+        }
+        if !claims.moved.contains(pid) && claims.moved.len() >= most {
+            return Err(format!(
+                "agent {agent}'s reports moved {most} of {}'s {profiles} profiles in this window, its share (leases.claim_share)",
+                pid.provider()
+            ));
+        }
+        claims.moved.insert(pid.clone());
+        if claim == Claim::Push {
+            claims.pushed.insert(pid.clone());
+        }
+        Ok(())
+    }
 }
 
 pub struct Leases {
@@ -93,6 +149,7 @@ impl Leases {
                 ended: Recent::new(ENDED_TTL, ENDED_KEYS),
                 held: HashMap::new(),
                 reports: HashMap::new(),
+                claims: HashMap::new(),
             }),
         });
         let weak = Arc::downgrade(&leases);
@@ -131,4 +188,34 @@ pub fn expire_one(mut live: Live, now: Millis, why: &str) {
     live.row.error = Some(format!("{why}; no stats changed"));
     live.walk.trail.record(live.row);
     live.walk.trail.finish(499, None, Spent::default());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_agents_claims_move_at_most_its_share_and_push_each_profile_once_a_window() {
+        let mut t = Table {
+            live: HashMap::new(),
+            ended: Recent::new(ENDED_TTL, ENDED_KEYS),
+            held: HashMap::new(),
+            reports: HashMap::new(),
+            claims: HashMap::new(),
+        };
+        let p = |n: &str| -> ProfileId { n.parse().unwrap() };
+        let bounds = (5, 0.5, 3_600_000);
+        let mut admit = |agent: &str, id: &str, claim, now| t.admit_claim(agent, &p(id), claim, bounds, now);
+        assert!(admit("a", "openai:1", Claim::Cool, 0).is_ok());
+        assert!(admit("a", "openai:2", Claim::Push, 1).is_ok());
+        assert!(admit("a", "openai:3", Claim::Cool, 2).unwrap_err().contains("leases.claim_share"), "2 of 5");
+        assert!(admit("a", "openai:1", Claim::Cool, 3).is_ok(), "a profile already moved may be again");
+        assert!(admit("a", "openai:2", Claim::Push, 4).unwrap_err().contains("once"), "pushed once a window");
+        assert!(admit("a", "openai:1", Claim::Push, 5).is_ok(), "its first push");
+        assert!(admit("b", "openai:3", Claim::Cool, 6).is_ok(), "another agent has its own share");
+        assert!(admit("a", "anthropic:1", Claim::Cool, 7).is_ok(), "and so has another provider");
+        assert!(admit("a", "openai:3", Claim::Cool, 3_600_000).is_ok(), "a new window");
+        let one = (1, 0.5, 3_600_000);
+        assert!(t.admit_claim("c", &p("solo:1"), Claim::Cool, one, 0).is_ok(), "at least one profile");
+    }
 }

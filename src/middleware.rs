@@ -108,3 +108,7 @@ pub fn request_span(req: &axum::http::Request<axum::body::Body>) -> tracing::Spa
     crate::telemetry::adopt(&span, req.headers());
     span
 }
+
+/// The client's address of a request's connection: a request extension the server adds.
+#[derive(Clone, Copy, Debug)]
+pub struct Peer(pub std::net::SocketAddr);

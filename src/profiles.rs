@@ -158,9 +158,15 @@ pub fn check_new(
 /// Checks a pasted secret: surrounding whitespace is trimmed; what remains must be visible
 /// ASCII (`!` to `~`): inner whitespace, control or non-ASCII characters mean a paste went wrong,
 /// and no provider issues such keys (they could not travel in an HTTP header either).
-pub fn check_secret(raw: &str, kind: ProfileType, name: &str) -> Result<SecretString, String> {
+pub fn check_secret(
+    raw: &str,
+    kind: ProfileType,
+    name: &str,
+    allow_token_uri: Option<&str>,
+) -> Result<SecretString, String> {
     if kind == ProfileType::ServiceAccount {
         let key = crate::oauth::service_account::Key::parse(raw).map_err(|e| format!("{e}: nothing was added"))?;
+        key.check_token_uri(allow_token_uri).map_err(|e| format!("{e}: nothing was added"))?;
         if key.client_email != name {
             return Err(format!(
                 "a service_account profile is named after its key's client_email: name it `{}`",
@@ -261,16 +267,16 @@ mod tests {
 
     #[test]
     fn a_secret_is_visible_ascii_and_the_error_never_echoes_it() {
-        assert!(check_secret("  sk-live-abc123~!  \n", ProfileType::ApiKey, "k").is_ok());
+        assert!(check_secret("  sk-live-abc123~!  \n", ProfileType::ApiKey, "k", None).is_ok());
         for (raw, why) in [
             ("sk-live abc", "whitespace"),
             ("sk-live\u{7}abc", "a control character"),
             ("sk-clé-abc", "a non-ASCII character"),
             ("sk-\u{200b}zero-width", "a non-ASCII character"),
         ] {
-            let err = check_secret(raw, ProfileType::ApiKey, "k").unwrap_err();
+            let err = check_secret(raw, ProfileType::ApiKey, "k", None).unwrap_err();
             assert!(err.contains(why) && !err.contains("sk-"), "{raw:?}: {err}");
         }
-        assert!(check_secret(" \n", ProfileType::Token, "k").unwrap_err().starts_with("empty token"));
+        assert!(check_secret(" \n", ProfileType::Token, "k", None).unwrap_err().starts_with("empty token"));
     }
 }

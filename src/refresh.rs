@@ -260,7 +260,7 @@ impl Refresher {
         let now = self.clock.now();
         let granted = match how {
             Exchange::ClientSecret => oauth::client_credentials(&self.http, cfg, id.name(), secret, now).await,
-            Exchange::ServiceAccount => oauth::service_account::exchange(&self.http, secret, &cfg.scopes, now).await,
+            Exchange::ServiceAccount => oauth::service_account::exchange(&self.http, secret, cfg, now).await,
         };
         let refused = |what: &str, said: String| {
             let message = format!("{id} needs a new {what}: the provider refused it ({said})");

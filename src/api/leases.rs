@@ -12,9 +12,9 @@ use crate::book::Credential;
 use crate::config::{KeyHeader, WireFormat};
 use crate::engine::chain::{ChainError, FallbackOverride, bounded, check_names};
 use crate::engine::classify::{Classified, Echoed, Observed};
-use crate::engine::{Millis, ProfileId, ProfileType, Reason};
+use crate::engine::{Mark, Millis, ProfileId, ProfileType, Reason};
 use crate::gateway::upstream::Upstream;
-use crate::leases::{Ended, Leases, Live, MAX_LIVE, expire_one};
+use crate::leases::{Claim, Ended, Leases, Live, MAX_LIVE, expire_one};
 use crate::middleware::RequestId;
 use crate::prices::Tokens;
 use crate::redact::redact;
@@ -436,7 +436,7 @@ async fn report(
     row.duration_ms = Some(now - issued_at);
     let request_id = walk.trail.request_id.clone();
     let trusted = settings.config.agents.get(&name).is_some_and(|a| a.trusted);
-    record_quota(runtime, &settings, &attempt, &report, trusted, now);
+    record_quota(&state, &name, &settings, &attempt, &report, trusted, now);
     if report.outcome == ReportOutcome::Success {
         let usage = report.usage.unwrap_or_default();
         let tokens = Tokens {
@@ -452,10 +452,16 @@ async fn report(
     }
     let http_status = report.http_status;
     let mut class = classify_failure(&settings, &attempt, report, now);
+    let mut marks = true;
     if !trusted {
         weigh_claim(runtime, &state.upstream, &settings, &attempt, &mut class).await;
+        let cools = !matches!(class.reason.mark(), Mark::None | Mark::Model);
+        if cools && let Err(why) = admit_claim(&state, &name, &settings, &attempt, Claim::Cool, now) {
+            class.message = format!("{} ({why}: no cooldown)", class.message);
+            marks = false;
+        }
     }
-    let failed = Failed { row, class: &mut class, status: http_status, may_retry: true };
+    let failed = Failed { row, class: &mut class, status: http_status, may_retry: true, marks };
     let verdict = runtime.settle(&mut walk, &settings.config, attempt, failed).await;
     runtime.durable(&walk).await;
     let reason = class.reason;
@@ -537,11 +543,29 @@ fn take_reported(
     Ok(live)
 }
 
+/// Whether an untrusted agent's report may cool or order last the leased profile
+/// (`Table::admit_claim`, under `leases.claim_share` and `leases.claim_window`).
+fn admit_claim(
+    state: &ApiState,
+    agent: &str,
+    settings: &Settings,
+    attempt: &Attempt,
+    claim: Claim,
+    now: Millis,
+) -> Result<(), String> {
+    let leases = &settings.config.leases;
+    let profiles = state.runtime.book.profile_count(attempt.pid.provider());
+    let bounds = (profiles, leases.claim_share, leases.claim_window.as_millis() as Millis);
+    state.leases.lock().admit_claim(agent, &attempt.pid, claim, bounds, now)
+}
+
 /// The remaining quota the provider's headers reported, after an answer the upstream served or
 /// throttled (as for rota's own calls; not a missing model's). An agent's claim: its reset may
-/// order the profile last for no longer than a claimed cooldown (`cooldown.max`).
+/// order the profile last for no longer than a claimed cooldown (`cooldown.max`), once per
+/// `leases.claim_window`, and within the agent's share (`admit_claim`).
 fn record_quota(
-    runtime: &Runtime,
+    state: &ApiState,
+    agent: &str,
     settings: &Settings,
     attempt: &Attempt,
     report: &Report,
@@ -553,11 +577,20 @@ fn record_quota(
     let pairs = report.headers.iter().map(|(k, v)| (k.as_str(), v.as_str()));
     let served_or_throttled = report.outcome == ReportOutcome::Success || report.http_status == Some(429);
     let families = &settings.config.providers[&attempt.cand.provider].quota;
-    if let Some(quota) =
+    let Some(quota) =
         crate::engine::quota::read(pairs, families, &attempt.cand.model, now, max_wait).filter(|_| served_or_throttled)
+    else {
+        return;
+    };
+    let pushes = quota.low_until(settings.config.rotation.floor(), now).is_some_and(|until| until > now);
+    if !trusted
+        && pushes
+        && let Err(why) = admit_claim(state, agent, settings, attempt, Claim::Push, now)
     {
-        runtime.book.record_quota(&attempt.pid, quota);
+        tracing::info!(agent, profile = %attempt.pid, "a report's quota headers are not taken: {why}");
+        return;
     }
+    state.runtime.book.record_quota(&attempt.pid, quota);
 }
 
 /// A failure report classified as the gateway classifies its own answers, with the leased

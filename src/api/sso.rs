@@ -199,7 +199,7 @@ fn client(sso: &Sso, d: &Discovery, nonce: &str) -> OAuthConfig {
 /// `GET /ui/sso`: off to the provider, the browser holding the sign-in's cookie.
 pub async fn start(
     State(state): State<ApiState>,
-    peer: Option<axum::Extension<crate::server::Peer>>,
+    peer: Option<axum::Extension<crate::middleware::Peer>>,
     headers: HeaderMap,
 ) -> Response {
     let settings = state.runtime.settings();

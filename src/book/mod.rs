@@ -26,7 +26,7 @@ mod sync;
 
 pub use credentials::{Credential, Exchange};
 pub use load::{LoadError, config_rows, views};
-pub use state::{Roster, SESSION_ROWS, SESSION_TTL, session_id};
+pub use state::{Roster, SESSION_ROWS, SESSION_TTL, agents_session};
 pub use sync::{Backlog, FEED_EVERY};
 
 use crate::behind::Writer;
@@ -228,6 +228,11 @@ impl Book {
     }
 
     /// A snapshot of what ordering reads (for listings; the hot path never copies it).
+    /// How many profiles `provider` has (enabled or not).
+    pub fn profile_count(&self, provider: &str) -> usize {
+        self.lock().roster.views.keys().filter(|id| id.provider() == provider).count()
+    }
+
     pub fn roster(&self) -> Roster {
         self.lock().roster.clone()
     }

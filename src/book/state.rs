@@ -21,6 +21,9 @@ pub const SESSION_TTL: Millis = 6 * 3_600_000;
 const SESSION_KEYS: usize = 10_000;
 /// The most bindings the database keeps (docs/scale.md, "Sessions").
 pub const SESSION_ROWS: usize = 1_000_000;
+/// The most new bindings one agent makes on one server in `SESSION_TTL`: past it, its new
+/// sessions are served unbound (docs/scale.md, "Sessions").
+const SESSIONS_PER_AGENT: u32 = 50_000;
 /// How often a binding's last use is written while it is used: it expires in the database at
 /// most this much after its idle time is up.
 const SEEN_EVERY: Millis = 10 * 60_000;
@@ -29,7 +32,7 @@ const SEEN_EVERY: Millis = 10 * 60_000;
 const SESSION_MAX: usize = 128;
 
 /// A session id as kept: as sent, or its digest when long.
-pub fn session_id(session: &str) -> String {
+fn session_id(session: &str) -> String {
     if session.len() <= SESSION_MAX {
         session.to_string()
     } else {
@@ -38,9 +41,15 @@ pub fn session_id(session: &str) -> String {
     }
 }
 
-/// The key a session sticks under: (provider, `session_id`).
+/// A session as an agent's: its name, a newline, and the `session_id`. One agent's session id
+/// names nothing of another's (agent names hold no newline).
+pub fn agents_session(agent: &str, session: &str) -> String {
+    format!("{agent}\n{}", session_id(session))
+}
+
+/// The key a session (`agents_session`) sticks under: (provider, session).
 fn session_key(provider: &str, session: &str) -> (String, String) {
-    (provider.to_string(), session_id(session))
+    (provider.to_string(), session.to_string())
 }
 
 /// A session's binding as this server knows it.
@@ -59,11 +68,42 @@ pub(super) struct Sessions {
     known: Recent<(String, String), Bound>,
     /// Bindings made, moved or used since their last write, for the stats writer.
     pub(super) pending: HashMap<(String, String), SessionBinding>,
+    /// Per agent: when its current `SESSION_TTL` began and the new bindings it made since.
+    made: HashMap<String, (Millis, u32)>,
+    /// The most new bindings per agent in `SESSION_TTL` (`SESSIONS_PER_AGENT`).
+    per_agent: u32,
 }
 
 impl Sessions {
     pub(super) fn new() -> Sessions {
-        Sessions { known: Recent::new(SESSION_TTL, SESSION_KEYS), pending: HashMap::new() }
+        Sessions {
+            known: Recent::new(SESSION_TTL, SESSION_KEYS),
+            pending: HashMap::new(),
+            made: HashMap::new(),
+            per_agent: SESSIONS_PER_AGENT,
+        }
+    }
+
+    /// Whether the agent of `session` may make one more new binding now (`SESSIONS_PER_AGENT`).
+    fn may_bind(&mut self, session: &str, now: Millis) -> bool {
+        let agent = session.split_once('\n').map_or("", |(a, _)| a);
+        let (since, n) = self.made.entry(agent.to_string()).or_insert((now, 0));
+        if now - *since >= SESSION_TTL || now < *since {
+            (*since, *n) = (now, 0);
+        }
+        if *n >= self.per_agent {
+            if *n == self.per_agent {
+                tracing::warn!(
+                    agent,
+                    "an agent made {} new session bindings in 6 h: its further new sessions are served unbound",
+                    self.per_agent
+                );
+                *n += 1;
+            }
+            return false;
+        }
+        *n += 1;
+        true
     }
 
     pub(super) fn get(&self, provider: &str, session: &str, now: Millis) -> Option<&Bound> {
@@ -75,14 +115,15 @@ impl Sessions {
     /// whether it queued a write.
     pub(super) fn stick(&mut self, id: &ProfileId, session: &str, now: Millis) -> (bool, bool) {
         let key = session_key(id.provider(), session);
-        let (bound_at, moved) = match self.known.get(&key, now) {
-            Some((b, _)) if b.profile == *id && now - b.seen_at < SEEN_EVERY => {
-                let b = b.clone();
+        let (bound_at, moved) = match self.known.get(&key, now).map(|(b, _)| b.clone()) {
+            Some(b) if b.profile == *id && now - b.seen_at < SEEN_EVERY => {
                 self.known.insert(key, b, now);
                 return (false, false);
             }
-            Some((b, _)) if b.profile == *id => (b.bound_at, false),
-            _ => (now, true),
+            Some(b) if b.profile == *id => (b.bound_at, false),
+            Some(_) => (now, true),
+            None if self.may_bind(session, now) => (now, true),
+            None => return (false, false),
         };
         let binding = SessionBinding { session: key.1.clone(), profile: id.clone(), bound_at, seen_at: now };
         self.known.insert(key.clone(), Bound { profile: id.clone(), bound_at, seen_at: now }, now);
@@ -463,12 +504,27 @@ mod tests {
     }
 
     #[test]
-    fn a_long_session_id_is_kept_as_its_digest() {
+    fn a_long_session_id_is_kept_as_its_digest_under_its_agent() {
         let long = "u".repeat(4 << 20);
-        let (_, kept) = session_key("openai", &long);
-        assert_eq!(kept.len(), "sha256:".len() + 64);
-        assert_eq!(session_key("openai", &long), session_key("openai", &long.clone()), "the same id, the same key");
-        assert_ne!(session_key("openai", &long).1, session_key("openai", &format!("{long}v")).1);
-        assert_eq!(session_key("openai", "conversation-1").1, "conversation-1", "a short one as sent");
+        let kept = agents_session("planner", &long);
+        assert_eq!(kept.len(), "planner\nsha256:".len() + 64);
+        assert_eq!(kept, agents_session("planner", &long.clone()), "the same id, the same key");
+        assert_ne!(kept, agents_session("planner", &format!("{long}v")));
+        assert_eq!(agents_session("planner", "conversation-1"), "planner\nconversation-1", "a short one as sent");
+        assert_ne!(agents_session("coder", "conversation-1"), agents_session("planner", "conversation-1"));
+    }
+
+    #[test]
+    fn an_agent_makes_at_most_its_share_of_new_bindings() {
+        let mut s = Sessions { per_agent: 3, ..Sessions::new() };
+        let t = 1_000_000;
+        for i in 0..3 {
+            assert_eq!(s.stick(&id("openai:a"), &format!("flood\n{i}"), t), (true, true));
+        }
+        assert_eq!(s.stick(&id("openai:a"), "flood\nmore", t), (false, false), "past its share: unbound");
+        assert!(s.get("openai", "flood\nmore", t).is_none());
+        assert_eq!(s.stick(&id("openai:a"), "other\nc1", t), (true, true), "another agent's are not counted");
+        assert_eq!(s.stick(&id("openai:b"), "flood\n0", t + 1), (true, true), "a known one still moves");
+        assert_eq!(s.stick(&id("openai:a"), "flood\nmore", t + SESSION_TTL), (true, true), "6 h on, a new share");
     }
 }

@@ -128,7 +128,8 @@ fn not_found(e: StoreError) -> anyhow::Error {
 async fn add(config: &Config, provider: &str, name: &str, kind: &str, expires: Option<&str>) -> Result<()> {
     let now = chrono::Utc::now().timestamp_millis();
     let new = rules::check_new(config, provider, name, kind, expires, now).map_err(anyhow::Error::msg)?;
-    let secret = read_secret(new.kind, new.id.name())?;
+    let cc = config.providers.get(provider).and_then(|p| p.client_credentials.as_ref());
+    let secret = read_secret(new.kind, new.id.name(), cc.and_then(|c| c.allow_token_uri.as_deref()))?;
     let store = open(config).await?;
     let (key, origin) =
         resolve_key(&crate::store::key_anchor(config)?, &store.secret_key_ids().await?, config.secrets.keyring)?;
@@ -146,7 +147,7 @@ async fn add(config: &Config, provider: &str, name: &str, kind: &str, expires: O
 }
 
 /// Reads the secret from stdin (see `rules::check_secret`).
-fn read_secret(kind: ProfileType, name: &str) -> Result<SecretString> {
+fn read_secret(kind: ProfileType, name: &str, allow_token_uri: Option<&str>) -> Result<SecretString> {
     let mut stdin = std::io::stdin();
     if stdin.is_terminal() {
         let what = match kind {
@@ -162,7 +163,7 @@ fn read_secret(kind: ProfileType, name: &str) -> Result<SecretString> {
     let mut raw = String::new();
     stdin.read_to_string(&mut raw).context("reading the secret from stdin")?;
     let raw = SecretString::from(raw);
-    rules::check_secret(secrecy::ExposeSecret::expose_secret(&raw), kind, name)
+    rules::check_secret(secrecy::ExposeSecret::expose_secret(&raw), kind, name, allow_token_uri)
         .map_err(|e| anyhow::anyhow!("{e} (read from stdin)"))
 }
 

@@ -18,6 +18,14 @@ impl Config {
         if self.audit.queue == 0 {
             out.push("audit.queue: must be at least 1".into());
         }
+        if !(self.leases.claim_share > 0.0 && self.leases.claim_share <= 1.0) || self.leases.claim_window.is_zero() {
+            out.push(
+                "leases.claim_share: must be above 0 and at most 1, and leases.claim_window longer than 0s".into(),
+            );
+        }
+        if !(1..=100).contains(&self.limits.max_attempts) {
+            out.push("limits.max_attempts: must be 1 to 100".into());
+        }
         if self.audit.prune_every.is_zero() || self.database.checkpoint_every.is_zero() {
             out.push("audit.prune_every and database.checkpoint_every: must be longer than 0s".into());
         }

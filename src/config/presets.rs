@@ -82,6 +82,7 @@ pub struct OAuthFile {
 pub struct ClientCredentialsFile {
     pub token_url: Option<String>,
     pub scopes: Option<Vec<String>>,
+    pub allow_token_uri: Option<String>,
 }
 
 /// `[providers.NAME]` as written in the file.
@@ -181,6 +182,7 @@ impl Preset {
                     client_credentials: Some(ClientCredentials {
                         token_url: format!("{entra}/token"),
                         scopes: strings(&["https://cognitiveservices.azure.com/.default"]),
+                        allow_token_uri: None,
                     }),
                     ..plain(&format!("https://{resource}.openai.azure.com/openai/v1"), "/models", OPENAI_HEADERS)
                 }
@@ -199,6 +201,7 @@ impl Preset {
                     client_credentials: Some(ClientCredentials {
                         token_url: "https://oauth2.googleapis.com/token".into(),
                         scopes: strings(&["https://www.googleapis.com/auth/cloud-platform"]),
+                        allow_token_uri: None,
                     }),
                     oauth: Some(OAuthFile {
                         authorize_url: Some("https://accounts.google.com/o/oauth2/v2/auth".into()),
@@ -328,6 +331,7 @@ impl TryFrom<ProviderFile> for Provider {
                     .or(p.as_ref().map(|p| p.token_url.clone()))
                     .ok_or_else(|| missing("client_credentials.token_url"))?,
                 scopes: f.scopes.or(p.map(|p| p.scopes)).unwrap_or_default(),
+                allow_token_uri: f.allow_token_uri,
             }),
         };
         Ok(Provider {

@@ -241,6 +241,12 @@ pub struct LeasesConfig {
     /// Success reports one agent may make per minute (each may carry quota headers that order
     /// a profile last); past it, its reports get 429.
     pub success_reports_per_minute: u32,
+    /// The share of a provider's profiles one untrusted agent's reports may cool or order last
+    /// in `claim_window` (at least one profile).
+    pub claim_share: f64,
+    /// The window `claim_share` counts in; a success report orders a profile last at most once in it.
+    #[serde(deserialize_with = "duration")]
+    pub claim_window: Duration,
 }
 
 impl Default for LeasesConfig {
@@ -250,6 +256,8 @@ impl Default for LeasesConfig {
             max_live_per_agent: 1000,
             failure_reports_per_minute: 600,
             success_reports_per_minute: 6000,
+            claim_share: 0.5,
+            claim_window: Duration::from_secs(3600),
         }
     }
 }
@@ -260,11 +268,13 @@ impl Default for LeasesConfig {
 pub struct LimitsConfig {
     /// Largest request body accepted, in bytes (413 beyond).
     pub max_body_bytes: usize,
+    /// The most upstream calls one request makes, across retries, rotations and fallbacks.
+    pub max_attempts: u32,
 }
 
 impl Default for LimitsConfig {
     fn default() -> Self {
-        LimitsConfig { max_body_bytes: 32 * 1024 * 1024 }
+        LimitsConfig { max_body_bytes: 32 * 1024 * 1024, max_attempts: 12 }
     }
 }
 
@@ -517,6 +527,9 @@ pub struct Provider {
 pub struct ClientCredentials {
     pub token_url: String,
     pub scopes: Vec<String>,
+    /// A service account key's `token_uri` rota may post to besides Google's
+    /// (`https://oauth2.googleapis.com/token`), e.g. a private Google endpoint.
+    pub allow_token_uri: Option<String>,
 }
 
 /// The `anthropic_version` a Claude model on Vertex AI takes in the body.

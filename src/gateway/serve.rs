@@ -286,7 +286,7 @@ impl Gateway {
         }
         let CallFailure { mut class, status, body: said, .. } = f;
         let (cand, pid) = (att.cand.clone(), att.pid.clone());
-        let failed = Failed { row, class: &mut class, status, may_retry: Instant::now() < deadline };
+        let failed = Failed { row, class: &mut class, status, may_retry: Instant::now() < deadline, marks: true };
         match self.runtime.settle(&mut walk, &inc.settings.config, att, failed).await {
             Verdict::Retry(backoff) => tokio::time::sleep_until(deadline.min(Instant::now() + backoff)).await,
             Verdict::Moved => {}

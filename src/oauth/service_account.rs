@@ -19,7 +19,22 @@ pub struct Key {
     pub token_uri: String,
 }
 
+/// Google's token endpoint: the only `token_uri` rota posts a key's assertion to, unless the
+/// provider's `client_credentials.allow_token_uri` names another.
+pub const GOOGLE_TOKEN_URI: &str = "https://oauth2.googleapis.com/token";
+
 impl Key {
+    /// Whether rota may post this key's assertion to its `token_uri`: Google's, or `allowed`.
+    pub fn check_token_uri(&self, allowed: Option<&str>) -> Result<(), String> {
+        if self.token_uri == GOOGLE_TOKEN_URI || allowed == Some(self.token_uri.as_str()) {
+            return Ok(());
+        }
+        Err(format!(
+            "the key's token_uri is not Google's ({GOOGLE_TOKEN_URI}); \
+             providers.NAME.client_credentials.allow_token_uri may name another"
+        ))
+    }
+
     /// A key as uploaded: Google's JSON, of `type` `service_account`, whose private key is an
     /// RSA key in PKCS#8 PEM and whose `token_uri` is `https` (or `http` on a loopback address).
     /// The message says what is wrong, never what the key holds.
@@ -97,10 +112,17 @@ struct ErrorAnswer {
     error_description: Option<String>,
 }
 
-/// Exchanges a signed assertion of `key` for an access token with `scopes`.
-pub async fn exchange(http: &Http, key: &SecretString, scopes: &[String], now: Millis) -> Result<Granted, OAuthError> {
+/// Exchanges a signed assertion of `key` for an access token with the provider's scopes, at
+/// the key's `token_uri` if the provider allows it (`Key::check_token_uri`).
+pub async fn exchange(
+    http: &Http,
+    key: &SecretString,
+    cfg: &crate::config::ClientCredentials,
+    now: Millis,
+) -> Result<Granted, OAuthError> {
     let key = Key::parse(key.expose_secret()).map_err(OAuthError::Malformed)?;
-    let assertion = key.assertion(scopes, now).map_err(OAuthError::Malformed)?;
+    key.check_token_uri(cfg.allow_token_uri.as_deref()).map_err(OAuthError::Malformed)?;
+    let assertion = key.assertion(&cfg.scopes, now).map_err(OAuthError::Malformed)?;
     let form = url::form_urlencoded::Serializer::new(String::new())
         .append_pair("grant_type", "urn:ietf:params:oauth:grant-type:jwt-bearer")
         .append_pair("assertion", &assertion)

@@ -146,7 +146,7 @@ impl App {
             }
             let svc = service.clone();
             let with_peer = hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
-                req.extensions_mut().insert(Peer(peer));
+                req.extensions_mut().insert(crate::middleware::Peer(peer));
                 hyper::service::Service::call(&svc, req)
             });
             let conn = graceful.watch(http.serve_connection(hyper_util::rt::TokioIo::new(tcp), with_peer));
@@ -190,10 +190,6 @@ impl App {
         Ok(())
     }
 }
-
-/// The client's address of a request's connection (a request extension).
-#[derive(Clone, Copy, Debug)]
-pub struct Peer(pub std::net::SocketAddr);
 
 /// How long requests still running after the grace may take to end once streams are cut.
 const CUT_WAIT: Duration = Duration::from_secs(3);

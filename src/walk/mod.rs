@@ -63,6 +63,9 @@ pub struct Failed<'a> {
     pub status: Option<u16>,
     /// Whether a same-profile retry still fits in the request's time.
     pub may_retry: bool,
+    /// Whether it may leave its mark (a window, a count): false for an agent's claim past its
+    /// share (`leases.claim_share`), which is only audited.
+    pub marks: bool,
 }
 
 /// What a failed attempt leads to.
@@ -164,6 +167,8 @@ pub struct Walk {
     /// attempt under way holds it).
     cur: Option<Box<Cursor>>,
     failures: Vec<ModelFailure>,
+    /// Upstream calls made so far (`limits.max_attempts` bounds them).
+    calls: u32,
     /// A failure of this request put a profile or a model in a window, or it bound or moved its
     /// session: the answer waits until that is written (`Runtime::durable`).
     marked: bool,
@@ -192,16 +197,19 @@ fn availability(book: &Book, cand: &Candidate, ordered: &Ordered, now: Millis) -
 }
 
 impl Walk {
+    /// A walk of `chain` for the trail's agent; `session` is the agent's own
+    /// (`agents_session`), so that no other agent's request can move or learn its binding.
     pub fn new(chain: Vec<Candidate>, session: Option<String>, pin: Option<ProfileId>, trail: Trail) -> Walk {
         Walk {
             chain,
             single: false,
-            session,
+            session: session.map(|s| crate::book::agents_session(trail.agent(), &s)),
             pin,
             exclude: Vec::new(),
             index: 0,
             cur: None,
             failures: Vec::new(),
+            calls: 0,
             marked: false,
             trail,
         }
@@ -238,6 +246,9 @@ impl Walk {
         mut admit: impl FnMut(usize, &Candidate) -> Result<(), String>,
     ) -> Step {
         loop {
+            if self.calls >= config.limits.max_attempts {
+                return self.capped(config.limits.max_attempts, now);
+            }
             if let Some(cur) = self.cur.take()
                 && let Some(att) = self.resume(book, config, cur, now)
             {
@@ -259,6 +270,19 @@ impl Walk {
         }
     }
 
+    /// The end of a walk that made `max` upstream calls (`limits.max_attempts`, counted across
+    /// retries, rotations and fallbacks): the failures so far, the candidate under way's
+    /// included, with the cap named first.
+    fn capped(&mut self, max: u32, now: Millis) -> Step {
+        if let Some(cur) = self.cur.take() {
+            self.failures.extend(cur.last);
+        }
+        let mut out = aggregate(&self.failures, now);
+        out.message = format!("stopped after {max} upstream calls (limits.max_attempts = {max}): {}", out.message);
+        self.trail.answered(&out.message);
+        Step::Exhausted(out)
+    }
+
     /// The next attempt of the candidate under way: its next profile with a credential, then
     /// the further profiles its order has (`more`). `None` once it has none left: its latest
     /// failure goes to the aggregated error, and the walk on to the next candidate.
@@ -275,6 +299,7 @@ impl Walk {
                         self.marked |= book.mark_used(pid, self.session.as_deref(), now);
                     }
                     let pid = pid.clone();
+                    self.calls += 1;
                     return Some(Attempt { index: self.index, cand, pid, cred, kind, cursor: cur });
                 }
                 cur.j += 1;
@@ -386,11 +411,11 @@ impl Walk {
     /// What `failed` records, and what comes next: the same profile again while its retries
     /// last, else the next profile or model, or the end of the walk.
     fn verdict(&mut self, book: &Book, config: &Config, att: &mut Attempt, failed: Failed<'_>, now: Millis) -> Verdict {
-        let Failed { mut row, class, status, may_retry } = failed;
+        let Failed { mut row, class, status, may_retry, marks } = failed;
         let reason = class.reason;
         row.http_status = status;
         let cur = &mut att.cursor;
-        if cur.tries < reason.same_profile_retries() && may_retry && !self.single {
+        if cur.tries < reason.same_profile_retries() && may_retry && marks && !self.single {
             book.count_failure(&att.pid, reason, now);
             describe(&mut row, class);
             self.trail.record(row);
@@ -398,7 +423,13 @@ impl Walk {
             let backoff = 100 * u64::from(cur.tries) + fastrand::u64(0..100);
             return Verdict::Retry(Duration::from_millis(backoff));
         }
-        let until = self.mark(book, att, row, class, now);
+        let until = if marks {
+            self.mark(book, att, row, class, now)
+        } else {
+            describe(&mut row, class);
+            self.trail.record(row);
+            None
+        };
         let message = class.message.clone();
         att.cursor.last =
             Some(ModelFailure { label: att.cand.label(), reason, message, status, until, skipped: false });

@@ -5,7 +5,7 @@
 use super::{Attempt, Failed, Verdict, Walk};
 use crate::alerts::Alerts;
 use crate::audit::Audit;
-use crate::book::{Book, Credential, SESSION_TTL, session_id};
+use crate::book::{Book, Credential, SESSION_TTL};
 use crate::config::Config;
 use crate::engine::chain::{Candidate, ChainRequest, FallbackOverride};
 use crate::engine::classify::Classified;
@@ -107,7 +107,7 @@ impl Runtime {
                 row.duration_ms = Some(0);
                 let mut class =
                     Classified { reason: f.reason, hint: None, account_wide: true, message: f.message, claim: false };
-                let failed = Failed { row, class: &mut class, status: None, may_retry: false };
+                let failed = Failed { row, class: &mut class, status: None, may_retry: false, marks: true };
                 let verdict = walk.failed(&self.book, config, att, failed, now);
                 Err((verdict, class.message))
             }
@@ -148,7 +148,7 @@ impl Runtime {
         if self.book.knows_session(target, session, now) {
             return;
         }
-        match self.store.session_bindings(&session_id(session), now - SESSION_TTL).await {
+        match self.store.session_bindings(session, now - SESSION_TTL).await {
             Ok(found) => self.book.adopt_sessions(found, now),
             Err(e) => {
                 tracing::warn!(error = %e, "reading the session's binding failed; it may move to another profile")

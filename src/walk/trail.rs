@@ -89,6 +89,10 @@ impl Trail {
         }
     }
 
+    pub fn agent(&self) -> &str {
+        &self.agent
+    }
+
     /// Whether the config named `provider/model` when the request arrived.
     pub fn names(&self, provider: &str, model: &str) -> bool {
         self.named.get(provider).is_some_and(|m| m.contains(model))

@@ -351,6 +351,7 @@ quota = ["openai", "codex"]
 [providers.corp.client_credentials]
 token_url = ${q(idp.token_url)}
 scopes = ["llm.invoke"]
+allow_token_uri = ${q(`${upstream.url}/token`)}
 
 [providers.corp.oauth]
 ${oauth}

@@ -52,6 +52,9 @@ project = "acme-ml"
 location = "us-central1"
 base_url = "${upstream.url}/v1"
 
+[providers.vertex.client_credentials]
+allow_token_uri = "${upstream.url}/token"
+
 [providers.vertex.oauth]
 client_id = "${GOOGLE_CLIENT_ID}"
 client_secret_env = "GOOGLE_SECRET"

@@ -302,7 +302,7 @@ async fn each_event_kind_reaches_a_signed_webhook_once_per_interval_and_every_de
     let again = |r: &Receiver| {
         let k = r.by_kind();
         let n = |kind: &str, subject: &str| k.get(&(kind.to_string(), subject.to_string())).copied();
-        (n("paid", "backup:paid"), n("fallback", "corp/m"), n("budget", "tester/tokens_per_day"))
+        (n("paid", "backup:paid"), n("fallback", "corp/other"), n("budget", "tester/tokens_per_day"))
             == (Some(2), Some(2), Some(2))
     };
     receiver.wait(Duration::from_secs(20), "the alerts after the interval", again).await;

@@ -68,7 +68,8 @@ async fn a_walk_rotates_past_the_first_eight_profiles_of_a_large_provider() {
     let keys: Vec<(String, String)> =
         (0..11).map(|i| (format!("openai:a{i:02}"), format!("sk-large-{i:02}"))).collect();
     let profiles: Vec<(&str, &str)> = keys.iter().map(|(id, k)| (id.as_str(), k.as_str())).collect();
-    let rota = spawn(Scenario { config: &config(&base, ""), keys: &profiles, ..Scenario::default() }).await;
+    let calls = "[limits]\nmax_attempts = 30\n";
+    let rota = spawn(Scenario { config: &config(&base, calls), keys: &profiles, ..Scenario::default() }).await;
     let bad = r#"{"error":{"message":"The server had an error processing your request","type":"server_error"}}"#;
     for (_, key) in &keys[..10] {
         mock.script(key, vec![Reply::Status(500, vec![], bad.into()); 3]);
@@ -1586,6 +1587,12 @@ async fn a_model_cooldown_ends_on_an_admin_clear_and_on_a_success_of_that_model(
     assert_eq!(code, 404);
     let (code, _) = rota.api("POST", "/api/v1/models/clear", Some(&rota.admin_key), Some(clear("gpt-4.1"))).await;
     assert_eq!(code, 400);
+    let long = format!("openai/{}", "m".repeat(1_500_000));
+    let (code, v) = rota.api("POST", "/api/v1/models/clear", Some(&rota.admin_key), Some(clear(&long))).await;
+    assert_eq!(code, 400, "bounded like every model name");
+    assert!(v.to_string().contains("longer than 256 bytes"), "{v}");
+    let (_, actions) = rota.api("GET", "/api/v1/admin-actions", Some(&rota.admin_key), None).await;
+    assert!(actions.to_string().len() < 10_000, "nothing of it recorded");
     assert_eq!(
         rota.api("POST", "/api/v1/models/clear", Some(&rota.agent_key), Some(clear("openai/gpt-4.1"))).await.0,
         403

@@ -109,7 +109,8 @@ async fn lanes(rota: &Rota) -> Vec<(String, Option<i64>, Option<String>, Option<
 #[tokio::test]
 async fn an_agents_revocation_claims_cool_the_profiles_but_disable_none_when_rotas_own_call_succeeds() {
     let (mock, base) = Mock::started().await;
-    let rota = spawn(Scenario { config: &lease_config(&base, ""), keys: &KEYS[..2], ..Scenario::default() }).await;
+    let config = lease_config(&base, "[leases]\nclaim_share = 1.0\n");
+    let rota = spawn(Scenario { config: &config, keys: &KEYS[..2], ..Scenario::default() }).await;
     let before = chrono::Utc::now().timestamp_millis();
     assert_eq!(claim_all_revoked(&rota).await, 2, "one report per profile, then the walk ends");
     let lanes = lanes(&rota).await;
@@ -343,6 +344,26 @@ async fn a_fallback_list_past_16_is_refused_before_any_call() {
     assert!(mock.seen().is_empty(), "no upstream call");
 }
 
+/// Finding: 16 fallbacks that all answered 429 made 85 upstream calls for one request. Now
+/// `limits.max_attempts` bounds the calls, across retries, rotations and fallbacks, and the
+/// answer names it.
+#[tokio::test]
+async fn one_request_makes_at_most_max_attempts_upstream_calls() {
+    let (mock, base) = Mock::started().await;
+    let config = support::config(&base).replace("[models]", "[limits]\nmax_attempts = 2\n[models]");
+    let rota = spawn(Scenario { config: &config, keys: &KEYS[..3], ..Scenario::default() }).await;
+    let limited = Reply::Status(429, vec![], r#"{"error":{"message":"Rate limit reached"}}"#.into());
+    for (_, key) in &KEYS[..3] {
+        mock.script(key, vec![limited.clone(); 20]);
+    }
+    let list: Vec<String> = (0..16).map(|i| format!("openai/m{i}")).collect();
+    let r = rota.chat(chat(), &[("x-rota-fallbacks", &list.join(","))]).await;
+    assert_eq!(r.status(), 429);
+    let text = r.text().await.unwrap();
+    assert!(text.contains("stopped after 2 upstream calls (limits.max_attempts = 2)"), "{text}");
+    assert_eq!(mock.seen().len(), 2, "two calls, not three profiles' and sixteen fallbacks'");
+}
+
 /// Finding: a body was parsed whole before any limit (three 32 MiB bodies of an agent already
 /// over its limit: ~2 GB RSS, though all three were answered 429). Now the limit comes first:
 /// an agent over it is refused whatever its body, even one that is not JSON.
@@ -531,13 +552,73 @@ async fn a_revocation_claim_is_checked_with_a_fresh_token_not_an_expired_one() {
     assert!(lanes.iter().all(|(_, until, reason, _)| until.is_none() && reason.is_none()), "not disabled: {lanes:?}");
 }
 
+/// Finding: five lease failure reports (429, `retry-after: 3600`) cooled every profile of a
+/// model for an hour, and one success report per profile an hour kept each at the back. Now one
+/// agent's claims cool or push back at most `leases.claim_share` of a provider's profiles per
+/// `leases.claim_window`, and push each back once in it (docs/api.md, "A report is a claim").
+#[tokio::test]
+async fn hostile_reports_leave_most_of_the_provider_usable() {
+    let (_mock, base) = Mock::started().await;
+    let keys =
+        [KEYS[0], KEYS[1], KEYS[2], ("openai:k4", "sk-test-key-four-0004"), ("openai:k5", "sk-test-key-five-0005")];
+    let rota = spawn(Scenario { config: &lease_config(&base, ""), keys: &keys, ..Scenario::default() }).await;
+    let limited = json!({"outcome": "failure", "http_status": 429, "headers": {"retry-after": "3600"},
+        "error": "Rate limit reached"});
+    let mut cooled_by_claims = Vec::new();
+    for _ in 0..5 {
+        let (code, l) = lease(&rota, &rota.agent_key).await;
+        assert_eq!(code, 201, "{l}");
+        let (code, answer) = report(&rota, &rota.agent_key, &l, limited.clone()).await;
+        assert_eq!(code, 200, "{answer}");
+        cooled_by_claims.push(l["profile_id"].as_str().unwrap().to_string());
+    }
+    rota.flush().await;
+    let cooled: i64 = sqlx::query_scalar("SELECT count(DISTINCT profile_id) FROM profile_cooldowns")
+        .fetch_one(rota.pool())
+        .await
+        .unwrap();
+    assert_eq!(cooled, 2, "half of five profiles, rounded down: {cooled_by_claims:?}");
+    let past: Vec<String> = sqlx::query_scalar("SELECT error FROM attempts WHERE error LIKE '%leases.claim_share%'")
+        .fetch_all(rota.pool())
+        .await
+        .unwrap();
+    assert_eq!(past.len(), 3, "the other three claims are audited, with no cooldown: {past:?}");
+}
+
+/// Success reports whose quota headers say "none left until the reset" order a profile last;
+/// one agent's do so to at most `leases.claim_share` of the provider's profiles a window.
+#[tokio::test]
+async fn success_claims_push_back_at_most_the_agents_share() {
+    let (_mock, base) = Mock::started().await;
+    let keys = [KEYS[0], KEYS[1], KEYS[2], ("openai:k4", "sk-test-key-four-0004")];
+    let rota = spawn(Scenario { config: &lease_config(&base, ""), keys: &keys, ..Scenario::default() }).await;
+    let spent = json!({"outcome": "success", "http_status": 200, "headers": {
+        "x-ratelimit-limit-requests": "100", "x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "50m0s"}});
+    let mut first = Vec::new();
+    for _ in 0..4 {
+        let (_, l) = lease(&rota, &rota.agent_key).await;
+        first.push(l["profile_id"].as_str().unwrap().to_string());
+        let (code, answer) = report(&rota, &rota.agent_key, &l, spent.clone()).await;
+        assert_eq!(code, 200, "{answer}");
+    }
+    first.sort();
+    assert_eq!(first, ["openai:k1", "openai:k2", "openai:k3", "openai:k4"], "each leased once");
+    let mut next = std::collections::BTreeSet::new();
+    for _ in 0..4 {
+        let (_, l) = lease(&rota, &rota.agent_key).await;
+        next.insert(l["profile_id"].as_str().unwrap().to_string());
+        report(&rota, &rota.agent_key, &l, json!({"outcome": "success", "http_status": 200})).await;
+    }
+    assert_eq!(next.len(), 2, "two pushed back (half of four), the other two in rotation: {next:?}");
+}
+
 /// Finding: success reports, whose quota headers may order any leased profile last for an
 /// hour, had no rate limit. They have their own, like failure reports.
 #[tokio::test]
 async fn success_reports_past_the_agents_rate_get_429_and_the_lease_stays_valid() {
     let (_mock, base) = Mock::started().await;
     let rota = spawn(Scenario {
-        config: &lease_config(&base, "[leases]\nsuccess_reports_per_minute = 2\n"),
+        config: &lease_config(&base, "[leases]\nsuccess_reports_per_minute = 2\nclaim_share = 1.0\n"),
         keys: &KEYS[..2],
         ..Scenario::default()
     })
@@ -641,4 +722,35 @@ async fn usage_out_of_range(db: support::Db) {
     }
     let (_, usage) = rota.api("GET", "/api/v1/usage", admin, None).await;
     assert!(usage.to_string().contains("openai:k1"), "{usage}");
+}
+
+/// Finding: agent B, sending agent A's session id with a pin, moved A's session and learned its
+/// profile. Now a binding is the agent's own: the same id from another agent names another
+/// session (docs/rotation.md, rule 7).
+#[tokio::test]
+async fn one_agents_session_id_neither_moves_nor_shows_anothers_binding() {
+    let (_mock, base) = Mock::started().await;
+    let rota = spawn(Scenario { config: &support::config(&base), keys: &KEYS[..3], ..Scenario::default() }).await;
+    let send = async |key: &str, pin: Option<&str>| {
+        let mut req = Rota::client()
+            .post(format!("{}/v1/chat/completions", rota.url))
+            .bearer_auth(key)
+            .header("x-rota-session", "conversation-a")
+            .json(&chat());
+        if let Some(p) = pin {
+            req = req.header("x-rota-profile", p);
+        }
+        let r = req.send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        r.headers()["x-rota-profile"].to_str().unwrap().to_string()
+    };
+    let a = send(&rota.agent_key, None).await;
+    let b = send(&rota.admin_key, None).await;
+    assert_ne!(b, a, "B's first request takes the least recently used profile, not A's binding");
+    let elsewhere = KEYS[..3].iter().map(|(id, _)| *id).find(|id| *id != a && *id != b).unwrap();
+    assert_eq!(send(&rota.admin_key, Some(elsewhere)).await, elsewhere);
+    assert_eq!(send(&rota.admin_key, None).await, elsewhere, "B's own session moved");
+    for _ in 0..3 {
+        assert_eq!(send(&rota.agent_key, None).await, a, "A's session stays where it was");
+    }
 }

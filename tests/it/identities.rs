@@ -453,10 +453,12 @@ async fn google_token(
     axum::Json(json!({"access_token": token, "expires_in": 3599, "token_type": "Bearer"})).into_response()
 }
 
-fn vertex(base: &str) -> String {
+/// Vertex AI at the mock (`base`), its service accounts' keys allowed to name `token_uri`.
+fn vertex(base: &str, token_uri: &str) -> String {
     format!(
         "[providers.vertex]\npreset = \"vertex\"\nproject = \"acme-ml\"\nlocation = \"us-central1\"\n\
-         base_url = \"{base}/v1\"\n[models]\nprimary = \"vertex/google/gemini-2.5-pro\"\n"
+         base_url = \"{base}/v1\"\n[providers.vertex.client_credentials]\nallow_token_uri = \"{token_uri}\"\n\
+         [models]\nprimary = \"vertex/google/gemini-2.5-pro\"\n"
     )
 }
 
@@ -464,15 +466,20 @@ fn vertex(base: &str) -> String {
 async fn a_service_account_key_signs_an_assertion_that_google_verifies_and_calls_with_the_token() {
     let (mock, base) = Mock::started().await;
     let (google, token_uri) = Google::started().await;
-    let rota = spawn(Scenario { config: &vertex(&base), ..Scenario::default() }).await;
+    let rota = spawn(Scenario { config: &vertex(&base, &token_uri), ..Scenario::default() }).await;
     let key = sa_key(&String::from_utf8(fixture("a.pem")).unwrap(), &token_uri);
     let add = |name: &str, secret: &str| {
         let body = json!({"provider": "vertex", "name": name, "type": "service_account", "secret": secret});
         rota.api("POST", "/api/v1/profiles", Some(&rota.admin_key), Some(body))
     };
-    // Refused at the door: not a key, another name than the key's account.
+    // Refused at the door: not a key, another name than the key's account, a token_uri that is
+    // neither Google's nor the one the provider allows.
     let (code, answer) = add(SA_EMAIL, "{\"type\": \"authorized_user\"}").await;
     assert_eq!(code, 400, "{answer}");
+    let elsewhere = sa_key(&String::from_utf8(fixture("a.pem")).unwrap(), "https://collector.example.com/token");
+    let (code, answer) = add(SA_EMAIL, &elsewhere).await;
+    assert_eq!(code, 400, "{answer}");
+    assert!(answer.to_string().contains("token_uri is not Google's"), "{answer}");
     let (code, answer) = add("someone-else", &key).await;
     assert_eq!(code, 400);
     assert!(answer.to_string().contains(&format!("name it `{SA_EMAIL}`")), "{answer}");
@@ -509,7 +516,7 @@ async fn a_service_account_key_signs_an_assertion_that_google_verifies_and_calls
 async fn an_assertion_signed_with_a_deleted_key_puts_the_profile_in_the_disabled_lane() {
     let (mock, base) = Mock::started().await;
     let (google, token_uri) = Google::started().await;
-    let rota = spawn(Scenario { config: &vertex(&base), ..Scenario::default() }).await;
+    let rota = spawn(Scenario { config: &vertex(&base, &token_uri), ..Scenario::default() }).await;
     // b.pem is not the account's key: Google cannot verify what it signs.
     let key = sa_key(&String::from_utf8(fixture("b.pem")).unwrap(), &token_uri);
     let body = json!({"provider": "vertex", "name": SA_EMAIL, "type": "service_account", "secret": key});

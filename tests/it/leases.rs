@@ -7,8 +7,14 @@ use serde_json::{Value, json};
 use std::time::Duration;
 
 /// The base config with its fallback and a short first-byte timeout; `extra` goes last, in
-/// `[timeouts]` until it opens a table.
+/// `[timeouts]` until it opens a table. The agent's reports may cool every profile
+/// (`leases.claim_share = 1`), so that a lease walk can go exactly where the gateway's goes.
 fn config(base: &str, extra: &str) -> String {
+    let share = "[leases]\nclaim_share = 1.0\n";
+    let extra = match extra.contains("[leases]") {
+        true => extra.replace("[leases]\n", share),
+        false => format!("{extra}\n{share}"),
+    };
     format!("{}[timeouts]\nfirst_byte = \"2s\"\n{extra}\n", support::config_with_backup(base))
 }
 

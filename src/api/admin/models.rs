@@ -121,7 +121,9 @@ async fn clear_model(
     Operator(actor): Operator,
     Body(req): Body<ClearModelRequest>,
 ) -> Result<Json<ClearedModel>, ApiError> {
-    let (provider, model) = crate::engine::chain::split_model_ref(&req.model)
+    use crate::engine::chain::{FallbackOverride, check_names, split_model_ref};
+    check_names(Some(&req.model), &FallbackOverride::Inherit).map_err(ApiError::BadRequest)?;
+    let (provider, model) = split_model_ref(&req.model)
         .ok_or_else(|| ApiError::BadRequest(format!("`{}` is not a provider/model reference", req.model)))?;
     if !state.runtime.settings().config.providers.contains_key(provider) {
         return Err(ApiError::NotFound(format!("provider {provider} is not configured")));

@@ -143,7 +143,9 @@ async fn add_profile(
     let kind = req.kind.as_deref().unwrap_or("api_key");
     let new = rules::check_new(&settings.config, &req.provider, &req.name, kind, req.expires_at.as_deref(), now)
         .map_err(ApiError::BadRequest)?;
-    let secret = rules::check_secret(&req.secret, new.kind, new.id.name()).map_err(ApiError::BadRequest)?;
+    let allow = settings.config.providers.get(&req.provider).and_then(|p| p.client_credentials.as_ref());
+    let allow = allow.and_then(|c| c.allow_token_uri.as_deref());
+    let secret = rules::check_secret(&req.secret, new.kind, new.id.name(), allow).map_err(ApiError::BadRequest)?;
     let sealed = state.key.seal(&new.id, new.field, &secret);
     let profile = StoredProfile::stored(new.id.clone(), new.kind, new.expires_at, now);
     changes(&state).add(&profile, &[sealed], Credential::new(new.kind, secret)).await?;
