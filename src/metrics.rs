@@ -152,11 +152,20 @@ pub fn profile_label(id: &ProfileId) -> String {
     format!("{}:sha256-{hex}", id.provider())
 }
 
-/// Whether a scrape may read `/metrics`: always when `server.metrics_token_file` is unset,
-/// else only with `Authorization: Bearer <the file's token>` (compared as digests). A file that
-/// cannot be read or is empty refuses every scrape.
-pub fn scrape_allowed(server: &crate::config::Server, headers: &http::HeaderMap) -> bool {
-    let Some(file) = &server.metrics_token_file else { return true };
+/// Whether a scrape from `peer` may read `/metrics`: with `server.metrics_token_file` unset,
+/// only over loopback (a client on this machine, naming a loopback host: no page a browser
+/// loads elsewhere can rebind its name to it); else only with `Authorization: Bearer <the
+/// file's token>` (compared as digests). A file that cannot be read or is empty refuses every
+/// scrape.
+pub fn scrape_allowed(
+    server: &crate::config::Server,
+    headers: &http::HeaderMap,
+    peer: Option<std::net::IpAddr>,
+) -> bool {
+    let Some(file) = &server.metrics_token_file else {
+        let host = headers.get(http::header::HOST).and_then(|h| h.to_str().ok()).unwrap_or_default();
+        return peer.is_some_and(|ip| ip.is_loopback()) && loopback_host(host);
+    };
     let want = match crate::config::read_token_file(file) {
         Ok(t) => t,
         Err(why) => {
@@ -171,6 +180,16 @@ pub fn scrape_allowed(server: &crate::config::Server, headers: &http::HeaderMap)
         .map(str::trim);
     use sha2::Digest as _;
     presented.is_some_and(|p| sha2::Sha256::digest(p.as_bytes()) == sha2::Sha256::digest(want.as_bytes()))
+}
+
+/// Whether a `Host` header names this machine's loopback: `localhost`, `127.x.y.z` or `[::1]`,
+/// with or without a port.
+fn loopback_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => host.rsplit_once(':').map_or(host, |(h, _)| h),
+    };
+    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 impl Default for Metrics {

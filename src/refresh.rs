@@ -38,6 +38,9 @@ pub struct Refresher {
     http: oauth::Http,
     clock: Arc<dyn Clock>,
     locks: Mutex<HashMap<ProfileId, Arc<tokio::sync::Mutex<()>>>>,
+    /// When each profile's tokens were last refreshed here: a token whose whole lifetime is
+    /// shorter than `refresh.lead` is refreshed again only `refresh.lead / 2` later.
+    refreshed: Mutex<HashMap<ProfileId, Millis>>,
     /// This instance, as the holder of refresh claims.
     holder: String,
 }
@@ -65,6 +68,7 @@ impl Refresher {
             http: oauth::Http::default(),
             clock,
             locks: Mutex::new(HashMap::new()),
+            refreshed: Mutex::new(HashMap::new()),
             holder: uuid::Uuid::new_v4().to_string(),
         }
     }
@@ -83,6 +87,9 @@ impl Refresher {
                 for id in me.book.expiring(now + lead) {
                     if me.book.stats(&id).is_some_and(|s| s.cooling_every_model(now)) {
                         continue; // a failed refresh cools the profile; the next one waits for it
+                    }
+                    if me.lately(&id, lead, now) {
+                        continue;
                     }
                     if let Some((cred, _, _)) = me.book.tokens(&id)
                         && let Err(f) = me.refresh(&settings.config, &id, access_of(&cred).as_deref()).await
@@ -112,10 +119,22 @@ impl Refresher {
     ) -> Result<Option<Credential>, RefreshFailure> {
         let (Credential::OAuth { access, .. } | Credential::Client { access, .. }) = cred else { return Ok(None) };
         let expires = self.book.tokens(id).and_then(|t| t.1);
-        if access.is_some() && expires.is_none_or(|e| !config.refresh.window(e).active(self.clock.now())) {
+        let now = self.clock.now();
+        if access.is_some() && expires.is_none_or(|e| !config.refresh.window(e).active(now)) {
+            return Ok(None);
+        }
+        let lead = config.refresh.lead.as_millis() as Millis;
+        if access.is_some() && expires.is_some_and(|e| e > now) && self.lately(id, lead, now) {
             return Ok(None);
         }
         self.refresh(config, id, access_of(cred).as_deref()).await.map(Some)
+    }
+
+    /// Whether this instance refreshed the profile's unexpired tokens less than `lead / 2` ago:
+    /// a token that lives less than `refresh.lead` is inside its lead window from the start, and
+    /// would otherwise be exchanged again at every request.
+    fn lately(&self, id: &ProfileId, lead: Millis, now: Millis) -> bool {
+        self.refreshed.lock().get(id).is_some_and(|at| now >= *at && now - at < lead / 2)
     }
 
     fn lock_for(&self, id: &ProfileId) -> Arc<tokio::sync::Mutex<()>> {
@@ -181,6 +200,9 @@ impl Refresher {
         };
         if let Err(e) = self.store.release_refresh(id, &self.holder).await {
             tracing::warn!(profile = %id, error = %e, "releasing the refresh claim failed; it lapses by itself");
+        }
+        if result.is_ok() {
+            self.refreshed.lock().insert(id.clone(), self.clock.now());
         }
         result
     }

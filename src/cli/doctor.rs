@@ -114,6 +114,15 @@ async fn build(config: &Config, file: Option<&Path>) -> Report {
         ..Default::default()
     };
     report.providers = config.providers.iter().map(|(name, p)| ProviderLine::of(name, p)).collect();
+    let listen = &config.server.listen;
+    let host = listen.rsplit_once(':').map_or(listen.as_str(), |(h, _)| h).trim_matches(['[', ']']);
+    let loopback = host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    if !loopback && config.server.metrics_token_file.is_none() {
+        report.notes.push(format!(
+            "server.listen = \"{listen}\" is not a loopback address and server.metrics_token_file is unset: \
+             /metrics answers only over loopback; give scrapers a token (docs/gateway.md, \"Metrics\")"
+        ));
+    }
     let (snapshot, stored_agents) = read_database(config, file, &mut report).await;
     let roster = Roster::new(&snapshot, config);
     let now = chrono::Utc::now().timestamp_millis();

@@ -136,7 +136,8 @@ impl Gateway {
                 "attempt",
                 provider = att.cand.provider.as_str(),
                 model = att.cand.model.as_str(),
-                profile = att.pid.as_str(),
+                // As `/metrics` labels it: a profile named after an email is hashed.
+                profile = %crate::metrics::profile_label(&att.pid),
                 n = i64::from(row.seq),
                 outcome = tracing::field::Empty,
                 reason = tracing::field::Empty,

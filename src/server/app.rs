@@ -59,13 +59,20 @@ async fn nosniff(mut r: axum::response::Response) -> axum::response::Response {
     r
 }
 
-/// Prometheus exposition (OpenMetrics text); with `server.metrics_token_file`, only for its bearer token.
-async fn metrics(State(runtime): State<Arc<Runtime>>, headers: http::HeaderMap) -> axum::response::Response {
+/// Prometheus exposition (OpenMetrics text): with `server.metrics_token_file`, only for its bearer
+/// token; without, only over loopback (`metrics::scrape_allowed`).
+async fn metrics(
+    State(runtime): State<Arc<Runtime>>,
+    peer: Option<axum::Extension<crate::middleware::Peer>>,
+    headers: http::HeaderMap,
+) -> axum::response::Response {
     use axum::response::IntoResponse;
-    if !crate::metrics::scrape_allowed(&runtime.settings().config.server, &headers) {
+    let peer = peer.map(|p| p.0.0.ip());
+    if !crate::metrics::scrape_allowed(&runtime.settings().config.server, &headers, peer) {
         let challenge = [("www-authenticate", "Bearer realm=\"rota metrics\"")];
-        return (http::StatusCode::UNAUTHORIZED, challenge, "a bearer token is needed (server.metrics_token_file)\n")
-            .into_response();
+        let why =
+            "a bearer token is needed (server.metrics_token_file); without one, /metrics answers only over loopback\n";
+        return (http::StatusCode::UNAUTHORIZED, challenge, why).into_response();
     }
     let now = runtime.clock.now();
     let mut snapshot =

@@ -363,6 +363,23 @@ async fn metrics_ask_for_the_bearer_token_and_never_show_an_email() {
     assert_eq!(scrape(Some("scrape-token-rotated")).await.status(), 200);
 }
 
+/// Without a token file, `/metrics` answers a client on this machine that names a loopback
+/// host, and nothing else: a page whose name was rebound to 127.0.0.1 sends its own `Host`.
+#[tokio::test]
+async fn metrics_without_a_token_answer_only_over_loopback() {
+    let (_mock, _, rota) = start("").await;
+    let port = rota.url.rsplit(':').next().unwrap().to_string();
+    let scrape = |host: String| {
+        let req = Rota::client().get(format!("{}/metrics", rota.url)).header("host", host);
+        async move { req.send().await.unwrap().status().as_u16() }
+    };
+    assert_eq!(scrape(format!("127.0.0.1:{port}")).await, 200);
+    assert_eq!(scrape(format!("localhost:{port}")).await, 200);
+    assert_eq!(scrape(format!("[::1]:{port}")).await, 200);
+    assert_eq!(scrape(format!("attacker.example:{port}")).await, 401, "a rebound name");
+    assert_eq!(scrape("rota.internal.example".into()).await, 401);
+}
+
 #[test]
 fn a_profile_label_names_no_email() {
     let id: rota::engine::ProfileId = "corp:alice@example.com".parse().unwrap();

@@ -195,6 +195,20 @@ async fn a_client_credentials_profile_exchanges_its_secret_once_and_calls_with_t
     }
 }
 
+/// Finding: a token that lives less than `refresh.lead` (5 minutes) was exchanged again at every
+/// request. Now at most once per `refresh.lead / 2`.
+#[tokio::test]
+async fn a_token_shorter_than_the_lead_is_exchanged_at_most_once_per_half_lead() {
+    let (_mock, base) = Mock::started().await;
+    let (entra, entra_url) = Entra::started(60, Duration::ZERO).await;
+    let rota = spawn(Scenario { config: &azure(&base, &entra_url), ..Scenario::default() }).await;
+    assert_eq!(add_client(&rota, CLIENT_SECRET).await.0, 201);
+    for _ in 0..10 {
+        assert_eq!(rota.chat(chat(), &[]).await.status(), 200);
+    }
+    assert_eq!(entra.exchanges(), 1, "a 60 s token, ten requests, one exchange");
+}
+
 #[tokio::test]
 async fn a_refused_client_secret_puts_the_profile_in_the_disabled_lane_naming_the_aadsts_code() {
     let (mock, base) = Mock::started().await;

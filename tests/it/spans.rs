@@ -94,6 +94,24 @@ impl std::io::Write for Written {
     }
 }
 
+/// A profile named after an email is in a span as `/metrics` labels it: hashed.
+#[tokio::test(flavor = "current_thread")]
+async fn an_attempt_span_names_a_profile_as_metrics_do() {
+    let traced = Traced::default();
+    let subscriber = tracing_subscriber::registry().with(LevelFilter::DEBUG).with(traced.clone());
+    let _second = tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default());
+    let _traced = tracing::subscriber::set_default(subscriber);
+    let (_mock, base) = Mock::started().await;
+    let keys = [("openai:ops@example.com", "sk-test-email-named-0009")];
+    let rota = spawn(Scenario { config: &support::config(&base), keys: &keys, ..Scenario::default() }).await;
+    assert_eq!(rota.chat(support::chat(), &[]).await.status(), 200);
+    let label = rota::metrics::profile_label(&keys[0].0.parse().unwrap());
+    let spans = traced.spans.lock().clone();
+    let attempt = spans.iter().find(|s| s.name == "attempt").expect("an attempt span");
+    assert!(attempt.fields.has("profile", &label), "{attempt:?}");
+    assert!(!format!("{spans:?}").contains("ops@example.com"), "no email in a span");
+}
+
 /// A streamed request whose first profile fails before the stream's first event and whose
 /// second serves it: two attempt spans, the second one's relay within it, and the keys of both
 /// profiles nowhere in what was traced.
