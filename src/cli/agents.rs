@@ -77,6 +77,8 @@ pub async fn run(config: &Config, cmd: AgentsCommand) -> Result<()> {
                 .create_agent(&name, &digest(&key), admin, (&limits, models.as_deref()), now)
                 .await
                 .map_err(taken)?;
+            let after = serde_json::json!({"admin": admin, "models": models});
+            super::record(store.as_ref(), "agent.create", &agent.name, (None, Some(after))).await?;
             println!("created agent {}{}; its key is shown only now:", agent.name, if admin { " (admin)" } else { "" });
             println!("{}", key.expose_secret());
         }
@@ -104,10 +106,13 @@ pub async fn run(config: &Config, cmd: AgentsCommand) -> Result<()> {
             }
         }
         AgentsCommand::Revoke { name } => {
-            existing().await?.revoke_agent(&name, now).await.map_err(|e| match e {
+            let store = existing().await?;
+            store.revoke_agent(&name, now).await.map_err(|e| match e {
                 StoreError::NoAgent(n) => anyhow::anyhow!("no active agent named {n} (see `rota agents list`)"),
                 other => other.into(),
             })?;
+            let revoked = (Some(serde_json::json!({"revoked": false})), Some(serde_json::json!({"revoked": true})));
+            super::record(store.as_ref(), "agent.revoke", &name, revoked).await?;
             println!("revoked agent {name}");
         }
     }

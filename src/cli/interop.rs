@@ -24,6 +24,10 @@ pub async fn import(config: &Config, path: &Path) -> Result<()> {
         StoreError::Duplicate(id) => anyhow!("profile {id} already exists; nothing was imported"),
         other => other.into(),
     })?;
+    for (profile, ..) in &rows {
+        let after = serde_json::json!({"type": profile.kind.to_string(), "from": "openclaw"});
+        super::record(store.as_ref(), "profile.add", profile.id.as_str(), (None, Some(after))).await?;
+    }
     println!("imported {} profile(s) and {} order(s) from {}", rows.len(), orders.len(), path.display());
     Ok(())
 }

@@ -59,6 +59,9 @@ pub async fn rotate_key(config: &Config) -> Result<()> {
         std::fs::rename(&pending, &target)
             .with_context(|| format!("moving {} to {}", pending.display(), target.display()))?;
     }
+    let was =
+        (Some(serde_json::json!({"key": old.id()})), Some(serde_json::json!({"key": new.id(), "secrets": rows.len()})));
+    super::record(store.as_ref(), "key.rotate", "secrets", was).await?;
     println!("re-encrypted {} secret(s): key {} replaced by key {}", rows.len(), old.id(), new.id());
     match origin {
         KeyOrigin::Keyring(s) | KeyOrigin::NewKeyring(s) => {
@@ -120,6 +123,8 @@ pub async fn login(config: &Config, provider: &str, device: bool) -> Result<()> 
     let added = store.save_login(&profile, &sealed).await?;
     // A new login ends "needs re-login" and any cooldown.
     store.apply(&[(id.clone(), vec![Change::Cleared(now())])], &[], &[], &config.cooldown_policy()).await?;
+    let after = serde_json::json!({"type": "oauth", "added": added, "expires_at": granted.expires_at});
+    super::record(store.as_ref(), "profile.login", id.as_str(), (None, Some(after))).await?;
     println!(
         "{} {id}{}",
         if added { "added" } else { "updated" },

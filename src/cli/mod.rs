@@ -234,6 +234,38 @@ pub(crate) async fn open_store(config: &Config) -> Result<Arc<dyn Store>> {
     crate::store::open(&target).await.with_context(|| format!("opening database {target}"))
 }
 
+/// Records a change made with the CLI in `admin_actions` (docs/operations.md, "Admin actions"):
+/// `actor_kind` `cli`, the OS user who ran it as `actor`, the `admin` role (the CLI holds the
+/// database and the key).
+pub(crate) async fn record(
+    store: &dyn crate::store::Store,
+    action: &str,
+    target: &str,
+    (before, after): (Option<serde_json::Value>, Option<serde_json::Value>),
+) -> Result<()> {
+    let action = crate::store::AdminAction {
+        at: chrono::Utc::now().timestamp_millis(),
+        actor: os_user(),
+        actor_email: None,
+        actor_kind: "cli".into(),
+        role: "admin".into(),
+        action: action.into(),
+        target: Some(target.into()),
+        before,
+        after,
+    };
+    store.record_action(&action).await.context("recording the change in admin_actions")
+}
+
+/// The OS user running the CLI: their account's name, else `uid N`.
+fn os_user() -> String {
+    let uid = nix::unistd::getuid();
+    match nix::unistd::User::from_uid(uid) {
+        Ok(Some(user)) => user.name,
+        _ => format!("uid {uid}"),
+    }
+}
+
 /// Opens the configured database only if it exists: a command that reads or changes what is
 /// stored never leaves an empty `rota.db` behind (run in the wrong directory, or without the
 /// `--config` that names the real database).

@@ -79,6 +79,7 @@ pub async fn run(config: &Config, cmd: ProfilesCommand) -> Result<()> {
             }
             let store = existing(config).await?;
             Changes::new(store.as_ref(), None).remove(&id).await.map_err(not_found)?;
+            super::record(store.as_ref(), "profile.delete", id.as_str(), (Some(json!({"exists": true})), None)).await?;
             println!("removed {id}");
             Ok(())
         }
@@ -90,6 +91,7 @@ pub async fn run(config: &Config, cmd: ProfilesCommand) -> Result<()> {
             let store = existing(config).await?;
             let now = chrono::Utc::now().timestamp_millis();
             Changes::new(store.as_ref(), None).clear(config, &id, now).await.map_err(not_found)?;
+            super::record(store.as_ref(), "profile.clear", id.as_str(), (None, Some(json!({"cleared": true})))).await?;
             println!("cleared cooldown and disabled state of {id}");
             Ok(())
         }
@@ -107,6 +109,8 @@ async fn clear_model(config: &Config, model_ref: &str) -> Result<()> {
     let active = store.snapshot().await?.model_cooldowns.get(&key).is_some_and(|m| now < m.until);
     if active {
         store.apply(&[], &[(key, vec![ModelChange::Ended(now)])], &[], &config.cooldown_policy()).await?;
+        let was = (Some(json!({"cooling": true})), Some(json!({"cooling": false})));
+        super::record(store.as_ref(), "model.clear", model_ref, was).await?;
         println!("cleared the cooldown of {model_ref}");
     } else {
         println!("{model_ref} has no active cooldown");
@@ -142,6 +146,8 @@ async fn add(config: &Config, provider: &str, name: &str, kind: &str, expires: O
         }
         other => other.into(),
     })?;
+    let added = json!({"type": new.kind.to_string(), "enabled": true, "expires_at": new.expires_at});
+    super::record(store.as_ref(), "profile.add", new.id.as_str(), (None, Some(added))).await?;
     println!("added {} ({}); secret sealed with key {} from {origin}", new.id, new.kind, key.id());
     Ok(())
 }
@@ -171,6 +177,11 @@ async fn set_enabled(config: &Config, id: &str, enabled: bool) -> Result<()> {
     let id = parse_id(id)?;
     let store = existing(config).await?;
     Changes::new(store.as_ref(), None).set_enabled(&id, enabled).await.map_err(not_found)?;
+    let (action, was) = match enabled {
+        true => ("profile.enable", (Some(json!({"enabled": false})), Some(json!({"enabled": true})))),
+        false => ("profile.disable", (Some(json!({"enabled": true})), Some(json!({"enabled": false})))),
+    };
+    super::record(store.as_ref(), action, id.as_str(), was).await?;
     println!("{} {id}", if enabled { "enabled" } else { "disabled" });
     Ok(())
 }
@@ -242,6 +253,7 @@ async fn order(config: &Config, provider: &str, raw_ids: Vec<String>, reset: boo
     let store = existing(config).await?;
     if reset {
         Changes::new(store.as_ref(), None).set_order(provider, None).await?;
+        super::record(store.as_ref(), "provider.order_reset", provider, (None, Some(json!({"order": null})))).await?;
         println!("removed the stored order of {provider}");
         return Ok(());
     }
@@ -261,6 +273,8 @@ async fn order(config: &Config, provider: &str, raw_ids: Vec<String>, reset: boo
     }
     let ids = rules::check_order(config, &roster, provider, &raw_ids).map_err(anyhow::Error::msg)?;
     Changes::new(store.as_ref(), None).set_order(provider, Some(ids.clone())).await?;
+    let order: Vec<&str> = ids.iter().map(ProfileId::as_str).collect();
+    super::record(store.as_ref(), "provider.order", provider, (None, Some(json!({"order": order})))).await?;
     println!("{provider}: {}", ids.iter().map(ProfileId::as_str).collect::<Vec<_>>().join(" → "));
     Ok(())
 }

@@ -766,3 +766,44 @@ fn dotenv_is_read_from_the_working_directory_and_beside_the_config_never_from_a_
     let out = env.run(&["--config", "elsewhere/rota.toml", "doctor"]);
     assert!(text(&out.stdout).contains("beside-the-config"), "{}", text(&out.stdout));
 }
+
+/// Every change made with the CLI is an `admin_actions` row (docs/operations.md, "Admin
+/// actions"): `actor_kind` `cli`, the OS user who ran it as `actor`, and never a secret.
+#[test]
+fn cli_changes_are_recorded_as_the_os_users() {
+    let env = Env::new(BASE);
+    assert_ok(&env.run_stdin(&["profiles", "add", "openai", "--name", "work"], "sk-cli-recorded-0001\n"));
+    assert_ok(&env.run(&["profiles", "disable", "openai:work"]));
+    assert_ok(&env.run(&["profiles", "enable", "openai:work"]));
+    assert_ok(&env.run(&["profiles", "clear", "openai:work"]));
+    assert_ok(&env.run(&["profiles", "order", "openai", "openai:work"]));
+    assert_ok(&env.run(&["agents", "create", "planner"]));
+    assert_ok(&env.run(&["agents", "revoke", "planner"]));
+    assert_ok(&env.run(&["profiles", "remove", "openai:work"]));
+    let db = format!("sqlite://{}", env.path("rota.db").display());
+    let rows: Vec<(String, String, String, String, Option<String>)> =
+        tokio::runtime::Runtime::new().unwrap().block_on(async {
+            let pool = sqlx::SqlitePool::connect(&db).await.unwrap();
+            sqlx::query_as("SELECT actor, actor_kind, role, action, value_after FROM admin_actions ORDER BY at, id")
+                .fetch_all(&pool)
+                .await
+                .unwrap()
+        });
+    let user = nix::unistd::User::from_uid(nix::unistd::getuid()).unwrap().unwrap().name;
+    let actions: Vec<&str> = rows.iter().map(|r| r.3.as_str()).collect();
+    assert_eq!(
+        actions,
+        [
+            "profile.add",
+            "profile.disable",
+            "profile.enable",
+            "profile.clear",
+            "provider.order",
+            "agent.create",
+            "agent.revoke",
+            "profile.delete"
+        ]
+    );
+    assert!(rows.iter().all(|r| (r.0.as_str(), r.1.as_str(), r.2.as_str()) == (&user, "cli", "admin")), "{rows:?}");
+    assert!(!format!("{rows:?}").contains("sk-cli-recorded-0001"), "no secret recorded");
+}
