@@ -306,6 +306,9 @@ pub struct Server {
     /// A file holding the bearer token `/metrics` asks for (read at each scrape, so it can be
     /// replaced without a restart). Unset: `/metrics` needs no token.
     pub metrics_token_file: Option<PathBuf>,
+    /// Whether a reload that leaves no provider is applied (else it is refused, the last good
+    /// config staying).
+    pub allow_empty_reload: bool,
 }
 
 /// `[console]`: how people sign in to the console (docs/operations.md, "Signing in").
@@ -379,6 +382,7 @@ impl Default for Server {
             public_url: None,
             session_idle: Duration::from_secs(30 * 60),
             metrics_token_file: None,
+            allow_empty_reload: false,
         }
     }
 }

@@ -77,6 +77,11 @@ fn load(path: &Path, current: &Config) -> Result<Config, String> {
     if !problems.is_empty() {
         return Err(problems.join("; "));
     }
+    if config.providers.is_empty() && !current.providers.is_empty() && !config.server.allow_empty_reload {
+        return Err("it configures no provider, so no model could be served \
+                    (server.allow_empty_reload = true in the file applies such a change)"
+            .into());
+    }
     // These are read once at start; say so instead of pretending they changed. A profile's
     // `paid` applies at once (the `paid` alert).
     let profiles = |c: &Config| {

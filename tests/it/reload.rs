@@ -86,3 +86,24 @@ async fn a_config_file_caught_half_written_under_load_answers_no_request() {
     assert!(answered > 100, "the load ran: {answered} requests");
     eprintln!("{answered} requests answered while the file was half written and after; none from the half");
 }
+
+/// Finding: a reload that removed every provider was applied like any other valid file. Now it
+/// is refused (the last good config stays) unless the file says `server.allow_empty_reload`.
+#[tokio::test]
+async fn a_reload_that_leaves_no_provider_is_refused_unless_the_file_means_it() {
+    let (_mock, base) = Mock::started().await;
+    let cfg = support::config(&base);
+    let rota = spawn(Scenario { config: &cfg, keys: &KEYS[..1], ..Scenario::default() }).await;
+    let file = rota.dir.path().join("rota.toml");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let database = text.lines().take(2).collect::<Vec<_>>().join("\n");
+    std::fs::write(&file, format!("{database}\n")).unwrap();
+    tokio::time::sleep(rota::server::reload::SETTLE + Duration::from_millis(1_000)).await;
+    assert_eq!(rota.chat(support::chat(), &[]).await.status(), 200, "the last good config stays");
+    std::fs::write(&file, format!("{database}\n[server]\nallow_empty_reload = true\n")).unwrap();
+    let started = std::time::Instant::now();
+    while rota.chat(support::chat(), &[]).await.status() == 200 {
+        assert!(started.elapsed() < Duration::from_secs(5), "the meant change never applied");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
