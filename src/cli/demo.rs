@@ -114,7 +114,7 @@ pub async fn run(listen: &str, db: &Path) -> Result<()> {
     let config_file = if dir == Path::new(".") { PathBuf::from(CONFIG_FILE) } else { dir.join(CONFIG_FILE) };
     let upstream = start_simulator().await?;
     let (config, admin_key) = fresh_demo(&absolute, &config_file, &upstream).await?;
-    let app = App::build(config, None).await?;
+    let app = App::build(config, None, false).await?;
     let url = format!("http://{}", listener.local_addr()?);
     let signal = crate::server::shutdown_signal();
     print_welcome(&url, &upstream, db, &config_file, &admin_key);

@@ -33,6 +33,10 @@ pub enum Command {
         /// Address to listen on (overrides server.listen).
         #[arg(long, value_name = "ADDR")]
         listen: Option<String>,
+        /// Take the system clock as right even when it is far from the newest stored row
+        /// (docs/rotation.md, "Time").
+        #[arg(long)]
+        trust_clock: bool,
     },
     /// Run the gateway in front of simulated upstreams (no real keys needed).
     ///
@@ -302,9 +306,9 @@ static CONFIG_FILE: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::
 async fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Doctor { json } => crate::cli::doctor::run(cli.config.as_deref(), json).await,
-        Command::Serve { listen } => {
+        Command::Serve { listen, trust_clock } => {
             let (config, file) = load_sound(cli.config.as_deref())?;
-            crate::server::run(config, file, listen).await?;
+            crate::server::run(config, file, listen, trust_clock).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Demo { listen, database, config } => {

@@ -90,7 +90,8 @@ async fn healthz(State(runtime): State<Arc<Runtime>>) -> Json<Value> {
     let audit = runtime.audit.health();
     let (stats_failing, stats_waiting) = runtime.book.writer_state();
     let answering = runtime.watchdog.answering();
-    let degraded = audit.degraded() || stats_failing || !answering;
+    let clock = &runtime.clock;
+    let degraded = audit.degraded() || stats_failing || !answering || !clock.trusted();
     Json(json!({
         "status": if degraded { "degraded" } else { "ok" },
         "version": env!("CARGO_PKG_VERSION"),
@@ -110,6 +111,10 @@ async fn healthz(State(runtime): State<Arc<Runtime>>) -> Json<Value> {
             "failing": stats_failing,
             "waiting": stats_waiting,
             "slowest_write_ms": runtime.book.slowest_write().as_millis() as u64,
+        },
+        "clock": {
+            "trusted": clock.trusted(),
+            "system_minus_rota_ms": clock.drift(),
         },
         "database": {
             "answering": answering,

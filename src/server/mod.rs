@@ -35,12 +35,27 @@ pub struct App {
 
 impl App {
     /// `watched`: the config file to reload on change (docs/api.md), if the config came from one.
-    pub async fn build(config: Config, watched: Option<std::path::PathBuf>) -> Result<App> {
-        App::build_on(config, watched, Arc::new(SteadyClock::new())).await
+    /// The server's clock is checked against the stored evidence unless `trust_clock`
+    /// (`rota serve --trust-clock`; docs/rotation.md, "Time").
+    pub async fn build(config: Config, watched: Option<std::path::PathBuf>, trust_clock: bool) -> Result<App> {
+        let clock = Arc::new(SteadyClock::new());
+        let check = (!trust_clock).then(|| clock.clone());
+        App::build_checked(config, watched, clock, check).await
     }
 
     /// [`App::build`] on `clock` (tests move time on).
     pub async fn build_on(config: Config, watched: Option<std::path::PathBuf>, clock: Arc<dyn Clock>) -> Result<App> {
+        App::build_checked(config, watched, clock, None).await
+    }
+
+    /// Builds the app on `clock`; `check`: that clock, to anchor to the newest stored row when
+    /// the system clock is far from it.
+    async fn build_checked(
+        config: Config,
+        watched: Option<std::path::PathBuf>,
+        clock: Arc<dyn Clock>,
+        check: Option<Arc<SteadyClock>>,
+    ) -> Result<App> {
         // The HTTP client reads and parses the system's CA certificates (a tenth of start-up's
         // instructions with 2,000 profiles): built on a blocking thread while the database opens
         // and the profiles load (docs/performance.md, "What profiling changed").
@@ -53,6 +68,16 @@ impl App {
         let (key, origin) =
             resolve_key(&crate::store::key_anchor(&config)?, &store.secret_key_ids().await?, config.secrets.keyring)?;
         tracing::info!(key_id = key.id(), from = %origin, database = %target, "master key ready");
+        if let Some(steady) = check
+            && let Some(gap) = steady.anchor(store.newest_audit().await?)
+        {
+            tracing::warn!(
+                system_minus_newest_row_ms = gap,
+                "the system clock is far from the newest stored row: rota runs from that row's time, prunes \
+                 nothing and says so in /healthz until the system clock agrees (within 5 minutes) or \
+                 `rota serve --trust-clock` confirms it (docs/rotation.md, \"Time\")"
+            );
+        }
         let key = Arc::new(key);
         let audit = Audit::start(store.clone(), config.audit.queue);
         let (sender, live) = crate::settings::channel(Settings::new(config));
@@ -196,13 +221,18 @@ const CUT_WAIT: Duration = Duration::from_secs(3);
 /// How long the last stats and audit writes may take at shutdown.
 const FLUSH_WAIT: Duration = Duration::from_secs(10);
 
-pub async fn run(config: Config, file: Option<std::path::PathBuf>, listen: Option<String>) -> Result<()> {
+pub async fn run(
+    config: Config,
+    file: Option<std::path::PathBuf>,
+    listen: Option<String>,
+    trust_clock: bool,
+) -> Result<()> {
     let also = if listen.is_some() { "" } else { " (or change server.listen)" };
     let addr = listen.unwrap_or_else(|| config.server.listen.clone());
     raise_file_limit(config.server.max_connections);
     // Bound first: a port already taken stops the start before the database is opened.
     let listener = bind(&addr, also).await?;
-    let app = App::build(config, file).await?;
+    let app = App::build(config, file, trust_clock).await?;
     let local = listener.local_addr()?;
     let signal = shutdown_signal();
     println!("rota listening on http://{local}");

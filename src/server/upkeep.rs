@@ -28,11 +28,18 @@ const JUMP: i64 = 1_000;
 
 /// Logs each jump of the system clock: the server keeps its own time (`SteadyClock`), so a
 /// jump changes no window and no retention, but the operator should know that the machine's
-/// clock and the times rota writes now disagree, until rota restarts.
+/// clock and the times rota writes now disagree, until rota restarts. A server whose clock is
+/// anchored to the stored evidence (not trusted) takes the system's time once it agrees.
 async fn jumps(clock: Arc<dyn Clock>) {
     let mut told = 0;
     loop {
         tokio::time::sleep(JUMP_EVERY).await;
+        if !clock.trusted() {
+            if clock.adopt() {
+                tracing::warn!("the system clock agrees with rota's again: rota takes its time and prunes by it");
+            }
+            continue;
+        }
         let drift = clock.drift();
         if (drift - told).abs() > JUMP {
             tracing::warn!(
@@ -149,6 +156,9 @@ async fn retention(store: Arc<dyn Store>, settings: Live, clock: Arc<dyn Clock>)
         tokio::time::sleep(wait).await;
         let (audit, now) = (settings.get().config.audit.clone(), clock.now());
         wait = audit.prune_every;
+        if !clock.trusted() {
+            continue; // nothing is deleted by a time nobody vouches for (`jumps` adopts a good one)
+        }
         prune_agent_usage(store.as_ref(), audit.retention, now).await;
         prune_sessions(store.as_ref(), now).await;
         match store.audit_upkeep(now).await {

@@ -104,13 +104,8 @@ async fn jump(dir: &Path, offset: &str) {
     tokio::time::sleep(Duration::from_millis(6_500)).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn clock_jumps_of_31_days_and_minus_2_hours_delete_no_row_and_cut_no_window() {
-    let _share = crate::support::Share::take();
-    let (mock, upstream) = Mock::started().await;
-    let dir = tempfile::tempdir().unwrap();
-    let dir = dir.path();
-    std::fs::write(dir.join("faketime"), "+0\n").unwrap();
+/// The config (two profiles in order, a 30-day retention pruned every second) and an agent's key.
+fn setup(dir: &Path, upstream: &str) -> String {
     std::fs::write(
         dir.join("rota.toml"),
         format!(
@@ -140,9 +135,12 @@ keyring = "off"
     .unwrap();
     let out = crate::support::rota_command().args(["agents", "create", "clock"]).current_dir(dir).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let agent = String::from_utf8(out.stdout).unwrap().lines().last().unwrap().to_string();
-    let rota = Faked::start(dir);
+    String::from_utf8(out.stdout).unwrap().lines().last().unwrap().to_string()
+}
 
+/// Rows the 30-day retention keeps by the true time (1, 10 and 29 days old), and k1 cooling
+/// for ten minutes from now (a 429): the end of its window.
+async fn seed_and_cool_k1(dir: &Path, mock: &Mock, rota: &Faked, agent: &str) -> i64 {
     // Rows the 30-day retention keeps by the true time: 1, 10 and 29 days old.
     let t0 = true_now();
     for (i, age) in [1, 10, 29].into_iter().enumerate() {
@@ -165,12 +163,85 @@ keyring = "off"
             r#"{"error":{"message":"Rate limit reached","type":"rate_limit_error"}}"#.into(),
         )],
     );
-    assert_eq!(rota.served_by(&agent).await.as_deref(), Ok("openai:k2"));
+    assert_eq!(rota.served_by(agent).await.as_deref(), Ok("openai:k2"));
     tokio::time::sleep(Duration::from_millis(300)).await;
     let window = k1_window(dir).await;
     assert_eq!(window.len(), 1);
     let ends = window[0];
     assert!((ends - t0 - 600_000).abs() < 5_000, "k1 cools for ten minutes from now: {}", ends - t0);
+    ends
+}
+
+async fn healthz(rota: &Faked) -> serde_json::Value {
+    Rota::client().get(format!("{}/healthz", rota.url)).send().await.unwrap().json().await.unwrap()
+}
+
+/// Finding: a restart with the clock 31 days ahead rolled up and deleted the whole true past
+/// within seconds and dropped the live cooldowns, and after the clock was corrected rota kept
+/// dating rows 31 days ahead until restarted. Now a start far from the newest stored row (either
+/// way) runs from that row's time, untrusted (in the log and `/healthz`), deletes nothing, and
+/// adopts the system clock once it agrees (docs/rotation.md, "Time").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_on_a_wrong_clock_deletes_nothing_and_the_corrected_clock_is_adopted() {
+    let _share = crate::support::Share::take();
+    let (mock, upstream) = Mock::started().await;
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    std::fs::write(dir.join("faketime"), "+0\n").unwrap();
+    let agent = setup(dir, &upstream);
+    let rota = Faked::start(dir);
+    let ends = seed_and_cool_k1(dir, &mock, &rota, &agent).await;
+    assert_eq!(healthz(&rota).await["clock"]["trusted"], true);
+    drop(rota);
+
+    for offset in ["+31d", "-31d"] {
+        std::fs::write(dir.join("faketime"), format!("{offset}\n")).unwrap();
+        let rota = Faked::start(dir);
+        let health = healthz(&rota).await;
+        assert_eq!((health["status"].as_str(), health["clock"]["trusted"].as_bool()), (Some("degraded"), Some(false)));
+        for _ in 0..20 {
+            assert_eq!(rota.served_by(&agent).await.as_deref(), Ok("openai:k2"), "{offset}: k1's window holds");
+        }
+        tokio::time::sleep(Duration::from_millis(3_000)).await; // three prunes' time
+        assert_eq!(k1_window(dir).await, [ends], "{offset}: the window is neither cut nor stretched");
+        let seeded = scalar(dir, "SELECT count(*) FROM requests WHERE id LIKE 'seeded-%'").await;
+        assert_eq!(seeded, 3, "{offset}: no row of the true past deleted");
+        let newest = scalar(dir, "SELECT max(started_at) FROM requests").await;
+        assert!((newest - true_now()).abs() < 120_000, "{offset}: rows dated from the stored evidence, not the clock");
+        let log = std::fs::read_to_string(&rota.log).unwrap();
+        assert!(log.contains("far from the newest stored row"), "{offset}: said in the log:\n{log}");
+    }
+
+    // Started 31 days ahead, then the system clock is corrected while it runs: adopted.
+    std::fs::write(dir.join("faketime"), "+31d\n").unwrap();
+    let rota = Faked::start(dir);
+    assert_eq!(healthz(&rota).await["clock"]["trusted"], false);
+    std::fs::write(dir.join("faketime"), "+0\n").unwrap();
+    let started = std::time::Instant::now();
+    while healthz(&rota).await["clock"]["trusted"] != true {
+        assert!(started.elapsed() < Duration::from_secs(60), "the corrected clock adopted within a minute");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(healthz(&rota).await["status"], "ok");
+    drop(rota);
+    let rota = Faked::start(dir);
+    assert_eq!(healthz(&rota).await["clock"]["trusted"], true, "on the true clock: trusted at once");
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    let seeded = scalar(dir, "SELECT count(*) FROM requests WHERE id LIKE 'seeded-%'").await;
+    assert_eq!(seeded, 3, "the 30-day retention keeps the 29-day-old row by the true time");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clock_jumps_of_31_days_and_minus_2_hours_delete_no_row_and_cut_no_window() {
+    let _share = crate::support::Share::take();
+    let (mock, upstream) = Mock::started().await;
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    std::fs::write(dir.join("faketime"), "+0\n").unwrap();
+    let agent = setup(dir, &upstream);
+    let rota = Faked::start(dir);
+
+    let ends = seed_and_cool_k1(dir, &mock, &rota, &agent).await;
 
     for (offset, told) in [("+31d", 1), ("-2h", 2)] {
         jump(dir, offset).await;
