@@ -23,6 +23,9 @@ impl Config {
                 "leases.claim_share: must be above 0 and at most 1, and leases.claim_window longer than 0s".into(),
             );
         }
+        if !(1..=1 << 20).contains(&self.limits.bodies_in_flight_mb) {
+            out.push("limits.bodies_in_flight_mb: must be 1 to 1048576".into());
+        }
         if !(1..=100).contains(&self.limits.max_attempts) {
             out.push("limits.max_attempts: must be 1 to 100".into());
         }

@@ -270,11 +270,14 @@ pub struct LimitsConfig {
     pub max_body_bytes: usize,
     /// The most upstream calls one request makes, across retries, rotations and fallbacks.
     pub max_attempts: u32,
+    /// The memory, in MiB, that request bodies over 64 KiB may take from their first byte until
+    /// their request ends (read at start).
+    pub bodies_in_flight_mb: usize,
 }
 
 impl Default for LimitsConfig {
     fn default() -> Self {
-        LimitsConfig { max_body_bytes: 32 * 1024 * 1024, max_attempts: 12 }
+        LimitsConfig { max_body_bytes: 32 * 1024 * 1024, max_attempts: 12, bodies_in_flight_mb: 256 }
     }
 }
 

@@ -1,16 +1,16 @@
 //! Request bodies, bounded before they are parsed whole (docs/gateway.md, "Bounds at the door"):
-//! the memory all bodies being read and parsed at once may take (`BUDGET`), and the number of
-//! JSON values one body may hold (`VALUES_MAX`), since a parsed value takes several times the
-//! bytes it was written in.
+//! the memory large bodies take from their first byte until their request ends
+//! (`limits.bodies_in_flight_mb`), taken as they grow so that a slow client holds only what it
+//! sent, and the number of JSON values one body may hold (`VALUES_MAX`), since a parsed value
+//! takes several times the bytes it was written in.
 
 use axum::http::HeaderMap;
 use bytes::{Bytes, BytesMut};
-use tokio::sync::{Semaphore, SemaphorePermit};
+use std::sync::Arc;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-/// The bytes of request bodies read and parsed at once, across requests: more wait for their
-/// turn. A body of up to `SMALL` bytes never waits (requests are mostly small, and a slow
-/// client holding a large share must not stall them).
-pub const BUDGET: usize = 16 << 20;
+/// A body of up to this many bytes takes nothing of the budget (requests are mostly small, and
+/// they must never wait behind large ones).
 const SMALL: usize = 64 << 10;
 
 /// The most JSON values (objects, arrays, strings, numbers…) one body may hold: a parsed value
@@ -18,25 +18,115 @@ const SMALL: usize = 64 << 10;
 /// shape.
 pub const VALUES_MAX: usize = 500_000;
 
-/// The budget, in KiB.
-pub struct Bodies(Semaphore);
-
-impl Default for Bodies {
-    fn default() -> Self {
-        Bodies(Semaphore::new(BUDGET >> 10))
-    }
+/// The budget of large bodies in flight, in KiB, and the one body at a time that may go past
+/// it, so that bodies waiting for each other's share never wait forever.
+pub struct Bodies {
+    budget: Arc<Semaphore>,
+    overdraft: Arc<Semaphore>,
 }
 
 impl Bodies {
-    /// Waits until the body the request announces (`content-length`; `limit` when it announces
-    /// none) fits in the budget, and holds its share while the permit lives.
-    pub async fn admit(&self, headers: &HeaderMap, limit: usize) -> Option<SemaphorePermit<'_>> {
-        let announced = announced(headers).unwrap_or(limit).min(limit);
-        if announced <= SMALL {
-            return None;
+    /// A budget of `bytes`.
+    pub fn new(bytes: usize) -> Bodies {
+        let kib = (bytes >> 10).clamp(1, Semaphore::MAX_PERMITS);
+        Bodies { budget: Arc::new(Semaphore::new(kib)), overdraft: Arc::new(Semaphore::new(1)) }
+    }
+
+    /// Reads a body whole, at most `limit` bytes, by `deadline` (`server.body_timeout`, the
+    /// wait for the budget included). The buffer grows as the body arrives, doubling from 64 KiB
+    /// up to the announced length (`content-length`, within the limit), each chunk freed as it
+    /// is copied; past `SMALL`, each growth first takes its bytes from the budget. When the
+    /// budget is taken, the body that gets the overdraft first reads on past it: so a client
+    /// that announces much and sends little holds only what it sent, and bodies that each hold
+    /// a part of the budget cannot wait for one another forever. The share is held until the
+    /// request ends (`Share`).
+    pub async fn read(
+        &self,
+        body: axum::body::Body,
+        headers: &HeaderMap,
+        limit: usize,
+        deadline: tokio::time::Instant,
+    ) -> Result<(Bytes, Share), Unread> {
+        use futures_util::StreamExt;
+        let mut chunks = body.into_data_stream();
+        let mut share = Share::default();
+        let mut first: Option<Bytes> = None;
+        let mut joined: Option<BytesMut> = None;
+        let mut len = 0usize;
+        // The buffer grows to the announced length at most (a body without one, to the limit).
+        let most = announced(headers).filter(|&n| n > 0).unwrap_or(limit).min(limit);
+        while let Some(chunk) = chunks.next().await {
+            let chunk = chunk.map_err(Unread::Failed)?;
+            len += chunk.len();
+            if len > limit {
+                return Err(Unread::TooLarge);
+            }
+            let buf = match (&mut joined, first.take()) {
+                (Some(buf), _) => buf,
+                (None, None) if len <= SMALL => {
+                    first = Some(chunk);
+                    continue;
+                }
+                (None, head) => joined.insert(BytesMut::from(head.as_deref().unwrap_or_default())),
+            };
+            if len > buf.capacity() {
+                let grown = (buf.capacity() * 2).max(SMALL).min(most).max(len);
+                self.take(&mut share, grown, deadline).await?;
+                buf.reserve(grown - buf.len());
+            }
+            buf.extend_from_slice(&chunk);
         }
-        let kib = announced.div_ceil(1024).min(BUDGET >> 10) as u32;
-        self.0.acquire_many(kib).await.ok()
+        Ok((joined.map(BytesMut::freeze).or(first).unwrap_or_default(), share))
+    }
+
+    /// Takes from the budget what a buffer of `capacity` bytes needs beyond what `share` holds
+    /// (nothing under `SMALL`, nothing once it holds the overdraft).
+    async fn take(&self, share: &mut Share, capacity: usize, deadline: tokio::time::Instant) -> Result<(), Unread> {
+        let need = (capacity.saturating_sub(SMALL).div_ceil(1024) as u32).saturating_sub(share.kib());
+        if need == 0 || share.overdraft.is_some() {
+            return Ok(());
+        }
+        let permit = match self.budget.clone().try_acquire_many_owned(need) {
+            Ok(p) => Some(p),
+            Err(_) => {
+                let wait = async {
+                    tokio::select! {
+                        biased;
+                        p = self.budget.clone().acquire_many_owned(need) => Ok(p.ok()),
+                        o = self.overdraft.clone().acquire_owned() => Err(o.ok()),
+                    }
+                };
+                match tokio::time::timeout_at(deadline, wait).await {
+                    Ok(Ok(p)) => p,
+                    Ok(Err(o)) => {
+                        share.overdraft = o;
+                        None
+                    }
+                    Err(_) => return Err(Unread::Waited),
+                }
+            }
+        };
+        if let Some(p) = permit {
+            match &mut share.budget {
+                Some(held) => held.merge(p),
+                None => share.budget = Some(p),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What a body holds of the budget, given back when the request ends (the parsed body lives
+/// as long as the request, a committed stream's relay included).
+#[derive(Debug, Default)]
+pub struct Share {
+    budget: Option<OwnedSemaphorePermit>,
+    overdraft: Option<OwnedSemaphorePermit>,
+}
+
+impl Share {
+    fn kib(&self) -> u32 {
+        self.budget.as_ref().map_or(0, |p| p.num_permits() as u32)
     }
 }
 
@@ -46,36 +136,8 @@ pub enum Unread {
     TooLarge,
     /// Reading it failed (the client went away, or was too slow: `BodyTimeout`).
     Failed(axum::Error),
-}
-
-/// Reads a body whole, at most `limit` bytes. A body in one chunk is taken as it is; a longer one
-/// is copied chunk by chunk into one buffer sized from `content-length` (within the limit), each
-/// chunk freed as it is copied, so a body is never held twice (as gathering the chunks, then
-/// joining them, does).
-pub async fn read(body: axum::body::Body, headers: &HeaderMap, limit: usize) -> Result<Bytes, Unread> {
-    use futures_util::StreamExt;
-    let mut chunks = body.into_data_stream();
-    let mut first: Option<Bytes> = None;
-    let mut joined: Option<BytesMut> = None;
-    let mut len = 0usize;
-    while let Some(chunk) = chunks.next().await {
-        let chunk = chunk.map_err(Unread::Failed)?;
-        len += chunk.len();
-        if len > limit {
-            return Err(Unread::TooLarge);
-        }
-        match (&mut joined, first.take()) {
-            (Some(buf), _) => buf.extend_from_slice(&chunk),
-            (None, None) => first = Some(chunk),
-            (None, Some(head)) => {
-                let mut buf = BytesMut::with_capacity(announced(headers).unwrap_or(0).clamp(len, limit));
-                buf.extend_from_slice(&head);
-                buf.extend_from_slice(&chunk);
-                joined = Some(buf);
-            }
-        }
-    }
-    Ok(joined.map(BytesMut::freeze).or(first).unwrap_or_default())
+    /// Its share of the budget did not come free by its deadline.
+    Waited,
 }
 
 /// The body's length as its `content-length` announces it.
@@ -151,49 +213,82 @@ mod tests {
         assert_eq!(long_model(format!(r#"{{"model":"{long}"}}"#).as_bytes()), None, "a small body is parsed once");
     }
 
+    fn announcing(n: usize) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(http::header::CONTENT_LENGTH, n.to_string().parse().unwrap());
+        h
+    }
+
+    /// A body sent in `chunk`-byte parts, `n` bytes in all.
+    fn sent(n: usize, chunk: usize) -> axum::body::Body {
+        let parts: Vec<Result<Bytes, std::io::Error>> =
+            (0..n).step_by(chunk).map(|at| Ok(Bytes::from(vec![b' '; chunk.min(n - at)]))).collect();
+        axum::body::Body::from_stream(futures_util::stream::iter(parts))
+    }
+
+    fn soon(ms: u64) -> tokio::time::Instant {
+        tokio::time::Instant::now() + std::time::Duration::from_millis(ms)
+    }
+
     #[tokio::test]
-    async fn small_bodies_never_wait_and_large_ones_share_the_budget() {
-        let bodies = Bodies::default();
-        let with = |n: usize| {
-            let mut h = HeaderMap::new();
-            h.insert(http::header::CONTENT_LENGTH, n.to_string().parse().unwrap());
-            h
-        };
-        let big = bodies.admit(&with(BUDGET), usize::MAX).await;
-        assert!(big.is_some());
-        assert!(bodies.admit(&with(1000), usize::MAX).await.is_none(), "a small body does not wait");
-        let large = with(SMALL + 1);
-        let waiting = tokio::time::timeout(std::time::Duration::from_millis(50), bodies.admit(&large, usize::MAX));
-        assert!(waiting.await.is_err(), "a large one waits while the budget is taken");
-        drop(big);
-        assert!(bodies.admit(&with(SMALL + 1), usize::MAX).await.is_some());
-        let unannounced = bodies.admit(&HeaderMap::new(), 32 << 20).await.unwrap();
-        assert_eq!(
-            unannounced.num_permits(),
-            BUDGET >> 10,
-            "no content-length: the limit is reserved, at most the budget"
-        );
+    async fn a_slow_body_holds_what_it_sent_and_one_body_at_a_time_reads_past_the_budget() {
+        let bodies = Arc::new(Bodies::new(1 << 20));
+        // Announces 32 MiB, sends 100 KiB, then nothing.
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(4);
+        tx.send(Ok(Bytes::from(vec![b' '; 100 << 10]))).await.unwrap();
+        let slow = axum::body::Body::from_stream(tokio_stream_of(rx));
+        let of_slow = bodies.clone();
+        let trickling =
+            tokio::spawn(async move { drop(of_slow.read(slow, &announcing(32 << 20), 32 << 20, soon(60_000)).await) });
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let taken = |b: &Bodies| (1024 - b.budget.available_permits()) as u32;
+        assert!(taken(&bodies) <= 64, "the slow one holds what it sent: {} KiB", taken(&bodies));
+
+        let n = 900 << 10;
+        let (one, a) = bodies.read(sent(n, 16 << 10), &announcing(n), 32 << 20, soon(1_000)).await.ok().unwrap();
+        assert_eq!(one.len(), n);
+        assert_eq!(a.kib(), ((n - SMALL) >> 10) as u32, "its grown buffer past 64 KiB, exactly");
+        let (_, b) = bodies.read(sent(n, 16 << 10), &announcing(n), 32 << 20, soon(1_000)).await.ok().unwrap();
+        assert!(b.overdraft.is_some(), "the budget was taken: this one read past it");
+        let third = bodies.read(sent(n, 16 << 10), &announcing(n), 32 << 20, soon(200)).await;
+        assert!(matches!(third, Err(Unread::Waited)), "no budget and the overdraft in use: it waits, to its deadline");
+        drop(a);
+        let (third, _) = bodies.read(sent(n, 16 << 10), &announcing(n), 32 << 20, soon(1_000)).await.ok().unwrap();
+        assert_eq!(third.len(), n, "a finished request's share read the next one");
+        drop(tx);
+        trickling.abort();
+    }
+
+    fn tokio_stream_of(
+        mut rx: tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>,
+    ) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> {
+        futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
     }
 
     #[tokio::test]
     async fn a_body_is_read_whole_into_one_buffer_and_never_past_its_limit() {
+        let bodies = &Bodies::new(16 << 20);
         let chunked = |parts: &[&'static [u8]]| {
             let parts: Vec<Result<Bytes, std::io::Error>> = parts.iter().map(|p| Ok(Bytes::from_static(p))).collect();
             axum::body::Body::from_stream(futures_util::stream::iter(parts))
         };
-        let mut announced = HeaderMap::new();
-        announced.insert(http::header::CONTENT_LENGTH, "9".parse().unwrap());
+        let read = |body, headers: HeaderMap, limit| async move {
+            bodies.read(body, &headers, limit, soon(1_000)).await.map(|(b, _)| b)
+        };
         let read_ok = |r: Result<Bytes, Unread>| r.ok().expect("read whole");
-        let whole = read_ok(read(chunked(&[b"abc", b"def", b"ghi"]), &announced, 100).await);
+        let whole = read_ok(read(chunked(&[b"abc", b"def", b"ghi"]), announcing(9), 100).await);
         assert_eq!(&whole[..], b"abcdefghi");
         let one: &'static [u8] = b"{}";
-        let taken = read_ok(read(chunked(&[one]), &HeaderMap::new(), 100).await);
+        let taken = read_ok(read(chunked(&[one]), HeaderMap::new(), 100).await);
         assert_eq!(taken.as_ptr(), one.as_ptr(), "one chunk is taken as it is, not copied");
-        assert!(read_ok(read(chunked(&[]), &HeaderMap::new(), 100).await).is_empty());
+        assert!(read_ok(read(chunked(&[]), HeaderMap::new(), 100).await).is_empty());
         // A content-length that lies (larger than the body, or than the limit) sizes nothing past the limit.
-        let mut lying = HeaderMap::new();
-        lying.insert(http::header::CONTENT_LENGTH, "1000000".parse().unwrap());
-        assert_eq!(&read_ok(read(chunked(&[b"ab", b"cd"]), &lying, 10).await)[..], b"abcd");
-        assert!(matches!(read(chunked(&[b"abcdef", b"ghijk"]), &announced, 10).await, Err(Unread::TooLarge)));
+        assert_eq!(&read_ok(read(chunked(&[b"ab", b"cd"]), announcing(1_000_000), 10).await)[..], b"abcd");
+        assert!(matches!(read(chunked(&[b"abcdef", b"ghijk"]), announcing(9), 10).await, Err(Unread::TooLarge)));
+        // A large body without a content-length grows by doubling, not a chunk at a time.
+        let n = 3 << 20;
+        let (big, share) = bodies.read(sent(n, 8 << 10), &HeaderMap::new(), 32 << 20, soon(5_000)).await.ok().unwrap();
+        assert_eq!(big.len(), n);
+        assert!(share.kib() <= 4 << 10, "its capacity, at most twice its length: {} KiB", share.kib());
     }
 }

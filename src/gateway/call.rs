@@ -49,6 +49,8 @@ pub struct ClientText {
     models: [String; 2],
     headers: http::HeaderMap,
     body: Arc<Map<String, Value>>,
+    /// Held as long as the body (`limits.bodies_in_flight_mb`).
+    _share: Arc<super::bodies::Share>,
 }
 
 impl ClientText {
@@ -58,6 +60,7 @@ impl ClientText {
             models: [called.to_string(), requested.to_string()],
             headers: inc.headers.clone(),
             body: inc.body.clone(),
+            _share: inc.body_share.clone(),
         }
     }
 

@@ -118,14 +118,18 @@ async fn parse(
         return Err(refused(agent, None, error));
     }
     let limit = settings.config.limits.max_body_bytes;
-    let _reading = gw.bodies.admit(&headers, limit).await;
-    let bytes = match bodies::read(body, &headers, limit).await {
-        Ok(bytes) => bytes,
+    let deadline = tokio::time::Instant::now() + settings.config.server.body_timeout;
+    let (bytes, share) = match gw.bodies.read(body, &headers, limit, deadline).await {
+        Ok(read) => read,
         Err(unread) => {
             let error = match unread {
                 bodies::Unread::Failed(e) if BodyTimeout::caused(&e).is_some() => {
                     GatewayError::BodyTimeout(e.to_string())
                 }
+                bodies::Unread::Waited => GatewayError::BodyTimeout(format!(
+                    "the request body waited for its share of limits.bodies_in_flight_mb past server.body_timeout ({}s)",
+                    settings.config.server.body_timeout.as_secs_f64()
+                )),
                 _ => GatewayError::BodyTooLarge(limit),
             };
             return Err(refused(agent, None, error));
@@ -141,7 +145,9 @@ async fn parse(
         let error = GatewayError::BadRequest(why);
         return Err(refused(agent, Some(&Value::String(model)), error));
     }
-    let body = match serde_json::from_slice::<Value>(&bytes) {
+    let parsed = serde_json::from_slice::<Value>(&bytes);
+    drop(bytes); // the parsed body is the one copy kept
+    let body = match parsed {
         Ok(Value::Object(m)) => m,
         Ok(_) => {
             let error = GatewayError::BadRequest("the request body must be a JSON object".into());
@@ -177,6 +183,7 @@ async fn parse(
         stream: body.get("stream").and_then(Value::as_bool).unwrap_or(false),
         agent,
         body: std::sync::Arc::new(body),
+        body_share: std::sync::Arc::new(share),
         session,
         pin,
         fallbacks,

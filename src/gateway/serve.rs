@@ -35,7 +35,7 @@ pub struct Gateway {
     pub upstream: Upstream,
     pub agents: Arc<AgentCache>,
     pub store: Arc<dyn Store>,
-    /// The memory request bodies may take while they are read and parsed.
+    /// The memory large request bodies may take from their first byte until their request ends.
     pub bodies: Arc<super::bodies::Bodies>,
     /// Which provider signed the thinking blocks it relayed (`thinking`).
     pub signed: Arc<super::thinking::Origins>,
@@ -48,6 +48,8 @@ pub struct Incoming {
     pub agent: Agent,
     /// Shared with a committed stream's relay, which reads what the upstream says of it.
     pub body: Arc<serde_json::Map<String, Value>>,
+    /// The body's share of `limits.bodies_in_flight_mb`, held as long as the body.
+    pub body_share: Arc<super::bodies::Share>,
     pub stream: bool,
     pub session: Option<String>,
     pub pin: Option<ProfileId>,

@@ -111,12 +111,13 @@ impl App {
         let leases = Leases::start(clock, runtime.tasks());
         let agents = AgentCache::load(store.clone()).await?;
         let (sessions, logins) = (Arc::new(Sessions::default()), Arc::new(Logins::default()));
+        let limits_budget = live.get().config.limits.bodies_in_flight_mb << 20;
         let gateway = Gateway {
             runtime: runtime.clone(),
             upstream: upstream.clone(),
             agents: agents.clone(),
             store: store.clone(),
-            bodies: Arc::new(crate::gateway::bodies::Bodies::default()),
+            bodies: Arc::new(crate::gateway::bodies::Bodies::new(limits_budget)),
             signed: Arc::default(),
         };
         let sso = Arc::default();

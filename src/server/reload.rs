@@ -94,6 +94,7 @@ fn load(path: &Path, current: &Config) -> Result<Config, String> {
         ("database.url", config.database.url != current.database.url),
         ("auth.profiles", profiles(&config) != profiles(current)),
         ("timeouts.connect", config.timeouts.connect != current.timeouts.connect),
+        ("limits.bodies_in_flight_mb", config.limits.bodies_in_flight_mb != current.limits.bodies_in_flight_mb),
         ("telemetry", config.telemetry.otlp_endpoint != current.telemetry.otlp_endpoint),
     ];
     for (key, changed) in at_start {

@@ -155,6 +155,7 @@ impl Mock {
             // rota's confirming call (`GET base_url/models`), answered from the same script.
             .route("/v1/models", axum::routing::get(answer))
             .route("/oauth/token", post(token))
+            .layer(axum::extract::DefaultBodyLimit::max(64 << 20))
             .with_state(self.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
