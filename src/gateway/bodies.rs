@@ -12,6 +12,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 /// A body of up to this many bytes takes nothing of the budget (requests are mostly small, and
 /// they must never wait behind large ones).
 const SMALL: usize = 64 << 10;
+/// A larger body's buffer starts at this size (or its announced length), then doubles: few
+/// copies as it grows, and a client that sends little holds little.
+const START: usize = 256 << 10;
 
 /// The most JSON values (objects, arrays, strings, numbers…) one body may hold: a parsed value
 /// takes 32 bytes and more, so this bounds a body's parsed size to tens of MB whatever its
@@ -33,7 +36,7 @@ impl Bodies {
     }
 
     /// Reads a body whole, at most `limit` bytes, by `deadline` (`server.body_timeout`, the
-    /// wait for the budget included). The buffer grows as the body arrives, doubling from 64 KiB
+    /// wait for the budget included). The buffer grows as the body arrives, doubling from 256 KiB
     /// up to the announced length (`content-length`, within the limit), each chunk freed as it
     /// is copied; past `SMALL`, each growth first takes its bytes from the budget. When the
     /// budget is taken, the body that gets the overdraft first reads on past it: so a client
@@ -70,7 +73,7 @@ impl Bodies {
                 (None, head) => joined.insert(BytesMut::from(head.as_deref().unwrap_or_default())),
             };
             if len > buf.capacity() {
-                let grown = (buf.capacity() * 2).max(SMALL).min(most).max(len);
+                let grown = (buf.capacity() * 2).max(START).min(most).max(len);
                 self.take(&mut share, grown, deadline).await?;
                 buf.reserve(grown - buf.len());
             }
@@ -232,7 +235,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_slow_body_holds_what_it_sent_and_one_body_at_a_time_reads_past_the_budget() {
-        let bodies = Arc::new(Bodies::new(1 << 20));
+        let bodies = Arc::new(Bodies::new(1536 << 10));
         // Announces 32 MiB, sends 100 KiB, then nothing.
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(4);
         tx.send(Ok(Bytes::from(vec![b' '; 100 << 10]))).await.unwrap();
@@ -241,13 +244,13 @@ mod tests {
         let trickling =
             tokio::spawn(async move { drop(of_slow.read(slow, &announcing(32 << 20), 32 << 20, soon(60_000)).await) });
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        let taken = |b: &Bodies| (1024 - b.budget.available_permits()) as u32;
-        assert!(taken(&bodies) <= 64, "the slow one holds what it sent: {} KiB", taken(&bodies));
+        let taken = |b: &Bodies| (1536 - b.budget.available_permits()) as u32;
+        assert!(taken(&bodies) <= 192, "the slow one holds its first 256 KiB less 64: {} KiB", taken(&bodies));
 
         let n = 900 << 10;
         let (one, a) = bodies.read(sent(n, 16 << 10), &announcing(n), 32 << 20, soon(1_000)).await.ok().unwrap();
         assert_eq!(one.len(), n);
-        assert_eq!(a.kib(), ((n - SMALL) >> 10) as u32, "its grown buffer past 64 KiB, exactly");
+        assert_eq!(a.kib(), ((n - SMALL) >> 10) as u32, "its buffer grown to its length, less 64 KiB");
         let (_, b) = bodies.read(sent(n, 16 << 10), &announcing(n), 32 << 20, soon(1_000)).await.ok().unwrap();
         assert!(b.overdraft.is_some(), "the budget was taken: this one read past it");
         let third = bodies.read(sent(n, 16 << 10), &announcing(n), 32 << 20, soon(200)).await;

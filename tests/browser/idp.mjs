@@ -23,7 +23,9 @@
 //                  refresh token revokes the whole grant. false: it only answers invalid_grant
 //
 // Accounts: any login name works (the password is not checked). An account's `sub` is the login
-// name, its `email` is `<login>@example.com`, `email_verified` is true.
+// name, its `email` is `<login>@example.com`, `email_verified` is true; except, by the login's
+// prefix, `unverified-…` (`email_verified: false`), `stringfalse-…` (the string "false") and
+// `username-…` (no email: `preferred_username` is `<login>@example.com`, with the profile scope).
 //
 // Test control API (not OpenID; loopback only like everything here):
 //   GET  /__test/stats              {"refresh_grants", "code_grants", "device_grants", "failures"}
@@ -192,19 +194,23 @@ const provider = new Provider(issuer, {
     redirect_uris: cfg.redirectUris,
     response_types: ['code'],
     grant_types: ['authorization_code', 'refresh_token', 'urn:ietf:params:oauth:grant-type:device_code'],
-    scope: 'openid email offline_access',
+    scope: 'openid email profile offline_access',
   }],
   clientAuthMethods: ['client_secret_basic', 'client_secret_post'],
   pkce: { required: () => true }, // S256 is the only method oidc-provider 9 accepts
-  scopes: ['openid', 'email', 'offline_access', 'llm.invoke'],
-  claims: { openid: ['sub'], email: ['email', 'email_verified'] },
+  scopes: ['openid', 'email', 'profile', 'offline_access', 'llm.invoke'],
+  claims: { openid: ['sub'], email: ['email', 'email_verified'], profile: ['preferred_username'] },
   // The email claims go into the id_token as well as /me (rota may read either).
   conformIdTokenClaims: false,
   async findAccount(_ctx, id) {
     return {
       accountId: id,
       async claims() {
-        return { sub: id, email: `${id}@example.com`, email_verified: true };
+        const email = `${id}@example.com`;
+        if (id.startsWith('unverified-')) return { sub: id, email, email_verified: false };
+        if (id.startsWith('stringfalse-')) return { sub: id, email, email_verified: 'false' };
+        if (id.startsWith('username-')) return { sub: id, preferred_username: email };
+        return { sub: id, email, email_verified: true };
       },
     };
   },

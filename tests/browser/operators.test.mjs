@@ -145,3 +145,19 @@ e2e('a person the configuration gives no role cannot sign in', { extraToml: (env
   assert.match(await error.innerText(), /mallory@example\.com signed in, but \[console\.sso\] gives them no role/);
   assert.equal((await page.context().cookies()).filter((c) => c.name === 'rota_session').length, 0, 'no session');
 });
+
+e2e('only an identity the provider verified gets a role', { extraToml: (env) => sso(env).replace('scopes = ["openid", "email"]', 'scopes = ["openid", "email", "profile"]'), timeoutMs: 90_000 }, async (t, env) => {
+  for (const login of ['unverified-ua', 'stringfalse-sf', 'username-un']) {
+    const page = await newPage(env.browser);
+    await page.goto(`${env.rota.url}/ui/`);
+    await page.locator('a#sso').click();
+    await idpLogin(page, env.idp, login);
+    const error = page.locator('#error');
+    await error.waitFor();
+    assert.match(await error.innerText(), /gives them no role \(the provider vouched for no email of theirs\)/, login);
+    assert.equal((await page.context().cookies()).filter((c) => c.name === 'rota_session').length, 0, `${login}: no session`);
+    await page.close();
+  }
+  const verified = await ssoSignIn(env, 'vera');
+  assert.deepEqual([verified.session.agent, verified.session.role], ['vera@example.com', 'viewer']);
+});

@@ -16,7 +16,7 @@ use std::time::Duration;
 /// An OpenID provider: discovery, a token endpoint that answers each code with the claims the
 /// test gave it (`grant`), and userinfo per access token.
 #[derive(Clone, Default)]
-struct Idp {
+pub(crate) struct Idp {
     url: Arc<Mutex<String>>,
     /// code → (id_token claims, userinfo answer)
     grants: Arc<Mutex<HashMap<String, (Value, Option<Value>)>>>,
@@ -25,7 +25,7 @@ struct Idp {
 }
 
 impl Idp {
-    async fn started() -> Idp {
+    pub(crate) async fn started() -> Idp {
         let idp = Idp::default();
         let app = axum::Router::new()
             .route("/.well-known/openid-configuration", axum::routing::get(discovery))
@@ -38,7 +38,7 @@ impl Idp {
         idp
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         self.url.lock().clone()
     }
 }
