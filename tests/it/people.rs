@@ -182,8 +182,17 @@ async fn only_a_verified_identity_signs_in_with_a_role() {
     let verified = json!({"sub": "alice-1", "email": "alice@example.com", "email_verified": true});
     let (status, session, page) = sign_in(&rota, &idp, verified, None).await;
     assert_eq!(status, 200, "{page}");
-    let (_, me) = session_of(&rota, &session.unwrap()).await;
+    let alice = session.unwrap();
+    let (_, me) = session_of(&rota, &alice).await;
     assert_eq!((me["agent"].as_str(), me["role"].as_str()), (Some("alice@example.com"), Some("admin")));
+    let out = no_redirects()
+        .delete(format!("{}/api/v1/session", rota.url))
+        .header("cookie", &alice)
+        .header("x-csrf-token", me["csrf"].as_str().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(out.status(), 204);
 
     // Verified through userinfo, and through the provider's own domain without a flag.
     let info = json!({"sub": "vera-1", "email": "vera@example.com", "email_verified": true});
@@ -196,6 +205,10 @@ async fn only_a_verified_identity_signs_in_with_a_role() {
 
     // The actor recorded is the verified subject, the verified email beside it.
     let (_, actions) = rota.api("GET", "/api/v1/admin-actions", Some(&rota.admin_key), None).await;
+    let signed_out: Vec<&Value> =
+        actions.as_array().unwrap().iter().filter(|a| a["action"] == "session.sign_out").collect();
+    assert_eq!(signed_out.len(), 1);
+    assert_eq!(signed_out[0]["actor_email"], "alice@example.com");
     let signed: Vec<(String, String, Option<String>)> = actions
         .as_array()
         .unwrap()
