@@ -13,13 +13,15 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Per authorization code: the id_token's claims and the userinfo answer.
+type Grants = HashMap<String, (Value, Option<Value>)>;
+
 /// An OpenID provider: discovery, a token endpoint that answers each code with the claims the
 /// test gave it (`grant`), and userinfo per access token.
 #[derive(Clone, Default)]
 pub(crate) struct Idp {
     url: Arc<Mutex<String>>,
-    /// code → (id_token claims, userinfo answer)
-    grants: Arc<Mutex<HashMap<String, (Value, Option<Value>)>>>,
+    grants: Arc<Mutex<Grants>>,
     /// Overrides of the discovery document's endpoints.
     token_endpoint: Arc<Mutex<Option<String>>>,
 }
