@@ -8,19 +8,32 @@ use parking_lot::RwLock;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// The active agents by key digest, in memory, so authenticating never waits on the database.
-/// A background task follows the change feed, so agents created or revoked with the CLI or by
-/// another instance take effect on a running server within a second.
+/// The active agents by key digest, in memory, so authenticating a known key never waits on the
+/// database. A background task follows the change feed, so agents created or revoked with the
+/// CLI or by another instance take effect on a running server within a second; a key it does
+/// not know yet is looked up in the database at once (one read at a time, at most one each
+/// `MISS_EVERY`), so a key works the moment `rota agents create` returns.
 pub struct AgentCache {
     by_digest: RwLock<HashMap<String, Agent>>,
+    store: Arc<dyn Store>,
+    /// Held while a miss reads the database; when it last did.
+    missed: tokio::sync::Mutex<Option<std::time::Instant>>,
 }
+
+/// How often an unknown key may make the database be read: a client sending made-up keys
+/// costs at most one read of the agents this often.
+const MISS_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl AgentCache {
     /// Loads the active agents, and reloads them whenever the change feed says an agent was
     /// created or revoked (by this server, the CLI or another instance).
     pub async fn load(store: Arc<dyn Store>) -> Result<Arc<AgentCache>, StoreError> {
         let mut seen = store.feed_head(Some("agent")).await?;
-        let cache = Arc::new(AgentCache { by_digest: RwLock::new(active(store.as_ref()).await?) });
+        let cache = Arc::new(AgentCache {
+            by_digest: RwLock::new(active(store.as_ref()).await?),
+            store: store.clone(),
+            missed: tokio::sync::Mutex::new(None),
+        });
         let weak = Arc::downgrade(&cache);
         let mut wake = store.wake();
         tokio::spawn(async move {
@@ -62,9 +75,33 @@ impl AgentCache {
         self.by_digest.read().values().any(|a| a.id == agent.id && a.admin)
     }
 
-    pub fn find(&self, key: &str) -> Option<Agent> {
+    /// The active agent whose key this is: from memory, else (a key created a moment ago) from
+    /// the database.
+    pub async fn find(&self, key: &str) -> Option<Agent> {
         let d = crate::agents::digest_of(key);
-        self.by_digest.read().get(&d).cloned()
+        if let Some(a) = self.by_digest.read().get(&d) {
+            return Some(a.clone());
+        }
+        let mut last = self.missed.lock().await;
+        // Another miss may have read the agents while this one waited.
+        if let Some(a) = self.by_digest.read().get(&d) {
+            return Some(a.clone());
+        }
+        if last.is_some_and(|at| at.elapsed() < MISS_EVERY) {
+            return None;
+        }
+        *last = Some(std::time::Instant::now());
+        match active(self.store.as_ref()).await {
+            Ok(fresh) => {
+                let found = fresh.get(&d).cloned();
+                *self.by_digest.write() = fresh;
+                found
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the agents for an unknown key failed");
+                None
+            }
+        }
     }
 }
 

@@ -16,7 +16,7 @@ use crate::engine::{Mark, Millis, ProfileId, ProfileType, Reason};
 use crate::gateway::upstream::Upstream;
 use crate::leases::{Claim, Ended, Leases, Live, MAX_LIVE, expire_one};
 use crate::middleware::RequestId;
-use crate::prices::Tokens;
+use crate::prices::{TOKENS_MAX, Tokens};
 use crate::redact::redact;
 use crate::settings::Settings;
 use crate::store::Kind;
@@ -154,8 +154,6 @@ pub struct Usage {
     /// `cache_creation_input_tokens`).
     pub cache_write_tokens: Option<i64>,
 }
-
-pub use crate::prices::TOKENS_MAX;
 
 impl Usage {
     /// Every count within 0 to `TOKENS_MAX`, and the cached and cache-written tokens within

@@ -340,7 +340,12 @@ impl FromRequestParts<ApiState> for Caller {
         let key = presented_key(&parts.headers).ok_or_else(|| {
             ApiError::Unauthorized("missing agent key: send `Authorization: Bearer rk_…` or `x-api-key: rk_…`".into())
         })?;
-        state.agents.find(key).map(Caller).ok_or_else(|| ApiError::Unauthorized("invalid or revoked agent key".into()))
+        state
+            .agents
+            .find(key)
+            .await
+            .map(Caller)
+            .ok_or_else(|| ApiError::Unauthorized("invalid or revoked agent key".into()))
     }
 }
 

@@ -57,6 +57,7 @@ async fn sign_in(State(state): State<ApiState>, Body(req): Body<SignIn>) -> Resu
     let agent = state
         .agents
         .find(req.key.trim())
+        .await
         .ok_or_else(|| ApiError::Unauthorized("invalid or revoked agent key".into()))?;
     if !agent.admin {
         return Err(ApiError::Forbidden(format!("agent {} is not an admin", agent.name)));

@@ -66,7 +66,7 @@ impl Starts {
     /// Drops what is older than `PENDING_TTL` and the last minute's address counts.
     fn expire(&mut self, now: Millis) {
         while let Some((at, state)) = self.order.front() {
-            if now - at < PENDING_TTL && *at <= now + PENDING_TTL {
+            if now - at < PENDING_TTL {
                 break;
             }
             if self.by_state.get(state).is_some_and(|s| s.pending.created_at == *at) {
@@ -119,11 +119,6 @@ impl SsoLogins {
     /// Whether `state` is a sign-in started here (the callback is then this module's).
     pub fn owns(&self, state: &str) -> bool {
         self.started.lock().by_state.contains_key(state)
-    }
-
-    /// How many sign-ins are in progress.
-    pub fn pending(&self) -> usize {
-        self.started.lock().by_state.len()
     }
 }
 

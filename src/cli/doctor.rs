@@ -206,6 +206,18 @@ fn agent_chain(
                     formats.join(", ")
                 ));
             }
+            let usable = |c: &Candidate| {
+                let order = roster.order(config, &c.provider, &c.model, None, None, now);
+                order.is_ok_and(|o| o.slots.iter().any(|s| roster.views[&s.id].unusable(now).is_none()))
+            };
+            if !chain.iter().any(usable) {
+                let models: Vec<String> = chain.iter().map(Candidate::label).collect();
+                report.notes.push(format!(
+                    "agent {agent}: no model of its chain ({}) has a usable profile: its requests will fail until \
+                     one is added (`rota profiles add PROVIDER`) or enabled",
+                    models.join(", ")
+                ));
+            }
             let steps = chain.iter().map(|c| chain_step(config, roster, c, now)).collect();
             AgentChain { agent, limits, chain: steps, error: None }
         }

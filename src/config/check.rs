@@ -15,6 +15,9 @@ impl Config {
         if self.server.max_connections == 0 {
             out.push("server.max_connections: must be at least 1".into());
         }
+        if let Some(why) = listen_problem(&self.server.listen) {
+            out.push(format!("server.listen = \"{}\": {why}", self.server.listen));
+        }
         if self.audit.queue == 0 {
             out.push("audit.queue: must be at least 1".into());
         }
@@ -202,6 +205,21 @@ pub fn read_token_file(file: &Path) -> Result<String, String> {
 
 /// What makes an `[[alerts]]` rule unusable: no name or a repeated one, no event, not exactly one
 /// of `url` and `url_env`, a URL that is not http(s), a `json` rule without its signing key.
+/// Why `rota serve` could not listen on `listen`, if it could not: it takes `HOST:PORT` (an IP
+/// address, `[IPv6]` or a host name, and a port; 0 takes any free one).
+fn listen_problem(listen: &str) -> Option<&'static str> {
+    let Some((host, port)) = listen.rsplit_once(':') else {
+        return Some("give HOST:PORT, e.g. \"127.0.0.1:8080\"");
+    };
+    if host.is_empty() {
+        return Some("give the host too, e.g. \"127.0.0.1:8080\" (or \"0.0.0.0:8080\" for every address)");
+    }
+    if port.parse::<u16>().is_err() {
+        return Some("the port must be a number up to 65535");
+    }
+    None
+}
+
 fn alert_problems(rules: &[super::AlertRule]) -> Vec<String> {
     use super::AlertFormat;
     let mut out = Vec::new();

@@ -59,9 +59,29 @@ impl Config {
         self.providers.contains_key(name)
     }
 
-    /// Resolves a chain with this configuration's routing.
+    /// Resolves a chain with this configuration's routing. An unprefixed model that exactly one
+    /// provider could serve (the one provider whose models the config names it among, else the
+    /// only provider) is refused with `provider/model` suggested.
     pub fn chain(&self, req: &ChainRequest<'_>) -> Result<Vec<chain::Candidate>, chain::ChainError> {
-        self.routing(|routing| chain::resolve(routing, req))
+        self.routing(|routing| chain::resolve(routing, req)).map_err(|e| match e {
+            chain::ChainError::UnknownModel(model) => match self.serving_provider(&model) {
+                Some(p) => chain::ChainError::UnknownModelSuggested { suggestion: format!("{p}/{model}"), model },
+                None => chain::ChainError::UnknownModel(model),
+            },
+            e => e,
+        })
+    }
+
+    /// The one provider that could serve `model`, if there is one.
+    fn serving_provider(&self, model: &str) -> Option<&str> {
+        let named = self.named_models();
+        let mut naming = named.iter().filter(|(_, models)| models.contains(model)).map(|(p, _)| p.as_str());
+        match (naming.next(), naming.next()) {
+            (Some(p), None) => self.providers.get_key_value(p).map(|(k, _)| k.as_str()),
+            (Some(_), Some(_)) => None,
+            (None, _) if self.providers.len() == 1 => self.providers.keys().next().map(String::as_str),
+            (None, _) => None,
+        }
     }
 
     fn routing<R>(&self, with: impl FnOnce(&Routing<'_>) -> R) -> R {

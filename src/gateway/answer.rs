@@ -125,6 +125,9 @@ pub fn with_rota_headers(
     set(h, MODEL, &cand.model);
     set(h, PROFILE, pid.as_str());
     h.insert(ATTEMPTS, HeaderValue::from(trail.seq));
+    if let Some(tried) = trail.passed().and_then(|t| HeaderValue::from_str(&t).ok()) {
+        h.insert(HeaderName::from_static("x-rota-tried"), tried);
+    }
     if let Some(dropped) = dropped {
         h.insert(HeaderName::from_static("x-rota-dropped"), dropped);
     }

@@ -41,9 +41,9 @@ pub fn router() -> Router<Gateway> {
         .route("/v1/models", get(models))
 }
 
-fn authenticate(agents: &AgentCache, headers: &HeaderMap) -> Result<Agent, GatewayError> {
+async fn authenticate(agents: &AgentCache, headers: &HeaderMap) -> Result<Agent, GatewayError> {
     let key = presented_key(headers).ok_or(GatewayError::MissingKey)?;
-    let agent = agents.find(key).ok_or(GatewayError::InvalidKey)?;
+    let agent = agents.find(key).await.ok_or(GatewayError::InvalidKey)?;
     crate::telemetry::agent(&agent.name);
     Ok(agent)
 }
@@ -88,7 +88,7 @@ async fn accept(
     body: Body,
     request_id: String,
 ) -> Result<Incoming, Refused> {
-    let agent = authenticate(&gw.agents, &headers)?;
+    let agent = authenticate(&gw.agents, &headers).await?;
     parse(api, gw, headers, body, request_id, agent).await
 }
 
@@ -259,7 +259,7 @@ impl Gateway {
 
 /// The models and virtual models this agent may name, in the OpenAI list format.
 async fn models(State(gw): State<Gateway>, RequestId(request_id): RequestId, headers: HeaderMap) -> Response {
-    if let Err(e) = authenticate(&gw.agents, &headers) {
+    if let Err(e) = authenticate(&gw.agents, &headers).await {
         return e.answer(Api::Chat, &request_id);
     }
     let settings = gw.runtime.settings();

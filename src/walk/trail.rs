@@ -37,6 +37,9 @@ pub struct Trail {
     upstream_ms: Millis,
     /// `provider/model via profile: reason` of each failed upstream call, for a timeout's answer.
     tried: Vec<String>,
+    /// `PROFILE MODEL STATUS REASON` of each failed call and skip, the first `TRIED_MAX`, and how
+    /// many more: the `x-rota-tried` header.
+    passed: (Vec<String>, u32),
     pub request_id: String,
     agent: String,
     api: &'static str,
@@ -49,6 +52,9 @@ pub struct Trail {
     /// error of an exhausted walk): `requests.error`.
     error: Option<String>,
 }
+
+/// The most attempts `x-rota-tried` names; the rest are counted.
+const TRIED_MAX: usize = 16;
 
 /// A message of rota's as `requests.error` keeps it: anything shaped like a credential masked
 /// (the message is built from model names and redacted upstream messages; a client may put
@@ -77,6 +83,7 @@ impl Trail {
             first_candidate: None,
             upstream_ms: 0,
             tried: Vec::new(),
+            passed: (Vec::new(), 0),
             request_id,
             agent,
             api,
@@ -150,6 +157,9 @@ impl Trail {
                 self.tried.push(format!("{}/{} via {profile}: {reason}", row.provider, row.model));
             }
         }
+        if row.outcome != Outcome::Success {
+            self.pass(&row);
+        }
         self.metrics.observe_attempt(&row, &self.named);
         self.audit.attempt(row);
     }
@@ -157,6 +167,42 @@ impl Trail {
     /// The failed upstream calls so far.
     pub fn tried(&self) -> &[String] {
         &self.tried
+    }
+
+    /// Notes a failed call or a skip for `x-rota-tried`.
+    fn pass(&mut self, row: &AttemptRow) {
+        if self.passed.0.len() >= TRIED_MAX {
+            self.passed.1 += 1;
+            return;
+        }
+        let status = row.http_status.map_or_else(|| "-".to_string(), |s| s.to_string());
+        let reason = match row.outcome {
+            Outcome::Skipped => format!("skipped:{}", row.reason.map_or("-", Reason::as_str)),
+            _ => row.reason.map_or("failure", Reason::as_str).to_string(),
+        };
+        let line = format!(
+            "{} {}/{} {status} {reason}",
+            row.profile_id.as_deref().unwrap_or("-"),
+            row.provider,
+            crate::engine::chain::bounded(&row.model)
+        );
+        // A header value holds visible ASCII only; a model a client named may hold anything.
+        self.passed.0.push(line.chars().map(|c| if c.is_ascii_graphic() || c == ' ' { c } else { '?' }).collect());
+    }
+
+    /// The `x-rota-tried` value: the calls that failed and the candidates skipped before the one
+    /// that served, comma-separated, with the count of those past `TRIED_MAX`; `None` when there
+    /// were none.
+    pub fn passed(&self) -> Option<String> {
+        let (lines, more) = &self.passed;
+        if lines.is_empty() {
+            return None;
+        }
+        let mut value = lines.join(", ");
+        if *more > 0 {
+            value.push_str(&format!(", +{more} more"));
+        }
+        Some(value)
     }
 
     /// The message of the error rota answers the request with itself (the aggregated error of

@@ -24,6 +24,7 @@ e2e('console: accounts, traffic, cooldown, clear, reorder, disable, delete', { t
   // -- sign in --------------------------------------------------------------------------------
   await page.goto(`${rota.url}/ui/`);
   await page.locator('#admin-key').waitFor();
+  assert.equal(await page.locator('a#sso').isVisible(), false, 'no SSO button without [console.sso]');
   await shot(page, 'console-sign-in');
   assert.equal(await page.locator('#tab-profiles').count(), 0, 'no console before signing in');
   await page.locator('#admin-key').fill(rota.adminKey);

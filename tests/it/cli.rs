@@ -310,6 +310,11 @@ api_key_env = \"ROTA_TEST_KEY_C\"
     assert!(o.contains("agent planner:\n  1. anthropic/claude-sonnet-4-5\n"), "{o}");
     assert!(!o.contains("agent planner:\n  1. anthropic/claude-sonnet-4-5\n       (no usable profile: add one with `rota profiles add anthropic`)\n  2."), "{o}");
     assert!(o.ends_with("no problems found\n"), "{o}");
+    assert!(
+        o.contains("agent planner: no model of its chain (anthropic/claude-sonnet-4-5) has a usable profile"),
+        "{o}"
+    );
+    assert!(!o.contains("agent (default): no model of its chain"), "openai:a serves its fallback: {o}");
 
     let json: serde_json::Value = serde_json::from_slice(&env.run(&["doctor", "--json"]).stdout).unwrap();
     let step = &json["agents"][0]["chain"][1];
@@ -335,6 +340,7 @@ fn doctor_exits_non_zero_naming_each_problem() {
             "virtual model or alias cycle: a → b → a",
         ),
         ("[cooldown]\nbase = \"a while\"", "key `cooldown.base`: invalid duration `a while`"),
+        ("[server]\nlisten = \"8080\"", "server.listen = \"8080\": give HOST:PORT"),
         (
             "[auth.profiles.\"openai:w\"]\nprovider = \"openai\"\napi_key_env = \"ROTA_TEST_NEVER_SET\"",
             "environment variable `ROTA_TEST_NEVER_SET` is unset or empty",
@@ -466,7 +472,8 @@ fn doctor_notes_the_candidates_whose_requests_are_translated() {
         "{o}"
     );
     assert!(o.contains("note: agent planner: anthropic/claude-sonnet-4-5 (anthropic): requests"), "{o}");
-    assert_eq!(o.matches("note: ").count(), 2, "one note per agent whose chain holds an Anthropic candidate: {o}");
+    let translated = o.lines().filter(|l| l.contains("are translated for them")).count();
+    assert_eq!(translated, 2, "one note per agent whose chain holds an Anthropic candidate: {o}");
 }
 
 #[test]

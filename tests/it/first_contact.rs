@@ -370,3 +370,35 @@ async fn an_oauth_endpoint_answering_something_else_is_described_in_words() {
         "the provider's token endpoint answered 200 with a body that is not a token response (expected JSON with access_token and token_type)"
     );
 }
+
+/// Finding: a key made with `rota agents create` was refused ("invalid or revoked agent key")
+/// for about a second, until the change feed brought it. Now a key the server does not know is
+/// looked up in the database at once: 100 requests sent together the moment the command
+/// returns are all served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_is_usable_the_moment_agents_create_returns() {
+    let (_mock, base) = crate::support::Mock::started().await;
+    let keys = [crate::support::KEYS[0]];
+    let config = crate::support::config(&base);
+    let server = spawn(Scenario { config: &config, keys: &keys, binary: true, ..Scenario::default() }).await;
+    let out = rota(server.dir.path(), &["agents", "create", "scripted"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let key = text(&out.stdout).lines().last().unwrap().to_string();
+    let sends = (0..100).map(|_| {
+        let req = Rota::client()
+            .post(format!("{}/v1/chat/completions", server.url))
+            .bearer_auth(&key)
+            .json(&crate::support::chat());
+        async move { req.send().await.unwrap().status().as_u16() }
+    });
+    let statuses = futures_util::future::join_all(sends).await;
+    assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 100, "{statuses:?}");
+    let stranger = Rota::client()
+        .post(format!("{}/v1/chat/completions", server.url))
+        .bearer_auth("rk_made_up_0000000000000000000000000000000000")
+        .json(&crate::support::chat())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stranger.status(), 401, "a key nobody made is still refused");
+}

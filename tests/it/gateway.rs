@@ -1860,3 +1860,47 @@ async fn each_answer_is_priced(db: Db) {
         assert!(cost["description"].as_str().is_some_and(|d| d.contains("micro-dollar")), "{schema}: {cost}");
     }
 }
+
+/// `model: "gpt-4.1"`, the first thing every SDK user sends: a 404 that suggests the
+/// `provider/model` the config names it under, and no upstream call (rota never routes by guess).
+#[tokio::test]
+async fn an_unprefixed_model_one_provider_could_serve_is_refused_with_a_suggestion() {
+    let (mock, base) = Mock::started().await;
+    let rota = spawn(Scenario { config: &config(&base, ""), keys: &KEYS, ..Scenario::default() }).await;
+    let ask = |model: &str| {
+        let body = json!({"model": model, "messages": [{"role": "user", "content": "hi"}]});
+        rota.chat(body, &[])
+    };
+    for (model, said) in
+        [("gpt-4.1", "did you mean `openai/gpt-4.1`?"), ("gpt-4.1-mini", "did you mean `backup/gpt-4.1-mini`?")]
+    {
+        let r = ask(model).await;
+        assert_eq!(r.status(), 404);
+        let text = r.text().await.unwrap();
+        assert!(text.contains(said), "{model}: {text}");
+    }
+    let r = ask("gpt-5").await;
+    assert_eq!(r.status(), 404);
+    assert!(!r.text().await.unwrap().contains("did you mean"), "three providers, none naming it: no guess");
+    assert!(mock.seen().is_empty(), "no upstream call");
+}
+
+/// Rotation shows in the headers: an answer served after other attempts names them in
+/// `x-rota-tried`; one served at once carries none.
+#[tokio::test]
+async fn an_answer_after_other_attempts_names_them_in_x_rota_tried() {
+    let (mock, base) = Mock::started().await;
+    let rota = spawn(Scenario { config: &config(&base, ""), keys: &KEYS, ..Scenario::default() }).await;
+    let limited = Reply::Status(429, vec![], r#"{"error":{"message":"Rate limit reached"}}"#.into());
+    mock.script(KEYS[0].1, vec![limited.clone()]);
+    mock.script(KEYS[1].1, vec![limited]);
+    let r = rota.chat(support::chat(), &[]).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.headers()["x-rota-tried"],
+        "openai:k1 openai/gpt-4.1 429 rate_limit, openai:k2 openai/gpt-4.1 429 rate_limit"
+    );
+    let served = rota.chat(support::chat(), &[]).await;
+    assert_eq!(served.status(), 200);
+    assert!(!served.headers().contains_key("x-rota-tried"), "served at once: {:?}", served.headers());
+}

@@ -163,6 +163,9 @@ pub enum ChainError {
     NoModel,
     #[error("unknown model `{0}`: not an alias, a virtual model or `provider/model`")]
     UnknownModel(String),
+    /// An unknown model that one configured provider could serve: said, never routed by guess.
+    #[error("unknown model `{model}`: not an alias, a virtual model or `provider/model`; did you mean `{suggestion}`?")]
+    UnknownModelSuggested { model: String, suggestion: String },
     #[error("`{model}` names unknown provider `{provider}` (configure [providers.{provider}])")]
     UnknownProvider { model: String, provider: String },
     #[error("virtual model or alias cycle: {}", .0.join(" → "))]
