@@ -3,8 +3,9 @@
 //! same walk the gateway drives — so rotation, retries, fallback, cooldowns and the audit rows
 //! are the gateway's for the same faults. A failure report answers with the walk's next lease.
 //!
-//! A lease changes no stats until it is reported (its profile's `lastUsed` included); an
-//! unreported lease expires after `leases.ttl`, audited as `cancelled`.
+//! Issuing a lease marks its profile used (`lastUsed`, a selection mark, so that concurrent
+//! leases spread); its counters and windows change only when it is reported. An unreported
+//! lease expires after `leases.ttl`, audited as `cancelled`, changing no counter or window.
 
 use super::ApiState;
 use super::{ApiError, Body, Caller};

@@ -4,7 +4,7 @@ use super::open_existing as existing;
 use super::open_store as open;
 use crate::book::{Credential, Roster};
 use crate::config::Config;
-use crate::engine::{ModelChange, ProfileId, ProfileType};
+use crate::engine::{ModelChange, ProfileId};
 use crate::profiles::{self as rules, Changes, Rotation};
 use crate::secrets::resolve_key;
 use crate::status::{Status, time};
@@ -25,12 +25,17 @@ pub enum ProfilesCommand {
         #[arg(long)]
         provider: Option<String>,
     },
-    /// Add an API key, a static token or an OAuth client (`client_credentials`: the name is the
-    /// client id); the secret is read from stdin, never from arguments.
+    /// Add an API key, a static token, an OAuth client (`client_credentials`: named by its
+    /// client id, `--client-id` or `--name`) or a Google service account (named by its key's
+    /// `client_email` unless `--name` is given); the secret is read from stdin, never from
+    /// arguments.
     Add {
         provider: String,
         #[arg(long, value_name = "LABEL")]
-        name: String,
+        name: Option<String>,
+        /// A `client_credentials` profile's client id (its name).
+        #[arg(long, value_name = "ID")]
+        client_id: Option<String>,
         #[arg(
             long = "type",
             default_value = "api_key",
@@ -69,8 +74,8 @@ pub enum ProfilesCommand {
 pub async fn run(config: &Config, cmd: ProfilesCommand) -> Result<()> {
     match cmd {
         ProfilesCommand::List { json, provider } => list(config, json, provider).await,
-        ProfilesCommand::Add { provider, name, kind, expires } => {
-            add(config, &provider, &name, &kind, expires.as_deref()).await
+        ProfilesCommand::Add { provider, name, client_id, kind, expires } => {
+            add(config, &provider, (name, client_id), &kind, expires.as_deref()).await
         }
         ProfilesCommand::Remove { id } => {
             let id = parse_id(&id)?;
@@ -129,11 +134,40 @@ fn not_found(e: StoreError) -> anyhow::Error {
     }
 }
 
-async fn add(config: &Config, provider: &str, name: &str, kind: &str, expires: Option<&str>) -> Result<()> {
+async fn add(
+    config: &Config,
+    provider: &str,
+    (name, client_id): (Option<String>, Option<String>),
+    kind: &str,
+    expires: Option<&str>,
+) -> Result<()> {
     let now = chrono::Utc::now().timestamp_millis();
-    let new = rules::check_new(config, provider, name, kind, expires, now).map_err(anyhow::Error::msg)?;
+    let (name, raw) = match (kind, name, client_id) {
+        ("client_credentials", Some(n), Some(c)) if n != c => {
+            bail!("--name `{n}` and --client-id `{c}` differ: a client_credentials profile is named by its client id")
+        }
+        (_, Some(n), _) => (n, None),
+        ("client_credentials", None, Some(c)) => (c, None),
+        (_, None, Some(_)) => bail!("--client-id is for --type client_credentials; give --name LABEL"),
+        ("service_account", None, None) => {
+            // Named after the key's account: the key is read first.
+            let raw = read_secret(kind)?;
+            let key = crate::oauth::service_account::Key::parse(secrecy::ExposeSecret::expose_secret(&raw))
+                .map_err(|e| anyhow::anyhow!("{e}: nothing was added (read from stdin)"))?;
+            (key.client_email, Some(raw))
+        }
+        ("client_credentials", None, None) => bail!("give the client id: --client-id ID"),
+        (_, None, None) => bail!("give the profile's name: --name LABEL (its id is PROVIDER:LABEL)"),
+    };
+    let new = rules::check_new(config, provider, &name, kind, expires, now).map_err(anyhow::Error::msg)?;
+    let raw = match raw {
+        Some(raw) => raw,
+        None => read_secret(kind)?,
+    };
     let cc = config.providers.get(provider).and_then(|p| p.client_credentials.as_ref());
-    let secret = read_secret(new.kind, new.id.name(), cc.and_then(|c| c.allow_token_uri.as_deref()))?;
+    let allow = cc.and_then(|c| c.allow_token_uri.as_deref());
+    let secret = rules::check_secret(secrecy::ExposeSecret::expose_secret(&raw), new.kind, new.id.name(), allow)
+        .map_err(|e| anyhow::anyhow!("{e} (read from stdin)"))?;
     let store = open(config).await?;
     let (key, origin) =
         resolve_key(&crate::store::key_anchor(config)?, &store.secret_key_ids().await?, config.secrets.keyring)?;
@@ -152,14 +186,14 @@ async fn add(config: &Config, provider: &str, name: &str, kind: &str, expires: O
     Ok(())
 }
 
-/// Reads the secret from stdin (see `rules::check_secret`).
-fn read_secret(kind: ProfileType, name: &str, allow_token_uri: Option<&str>) -> Result<SecretString> {
+/// Reads the secret of a profile of `kind` from stdin, unchecked (see `rules::check_secret`).
+fn read_secret(kind: &str) -> Result<SecretString> {
     let mut stdin = std::io::stdin();
     if stdin.is_terminal() {
         let what = match kind {
-            ProfileType::Token => "token",
-            ProfileType::ClientCredentials => "client secret",
-            ProfileType::ServiceAccount => "service account key (its JSON)",
+            "token" => "token",
+            "client_credentials" => "client secret",
+            "service_account" => "service account key (its JSON)",
             _ => "API key",
         };
         eprintln!(
@@ -168,9 +202,7 @@ fn read_secret(kind: ProfileType, name: &str, allow_token_uri: Option<&str>) -> 
     }
     let mut raw = String::new();
     stdin.read_to_string(&mut raw).context("reading the secret from stdin")?;
-    let raw = SecretString::from(raw);
-    rules::check_secret(secrecy::ExposeSecret::expose_secret(&raw), kind, name, allow_token_uri)
-        .map_err(|e| anyhow::anyhow!("{e} (read from stdin)"))
+    Ok(SecretString::from(raw))
 }
 
 async fn set_enabled(config: &Config, id: &str, enabled: bool) -> Result<()> {

@@ -814,3 +814,40 @@ fn cli_changes_are_recorded_as_the_os_users() {
     assert!(rows.iter().all(|r| (r.0.as_str(), r.1.as_str(), r.2.as_str()) == (&user, "cli", "admin")), "{rows:?}");
     assert!(!format!("{rows:?}").contains("sk-cli-recorded-0001"), "no secret recorded");
 }
+
+/// The contract's forms of `profiles add`: a `client_credentials` profile by `--client-id`,
+/// and a service account named after its key's `client_email` without `--name`.
+#[test]
+fn profiles_add_takes_the_client_id_and_names_a_service_account_after_its_key() {
+    let config = format!(
+        "{BASE}\n[providers.openai.client_credentials]\ntoken_url = \"http://127.0.0.1:9/token\"\n\
+         [providers.vertex]\npreset = \"vertex\"\nproject = \"acme-ml\"\nlocation = \"us-central1\"\n"
+    );
+    let env = Env::new(&config);
+    let added = env.run_stdin(
+        &["profiles", "add", "openai", "--type", "client_credentials", "--client-id", "app-1"],
+        "s3cret-value\n",
+    );
+    assert_ok(&added);
+    assert!(text(&added.stdout).contains("added openai:app-1 (client_credentials)"), "{}", text(&added.stdout));
+    assert_refused(
+        &env.run_stdin(
+            &["profiles", "add", "openai", "--type", "client_credentials", "--client-id", "a", "--name", "b"],
+            "x\n",
+        ),
+        "differ",
+    );
+    assert_refused(&env.run_stdin(&["profiles", "add", "openai"], "sk-x\n"), "--name LABEL");
+    let pem =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/service-accounts/a.pem")).unwrap();
+    let email = "rota-cli@acme-ml.iam.gserviceaccount.com";
+    let key = serde_json::json!({"type": "service_account", "project_id": "acme-ml", "private_key_id": "k1",
+        "private_key": pem, "client_email": email, "token_uri": "https://oauth2.googleapis.com/token"});
+    let added = env.run_stdin(&["profiles", "add", "vertex", "--type", "service_account"], &key.to_string());
+    assert_ok(&added);
+    assert!(
+        text(&added.stdout).contains(&format!("added vertex:{email} (service_account)")),
+        "{}",
+        text(&added.stdout)
+    );
+}
