@@ -53,6 +53,12 @@ pub enum Command {
         #[arg(long, hide = true, value_name = "PATH")]
         config: Option<PathBuf>,
     },
+    /// Write a consistent copy of the live SQLite database to FILE (a new file), while rota
+    /// serves; its secrets stay sealed with the same master key (docs/operations.md, "Backups").
+    Backup {
+        /// The copy: a file that does not exist yet.
+        file: PathBuf,
+    },
     /// Apply pending database migrations and exit (on PostgreSQL, partitioning an audit trail
     /// that is not yet); with --from, then copy everything another database holds into this one
     /// (which must be empty), e.g. an SQLite file into PostgreSQL.
@@ -320,6 +326,16 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 );
             }
             crate::cli::demo::run(&listen, &database).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Backup { file } => {
+            let config = load(cli.config.as_deref())?;
+            let store = open_existing(&config).await?;
+            store.backup(&file).await.with_context(|| format!("backing up to {}", file.display()))?;
+            let target = file.display().to_string();
+            record(store.as_ref(), "database.backup", &target, (None, Some(serde_json::json!({"file": target}))))
+                .await?;
+            println!("backed up {} to {target} (its secrets sealed with the same master key)", store.describe());
             Ok(ExitCode::SUCCESS)
         }
         Command::Migrate { from } => {

@@ -321,6 +321,9 @@ pub enum StoreError {
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("corrupt row in {table}: {detail}")]
     Corrupt { table: &'static str, detail: String },
+    /// What this engine leaves to its own tools (a PostgreSQL backup is `pg_dump`'s).
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 impl StoreError {
@@ -565,6 +568,10 @@ pub trait Store: Send + Sync {
     async fn checkpoint(&self, truncate: bool) -> Result<bool, StoreError>;
     /// The write-ahead log's size in bytes, where there is one.
     fn wal_bytes(&self) -> Option<u64>;
+    /// Writes a consistent copy of the live database to `to`, a file that must not exist yet
+    /// (SQLite's `VACUUM INTO`, while every writer goes on; secrets stay sealed); mode 0600.
+    /// PostgreSQL: `Unsupported` (its backup is `pg_dump`'s, docs/operations.md "Backups").
+    async fn backup(&self, to: &std::path::Path) -> Result<(), StoreError>;
     /// The most profiles one write of a server's stats writer takes.
     fn stats_batch(&self) -> usize;
     /// A write failed with `e`: after anything but another writer's lock, the connections

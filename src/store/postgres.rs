@@ -187,6 +187,12 @@ impl Backend for PgStore {
         None
     }
 
+    async fn copy_to(&self, _to: &std::path::Path) -> Result<(), StoreError> {
+        Err(StoreError::Unsupported(
+            "a PostgreSQL database is backed up with pg_dump (docs/operations.md, \"Backups\")".into(),
+        ))
+    }
+
     /// PostgreSQL checkpoints by itself.
     fn longest_hold(&self) -> Option<Duration> {
         None

@@ -277,6 +277,23 @@ impl Backend for SqliteStore {
         Some(self.turn.clone().lock_owned().await)
     }
 
+    /// `VACUUM INTO`: one read transaction's snapshot, written page by page to a new file
+    /// (made empty and owner-only first), while the writers go on in the write-ahead log.
+    async fn copy_to(&self, to: &Path) -> Result<(), StoreError> {
+        let refused = |why: String| StoreError::Unsupported(format!("{}: {why}", to.display()));
+        let target = to.to_str().ok_or_else(|| refused("not a UTF-8 path".into()))?;
+        let mut file = std::fs::OpenOptions::new();
+        file.write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut file, 0o600);
+        file.open(to).map_err(|e| refused(e.to_string()))?;
+        if let Err(e) = sqlx::query("VACUUM INTO $1").bind(target).execute(&self.pool).await {
+            let _ = std::fs::remove_file(to);
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
     fn free_space(&self) -> Option<u64> {
         #[cfg(target_os = "linux")]
         {

@@ -8,6 +8,7 @@ mod admin;
 mod agents;
 mod alerts;
 mod audit;
+mod backup;
 mod classification_samples;
 mod cli;
 mod clock;

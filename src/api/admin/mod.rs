@@ -6,6 +6,7 @@
 mod actions;
 mod agents;
 mod audit;
+mod backup;
 mod models;
 mod profiles;
 mod providers;
@@ -26,6 +27,7 @@ pub fn routes() -> OpenApiRouter<ApiState> {
         .merge(audit::routes())
         .merge(series::routes())
         .merge(actions::routes())
+        .merge(backup::routes())
 }
 
 /// Query parameters whose errors are answered in the API's error format.

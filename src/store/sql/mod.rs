@@ -189,6 +189,8 @@ pub(super) trait Backend: Send + Sync + Sized {
     fn wake_channel(&self) -> Option<watch::Receiver<u64>>;
     fn checkpoint_wal(&self, truncate: bool) -> impl Future<Output = Result<bool, StoreError>> + Send;
     fn wal_size(&self) -> Option<u64>;
+    /// `Store::backup`.
+    fn copy_to(&self, to: &std::path::Path) -> impl Future<Output = Result<(), StoreError>> + Send;
     fn turn(&self) -> impl Future<Output = Option<OwnedMutexGuard<()>>> + Send;
     fn free_space(&self) -> Option<u64>;
     fn longest_hold(&self) -> Option<Duration>;
@@ -514,6 +516,10 @@ where
 
     fn wal_bytes(&self) -> Option<u64> {
         self.wal_size()
+    }
+
+    async fn backup(&self, to: &std::path::Path) -> Result<(), StoreError> {
+        self.copy_to(to).await
     }
 
     fn write_failed(&self, e: &StoreError) {
