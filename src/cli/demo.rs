@@ -112,6 +112,9 @@ pub async fn run(listen: &str, db: &Path) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let absolute = std::fs::canonicalize(dir).with_context(|| format!("reading {}", dir.display()))?.join(name);
     let config_file = if dir == Path::new(".") { PathBuf::from(CONFIG_FILE) } else { dir.join(CONFIG_FILE) };
+    // Held while this demo serves: a second demo in the folder would delete this one's database
+    // and overwrite its config.
+    let _only_demo_here = lock(dir)?;
     let upstream = start_simulator().await?;
     let (config, admin_key) = fresh_demo(&absolute, &config_file, &upstream).await?;
     let app = App::build(config, None, false).await?;
@@ -119,6 +122,25 @@ pub async fn run(listen: &str, db: &Path) -> Result<()> {
     let signal = crate::server::shutdown_signal();
     print_welcome(&url, &upstream, db, &config_file, &admin_key);
     app.serve(listener, signal).await
+}
+
+/// The folder's demo lock (`rota-demo.lock`, an exclusive `flock`), or why another demo has it.
+fn lock(dir: &Path) -> Result<nix::fcntl::Flock<std::fs::File>> {
+    let path = dir.join("rota-demo.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).map_err(|_| {
+        anyhow::anyhow!(
+            "another `rota demo` serves from {} (it holds {}): stop it first, or start this one in \
+             another folder (--database OTHER/rota-demo.db); nothing was changed",
+            dir.display(),
+            path.display()
+        )
+    })
 }
 
 /// Starts the demo afresh: the database deleted, the config file written, the simulated

@@ -73,6 +73,10 @@ async fn the_demo_prints_the_console_and_an_admin_key_and_its_config_reaches_its
     assert!(key.starts_with("rk_") && !key.contains(' '), "{key}");
     assert_eq!(all.matches(&key).count(), 1, "the key is printed once:\n{all}");
     assert!(all.contains("signs in to the console"), "{all}");
+    // A second demo in the same folder is refused: it would delete this one's database.
+    let second = rota(dir.path(), &["demo", "--listen", "127.0.0.1:0"]);
+    assert!(!second.status.success());
+    assert!(text(&second.stderr).contains("another `rota demo` serves from"), "{}", text(&second.stderr));
     assert!(all.contains("\"model\":\"smart\""), "a curl line for smart:\n{all}");
     assert!(!all.contains("edit"), "nothing to hand-edit:\n{all}");
     assert!(all.contains("sqlite3 rota-demo.db 'SELECT"), "{all}");
