@@ -60,6 +60,37 @@ async fn every_query_in_the_audit_guide_returns_the_rows_of_the_traffic() {
     }
 }
 
+/// Every other SQL block of docs/ (the operators' guide, the schema's examples: SQLite's SQL,
+/// their PostgreSQL forms said in the text) runs against the same traffic's database, and the
+/// ones that look at the audit trail find its rows.
+#[tokio::test]
+async fn every_sql_block_of_the_other_docs_runs() {
+    let rota = traffic(Db::Sqlite).await;
+    let (code, _) =
+        rota.api("POST", "/api/v1/models/clear", Some(&rota.admin_key), Some(json!({"model": "openai/gpt-9"}))).await;
+    assert_eq!(code, 200, "an admin action for the guide's query to find");
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/docs");
+    let mut ran = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "md") || path.ends_with("audit.md") {
+            continue;
+        }
+        let doc = std::fs::read_to_string(&path).unwrap();
+        for sql in doc.split("```sql\n").skip(1).map(|b| b.split("\n```").next().unwrap()) {
+            let rows = sqlx::query(sqlx::AssertSqlSafe(sql.to_string()))
+                .fetch_all(rota.pool())
+                .await
+                .unwrap_or_else(|e| panic!("{}: failed: {e}\n{sql}", path.display()));
+            if sql.contains("FROM admin_actions") || sql.contains("FROM audit_minutely") {
+                assert!(!rows.is_empty(), "{}: no rows from the traffic:\n{sql}", path.display());
+            }
+            ran += 1;
+        }
+    }
+    assert!(ran >= 5, "the blocks of operations.md and schema.md: {ran}");
+}
+
 #[tokio::test]
 async fn every_query_in_the_audit_guide_returns_the_same_rows_on_postgres() {
     let url = crate::support::postgres_database().await;
