@@ -223,7 +223,8 @@ struct Sim(Arc<Mutex<HashMap<String, Calls>>>);
 
 /// The requests a simulated key may make per minute, as a provider's rate limit counts them: its
 /// successful answers say how many are left (`x-ratelimit-*`, `anthropic-ratelimit-*`), so rota rotates away
-/// from a key that has none left before it would answer 429.
+/// from a key that has none left before it would answer 429; past them it answers 429 until the
+/// minute is over, as a provider does.
 const PER_MINUTE: u64 = 10;
 
 /// One simulated key's calls: all of them, and those of the current minute.
@@ -258,7 +259,7 @@ async fn simulate(State(sim): State<Sim>, uri: Uri, headers: HeaderMap, body: By
         .map(|v| v.trim_start_matches("Bearer ").to_string())
         .unwrap_or_default();
     let now = chrono::Utc::now().timestamp_millis();
-    let (calls, left) = {
+    let (calls, left, over) = {
         let mut m = sim.0.lock();
         let c = m.entry(key.clone()).or_default();
         if c.minute != now / 60_000 {
@@ -266,7 +267,7 @@ async fn simulate(State(sim): State<Sim>, uri: Uri, headers: HeaderMap, body: By
         }
         c.total += 1;
         c.in_minute += 1;
-        (c.total, PER_MINUTE.saturating_sub(c.in_minute))
+        (c.total, PER_MINUTE.saturating_sub(c.in_minute), c.in_minute > PER_MINUTE)
     };
     let api = match uri.path() {
         "/v1/messages" => Api::Messages,
@@ -274,11 +275,16 @@ async fn simulate(State(sim): State<Sim>, uri: Uri, headers: HeaderMap, body: By
         _ => Api::Chat,
     };
     let anthropic = api == Api::Messages;
+    let reset_at = (now / 60_000 + 1) * 60_000;
+    if over {
+        let wait = ((reset_at - now) as u64).div_ceil(1000).to_string();
+        let error = api.error_body(429, &format!("Rate limit reached: {PER_MINUTE} requests a minute"));
+        return (StatusCode::TOO_MANY_REQUESTS, [("retry-after", wait)], axum::Json(error)).into_response();
+    }
     let mut response = answer(&key, calls, api, &body);
     if !response.status().is_success() {
         return response;
     }
-    let reset_at = (now / 60_000 + 1) * 60_000;
     let limits = if anthropic {
         let reset = crate::status::time(reset_at);
         [
@@ -427,6 +433,30 @@ fn reply(chat: &serde_json::Map<String, Value>, model: &str) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_simulated_key_refuses_past_its_stated_limit_until_the_minute_is_over() {
+        let sim = Sim::default();
+        let mut headers = HeaderMap::new();
+        headers.insert("authorization", "Bearer sim-steady".parse().unwrap());
+        let body = Bytes::from_static(br#"{"model":"sim","messages":[{"role":"user","content":"hi"}]}"#);
+        let call =
+            || simulate(State(sim.clone()), "/v1/chat/completions".parse().unwrap(), headers.clone(), body.clone());
+        for left in (0..PER_MINUTE).rev() {
+            let r = call().await;
+            assert_eq!(r.status(), StatusCode::OK, "a call with {left} left");
+            // More when a new minute began meanwhile.
+            let said: u64 = r.headers()["x-ratelimit-remaining-requests"].to_str().unwrap().parse().unwrap();
+            assert!(said >= left, "says {said} left, {left} expected");
+        }
+        let r = call().await;
+        if r.headers().contains_key("x-ratelimit-remaining-requests") {
+            return; // a new minute began during the calls: its count is not spent
+        }
+        assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS, "the eleventh call of the minute");
+        let wait: u64 = r.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+        assert!((1..=60).contains(&wait));
+    }
 
     #[test]
     fn the_simulated_model_reads_the_path_it_was_last_asked_to_read() {
