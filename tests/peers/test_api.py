@@ -54,6 +54,7 @@ ROUTES: dict[str, set[str]] = {
     "/api/v1/attempts": {"GET"},
     "/api/v1/requests": {"GET"},
     "/api/v1/admin-actions": {"GET"},
+    "/api/v1/backup": {"POST"},
     "/api/v1/session": {"GET", "POST", "DELETE"},
     "/api/v1/oauth/{provider}/authorize": {"POST"},
     "/api/v1/oauth/{provider}/paste": {"POST"},
