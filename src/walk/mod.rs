@@ -64,7 +64,7 @@ pub struct Failed<'a> {
     /// Whether a same-profile retry still fits in the request's time.
     pub may_retry: bool,
     /// Whether it may leave its mark (a window, a count): false for an agent's claim past its
-    /// share (`leases.claim_share`), which is only audited.
+    /// share (`leases.claim_share`), which is only audited (the walk goes on as it would).
     pub marks: bool,
 }
 
@@ -415,8 +415,10 @@ impl Walk {
         let reason = class.reason;
         row.http_status = status;
         let cur = &mut att.cursor;
-        if cur.tries < reason.same_profile_retries() && may_retry && marks && !self.single {
-            book.count_failure(&att.pid, reason, now);
+        if cur.tries < reason.same_profile_retries() && may_retry && !self.single {
+            if marks {
+                book.count_failure(&att.pid, reason, now);
+            }
             describe(&mut row, class);
             self.trail.record(row);
             cur.tries += 1;

@@ -415,6 +415,11 @@ connect = "2s"
 first_byte = "10s"
 idle = "10s"
 total = "30s"
+
+# The agents' lease reports may cool every profile (two a provider here), so that a lease walk
+# goes where the gateway's would (docs/api.md, "A claim moves a bounded share").
+[leases]
+claim_share = 1.0
 """
 
 
