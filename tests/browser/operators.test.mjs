@@ -105,7 +105,10 @@ e2e('people sign in with their identity provider, each with their role; every ch
   await a.locator('#new-key').waitFor();
 
   // Every change, as whose it was.
-  const actions = (await rota.api('GET', '/api/v1/admin-actions')).json;
+  const all = (await rota.api('GET', '/api/v1/admin-actions')).json;
+  // The harness made the admin agent with the CLI: a row of the OS user's.
+  assert.deepEqual(all.filter((x) => x.actor_kind === 'cli').map((x) => `${x.action} ${x.target}`), ['agent.create ops']);
+  const actions = all.filter((x) => x.actor_kind !== 'cli');
   const seen = actions.map((x) => `${x.actor_email ?? x.actor} ${x.actor_kind} ${x.role} ${x.action} ${x.target}`);
   assert.deepEqual(seen, [
     'alice@example.com person admin agent.create planner',
@@ -122,7 +125,7 @@ e2e('people sign in with their identity provider, each with their role; every ch
   assert.equal(disabled.before.enabled, true);
   assert.equal(disabled.after.enabled, false);
   await a.locator('#tab-changes').click();
-  await a.locator('#changes tr[data-action="agent.create"]').waitFor();
+  await a.locator('#changes tr[data-action="agent.create"][data-actor="alice@example.com"]').waitFor();
   assert.match(await a.locator('#changes tr[data-action="profile.disable"]').innerText(), /olivia@example\.com/);
   await docShot(a, 'operations-changes');
 

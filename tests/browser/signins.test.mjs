@@ -332,7 +332,7 @@ e2e('Sign in with Microsoft: authorization code + PKCE, a rotated refresh token,
   r = await chat(rota, AZURE_MODEL, AZURE_ALICE);
   assert.equal(r.status, 200, r.text);
   const first = await waitUntil(async () => accounts.latest('entra', ALICE, 'refresh_token'), { message: 'the first refresh' });
-  await sleepUntil(first.at + 2_500);
+  await sleepUntil(first.at + 5_500); // rota refreshes at most once per half its lead
   r = await chat(rota, AZURE_MODEL, AZURE_ALICE);
   assert.equal(r.status, 200, r.text);
   const grants = (await accounts.issued()).filter((i) => i.idp === 'entra' && i.account === ALICE);
@@ -450,7 +450,7 @@ e2e('Sign in with Google: authorization code + PKCE for Vertex AI, a refresh tok
   let r = await chat(rota, VERTEX_MODEL, `vertex:${CAROL}`);
   assert.equal(r.status, 200, r.text);
   const first = await waitUntil(async () => accounts.latest('google', CAROL, 'refresh_token'), { message: 'a refresh' });
-  await sleepUntil(first.at + 2_500);
+  await sleepUntil(first.at + 5_500); // rota refreshes at most once per half its lead
   r = await chat(rota, VERTEX_MODEL, `vertex:${CAROL}`);
   assert.equal(r.status, 200, r.text);
   const refreshes = (await accounts.issued()).filter((i) => i.idp === 'google' && i.grant_type === 'refresh_token');
@@ -544,7 +544,7 @@ e2e('Sign in with ChatGPT with a device code: the Codex CLI\'s flow, the Codex b
     assert.equal(seen.authorization, `Bearer ${newest.access_token}`, 'the newest access token went upstream');
     const grants = (await accounts.issued()).filter((i) => i.idp === 'chatgpt');
     if (grants.length >= 3 || round === 4) break;
-    await sleepUntil(grants.at(-1).at + 2_500);
+    await sleepUntil(grants.at(-1).at + 5_500); // at most once per half the lead
   }
   const grants = (await accounts.issued()).filter((i) => i.idp === 'chatgpt');
   assert.ok(grants.length >= 3, `two refreshes at least: ${grants.map((g) => g.grant_type)}`);

@@ -19,7 +19,7 @@ export async function loadChanges() {
     tbody.append(
       el(
         "tr",
-        { "data-action": a.action, "data-actor": a.actor },
+        { "data-action": a.action, "data-actor": a.actor_email ?? a.actor },
         el("td", {}, localTime(Date.parse(a.at))),
         el("td", { className: "id", title: a.actor }, a.actor_email ?? a.actor, el("span", { className: "muted" }, ` (${a.actor_kind})`)),
         el("td", {}, a.role),
