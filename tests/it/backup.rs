@@ -1,7 +1,8 @@
 //! Backups of a live SQLite database (docs/operations.md, "Backups"): `rota backup FILE` and
 //! `POST /api/v1/backup` while rota serves under load; the copy passes `integrity_check` and
 //! rota started on it (with the same master key) serves the same profiles and agents, with the
-//! audit rows up to the backup's moment.
+//! audit rows up to the backup's moment; a PostgreSQL database is dumped and restored with its own
+//! tools, and rota serves from the restored one.
 
 use crate::support::{self, KEYS, Mock, Rota, Scenario, spawn};
 use serde_json::json;
@@ -91,4 +92,52 @@ async fn a_backup_under_load_opens_checks_and_serves() {
     let (_, profiles) = back.api("GET", "/api/v1/profiles", Some(&back.admin_key), None).await;
     let ids: Vec<&str> = profiles.as_array().unwrap().iter().map(|p| p["id"].as_str().unwrap()).collect();
     assert_eq!(ids, [KEYS[0].0, KEYS[1].0]);
+}
+
+/// PostgreSQL's backup is `pg_dump`'s (rota's own says so): a dump of a database rota served,
+/// restored into a new database, is one rota starts on and serves from, with the same key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_dump_restores_into_a_database_rota_serves() {
+    let url = support::postgres_database().await;
+    let (_mock, base) = Mock::started().await;
+    let config = support::config(&base);
+    let rota = spawn(Scenario {
+        config: &config,
+        keys: &KEYS[..2],
+        db: support::Db::Postgres(url.clone()),
+        ..Scenario::default()
+    })
+    .await;
+    for _ in 0..3 {
+        assert_eq!(rota.chat(support::chat(), &[]).await.status(), 200);
+    }
+    rota.flush().await;
+    let (code, answer) = rota.api("POST", "/api/v1/backup", Some(&rota.admin_key), None).await;
+    assert_eq!(code, 400);
+    assert!(answer.to_string().contains("pg_dump"), "{answer}");
+
+    let bin = std::fs::read_dir("/usr/lib/postgresql")
+        .unwrap()
+        .map(|e| e.unwrap().path().join("bin"))
+        .max()
+        .expect("PostgreSQL's binaries (scripts/test.sh installs them)");
+    let dump = rota.dir.path().join("rota.dump");
+    let out =
+        std::process::Command::new(bin.join("pg_dump")).args(["-Fc", "-f"]).arg(&dump).arg(&url).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let restored = support::postgres_database().await;
+    let out = std::process::Command::new(bin.join("pg_restore"))
+        .args(["--no-owner", "-d", &restored])
+        .arg(&dump)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let dir = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(rota.dir.path().join("rota.toml")).unwrap().replace(&url, &restored);
+    std::fs::write(dir.path().join("rota.toml"), text).unwrap();
+    let back = Rota::on_config(dir, (rota.agent_key.clone(), rota.admin_key.clone())).await;
+    assert_eq!(back.chat(support::chat(), &[]).await.status(), 200, "the same agents, profiles and key");
+    let (_, requests) = back.api("GET", "/api/v1/requests", Some(&back.admin_key), None).await;
+    assert!(requests["items"].as_array().is_some_and(|r| r.len() >= 3), "the dumped rows: {requests}");
 }
