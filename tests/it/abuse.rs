@@ -24,10 +24,15 @@ struct Served {
 
 impl Served {
     fn rss_mb(&self) -> f64 {
+        self.status_mb("VmRSS:")
+    }
+
+    /// A memory figure of the process's `/proc/PID/status` (`VmRSS:`, `VmHWM:`), in MB.
+    fn status_mb(&self, field: &str) -> f64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
         let kb: f64 = status
             .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .find_map(|l| l.strip_prefix(field))
             .and_then(|v| v.split_whitespace().next()?.parse().ok())
             .unwrap();
         kb / 1024.0
@@ -238,7 +243,7 @@ async fn a_trickled_body_delays_no_other_and_large_bodies_in_flight_stay_bounded
     let sends = (0..10).map(|_| post(&rota.url, &tester, big.clone()));
     let statuses = futures_util::future::join_all(sends).await;
     assert!(statuses.iter().all(|s| *s == 200), "{statuses:?}");
-    let peak = rota_peak_mb(&rota);
+    let peak = rota.status_mb("VmHWM:"); // the peak so far
     let bound = 5.0 * (64.0 + 32.0);
     eprintln!(
         "ten 1 MiB bodies beside a trickled 32 MiB one: slowest {:?}; ten 32 MiB bodies at once: peak {:.1} MB over idle {idle:.1} MB (bound {bound} MB)",
@@ -246,17 +251,6 @@ async fn a_trickled_body_delays_no_other_and_large_bodies_in_flight_stay_bounded
         peak - idle
     );
     assert!(peak - idle <= bound, "peak {peak:.1} MB, idle {idle:.1} MB, bound {bound} MB");
-}
-
-/// The process's peak resident memory so far (`VmHWM`).
-fn rota_peak_mb(rota: &Served) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{}/status", rota.child.id())).unwrap();
-    let kb: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap();
-    kb / 1024.0
 }
 
 /// Finding: each `GET /ui/sso` stored a sign-in for 15 minutes with no bound and scanned them

@@ -18,7 +18,7 @@ async fn start(server: &str) -> (Mock, String, Rota) {
 }
 
 /// A client that does not follow redirects, as a test's "browser" that looks at each step.
-fn browser() -> reqwest::Client {
+pub(crate) fn browser() -> reqwest::Client {
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())

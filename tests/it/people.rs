@@ -3,6 +3,7 @@
 //! verified identity gets a role, the role follows the config in force at every request, sign-in
 //! starts are bounded, and sign-ins and sign-outs are recorded.
 
+use crate::doors::browser as no_redirects;
 use crate::support::{self, Mock, Rota, Scenario, spawn};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -93,15 +94,6 @@ async fn start(roles: &str) -> (Idp, Rota, String) {
     let config = format!("{}{}", support::config(&base), sso(&idp.url(), roles));
     let rota = spawn(Scenario { config: &config, ..Scenario::default() }).await;
     (idp, rota, config)
-}
-
-fn no_redirects() -> reqwest::Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .timeout(Duration::from_secs(20))
-        .build()
-        .unwrap()
 }
 
 /// `name=value` of the `Set-Cookie` header naming `name`.
