@@ -6,7 +6,7 @@ use crate::book::{Book, Credential, Roster};
 use crate::config::Config;
 use crate::engine::{Change, Millis, ProfileId, ProfileType};
 use crate::secrets::{Sealed, SecretField};
-use crate::store::{Store, StoreError, StoredProfile};
+use crate::store::{ProfileFlag, Store, StoreError, StoredProfile};
 use secrecy::SecretString;
 
 /// Where a profile change goes: the store, then the running book when there is one (a server's;
@@ -56,9 +56,18 @@ impl<'a> Changes<'a> {
     }
 
     pub async fn set_enabled(&self, id: &ProfileId, enabled: bool) -> Result<(), StoreError> {
-        self.store.set_enabled(id, enabled).await?;
+        self.store.set_flag(id, ProfileFlag::Enabled, enabled).await?;
         if let Some(book) = self.book {
             book.set_enabled(id, enabled);
+        }
+        Ok(())
+    }
+
+    /// Marks the profile as costing money per call, or not (the `paid` alert).
+    pub async fn set_paid(&self, id: &ProfileId, paid: bool) -> Result<(), StoreError> {
+        self.store.set_flag(id, ProfileFlag::Paid, paid).await?;
+        if let Some(book) = self.book {
+            book.set_paid(id, paid);
         }
         Ok(())
     }

@@ -24,11 +24,12 @@ pub struct Settings {
     pub served_alerts: Option<Arc<ServedAlerts>>,
 }
 
-/// The alerts a served request may raise: `fallback`, and `paid` with the profiles marked so.
+/// The alerts a served request may raise: `fallback`, and `paid` (with the profiles the config
+/// file declares paid; the store marks the others, `Roster::paid`).
 #[derive(Debug, Default)]
 pub struct ServedAlerts {
     pub fallback: bool,
-    pub paid: HashSet<ProfileId>,
+    pub paid: Option<HashSet<ProfileId>>,
 }
 
 impl Settings {
@@ -39,12 +40,10 @@ impl Settings {
         let listens = |kind| config.alerts.iter().any(|r| r.on.contains(&kind));
         let served = ServedAlerts {
             fallback: listens(AlertKind::Fallback),
-            paid: match listens(AlertKind::Paid) {
-                true => config.auth.profiles.iter().filter(|(_, p)| p.paid).map(|(id, _)| id.clone()).collect(),
-                false => HashSet::new(),
-            },
+            paid: listens(AlertKind::Paid)
+                .then(|| config.auth.profiles.iter().filter(|(_, p)| p.paid).map(|(id, _)| id.clone()).collect()),
         };
-        let served_alerts = (served.fallback || !served.paid.is_empty()).then(|| Arc::new(served));
+        let served_alerts = (served.fallback || served.paid.is_some()).then(|| Arc::new(served));
         Settings { config, classifier, prices, named, served_alerts }
     }
 }

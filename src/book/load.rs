@@ -103,6 +103,7 @@ pub fn config_rows(config: &Config, now: Millis) -> Vec<StoredProfile> {
             kind: p.kind,
             origin: Origin::Config,
             enabled: true,
+            paid: false, // the file's `paid` is read from the config in force
             email: None,
             expires_at: p.expires.map(|e| e.timestamp_millis()),
             created_at: now,

@@ -330,6 +330,19 @@ impl Book {
             None => false,
         }
     }
+    /// Marks the profile paid or not, as the store holds it.
+    pub fn set_paid(&self, id: &ProfileId, paid: bool) {
+        let mut inner = self.lock();
+        inner.local_edits += 1;
+        match paid {
+            true => inner.roster.paid.insert(id.clone()),
+            false => inner.roster.paid.remove(id),
+        };
+    }
+    /// Whether the store marks the profile paid.
+    pub fn marked_paid(&self, id: &ProfileId) -> bool {
+        self.lock().roster.paid.contains(id)
+    }
     /// Sets (or with `None` removes) the explicit order of a provider, as the store holds it.
     pub fn set_order(&self, provider: &str, ids: Option<Vec<ProfileId>>) {
         let mut inner = self.lock();

@@ -12,7 +12,7 @@ use crate::engine::{
 };
 use crate::settings::{Live, Settings};
 use crate::store::{Origin, SessionBinding, Snapshot};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 /// How long a session stays stuck to its profile without traffic, and how many are kept in
@@ -159,16 +159,25 @@ pub struct Roster {
     pub emails: HashMap<ProfileId, String>,
     pub stored_ids: BTreeMap<String, Vec<ProfileId>>,
     pub orders: BTreeMap<String, Vec<ProfileId>>,
+    /// The profiles marked paid in the store (`profiles.paid`).
+    pub paid: HashSet<ProfileId>,
 }
 
 impl Roster {
+    /// Whether serving a request with `id` costs money: marked so in the store, or declared
+    /// `paid = true` in the config file.
+    pub fn is_paid(&self, config: &Config, id: &ProfileId) -> bool {
+        self.paid.contains(id) || config.auth.profiles.get(id).is_some_and(|p| p.paid)
+    }
+
     pub fn new(snapshot: &Snapshot, config: &Config) -> Roster {
         let mut stored_ids: BTreeMap<String, Vec<ProfileId>> = BTreeMap::new();
         for p in snapshot.profiles.iter().filter(|p| p.origin == Origin::Stored) {
             stored_ids.entry(p.id.provider().to_string()).or_default().push(p.id.clone());
         }
         let emails = snapshot.profiles.iter().filter_map(|p| Some((p.id.clone(), p.email.clone()?))).collect();
-        Roster { views: views(snapshot, config), emails, stored_ids, orders: snapshot.orders.clone() }
+        let paid = snapshot.profiles.iter().filter(|p| p.paid).map(|p| p.id.clone()).collect();
+        Roster { views: views(snapshot, config), emails, stored_ids, orders: snapshot.orders.clone(), paid }
     }
 
     /// Whether `provider`'s profiles follow an explicit order (stored, or the config file's).

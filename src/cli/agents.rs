@@ -1,6 +1,6 @@
-//! `rota agents create|list|revoke`.
+//! `rota agents create|list|revoke|setup`.
 
-use crate::agents::{Limits, digest, new_key, valid_name};
+use crate::agents::{Limits, digest, new_key, setup, valid_name};
 use crate::config::Config;
 use crate::status::time;
 use crate::store::StoreError;
@@ -37,6 +37,14 @@ pub enum AgentsCommand {
     },
     /// Revoke an agent's key: its requests are refused from then on.
     Revoke { name: String },
+    /// Print the lines that point Claude Code, Codex and the OpenAI and Anthropic SDKs at rota
+    /// as this agent, with its model (the key is read from $ROTA_AGENT_KEY).
+    Setup {
+        name: String,
+        /// The address agents reach rota at; default `server.public_url`, else the listen address.
+        #[arg(long, value_name = "URL")]
+        base: Option<String>,
+    },
 }
 
 /// `--cost-per-day`: USD, a finite number above 0.
@@ -103,6 +111,22 @@ pub async fn run(config: &Config, cmd: AgentsCommand) -> Result<()> {
                         time(a.created_at)
                     );
                 }
+            }
+        }
+        AgentsCommand::Setup { name, base } => {
+            let base = setup::base_or(config, base.as_deref()).map_err(|e| anyhow::anyhow!("--base: {e}"))?;
+            let agents = existing().await?.agents().await?;
+            let Some(agent) = agents.into_iter().find(|a| a.name == name && a.revoked_at.is_none()) else {
+                bail!("no active agent named {name} (see `rota agents list`)");
+            };
+            let model = setup::model(config, &agent);
+            println!(
+                "# The agent {name}'s key goes in ${KEY_VAR} (it was shown once, when the agent was created):\n\
+                 # export {KEY_VAR}=rk_…",
+                KEY_VAR = setup::KEY_VAR
+            );
+            for s in setup::lines(&base, model.as_deref()) {
+                println!("\n# {}\n{}", s.title, s.text);
             }
         }
         AgentsCommand::Revoke { name } => {

@@ -1,4 +1,4 @@
-//! `rota profiles list|add|remove|enable|disable|clear|order`.
+//! `rota profiles list|add|remove|enable|disable|paid|clear|order`.
 
 use super::open_existing as existing;
 use super::open_store as open;
@@ -52,6 +52,13 @@ pub enum ProfilesCommand {
     Enable { id: String },
     /// Keep rotation from using the profile.
     Disable { id: String },
+    /// Mark the profile as costing money per call (`on`: a request it serves raises the `paid`
+    /// alert), or not (`off`).
+    Paid {
+        id: String,
+        #[arg(value_parser = ["on", "off"])]
+        state: String,
+    },
     /// Clear the profile's cooldown and disabled state, or (`--model provider/model`) a model's
     /// cooldown after a `model_not_found`.
     Clear {
@@ -90,6 +97,7 @@ pub async fn run(config: &Config, cmd: ProfilesCommand) -> Result<()> {
         }
         ProfilesCommand::Enable { id } => set_enabled(config, &id, true).await,
         ProfilesCommand::Disable { id } => set_enabled(config, &id, false).await,
+        ProfilesCommand::Paid { id, state } => set_paid(config, &id, state == "on").await,
         ProfilesCommand::Clear { model: Some(model), .. } => clear_model(config, &model).await,
         ProfilesCommand::Clear { id, .. } => {
             let id = parse_id(&id.expect("clap requires an id without --model"))?;
@@ -218,6 +226,18 @@ async fn set_enabled(config: &Config, id: &str, enabled: bool) -> Result<()> {
     Ok(())
 }
 
+async fn set_paid(config: &Config, id: &str, paid: bool) -> Result<()> {
+    let id = parse_id(id)?;
+    if !paid && config.auth.profiles.get(&id).is_some_and(|p| p.paid) {
+        bail!("profile {id} is declared `paid = true` in the config file; change it there");
+    }
+    let store = existing(config).await?;
+    Changes::new(store.as_ref(), None).set_paid(&id, paid).await.map_err(not_found)?;
+    super::record(store.as_ref(), "profile.paid", id.as_str(), (Some(json!({"paid": !paid})), Some(json!({"paid": paid})))).await?;
+    println!("{id} is {}", if paid { "paid: a request it serves raises the `paid` alert" } else { "no longer paid" });
+    Ok(())
+}
+
 async fn list(config: &Config, as_json: bool, provider: Option<String>) -> Result<()> {
     let store = existing(config).await?;
     let snap = store.snapshot().await?;
@@ -245,7 +265,7 @@ async fn list(config: &Config, as_json: bool, provider: Option<String>) -> Resul
                 let v = &roster.views[id];
                 json!({
                     "id": id, "provider": id.provider(), "type": v.kind, "source": origin(id).as_str(),
-                    "enabled": v.enabled, "status": Status::of(v, now), "expires_at": v.expires_at,
+                    "enabled": v.enabled, "paid": roster.is_paid(config, id), "status": Status::of(v, now), "expires_at": v.expires_at,
                     "usage_stats": v.stats, "position": place, "next": next,
                 })
             })
@@ -274,7 +294,9 @@ async fn list(config: &Config, as_json: bool, provider: Option<String>) -> Resul
             v.stats.error_count,
             v.stats.success_count,
             v.stats.failure_total,
-            Status::of(v, now).display(now) + if *next { " (the next request's)" } else { "" }
+            Status::of(v, now).display(now)
+                + if roster.is_paid(config, id) { " (paid)" } else { "" }
+                + if *next { " (the next request's)" } else { "" }
         );
     }
     Ok(())

@@ -139,6 +139,10 @@ pub enum AlertKind {
     AuditShed,
     /// A write to the database is failing.
     DatabaseFailing,
+    /// An admin asked for a test of the rule (`POST /api/v1/alerts/{rule}/test`); no rule
+    /// listens for it.
+    #[serde(skip_deserializing)]
+    Test,
 }
 
 impl AlertKind {
@@ -152,6 +156,7 @@ impl AlertKind {
             AlertKind::Budget => "budget",
             AlertKind::AuditShed => "audit_shed",
             AlertKind::DatabaseFailing => "database_failing",
+            AlertKind::Test => "test",
         }
     }
 }

@@ -62,12 +62,23 @@ impl Origin {
     }
 }
 
+/// A profile's switches an admin sets (docs/schema.md, `profiles`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProfileFlag {
+    /// Rotation may use it.
+    Enabled,
+    /// Each call costs money.
+    Paid,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoredProfile {
     pub id: ProfileId,
     pub kind: ProfileType,
     pub origin: Origin,
     pub enabled: bool,
+    /// Marked as costing money per call (`profiles.paid`): serving a request raises the `paid` alert.
+    pub paid: bool,
     pub email: Option<String>,
     pub expires_at: Option<Millis>,
     pub created_at: Millis,
@@ -84,6 +95,7 @@ impl StoredProfile {
             kind,
             origin: Origin::Stored,
             enabled: true,
+            paid: false,
             email: None,
             expires_at,
             created_at,
@@ -167,6 +179,23 @@ pub struct AlertDelivery {
     pub status: Option<i64>,
     /// Why it failed; none when delivered.
     pub error: Option<String>,
+}
+
+/// An alert of the outbox as the console shows it (`GET /api/v1/alerts`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct AlertRecord {
+    pub id: String,
+    pub rule: String,
+    pub kind: String,
+    pub subject: String,
+    /// The bytes posted.
+    pub body: String,
+    pub raised_at: Millis,
+    /// `pending`, `delivered` or `failed`.
+    pub state: String,
+    pub attempts: i64,
+    pub delivered_at: Option<Millis>,
+    pub deliveries: Vec<AlertDelivery>,
 }
 
 /// What becomes of an alert after a delivery attempt.
@@ -395,7 +424,8 @@ pub trait Store: Send + Sync {
     /// Records the profiles declared in the config file (their rows carry stats and audit joins).
     async fn sync_config_profiles(&self, profiles: &[StoredProfile]) -> Result<(), StoreError>;
     async fn remove_profile(&self, id: &ProfileId) -> Result<(), StoreError>;
-    async fn set_enabled(&self, id: &ProfileId, enabled: bool) -> Result<(), StoreError>;
+    /// Sets one of a profile's switches (`profiles.enabled` or `profiles.paid`).
+    async fn set_flag(&self, id: &ProfileId, flag: ProfileFlag, on: bool) -> Result<(), StoreError>;
     /// Overwrites stats rows, in one transaction, in the given order. Whatever another writer
     /// changed meanwhile is lost: for a database no server writes to (a copy, a test's seed);
     /// servers and the CLI write through `apply`.
@@ -470,6 +500,8 @@ pub trait Store: Send + Sync {
     ) -> Result<Vec<OutboxAlert>, StoreError>;
     /// Records a delivery attempt and what becomes of the alert, which gives up its claim.
     async fn alert_attempted(&self, delivery: &AlertDelivery, next: AlertNext) -> Result<(), StoreError>;
+    /// The newest `limit` alerts, newest first, with their delivery attempts.
+    async fn recent_alerts(&self, limit: i64) -> Result<Vec<AlertRecord>, StoreError>;
     /// Deletes the delivered and given-up alerts raised before `before` (their deliveries go
     /// with them) and the gates last moved before `gates_before`; how many alerts went.
     async fn prune_alerts(&self, before: Millis, gates_before: Millis) -> Result<u64, StoreError>;

@@ -4,6 +4,7 @@
 
 use super::Runtime;
 use crate::alerts::{Alerts, Event};
+use crate::book::Book;
 use crate::audit::Audit;
 use crate::config::{AlertKind, NamedModels};
 use crate::engine::chain::Candidate;
@@ -26,7 +27,7 @@ pub struct Trail {
     /// Told what the request spent (its agent's day).
     limits: Arc<Limiter>,
     /// The alerts a served request may raise, when a rule listens for them.
-    alerts: Option<(Arc<Alerts>, Arc<ServedAlerts>)>,
+    alerts: Option<(Arc<Alerts>, Arc<ServedAlerts>, Arc<Book>)>,
     /// The prices in force when the request arrived.
     prices: Arc<Prices>,
     /// The models the config named then (metric labels).
@@ -77,7 +78,7 @@ impl Trail {
             audit: runtime.audit.clone(),
             metrics: runtime.metrics.clone(),
             limits: runtime.limits.clone(),
-            alerts: settings.served_alerts.clone().map(|watch| (runtime.alerts.clone(), watch)),
+            alerts: settings.served_alerts.clone().map(|watch| (runtime.alerts.clone(), watch, runtime.book.clone())),
             prices: settings.prices.clone(),
             named: settings.named.clone(),
             first_candidate: None,
@@ -225,8 +226,8 @@ impl Trail {
 
     fn write(&self, status: u16, served: Option<(&Candidate, &ProfileId)>, spent: Spent, error: Option<String>) {
         let duration_ms = self.started.elapsed().as_millis() as Millis;
-        if let (Some((alerts, watch)), Some((served, profile))) = (&self.alerts, served) {
-            self.raise(alerts, watch, served, profile);
+        if let (Some((alerts, watch, book)), Some((served, profile))) = (&self.alerts, served) {
+            self.raise((alerts, watch, book), served, profile);
         }
         let row = RequestRow {
             id: self.request_id.clone(),
@@ -260,7 +261,7 @@ impl Trail {
 
 impl Trail {
     /// The `fallback` and `paid` alerts of a served request (docs/operations.md, "Alerts").
-    fn raise(&self, alerts: &Alerts, watch: &ServedAlerts, served: &Candidate, profile: &ProfileId) {
+    fn raise(&self, (alerts, watch, book): (&Alerts, &ServedAlerts, &Book), served: &Candidate, profile: &ProfileId) {
         let label = served.label();
         let details = || {
             json!({
@@ -291,7 +292,7 @@ impl Trail {
                 share: None,
             });
         }
-        if watch.paid.contains(profile) {
+        if watch.paid.as_ref().is_some_and(|declared| declared.contains(profile) || book.marked_paid(profile)) {
             alerts.raise(Event {
                 kind: AlertKind::Paid,
                 subject: profile.to_string(),

@@ -45,6 +45,7 @@ impl Receiver {
         let app = axum::Router::new()
             .route("/hook", axum::routing::post(take))
             .route("/slack", axum::routing::post(take))
+            .route("/slack/{*path}", axum::routing::post(take))
             .with_state(self.clone());
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     }
@@ -461,6 +462,21 @@ async fn the_outbox_gates_claims_and_prunes(target: rota::store::DatabaseTarget)
     assert_eq!((again[0].id.as_str(), again[0].attempts), ("a1", 1));
     store.alert_attempted(&tried("a1", "two", t + 2_001, true), AlertNext::Delivered).await.unwrap();
     store.alert_attempted(&tried("a3", "one", t + 2_002, false), AlertNext::Failed).await.unwrap();
+    // The console's list: newest first, each with its attempts in order, the limit kept.
+    let recent = store.recent_alerts(2).await.unwrap();
+    let listed: Vec<(&str, &str, Vec<Option<i64>>)> = recent
+        .iter()
+        .map(|a| (a.id.as_str(), a.state.as_str(), a.deliveries.iter().map(|d| d.status).collect()))
+        .collect();
+    assert_eq!(listed, [("a4", "pending", vec![]), ("a3", "failed", vec![None])]);
+    let all = store.recent_alerts(50).await.unwrap();
+    let a1 = all.iter().find(|a| a.id == "a1").unwrap();
+    assert_eq!(a1.deliveries.iter().map(|d| (d.instance.as_str(), d.status)).collect::<Vec<_>>(), [
+        ("two", None),
+        ("one", None),
+        ("two", Some(204))
+    ]);
+    assert_eq!((a1.delivered_at, a1.attempts), (Some(t + 2_001), 2), "two's attempt without the claim counts no attempt");
     // a4 stays pending; its claim ran out, so anyone may take it again.
     let retaken = store.claim_alerts("one", t + 70_000, t + 130_000, 16).await.unwrap();
     assert_eq!(retaken.iter().map(|a| a.id.as_str()).collect::<Vec<_>>(), ["a4"]);
@@ -504,4 +520,93 @@ async fn the_outbox_in_sqlite_gates_claims_and_prunes() {
 async fn the_outbox_in_postgres_gates_claims_and_prunes() {
     let url = support::postgres_database().await;
     the_outbox_gates_claims_and_prunes(rota::store::DatabaseTarget::Postgres(url)).await;
+}
+
+/// `paid` set through the admin API on a stored profile: its `GET` says so, the next request it
+/// serves raises the `paid` alert, and the change is an admin action; a config profile declared
+/// paid cannot be unmarked there. The Alerts view's API lists the rules without their URLs'
+/// paths or queries, and a test send through each is delivered, listed with its delivery and
+/// recorded; only an admin may send one.
+#[tokio::test]
+async fn paid_set_through_the_api_raises_the_paid_alert_and_the_alerts_api_lists_rules_alerts_and_test_sends() {
+    let (receiver, hook) = receiver().await;
+    let (_mock, base) = Mock::started().await;
+    let config = format!(
+        r#"{}[auth.profiles."backup:paid"]
+provider = "backup"
+api_key_env = "CARGO_PKG_NAME"
+paid = true
+[[alerts]]
+name = "ops"
+on = ["paid"]
+url = "{hook}/hook?token=s3cret-query"
+secret_env = "{SECRET_ENV}"
+[[alerts]]
+name = "chat"
+on = ["fallback"]
+url = "{hook}/slack/T0/B0/s3cret-path"
+format = "slack"
+"#,
+        support::config_with_backup(&base)
+    );
+    let rota = spawn(Scenario { config: &config, keys: &KEYS[..1], ..Scenario::default() }).await;
+    let admin = Some(rota.admin_key.as_str());
+    let k1 = "/api/v1/profiles/openai:k1";
+    assert_eq!(rota.api("GET", k1, admin, None).await.1["paid"], false);
+    served(&rota, "openai/gpt-4.1").await;
+
+    let (status, body) = rota.api("PATCH", k1, Some(rota.agent_key.as_str()), Some(json!({"paid": true}))).await;
+    assert_eq!(status, 403, "an agent key marks nothing: {body}");
+    let (status, body) = rota.api("PATCH", k1, admin, Some(json!({"paid": "yes"}))).await;
+    assert_eq!(status, 400, "{body}");
+    let (status, body) = rota.api("PATCH", k1, admin, Some(json!({"paid": true}))).await;
+    assert_eq!((status, &body["paid"]), (200, &json!(true)), "{body}");
+    assert_eq!(rota.api("GET", k1, admin, None).await.1["paid"], true);
+    let (status, body) = rota.api("PATCH", "/api/v1/profiles/backup:paid", admin, Some(json!({"paid": false}))).await;
+    assert_eq!(status, 409, "declared paid in the file: {body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("config file"), "{body}");
+    served(&rota, "openai/gpt-4.1").await;
+    receiver.wait(Duration::from_secs(10), "the paid alert", |r| !r.got().is_empty()).await;
+    assert_eq!(receiver.by_kind(), BTreeMap::from([(("paid".to_string(), "openai:k1".to_string()), 1)]));
+    let (_, actions) = rota.api("GET", "/api/v1/admin-actions", admin, None).await;
+    let paid = actions.as_array().unwrap().iter().find(|a| a["action"] == "profile.paid").expect("recorded");
+    assert_eq!((&paid["target"], &paid["before"]["paid"], &paid["after"]["paid"]), (&json!("openai:k1"), &json!(false), &json!(true)));
+
+    let (status, view) = rota.api("GET", "/api/v1/alerts", admin, None).await;
+    assert_eq!(status, 200, "{view}");
+    let text = view.to_string();
+    assert!(!text.contains("s3cret"), "no URL path or query is shown: {text}");
+    assert_eq!(view["rules"][0]["destination"], hook, "{view}");
+    assert_eq!((&view["rules"][0]["signed"], &view["rules"][1]["signed"]), (&json!(true), &json!(false)));
+    assert_eq!(view["alerts"][0]["kind"], "paid");
+
+    let (status, body) = rota.api("POST", "/api/v1/alerts/chat/test", Some(rota.agent_key.as_str()), None).await;
+    assert_eq!(status, 403, "{body}");
+    let (status, body) = rota.api("POST", "/api/v1/alerts/nobody/test", admin, None).await;
+    assert_eq!(status, 404, "{body}");
+    for rule in ["ops", "chat"] {
+        let (status, body) = rota.api("POST", &format!("/api/v1/alerts/{rule}/test"), admin, None).await;
+        assert_eq!(status, 202, "{body}");
+    }
+    receiver.wait(Duration::from_secs(10), "both tests", |r| r.got().len() == 3).await;
+    let got = receiver.got();
+    let json_test = got.iter().find(|g| g.path == "/hook" && g.body["kind"] == "test").expect("signed and taken");
+    assert_eq!(json_test.body["rule"], "ops");
+    let slack = got.iter().find(|g| g.path == "/slack/T0/B0/s3cret-path").unwrap();
+    assert_eq!(slack.body["text"], "rota · chat: a test of the alert rule chat, sent by admin");
+    let t = Instant::now();
+    let view = loop {
+        let (_, view) = rota.api("GET", "/api/v1/alerts", admin, None).await;
+        let tests: Vec<&Value> = view["alerts"].as_array().unwrap().iter().filter(|a| a["kind"] == "test").collect();
+        if tests.len() == 2 && tests.iter().all(|a| a["state"] == "delivered") {
+            break view;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "the tests are listed as delivered: {view:#}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let test = view["alerts"].as_array().unwrap().iter().find(|a| a["kind"] == "test").unwrap();
+    assert_eq!((&test["deliveries"][0]["status"], &test["deliveries"][0]["error"]), (&json!(204), &Value::Null));
+    let (_, actions) = rota.api("GET", "/api/v1/admin-actions", admin, None).await;
+    let tested: Vec<&Value> = actions.as_array().unwrap().iter().filter(|a| a["action"] == "alert.test").map(|a| &a["target"]).collect();
+    assert_eq!(tested, [&json!("chat"), &json!("ops")], "newest first");
 }

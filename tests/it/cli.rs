@@ -783,6 +783,14 @@ fn cli_changes_are_recorded_as_the_os_users() {
     assert_ok(&env.run(&["profiles", "disable", "openai:work"]));
     assert_ok(&env.run(&["profiles", "enable", "openai:work"]));
     assert_ok(&env.run(&["profiles", "clear", "openai:work"]));
+    assert_ok(&env.run(&["profiles", "paid", "openai:work", "on"]));
+    let listed = env.run(&["profiles", "list"]);
+    assert!(String::from_utf8_lossy(&listed.stdout).contains("(paid)"), "{listed:?}");
+    let json: serde_json::Value = serde_json::from_slice(&env.run(&["profiles", "list", "--json"]).stdout).unwrap();
+    assert_eq!(json[0]["paid"], true);
+    assert_ok(&env.run(&["profiles", "paid", "openai:work", "off"]));
+    let refused = env.run(&["profiles", "paid", "openai:work", "maybe"]);
+    assert!(!refused.status.success() && String::from_utf8_lossy(&refused.stderr).contains("[possible values: on, off]"));
     assert_ok(&env.run(&["profiles", "order", "openai", "openai:work"]));
     assert_ok(&env.run(&["agents", "create", "planner"]));
     assert_ok(&env.run(&["agents", "revoke", "planner"]));
@@ -805,6 +813,8 @@ fn cli_changes_are_recorded_as_the_os_users() {
             "profile.disable",
             "profile.enable",
             "profile.clear",
+            "profile.paid",
+            "profile.paid",
             "provider.order",
             "agent.create",
             "agent.revoke",

@@ -114,6 +114,13 @@ async fn cli_changes_reach_a_running_server(db: Db) {
     let t = Instant::now();
     reaches(&rota, &agent, t, "enable", "openai:k1").await;
 
+    cli(&rota, &["profiles", "paid", "openai:k1", "on"], "");
+    let t = Instant::now();
+    while !rota.app().0.marked_paid(&"openai:k1".parse().unwrap()) {
+        assert!(t.elapsed() < Duration::from_secs(1), "paid: not in force within a second");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
     cli(&rota, &["profiles", "order", "openai", "openai:k2", "openai:k1"], "");
     let t = Instant::now();
     settles(&rota, &agent, t, "order", is("openai:k2")).await;

@@ -134,3 +134,52 @@ def test_the_readme_agent_lines_work_as_written_against_the_demo(demo):
     apis = {(api, provider) for api, provider, _ in rows}
     assert ("messages", "beta") in apis and ("responses", "claude") in apis, rows
     assert sum(1 for api, provider, _ in rows if (api, provider) == ("messages", "beta")) == 2, "a tool round trip"
+
+
+def test_an_agents_setup_lines_work_as_printed(demo):
+    """`rota agents setup` and the console's Setup (GET /api/v1/agents/{name}/setup) give the
+    same lines; each block, run as printed with the agent's key in $ROTA_AGENT_KEY, reaches the
+    agent's model through rota as that agent: Claude Code, Codex, the OpenAI and Anthropic SDKs."""
+    import json
+    import urllib.request
+
+    dir, port, admin = demo
+    base = f"http://127.0.0.1:{port}"
+    config = next(dir.glob("rota-demo*.toml"))
+    created = subprocess.run(
+        [str(rota_bin()), "--config", str(config), "agents", "create", "coder", "--models", "claude/sim-sonnet"],
+        cwd=dir, env=clean_env(), capture_output=True, text=True, check=True,
+    )
+    key = created.stdout.strip().splitlines()[-1]
+    printed = subprocess.run(
+        [str(rota_bin()), "--config", str(config), "agents", "setup", "coder", "--base", base],
+        cwd=dir, env=clean_env(), capture_output=True, text=True, check=True,
+    ).stdout
+    request = urllib.request.Request(f"{base}/api/v1/agents/coder/setup?base={base}", headers={"authorization": f"Bearer {admin}"})
+    setup = json.load(urllib.request.urlopen(request))
+    assert setup["model"] == "claude/sim-sonnet" and setup["base"] == base, setup
+    blocks = {c["client"]: c["text"] for c in setup["clients"]}
+    assert sorted(blocks) == ["anthropic-sdk", "claude-code", "codex", "openai-sdk"], blocks
+    for text in blocks.values():
+        assert text in printed, (text, printed)
+    assert key not in printed + json.dumps(setup), "the key is never printed again"
+    env = environment(dir, admin)
+    env["ROTA_AGENT_KEY"] = key
+    codex_home = dir / "codex"
+    codex_home.mkdir()
+    (codex_home / "config.toml").write_text(blocks["codex"] + "\n")
+    scripts = {
+        "claude-code": blocks["claude-code"] + ' -p "Say hi"',
+        "codex": f'CODEX_HOME="{codex_home}" codex exec --skip-git-repo-check "Say hi"',
+        "openai-sdk": blocks["openai-sdk"],
+        "anthropic-sdk": blocks["anthropic-sdk"],
+    }
+    for client, script in scripts.items():
+        got = run(script, env, REPO)
+        assert got.returncode == 0, f"{client}: {script}\nstdout: {got.stdout}\nstderr: {got.stderr[-2000:]}"
+        assert "Hello from the simulated sim-sonnet." in got.stdout, (client, got.stdout)
+    with sqlite3.connect(dir / "rota-demo.db") as db:
+        served = db.execute(
+            "SELECT DISTINCT r.api FROM requests r WHERE r.agent = 'coder' AND r.status = 200 AND r.served_model = 'claude/sim-sonnet'"
+        ).fetchall()
+    assert {api for (api,) in served} >= {"messages", "responses"}, served

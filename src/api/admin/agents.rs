@@ -1,7 +1,8 @@
 //! `/api/v1/agents`: list (with each agent's limits and its use of them), create (the key is
-//! shown once), change the limits of, and revoke agent keys.
+//! shown once), change the limits of, revoke agent keys, and each agent's setup lines.
 
-use crate::agents::{Agent, Limits};
+use crate::agents::{Agent, Limits, setup};
+use super::Params;
 use crate::api::{Admin, ApiError, ApiState, Body, Viewer};
 use crate::config::Config;
 use crate::status::time;
@@ -10,12 +11,56 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde::{Deserialize, Deserializer, Serialize};
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 pub fn routes() -> OpenApiRouter<ApiState> {
-    OpenApiRouter::new().routes(routes!(list_agents, create_agent)).routes(routes!(revoke_agent, change_limits))
+    OpenApiRouter::new()
+        .routes(routes!(list_agents, create_agent))
+        .routes(routes!(revoke_agent, change_limits))
+        .routes(routes!(agent_setup))
+}
+
+#[derive(Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct SetupQuery {
+    /// The address agents reach rota at (an `http(s)` origin); default `server.public_url`,
+    /// else the listen address.
+    pub base: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct AgentSetup {
+    pub agent: String,
+    pub base: String,
+    /// The model the lines name: the first the agent may ask for, else the default chain's
+    /// primary; `null` when neither is set (the lines then say `PROVIDER/MODEL`).
+    pub model: Option<String>,
+    /// The variable the lines read the agent's key from.
+    pub key_var: &'static str,
+    pub clients: Vec<setup::Setup>,
+}
+
+/// The lines that point an agent's clients at rota
+#[utoipa::path(get, path = "/api/v1/agents/{name}/setup", tag = "admin", params(("name" = String, Path), SetupQuery),
+    responses((status = 200, body = AgentSetup), (status = 400, body = crate::api::ErrorBody), (status = 404, body = crate::api::ErrorBody)))]
+async fn agent_setup(
+    State(state): State<ApiState>,
+    _: Viewer,
+    Path(name): Path<String>,
+    Params(q): Params<SetupQuery>,
+) -> Result<Json<AgentSetup>, ApiError> {
+    let settings = state.runtime.settings();
+    let base = setup::base_or(&settings.config, q.base.as_deref()).map_err(ApiError::BadRequest)?;
+    let agents = state.store.agents().await?;
+    let Some(agent) = agents.into_iter().find(|a| a.name == name && a.revoked_at.is_none()) else {
+        return Err(ApiError::NotFound(format!("no active agent is named `{}`", name.escape_default())));
+    };
+    let model = setup::model(&settings.config, &agent);
+    let clients = setup::lines(&base, model.as_deref());
+    Ok(Json(AgentSetup { agent: agent.name, base, model, key_var: setup::KEY_VAR, clients }))
 }
 
 #[derive(Serialize, ToSchema)]

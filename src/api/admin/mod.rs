@@ -1,10 +1,11 @@
-//! The admin API (docs/api.md): profiles, order, providers, models, agents, usage, the audit log
-//! and the admin actions.
+//! The admin API (docs/api.md): profiles, order, providers, models, agents, usage, the audit log,
+//! the admin actions, alerts and backups.
 //! Every change is written to the store and applied to the running book at once. Secrets are
 //! write-only: no answer here carries one (a new agent's key is shown once, when created).
 
 mod actions;
 mod agents;
+mod alerts;
 mod audit;
 mod backup;
 mod models;
@@ -28,6 +29,7 @@ pub fn routes() -> OpenApiRouter<ApiState> {
         .merge(series::routes())
         .merge(actions::routes())
         .merge(backup::routes())
+        .merge(alerts::routes())
 }
 
 /// Query parameters whose errors are answered in the API's error format.

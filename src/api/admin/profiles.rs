@@ -1,4 +1,4 @@
-//! `/api/v1/profiles`: list, add, show, remove, enable, disable and clear profiles.
+//! `/api/v1/profiles`: list, add, show, change (`paid`), remove, enable, disable and clear profiles.
 
 use super::{Params, profile_id};
 use crate::api::{Actor, Admin, ApiError, ApiState, Body, Operator, Viewer};
@@ -19,7 +19,7 @@ use utoipa_axum::routes;
 pub fn routes() -> OpenApiRouter<ApiState> {
     OpenApiRouter::new()
         .routes(routes!(list_profiles, add_profile))
-        .routes(routes!(get_profile, remove_profile))
+        .routes(routes!(get_profile, patch_profile, remove_profile))
         .routes(routes!(enable_profile))
         .routes(routes!(disable_profile))
         .routes(routes!(clear_profile))
@@ -38,6 +38,9 @@ pub struct ProfileInfo {
     pub source: String,
     /// `false` after an admin disabled it.
     pub enabled: bool,
+    /// Each call costs money: a request it serves raises the `paid` alert (set with `PATCH`, or
+    /// `paid = true` in the config file).
+    pub paid: bool,
     /// The account's email (OAuth profiles).
     pub email: Option<String>,
     /// When a static token stops working, or an OAuth access token expires (RFC 3339).
@@ -66,6 +69,7 @@ pub(super) fn info(config: &Config, roster: &Roster, id: &ProfileId, now: Millis
         kind: v.kind.to_string(),
         source: if config.auth.profiles.contains_key(id) { Origin::Config } else { Origin::Stored }.as_str().into(),
         enabled: v.enabled,
+        paid: roster.is_paid(config, id),
         email: roster.emails.get(id).cloned(),
         expires_at: v.expires_at.map(time),
         status_text: match &status {
@@ -166,6 +170,36 @@ async fn get_profile(
     one(&state, &profile_id(&id)?)
 }
 
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProfilePatch {
+    /// Each call costs money: a request it serves raises the `paid` alert.
+    pub paid: bool,
+}
+
+/// Change a profile: mark it paid or not
+#[utoipa::path(patch, path = "/api/v1/profiles/{id}", tag = "admin", params(("id" = String, Path, description = "provider:name")),
+    request_body = ProfilePatch,
+    responses((status = 200, body = ProfileInfo), (status = 400, body = crate::api::ErrorBody), (status = 404, body = crate::api::ErrorBody),
+        (status = 409, description = "Declared `paid = true` in the config file", body = crate::api::ErrorBody)))]
+async fn patch_profile(
+    State(state): State<ApiState>,
+    Operator(actor): Operator,
+    Path(id): Path<String>,
+    Body(patch): Body<ProfilePatch>,
+) -> Result<Json<ProfileInfo>, ApiError> {
+    let id = profile_id(&id)?;
+    let declared = state.runtime.settings().config.auth.profiles.get(&id).is_some_and(|p| p.paid);
+    if declared && !patch.paid {
+        return Err(ApiError::Conflict(format!("profile {id} is declared `paid = true` in the config file; change it there")));
+    }
+    let before = summary(&one(&state, &id)?.0);
+    changes(&state).set_paid(&id, patch.paid).await?;
+    let after = one(&state, &id)?;
+    state.record(&actor, "profile.paid", Some(id.as_str()), (Some(before), Some(summary(&after.0)))).await?;
+    Ok(after)
+}
+
 /// Remove a stored profile and its secret
 #[utoipa::path(delete, path = "/api/v1/profiles/{id}", tag = "admin", params(("id" = String, Path, description = "provider:name")),
     responses((status = 204, description = "Removed"), (status = 400, body = crate::api::ErrorBody), (status = 404, body = crate::api::ErrorBody),
@@ -189,7 +223,7 @@ async fn remove_profile(
 
 /// What an admin action records of a profile: its type, whether rotation may use it, its state.
 fn summary(p: &ProfileInfo) -> serde_json::Value {
-    serde_json::json!({"type": p.kind, "enabled": p.enabled, "state": p.status_text, "expires_at": p.expires_at})
+    serde_json::json!({"type": p.kind, "enabled": p.enabled, "paid": p.paid, "state": p.status_text, "expires_at": p.expires_at})
 }
 
 async fn set_enabled(state: ApiState, actor: &Actor, raw: &str, enabled: bool) -> Result<Json<ProfileInfo>, ApiError> {

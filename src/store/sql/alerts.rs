@@ -4,7 +4,7 @@
 
 use super::{Affected, Backend, Driver, Sql, Value};
 use crate::engine::Millis;
-use crate::store::{AlertDelivery, AlertNext, NewAlert, OutboxAlert, StoreError};
+use crate::store::{AlertDelivery, AlertNext, AlertRecord, NewAlert, OutboxAlert, StoreError};
 use sqlx::{ColumnIndex, Encode, Executor, Row, Type};
 
 /// What a pending alert nobody holds a claim on, due at `$1`, satisfies.
@@ -138,6 +138,58 @@ where
         .await?;
         tx.commit().await?;
         Ok(())
+    }
+
+    /// The newest `limit` alerts, newest first, each with its delivery attempts in order.
+    pub(super) async fn recent_alerts(&self, limit: i64) -> Result<Vec<AlertRecord>, StoreError> {
+        let mut conn = self.store.read_tx().await?;
+        let mut alerts = Vec::new();
+        for r in sqlx::query(
+            "SELECT id, rule, kind, subject, body, raised_at, state, attempts, delivered_at FROM alert_outbox
+             ORDER BY raised_at DESC, id DESC LIMIT $1",
+        )
+        .bind(limit)
+        .fetch_all(&mut *conn)
+        .await?
+        {
+            alerts.push(AlertRecord {
+                id: r.try_get("id")?,
+                rule: r.try_get("rule")?,
+                kind: r.try_get("kind")?,
+                subject: r.try_get("subject")?,
+                body: r.try_get("body")?,
+                raised_at: r.try_get("raised_at")?,
+                state: r.try_get("state")?,
+                attempts: r.try_get("attempts")?,
+                delivered_at: r.try_get("delivered_at")?,
+                deliveries: Vec::new(),
+            });
+        }
+        let Some(oldest) = alerts.last().map(|a| (a.raised_at, a.id.clone())) else { return Ok(alerts) };
+        let by_id: std::collections::HashMap<String, usize> =
+            alerts.iter().enumerate().map(|(i, a)| (a.id.clone(), i)).collect();
+        for r in sqlx::query(
+            "SELECT d.alert_id, d.instance, d.at, d.duration_ms, d.status, d.error FROM alert_deliveries d
+             JOIN alert_outbox o ON o.id = d.alert_id
+             WHERE o.raised_at > $1 OR (o.raised_at = $1 AND o.id >= $2) ORDER BY d.alert_id, d.attempt",
+        )
+        .bind(oldest.0)
+        .bind(oldest.1.as_str())
+        .fetch_all(&mut *conn)
+        .await?
+        {
+            let id: String = r.try_get("alert_id")?;
+            let Some(&i) = by_id.get(&id) else { continue }; // raised after the first read
+            alerts[i].deliveries.push(AlertDelivery {
+                alert_id: id,
+                instance: r.try_get("instance")?,
+                at: r.try_get("at")?,
+                duration_ms: r.try_get("duration_ms")?,
+                status: r.try_get("status")?,
+                error: r.try_get("error")?,
+            });
+        }
+        Ok(alerts)
     }
 
     /// The delivered and given-up alerts raised before `before`, with their delivery rows (the

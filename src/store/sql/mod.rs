@@ -22,9 +22,9 @@ mod sessions;
 mod stats;
 
 use super::{
-    AdminAction, AgentUsage, AlertDelivery, AlertNext, Applied, AttemptRecord, AuditQuery, FailureWindow, FeedEntry,
+    AdminAction, AgentUsage, AlertDelivery, AlertNext, AlertRecord, Applied, AttemptRecord, AuditQuery, FailureWindow, FeedEntry,
     LimitsPatch, NewAlert, OutboxAlert, ProfileUsage, Pruned, RequestRecord, SeriesRows, SessionBinding, Snapshot,
-    Store, StoreError, StoredProfile,
+    ProfileFlag, Store, StoreError, StoredProfile,
 };
 use crate::agents::{Agent, Limits};
 use crate::engine::{Change, CooldownPolicy, Millis, ModelChange, ModelCooldown, ProfileId, UsageStats};
@@ -288,8 +288,8 @@ where
         self.sql().remove_profile(id).await
     }
 
-    async fn set_enabled(&self, id: &ProfileId, enabled: bool) -> Result<(), StoreError> {
-        self.sql().set_enabled(id, enabled).await
+    async fn set_flag(&self, id: &ProfileId, flag: ProfileFlag, on: bool) -> Result<(), StoreError> {
+        self.sql().set_flag(id, flag, on).await
     }
 
     #[tracing::instrument(skip_all, level = "debug", fields(profiles = batch.len()))]
@@ -387,6 +387,10 @@ where
         limit: i64,
     ) -> Result<Vec<OutboxAlert>, StoreError> {
         self.sql().claim_alerts(instance, now, until, limit).await
+    }
+
+    async fn recent_alerts(&self, limit: i64) -> Result<Vec<AlertRecord>, StoreError> {
+        self.sql().recent_alerts(limit).await
     }
 
     async fn alert_attempted(&self, delivery: &AlertDelivery, next: AlertNext) -> Result<(), StoreError> {

@@ -5,7 +5,7 @@ use super::stats::StatsRow;
 use super::{Affected, Backend, Driver, Sql, Value, corrupt, now};
 use crate::engine::{ProfileId, UsageStats};
 use crate::secrets::Sealed;
-use crate::store::{Origin, Snapshot, StoreError, StoredProfile};
+use crate::store::{Origin, ProfileFlag, Snapshot, StoreError, StoredProfile};
 use sqlx::{ColumnIndex, Encode, Executor, Row, Type};
 use std::collections::BTreeMap;
 
@@ -32,9 +32,9 @@ where
         secrets: &[Sealed],
     ) -> Result<(), StoreError> {
         let inserted = sqlx::query(
-            "INSERT INTO profiles (id, provider, name, type, source, enabled, email, expires_at, created_at, updated_at,
-                 oauth_subject)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT (id) DO NOTHING",
+            "INSERT INTO profiles (id, provider, name, type, source, enabled, paid, email, expires_at, created_at,
+                 updated_at, oauth_subject)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) ON CONFLICT (id) DO NOTHING",
         )
         .bind(p.id.as_str())
         .bind(p.id.provider())
@@ -42,6 +42,7 @@ where
         .bind(p.kind.as_str())
         .bind(p.origin.as_str())
         .bind(p.enabled)
+        .bind(p.paid)
         .bind(&p.email)
         .bind(p.expires_at)
         .bind(p.created_at)
@@ -63,7 +64,7 @@ where
         let mut conn = self.store.read_tx().await?;
         let mut snap = Snapshot { head: Self::head(&mut conn).await?, ..Snapshot::default() };
         for row in sqlx::query(
-            "SELECT id, type, source, enabled, email, expires_at, created_at, oauth_subject FROM profiles
+"SELECT id, type, source, enabled, paid, email, expires_at, created_at, oauth_subject FROM profiles
              ORDER BY created_at, id",
         )
         .fetch_all(&mut *conn)
@@ -77,6 +78,7 @@ where
                 kind: kind.parse().map_err(|e| corrupt("profiles", e))?,
                 origin: if source == "config" { Origin::Config } else { Origin::Stored },
                 enabled: row.try_get("enabled")?,
+                paid: row.try_get("paid")?,
                 email: row.try_get("email")?,
                 expires_at: row.try_get("expires_at")?,
                 created_at: row.try_get("created_at")?,
@@ -213,10 +215,14 @@ where
         Ok(())
     }
 
-    pub(super) async fn set_enabled(&self, id: &ProfileId, enabled: bool) -> Result<(), StoreError> {
+    pub(super) async fn set_flag(&self, id: &ProfileId, flag: ProfileFlag, on: bool) -> Result<(), StoreError> {
         let mut tx = self.store.write_tx().await?;
-        let done = sqlx::query("UPDATE profiles SET enabled = $1, updated_at = $2 WHERE id = $3")
-            .bind(enabled)
+        let sql = match flag {
+            ProfileFlag::Enabled => "UPDATE profiles SET enabled = $1, updated_at = $2 WHERE id = $3",
+            ProfileFlag::Paid => "UPDATE profiles SET paid = $1, updated_at = $2 WHERE id = $3",
+        };
+        let done = sqlx::query(sql)
+            .bind(on)
             .bind(now())
             .bind(id.as_str())
             .execute(&mut *tx)
