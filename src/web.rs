@@ -25,7 +25,7 @@ const JS: &str = "text/javascript";
 const CSS: &str = "text/css";
 /// The console's scripts and stylesheets under `/ui/`: its own, and uPlot (MIT, vendored from
 /// npm `uplot` 1.6.32, web/vendor/uPlot.LICENSE) for the overview's charts.
-const ASSETS: [(&str, &str, &str); 12] = [
+const ASSETS: [(&str, &str, &str); 13] = [
     ("app.js", JS, include_str!("../web/app.js")),
     ("sign-in.js", JS, include_str!("../web/sign-in.js")),
     ("style.css", CSS, include_str!("../web/style.css")),
@@ -36,6 +36,7 @@ const ASSETS: [(&str, &str, &str); 12] = [
     ("js/chains.js", JS, include_str!("../web/js/chains.js")),
     ("js/agents.js", JS, include_str!("../web/js/agents.js")),
     ("js/changes.js", JS, include_str!("../web/js/changes.js")),
+    ("js/alerts.js", JS, include_str!("../web/js/alerts.js")),
     ("vendor/uPlot.iife.min.js", JS, include_str!("../web/vendor/uPlot.iife.min.js")),
     ("vendor/uPlot.min.css", CSS, include_str!("../web/vendor/uPlot.min.css")),
 ];

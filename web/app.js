@@ -2,6 +2,7 @@
 // the refreshes and the live countdowns. Each view is a module of web/js/.
 
 import { $, api, can, guarded, notify, session, zone } from "./js/core.js";
+import { loadAlerts } from "./js/alerts.js";
 import { loadChanges } from "./js/changes.js";
 import { loadAgents, setupAgents } from "./js/agents.js";
 import { loadChains, renderChains } from "./js/chains.js";
@@ -9,7 +10,7 @@ import { loadOverview, renderOverview, resizeCharts, tickOverview } from "./js/o
 import { loadProfiles, renderProfiles, tickProfiles } from "./js/profiles.js";
 import { loadRequests } from "./js/requests.js";
 
-const VIEWS = ["overview", "profiles", "requests", "chains", "agents", "changes"];
+const VIEWS = ["overview", "profiles", "requests", "chains", "agents", "alerts", "changes"];
 let current = "overview";
 
 const LOAD = {
@@ -21,6 +22,7 @@ const LOAD = {
   requests: () => loadRequests(),
   chains: () => loadChains(),
   agents: () => loadAgents(),
+  alerts: () => loadAlerts(),
   changes: () => loadChanges(),
 };
 

@@ -565,8 +565,8 @@ async function closeBrowser(browser) {
  * A new page in its own context (own cookies); dialogs (confirm()) are accepted. bypassCSP: for
  * the accessibility scan, whose script the console's Content-Security-Policy would refuse.
  */
-export async function newPage(browser, { acceptDialogs = true, width = 1280, height = 900, bypassCSP = false } = {}) {
-  const context = await browser.newContext({ viewport: { width, height }, bypassCSP });
+export async function newPage(browser, { acceptDialogs = true, width = 1280, height = 900, bypassCSP = false, locale, timezoneId } = {}) {
+  const context = await browser.newContext({ viewport: { width, height }, bypassCSP, locale, timezoneId });
   context.setDefaultTimeout(15_000);
   context.setDefaultNavigationTimeout(20_000);
   const page = await context.newPage();

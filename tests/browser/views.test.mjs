@@ -21,7 +21,7 @@ targets = ["corp/gpt-4o-mini", "spare/gpt-4o-mini"]
 const K1 = 'corp:k1';
 const K2 = 'corp:k2';
 const SPARE = 'spare:s';
-const VIEWS = ['overview', 'profiles', 'requests', 'chains', 'agents'];
+const VIEWS = ['overview', 'profiles', 'requests', 'chains', 'agents', 'alerts'];
 
 async function addKey(rota, id, secret) {
   const [provider, name] = id.split(':');
@@ -399,6 +399,7 @@ e2e('console at 1440 and 390 px: buttons inside their cards, state first on phon
       if (view === 'requests') await page.locator('#requests tr.request').first().waitFor();
       if (view === 'chains') await page.locator('#chains .chain').first().waitFor();
       if (view === 'agents') await page.locator('#agents tr[data-agent] li[data-limit] meter').first().waitFor();
+      if (view === 'alerts') await page.locator('#alert-rules tbody tr').first().waitFor();
       await page.waitForTimeout(300);
       const wide = await page.evaluate(() => document.documentElement.scrollWidth);
       assert.ok(wide <= width, `${view} at ${width} px: the page is ${wide} px wide`);

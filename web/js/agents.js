@@ -1,6 +1,7 @@
 // The Agents view: the agent keys (GET /api/v1/agents) with their limits and their use of each
 // (this minute's requests, today's tokens and cost, shared by every server), a new one (its key
-// shown once, with a copy button) and revoking one.
+// shown once, with a copy button), revoking one, and the lines that point an agent's clients at
+// rota (GET /api/v1/agents/{name}/setup).
 
 import { $, api, can, el, guarded, localTime, notify, session } from "./core.js";
 
@@ -18,11 +19,18 @@ export async function loadAgents() {
     tr.append(el("td", {}, localTime(Date.parse(a.created_at))));
     tr.append(el("td", { className: "agent-state" }, a.revoked_at ? `revoked ${localTime(Date.parse(a.revoked_at))}` : "active"));
     const actions = el("td", { className: "actions-cell" });
+    const buttons = el("div", { className: "row-actions" });
+    if (!a.revoked_at) {
+      const b = el("button", { type: "button", "data-action": "setup", "aria-label": `Setup lines for ${a.name}` }, "Setup");
+      b.addEventListener("click", () => guarded("agents", () => showSetup(a.name)));
+      buttons.append(b);
+    }
     if (!a.revoked_at && can("admin")) {
       const b = el("button", { type: "button", "data-action": "revoke", "aria-label": `Revoke ${a.name}` }, "Revoke");
       b.addEventListener("click", () => guarded("agents", () => revoke(a)));
-      actions.append(el("div", { className: "row-actions" }, b));
+      buttons.append(b);
     }
+    actions.append(buttons);
     tr.append(actions);
     tbody.append(tr);
   }
@@ -79,14 +87,54 @@ export function setupAgents() {
     guarded("agents", async () => {
       const name = $("#agent-name").value.trim();
       const created = await api("POST", "/api/v1/agents", { name, admin: $("#agent-admin").checked });
-      showKey(created);
+      await showKey(created);
       $("#agent-form").reset();
       await loadAgents();
     });
   });
 }
 
-function showKey(created) {
+/** A copy button for `text`. */
+function copyButton(text, label) {
+  const b = el("button", { type: "button", className: "copy", "aria-label": label }, "Copy");
+  b.addEventListener("click", () =>
+    guarded("agents", async () => {
+      await navigator.clipboard.writeText(text);
+      b.textContent = "Copied";
+    }),
+  );
+  return b;
+}
+
+/** The agent's setup lines for this address, each with a copy button; with its key (at
+ * creation) they start with the line that sets it. */
+async function setupLines(name, key) {
+  const setup = await api("GET", `/api/v1/agents/${encodeURIComponent(name)}/setup?base=${encodeURIComponent(location.origin)}`);
+  const box = el("div", { className: "setup", "data-agent": name });
+  const keyLine = key ? `export ${setup.key_var}=${key}` : `export ${setup.key_var}=…   # the key shown once, when ${name} was created`;
+  box.append(el("p", { className: "muted" }, `Each block reads the key from $${setup.key_var}; model ${setup.model ?? "PROVIDER/MODEL (set models.primary, or the agent's models)"}.`));
+  for (const block of [{ client: "key", title: "The key, in the shell the client runs in", text: keyLine }, ...setup.clients]) {
+    box.append(
+      el("h3", {}, block.title, " ", copyButton(block.text, `Copy the ${block.client} lines`)),
+      el("pre", { "data-client": block.client }, el("code", {}, block.text)),
+    );
+  }
+  return box;
+}
+
+async function showSetup(name) {
+  const panel = $("#agent-setup");
+  const close = el("button", { type: "button", className: "link" }, "Close");
+  close.addEventListener("click", () => {
+    panel.replaceChildren();
+    panel.hidden = true;
+  });
+  panel.replaceChildren(el("h2", {}, `Setup for ${name}`), await setupLines(name), close);
+  panel.hidden = false;
+  panel.scrollIntoView({ block: "nearest" });
+}
+
+async function showKey(created) {
   const panel = $("#agent-key");
   const key = el("code", { id: "new-key", className: "secret" }, created.key);
   const copy = el("button", { type: "button", id: "copy-key" }, "Copy");
@@ -104,7 +152,8 @@ function showKey(created) {
   panel.replaceChildren(
     el("p", {}, `The key of ${created.agent.name}${created.agent.admin ? " (admin)" : ""}, shown this once (rota keeps only its digest):`),
     el("p", { className: "key-line" }, key, " ", copy),
-    el("p", { className: "muted" }, "Agents send it as Authorization: Bearer … (or x-api-key)."),
+    el("p", { className: "muted" }, "Agents send it as Authorization: Bearer … (or x-api-key). To point a client at rota with it:"),
+    await setupLines(created.agent.name, created.key),
     done,
   );
   panel.hidden = false;

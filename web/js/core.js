@@ -66,8 +66,10 @@ export async function api(method, path, body, { background = false } = {}) {
 
 // -- notices --------------------------------------------------------------------------------
 
-/** A message in the view's own notice area; errors stay until dismissed or the view reloads. */
+/** A message in the view's own notice area. Errors stay until dismissed, the view reloads or a
+ * success takes them away (what they said no longer holds). */
 export function notify(view, message, kind = "info") {
+  if (kind !== "error") clearErrors(view);
   const box = $(`#view-${view} .notices`);
   const note = el("div", { className: "notice", "data-kind": kind, role: kind === "error" ? "alert" : "status" });
   note.append(el("span", {}, message));

@@ -12,6 +12,8 @@ const COLORS = {
   skipped: "#adb5bd", refused: "#868e96",
   cooling: "#f08c00",
 };
+// Attempts are traffic, not failures: a neutral blue, with the successes among them green.
+const ATTEMPTS = "#74c0fc";
 const PALETTE = ["#e03131", "#f08c00", "#1c7ed6", "#7048e8", "#0ca678", "#d6336c", "#5c940d", "#495057", "#e8590c", "#1098ad", "#ae3ec9", "#74b816", "#f59f00", "#364fc7", "#c2255c"];
 const TIMELINE_MAX = 30;
 
@@ -69,6 +71,34 @@ function strip(provider) {
 // -- charts ----------------------------------------------------------------------------------
 
 const zeros = () => series.buckets.map(() => 0);
+
+/** The time the charts show: from a few buckets before the first with any traffic (at least ten
+ * buckets' worth) to the window's end, so that a minute of traffic is not a sliver of an hour. */
+function shownRange() {
+  const busy = (counts) => counts.findIndex((n) => n > 0);
+  const firsts = [...series.requests, ...series.attempts, ...series.reasons].map((l) => busy(l.counts)).filter((i) => i >= 0);
+  if (!firsts.length) return [series.since, series.until];
+  const from = series.buckets[Math.min(...firsts)] - 4 * series.step_ms;
+  return [Math.max(series.since, Math.min(from, series.until - 10 * series.step_ms)), series.until];
+}
+
+const hourMinute = new Intl.DateTimeFormat(undefined, { hour: "2-digit", minute: "2-digit", hourCycle: "h23" });
+const dayMonth = new Intl.DateTimeFormat(undefined, { month: "short", day: "numeric" });
+
+/** The time axis: 24-hour times in the page's zone, the date at midnight; `fig`'s `data-ticks`
+ * holds them as drawn (the canvas has no text to read). */
+const timeAxis = (fig) => ({
+  stroke: "#5f6b7a",
+  grid: { show: false },
+  values: (u, splits) => {
+    const labels = splits.map((ms) => {
+      const d = new Date(ms);
+      return d.getHours() === 0 && d.getMinutes() === 0 ? dayMonth.format(d) : hourMinute.format(d);
+    });
+    fig.dataset.ticks = labels.join(" ");
+    return labels;
+  },
+});
 const stepWords = () => (series.step_ms === 60_000 ? "minute" : `${series.step_ms / 60_000} minutes`);
 const sum = (xs) => xs.reduce((a, b) => a + b, 0);
 
@@ -120,9 +150,9 @@ function chart({ id, title, kind, layers, height = 160 }) {
     ms: 1,
     legend: { show: true },
     cursor: { points: { show: false } },
-    // The whole window: the newest bucket's bar (drawn right of its start) stays in view.
-    scales: { x: { time: true, range: () => [series.since, series.until] }, y: { range: (u, min, max) => [0, Math.max(1, max)] } },
-    axes: [{ stroke: "#5f6b7a", grid: { show: false } }, { stroke: "#5f6b7a", size: 40, incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000] }],
+    // Up to the window's end: the newest bucket's bar (drawn right of its start) stays in view.
+    scales: { x: { time: true, range: () => shownRange() }, y: { range: (u, min, max) => [0, Math.max(1, max)] } },
+    axes: [timeAxis(fig), { stroke: "#5f6b7a", size: 40, incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000] }],
     series: [
       {},
       ...order.map((i) => ({
@@ -161,7 +191,7 @@ function shareChart() {
       ],
       series: [
         { label: "profile", value: (u, v) => label(v) },
-        { label: "attempts", fill: COLORS.failure, stroke: COLORS.failure, width: 0, paths: bars, points: { show: false } },
+        { label: "attempts", fill: ATTEMPTS, stroke: ATTEMPTS, width: 0, paths: bars, points: { show: false } },
         { label: "successes", fill: COLORS.success, stroke: COLORS.success, width: 0, paths: bars, points: { show: false } },
       ],
     };
@@ -199,7 +229,7 @@ function timeline() {
       legend: { show: false },
       cursor: { show: false },
       padding: [2, 4, 2, 4],
-      scales: { x: { range: [series.since, series.until] }, y: { range: [0, 1] } },
+      scales: { x: { range: shownRange() }, y: { range: [0, 1] } },
       axes: [{ show: false }, { show: false }],
       series: [{}, ...["usable", "cooling", "disabled"].map((s) => ({
         label: s, fill: COLORS[s], stroke: COLORS[s], width: 0, points: { show: false },
@@ -244,7 +274,7 @@ export function renderOverview() {
     return;
   }
   for (const z of document.querySelectorAll("#view-overview .zone")) z.textContent = `Times in ${zone}. Charts from the audit trail, ${localTime(series.since)} to ${localTime(series.until)}.`;
-  Object.assign(root.dataset, { since: String(series.since), until: String(series.until), step: String(series.step_ms) });
+  Object.assign(root.dataset, { since: String(series.since), until: String(series.until), step: String(series.step_ms), shownFrom: String(shownRange()[0]) });
   root.replaceChildren(
     chart({
       id: "requests",

@@ -74,6 +74,7 @@ function profileRow(p, provider, rows, index) {
   tr.append(pos);
   const who = el("td", { className: "id" }, el("span", { className: "pid" }, p.id));
   if (p.email) who.append(el("span", { className: "email muted" }, p.email));
+  if (p.paid) who.append(" ", el("span", { className: "badge paid", title: "each call costs money: a request it serves raises the paid alert" }, "paid"));
   tr.append(who);
   const { short, detail } = stateOf(p);
   tr.append(el("td", { className: "state-cell" }, el("span", {
@@ -100,6 +101,11 @@ function profileRow(p, provider, rows, index) {
   button("up", "↑", { enabled: index > 0, name: `Move ${p.id} up${fix}` });
   button("down", "↓", { enabled: index < rows.length - 1, name: `Move ${p.id} down${fix}` });
   if (p.type === "oauth" && !needsRelogin(p)) button("relogin", "Re-login");
+  if (can("operator")) {
+    const paid = el("input", { type: "checkbox", "data-action": "paid", checked: p.paid, "aria-label": `${p.id} costs money per call (paid)` });
+    paid.addEventListener("change", () => guarded("profiles", () => rowAction("paid", p, provider, rows, index)));
+    actions.append(el("label", { className: "toggle", title: "each call costs money: a request it serves raises the paid alert" }, paid, " paid"));
+  }
   if (p.source === "stored") button("delete", "Delete");
   tr.append(el("td", { className: "actions-cell" }, actions));
   return tr;
@@ -137,6 +143,10 @@ async function rowAction(action, p, provider, rows, index) {
     case "clear":
       await api("POST", `/api/v1/profiles/${id}/${action}`);
       notify("profiles", `${p.id}: ${action === "clear" ? "cleared" : action + "d"}`);
+      break;
+    case "paid":
+      await api("PATCH", `/api/v1/profiles/${id}`, { paid: !p.paid });
+      notify("profiles", `${p.id}: ${p.paid ? "no longer marked paid" : "marked paid (a request it serves raises the paid alert)"}`);
       break;
     case "delete":
       if (!confirm(`Delete ${p.id} and its secret?`)) return;
