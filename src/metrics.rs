@@ -154,7 +154,8 @@ pub fn profile_label(id: &ProfileId) -> String {
 
 /// Whether a scrape from `peer` may read `/metrics`: with `server.metrics_token_file` unset,
 /// only over loopback (a client on this machine, naming a loopback host: no page a browser
-/// loads elsewhere can rebind its name to it); else only with `Authorization: Bearer <the
+/// loads elsewhere can rebind its name to it), and never through a proxy (a request carrying
+/// `Forwarded`, `X-Forwarded-For` or `X-Real-IP` came from elsewhere, whatever its `Host`); else only with `Authorization: Bearer <the
 /// file's token>` (compared as digests). A file that cannot be read or is empty refuses every
 /// scrape.
 pub fn scrape_allowed(
@@ -164,7 +165,8 @@ pub fn scrape_allowed(
 ) -> bool {
     let Some(file) = &server.metrics_token_file else {
         let host = headers.get(http::header::HOST).and_then(|h| h.to_str().ok()).unwrap_or_default();
-        return peer.is_some_and(|ip| ip.is_loopback()) && loopback_host(host);
+        let proxied = ["forwarded", "x-forwarded-for", "x-real-ip"].iter().any(|h| headers.contains_key(*h));
+        return peer.is_some_and(|ip| ip.is_loopback()) && loopback_host(host) && !proxied;
     };
     let want = match crate::config::read_token_file(file) {
         Ok(t) => t,

@@ -353,6 +353,31 @@ pub enum StoreError {
     /// What this engine leaves to its own tools (a PostgreSQL backup is `pg_dump`'s).
     #[error("{0}")]
     Unsupported(String),
+    /// The database cannot be served as it is: a server too old, a role without the privileges
+    /// rota needs, a schema a newer rota migrated (docs/deploy.md).
+    #[error("{0}")]
+    Setup(String),
+}
+
+/// A migration that failed, in words an operator can act on: a database a newer rota migrated
+/// (this binary cannot serve it), or a role that may not create rota's tables.
+pub(crate) fn migration_failed(e: sqlx::migrate::MigrateError, role: Option<&str>) -> StoreError {
+    use sqlx::migrate::MigrateError;
+    let denied = |e: &sqlx::Error| matches!(e, sqlx::Error::Database(d) if d.code().as_deref() == Some("42501"));
+    match (&e, role) {
+        (MigrateError::VersionMissing(v), _) => StoreError::Setup(format!(
+            "the database was migrated by a newer rota (its migration {v} is not in this binary), which this \
+             one cannot serve: run the newer binary, or restore the backup taken before the upgrade \
+             (docs/deploy.md, \"Upgrades\")"
+        )),
+        (MigrateError::Execute(inner) | MigrateError::ExecuteMigration(inner, _), Some(role)) if denied(inner) => {
+            StoreError::Setup(format!(
+                "the role `{role}` may not create rota's tables ({inner}): as the database's owner, run \
+                 `GRANT USAGE, CREATE ON SCHEMA public TO {role};` (docs/deploy.md, \"PostgreSQL\")"
+            ))
+        }
+        _ => StoreError::Migrate(e),
+    }
 }
 
 impl StoreError {

@@ -72,12 +72,31 @@ impl PgStore {
             .before_acquire(|conn, _| Box::pin(async move { Ok(super::sql::usable(conn)) }))
             .connect_with(opts)
             .await?;
-        MIGRATOR.run(&pool).await?;
+        let (version, role): (i32, String) =
+            sqlx::query_as("SELECT current_setting('server_version_num')::int, current_user::text").fetch_one(&pool).await?;
+        check_version(version)?;
+        MIGRATOR.run(&pool).await.map_err(|e| super::migration_failed(e, Some(&role)))?;
         Ok(PgStore { pool, description: crate::store::redacted_url(url), wake: Default::default() })
     }
 
     pub fn pool(&self) -> &PgPool {
         &self.pool
+    }
+}
+
+/// PostgreSQL 11 is the oldest whose SQL rota's migrations use (`EXECUTE FUNCTION` triggers,
+/// partitioned tables with their indexes); 15 is the version the tests run on.
+fn check_version(num: i32) -> Result<(), StoreError> {
+    let major = num / 10_000;
+    match major {
+        ..11 => Err(StoreError::Setup(format!(
+            "PostgreSQL {major} is too old: rota needs 11 or later, and is tested on 15 (docs/deploy.md, \"PostgreSQL\")"
+        ))),
+        11..15 => {
+            tracing::warn!(version = major, "PostgreSQL {major} is older than 15, the version rota is tested on");
+            Ok(())
+        }
+        _ => Ok(()),
     }
 }
 
@@ -333,5 +352,12 @@ mod tests {
         assert_eq!(mode("postgres://rota@10.1.2.3/rota"), "Some(Require)");
         assert_eq!(mode("postgres://rota@db.internal/rota?sslmode=disable"), "None", "said explicitly");
         assert_eq!(mode("postgres://rota@db.internal/rota?sslmode=verify-full"), "None");
+    }
+
+    #[test]
+    fn a_server_older_than_11_is_refused_naming_its_version() {
+        let err = check_version(100_023).unwrap_err().to_string();
+        assert!(err.starts_with("PostgreSQL 10 is too old: rota needs 11 or later"), "{err}");
+        assert!(check_version(110_000).is_ok() && check_version(150_013).is_ok() && check_version(170_002).is_ok());
     }
 }

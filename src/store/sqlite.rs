@@ -118,7 +118,7 @@ impl SqliteStore {
         };
         let pool = pool_of(4, super::TIMEOUT).connect_with(opts.clone()).await?;
         owner_only(path)?;
-        MIGRATOR.run(&pool).await?;
+        MIGRATOR.run(&pool).await.map_err(|e| super::migration_failed(e, None))?;
         // A write waits for the writer's connection as long as it would for another
         // connection's lock.
         let writer = pool_of(1, BUSY_TIMEOUT).connect_with(opts).await?;

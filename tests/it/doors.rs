@@ -364,7 +364,9 @@ async fn metrics_ask_for_the_bearer_token_and_never_show_an_email() {
 }
 
 /// Without a token file, `/metrics` answers a client on this machine that names a loopback
-/// host, and nothing else: a page whose name was rebound to 127.0.0.1 sends its own `Host`.
+/// host, and nothing else: a page whose name was rebound to 127.0.0.1 sends its own `Host`, and
+/// a reverse proxy on this machine (nginx's default `Host` is its upstream's, 127.0.0.1:PORT)
+/// says whom it forwards for.
 #[tokio::test]
 async fn metrics_without_a_token_answer_only_over_loopback() {
     let (_mock, _, rota) = start("").await;
@@ -378,6 +380,13 @@ async fn metrics_without_a_token_answer_only_over_loopback() {
     assert_eq!(scrape(format!("[::1]:{port}")).await, 200);
     assert_eq!(scrape(format!("attacker.example:{port}")).await, 401, "a rebound name");
     assert_eq!(scrape("rota.internal.example".into()).await, 401);
+    for header in ["x-forwarded-for", "x-real-ip", "forwarded"] {
+        let req = Rota::client()
+            .get(format!("{}/metrics", rota.url))
+            .header("host", format!("127.0.0.1:{port}"))
+            .header(header, "for=203.0.113.7");
+        assert_eq!(req.send().await.unwrap().status().as_u16(), 401, "through a proxy ({header})");
+    }
 }
 
 #[test]

@@ -13,6 +13,7 @@ mod classification_samples;
 mod cli;
 mod clock;
 mod dashboards;
+mod deploy;
 mod doors;
 mod faults;
 mod first_contact;
