@@ -216,6 +216,10 @@ pub enum ApiError {
     /// 500 `oauth_config`: the provider's `[oauth]` section cannot work.
     #[error("{0}")]
     OAuthConfig(String),
+    /// 503 `database_unwritable`: the database could not take the change (its files, a disk
+    /// full, a read-only server); nothing was changed.
+    #[error("{0}")]
+    DatabaseUnwritable(String),
     /// 500 `internal`; what happened is logged, not answered.
     #[error("internal error; the server log has the details")]
     Internal,
@@ -242,6 +246,7 @@ impl ApiError {
             | ApiError::AllModelsFailed { status, .. }
             | ApiError::NotRetryable { status, .. } => *status,
             ApiError::ProviderUnreachable(_) => 502,
+            ApiError::DatabaseUnwritable(_) => 503,
             ApiError::OAuthConfig(_) | ApiError::Internal => 500,
         };
         StatusCode::from_u16(code).unwrap_or(StatusCode::BAD_GATEWAY)
@@ -269,6 +274,7 @@ impl ApiError {
             ApiError::ProviderUnreachable(_) => "provider_unreachable",
             ApiError::LoginRefused(_) => "login_refused",
             ApiError::OAuthConfig(_) => "oauth_config",
+            ApiError::DatabaseUnwritable(_) => "database_unwritable",
             ApiError::Internal => "internal",
         }
     }
@@ -297,6 +303,13 @@ impl From<StoreError> for ApiError {
             StoreError::Duplicate(id) => ApiError::Conflict(format!("profile {id} already exists")),
             StoreError::AgentExists(name) => ApiError::Conflict(format!("agent {name} already exists and is active")),
             StoreError::NoAgent(name) => ApiError::NotFound(format!("no active agent named {name}")),
+            other if other.is_unwritable() => {
+                tracing::error!(error = %other, "admin API: the database could not take a change");
+                ApiError::DatabaseUnwritable(format!(
+                    "the database could not take the change, so nothing was changed ({other}); \
+                     GET /healthz says what is wrong with its files"
+                ))
+            }
             other => ApiError::internal(other),
         }
     }

@@ -283,7 +283,10 @@ async fn inspect_database(
     report: &mut Report,
 ) -> Result<(Snapshot, Vec<Agent>)> {
     let keyring = config.secrets.keyring;
-    let store = crate::store::open(target).await?;
+    let store = crate::store::open_as_is(target).await?;
+    if let DatabaseTarget::Sqlite(path) = target {
+        report.notes.extend(crate::store::files::too_open(path));
+    }
     let applied = store.applied_migrations().await?;
     report.database = Some(format!("{target} ({applied} migration(s) applied)"));
     let path = &crate::store::key_anchor(config)?;

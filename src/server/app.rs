@@ -84,14 +84,16 @@ async fn metrics(
 
 /// Always 200 while rota serves (a load balancer keeps sending: requests are answered even
 /// when the database fails); `status` is `degraded` while a writer fails, the audit queue is
-/// over half full or the database has not answered for `watchdog::TIMEOUT`, with the details
+/// over half full, the database has not answered for `watchdog::TIMEOUT` or its files cannot
+/// be written, with the details
 /// (docs/api.md).
 async fn healthz(State(runtime): State<Arc<Runtime>>) -> Json<Value> {
     let audit = runtime.audit.health();
     let (stats_failing, stats_waiting) = runtime.book.writer_state();
     let answering = runtime.watchdog.answering();
+    let files = runtime.watchdog.files();
     let clock = &runtime.clock;
-    let degraded = audit.degraded() || stats_failing || !answering || !clock.trusted();
+    let degraded = audit.degraded() || stats_failing || !answering || files.is_some() || !clock.trusted();
     Json(json!({
         "status": if degraded { "degraded" } else { "ok" },
         "version": env!("CARGO_PKG_VERSION"),
@@ -119,6 +121,7 @@ async fn healthz(State(runtime): State<Arc<Runtime>>) -> Json<Value> {
         "database": {
             "answering": answering,
             "silent_ms": runtime.watchdog.silent_for().as_millis() as u64,
+            "files": files,
             "wal_bytes": runtime.store.wal_bytes(),
             "checkpoint_hold_ms": runtime.store.checkpoint_hold().map(|d| d.as_secs_f64() * 1000.0),
         },

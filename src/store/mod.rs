@@ -2,6 +2,7 @@
 //! SQL (`sql/`) on the same schema (`migrations/sqlite`, `migrations/postgres`).
 
 mod copy;
+pub mod files;
 mod postgres;
 mod records;
 mod sql;
@@ -34,6 +35,14 @@ pub async fn woken(wake: &mut Option<tokio::sync::watch::Receiver<u64>>) {
 pub async fn open(target: &DatabaseTarget) -> Result<Arc<dyn Store>, StoreError> {
     Ok(match target {
         DatabaseTarget::Sqlite(path) => Arc::new(SqliteStore::open(path).await?),
+        DatabaseTarget::Postgres(url) => Arc::new(PgStore::open(url).await?),
+    })
+}
+
+/// `open`, for a report: an SQLite file's mode is left as it is (`files::too_open` tells it).
+pub async fn open_as_is(target: &DatabaseTarget) -> Result<Arc<dyn Store>, StoreError> {
+    Ok(match target {
+        DatabaseTarget::Sqlite(path) => Arc::new(SqliteStore::open_with(path, false).await?),
         DatabaseTarget::Postgres(url) => Arc::new(PgStore::open(url).await?),
     })
 }
@@ -381,6 +390,21 @@ pub(crate) fn migration_failed(e: sqlx::migrate::MigrateError, role: Option<&str
 }
 
 impl StoreError {
+    /// The database could not take a write for its files or its server's state, not for what
+    /// was written: SQLite's `READONLY`, `IOERR`, `CANTOPEN`, `FULL`; PostgreSQL's read-only
+    /// transaction (25006) and disk full (53100); the files checked and found unwritable.
+    pub fn is_unwritable(&self) -> bool {
+        match self {
+            StoreError::Setup(_) => true,
+            StoreError::Db(sqlx::Error::Database(e)) => match e.code().as_deref() {
+                Some("25006" | "53100") => true,
+                Some(code) => code.parse::<i64>().is_ok_and(|c| matches!(c & 0xff, 8 | 10 | 13 | 14)),
+                None => false,
+            },
+            _ => false,
+        }
+    }
+
     /// Another connection held a lock for longer than the busy timeout: waiting helps.
     pub fn is_busy(&self) -> bool {
         match self {
@@ -625,6 +649,9 @@ pub trait Store: Send + Sync {
     async fn checkpoint(&self, truncate: bool) -> Result<bool, StoreError>;
     /// The write-ahead log's size in bytes, where there is one.
     fn wal_bytes(&self) -> Option<u64>;
+    /// Why this process cannot write the database's files, where it has files
+    /// (`files::unwritable`).
+    fn files_problem(&self) -> Option<String>;
     /// Writes a consistent copy of the live database to `to`, a file that must not exist yet
     /// (SQLite's `VACUUM INTO`, while every writer goes on; secrets stay sealed); mode 0600.
     /// PostgreSQL: `Unsupported` (its backup is `pg_dump`'s, docs/operations.md "Backups").

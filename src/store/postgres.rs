@@ -195,6 +195,10 @@ impl Backend for PgStore {
         None
     }
 
+    fn unwritable(&self) -> Option<String> {
+        None
+    }
+
     /// Instances and the two writers of one instance write side by side: the feed's counter
     /// row serializes only what must be.
     async fn turn(&self) -> Option<tokio::sync::OwnedMutexGuard<()>> {

@@ -25,6 +25,9 @@ pub struct SqliteStore {
     turn: Arc<tokio::sync::Mutex<()>>,
     /// The longest a checkpoint held the turn (µs).
     hold: Arc<AtomicU64>,
+    /// Why the files could not be written when last checked (the watchdog checks them every
+    /// 250 ms): no write transaction begins meanwhile, since a commit writes the mapped `-shm`.
+    unwritable: Arc<parking_lot::Mutex<Option<String>>>,
 }
 
 /// When a write last failed for another reason than a lock (an I/O error, a read-only file):
@@ -46,25 +49,6 @@ impl Failures {
     }
 }
 
-/// Makes the database file readable by its owner only (it holds the audit log, emails and key
-/// digests). SQLite creates the `-wal` and `-shm` files with the database file's mode; ones left
-/// by an earlier run are set too.
-fn owner_only(path: &Path) -> Result<(), StoreError> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        for suffix in ["", "-wal", "-shm"] {
-            let mut file = path.as_os_str().to_owned();
-            file.push(suffix);
-            match std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(StoreError::Db(sqlx::Error::Io(e))),
-                _ => {}
-            }
-        }
-    }
-    Ok(())
-}
-
 /// What the write-ahead log is cut back to when a writer starts it over. The checkpoints start
 /// it over every `database.checkpoint_every` under load, so it holds about a second of writes
 /// (about 10 MB at the saturated rate of this machine, docs/performance.md); what is kept is
@@ -82,8 +66,17 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 impl SqliteStore {
     /// Opens (creating if needed) the database file and applies pending migrations.
     pub async fn open(path: &Path) -> Result<SqliteStore, StoreError> {
+        Self::open_with(path, true).await
+    }
+
+    /// `open`, leaving the files' modes as they are when `owner_only` is false (`rota doctor`
+    /// reports them and changes nothing).
+    pub async fn open_with(path: &Path, owner_only: bool) -> Result<SqliteStore, StoreError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|e| StoreError::Db(sqlx::Error::Io(e)))?;
+        }
+        if let Some(why) = super::files::unwritable(path) {
+            return Err(StoreError::Setup(why));
         }
         let opts = SqliteConnectOptions::new()
             .filename(path)
@@ -117,7 +110,9 @@ impl SqliteStore {
             )
         };
         let pool = pool_of(4, super::TIMEOUT).connect_with(opts.clone()).await?;
-        owner_only(path)?;
+        if owner_only {
+            super::files::owner_only(path)?;
+        }
         MIGRATOR.run(&pool).await.map_err(|e| super::migration_failed(e, None))?;
         // A write waits for the writer's connection as long as it would for another
         // connection's lock.
@@ -129,6 +124,7 @@ impl SqliteStore {
             failures,
             turn: Arc::new(tokio::sync::Mutex::new(())),
             hold: Arc::new(AtomicU64::new(0)),
+            unwritable: Arc::default(),
         })
     }
 
@@ -191,6 +187,9 @@ impl Backend for SqliteStore {
     /// (SQLITE_BUSY_SNAPSHOT, which the busy timeout does not wait out), and the rows it reads
     /// are the ones it replaces.
     async fn write_tx(&self) -> Result<sqlx::Transaction<'static, Sqlite>, StoreError> {
+        if let Some(why) = self.unwritable.lock().clone() {
+            return Err(StoreError::Setup(why));
+        }
         Ok(self.writer.begin_with("BEGIN IMMEDIATE").await?)
     }
 
@@ -303,6 +302,12 @@ impl Backend for SqliteStore {
         }
         #[cfg(not(target_os = "linux"))]
         None
+    }
+
+    fn unwritable(&self) -> Option<String> {
+        let found = super::files::unwritable(Path::new(&self.description));
+        self.unwritable.lock().clone_from(&found);
+        found
     }
 
     fn wal_size(&self) -> Option<u64> {

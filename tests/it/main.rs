@@ -16,6 +16,7 @@ mod dashboards;
 mod deploy;
 mod doors;
 mod faults;
+mod files;
 mod first_contact;
 mod fleet;
 mod gateway;

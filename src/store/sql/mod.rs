@@ -189,6 +189,8 @@ pub(super) trait Backend: Send + Sync + Sized {
     fn wake_channel(&self) -> Option<watch::Receiver<u64>>;
     fn checkpoint_wal(&self, truncate: bool) -> impl Future<Output = Result<bool, StoreError>> + Send;
     fn wal_size(&self) -> Option<u64>;
+    /// `Store::files_problem`.
+    fn unwritable(&self) -> Option<String>;
     /// `Store::backup`.
     fn copy_to(&self, to: &std::path::Path) -> impl Future<Output = Result<(), StoreError>> + Send;
     fn turn(&self) -> impl Future<Output = Option<OwnedMutexGuard<()>>> + Send;
@@ -520,6 +522,10 @@ where
 
     fn wal_bytes(&self) -> Option<u64> {
         self.wal_size()
+    }
+
+    fn files_problem(&self) -> Option<String> {
+        self.unwritable()
     }
 
     async fn backup(&self, to: &std::path::Path) -> Result<(), StoreError> {
