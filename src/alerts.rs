@@ -83,8 +83,13 @@ impl Alerts {
             raised: raised.clone(),
         };
         tokio::spawn(tasks.clone().run_until_cancelled_owned(raiser.run(receiver)));
-        let sender =
-            Sender { settings: settings.clone(), store: store.clone(), clock: clock.clone(), instance, http: OnceHttp::default() };
+        let sender = Sender {
+            settings: settings.clone(),
+            store: store.clone(),
+            clock: clock.clone(),
+            instance,
+            http: OnceHttp::default(),
+        };
         tokio::spawn(tasks.run_until_cancelled_owned(sender.run(raised.clone())));
         Arc::new(Alerts { settings, events, store, clock, raised })
     }

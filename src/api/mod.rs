@@ -7,6 +7,7 @@ pub mod leases;
 pub mod oauth;
 pub mod roles;
 pub mod session;
+pub mod setup;
 pub mod sso;
 
 pub use roles::{Actor, Admin, Operator, Role, Viewer};

@@ -211,7 +211,11 @@ impl Book {
 
     /// Records a failure; returns the end of the window the profile is now in.
     pub fn record_failure(&self, id: &ProfileId, failure: &Failure, now: Millis) -> Option<Until> {
-        self.update(id, Change::Failed(failure.clone(), now)).flatten()
+        let until = self.update(id, Change::Failed(failure.clone(), now)).flatten();
+        if until.is_some() {
+            self.lock().probes.failed(id.provider(), now);
+        }
+        until
     }
 
     /// Counts a failed call that is retried on the same profile (no window).
@@ -224,6 +228,7 @@ impl Book {
         let mut inner = self.lock();
         let key = (provider.to_string(), model.to_string());
         let next = self.update_model(&mut inner, key, ModelChange::NotFound { now, started_at });
+        inner.probes.failed(provider, now);
         next.expect("a model_not_found always leaves a cooldown").until
     }
 

@@ -1,6 +1,7 @@
 //! `rota agents create|list|revoke|setup`.
 
-use crate::agents::{Limits, digest, new_key, setup, valid_name};
+use crate::agents::{Limits, digest, new_key, valid_name};
+use crate::api::setup;
 use crate::config::Config;
 use crate::status::time;
 use crate::store::StoreError;

@@ -233,7 +233,13 @@ async fn set_paid(config: &Config, id: &str, paid: bool) -> Result<()> {
     }
     let store = existing(config).await?;
     Changes::new(store.as_ref(), None).set_paid(&id, paid).await.map_err(not_found)?;
-    super::record(store.as_ref(), "profile.paid", id.as_str(), (Some(json!({"paid": !paid})), Some(json!({"paid": paid})))).await?;
+    super::record(
+        store.as_ref(),
+        "profile.paid",
+        id.as_str(),
+        (Some(json!({"paid": !paid})), Some(json!({"paid": paid}))),
+    )
+    .await?;
     println!("{id} is {}", if paid { "paid: a request it serves raises the `paid` alert" } else { "no longer paid" });
     Ok(())
 }

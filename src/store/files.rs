@@ -53,24 +53,28 @@ pub fn too_open(path: &Path) -> Vec<String> {
         .iter()
         .filter_map(|f| Some((f, std::fs::metadata(f).ok()?.mode())))
         .filter(|(_, mode)| mode & 0o077 != 0)
-        .map(|(f, mode)| format!("{} is readable by others (mode {:04o}): rota serve makes it 0600", f.display(), mode & 0o7777))
+        .map(|(f, mode)| {
+            format!("{} is readable by others (mode {:04o}): rota serve makes it 0600", f.display(), mode & 0o7777)
+        })
         .collect()
 }
 
 /// Why rota cannot write the database's files, in words that say what to do; `None` when it
-/// can. Each file that exists is opened for writing (and closed): refused for its permissions,
-/// the answer names its owner and mode and the `chown`/`chmod` to run; refused although the
-/// permissions allow it (`chattr +i`, a read-only mount), it names `lsattr`. A folder where the
-/// `-wal` and `-shm` cannot be made is named too.
+/// can. Each file that exists is asked with `access(2)`, never opened: closing a descriptor of
+/// a file drops every POSIX lock the process holds on it, SQLite's included. Refused for its
+/// permissions, the answer names its owner and mode and the `chown`/`chmod` to run; refused
+/// although the permissions allow it (`chattr +i`, a read-only mount), it names `lsattr`. A
+/// folder where the `-wal` and `-shm` cannot be made is named too.
+#[cfg(unix)]
 pub fn unwritable(path: &Path) -> Option<String> {
+    use nix::errno::Errno;
+    use nix::unistd::AccessFlags;
     for file in files(path) {
-        match std::fs::OpenOptions::new().write(true).open(&file) {
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied && e.raw_os_error() == Some(13) => {
-                return Some(denied(&file, &e));
-            }
-            Err(e) => {
+        match nix::unistd::access(&file, AccessFlags::R_OK | AccessFlags::W_OK) {
+            Ok(()) | Err(Errno::ENOENT) => {}
+            Err(Errno::EACCES) => return Some(denied(&file, &std::io::Error::from(Errno::EACCES))),
+            Err(errno) => {
+                let e = std::io::Error::from(errno);
                 return Some(format!(
                     "{} cannot be written ({e}): is it immutable or append-only (`lsattr {0}`; `chattr -i {0}` \
                      as root), or on a read-only mount?",
@@ -81,8 +85,7 @@ pub fn unwritable(path: &Path) -> Option<String> {
     }
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let makes = files(path)[1..].iter().any(|f| !f.exists());
-    #[cfg(unix)]
-    if makes && path.exists() && nix::unistd::access(dir, nix::unistd::AccessFlags::W_OK | nix::unistd::AccessFlags::X_OK).is_err() {
+    if makes && path.exists() && nix::unistd::access(dir, AccessFlags::W_OK | AccessFlags::X_OK).is_err() {
         return Some(format!(
             "{}: rota cannot create the database's -wal and -shm files in this folder (no write permission for {}): \
              give the folder to the user rota runs as, or run rota as the folder's owner",
@@ -90,6 +93,11 @@ pub fn unwritable(path: &Path) -> Option<String> {
             user(nix::unistd::getuid().as_raw())
         ));
     }
+    None
+}
+
+#[cfg(not(unix))]
+pub fn unwritable(_: &Path) -> Option<String> {
     None
 }
 

@@ -73,7 +73,9 @@ impl PgStore {
             .connect_with(opts)
             .await?;
         let (version, role): (i32, String) =
-            sqlx::query_as("SELECT current_setting('server_version_num')::int, current_user::text").fetch_one(&pool).await?;
+            sqlx::query_as("SELECT current_setting('server_version_num')::int, current_user::text")
+                .fetch_one(&pool)
+                .await?;
         check_version(version)?;
         MIGRATOR.run(&pool).await.map_err(|e| super::migration_failed(e, Some(&role)))?;
         Ok(PgStore { pool, description: crate::store::redacted_url(url), wake: Default::default() })

@@ -415,7 +415,8 @@ impl Walk {
         let reason = class.reason;
         row.http_status = status;
         let cur = &mut att.cursor;
-        if cur.tries < reason.same_profile_retries() && may_retry && !self.single {
+        // A probe asks once whether the provider is back: no same-profile retry.
+        if cur.tries < reason.same_profile_retries() && may_retry && !self.single && !cur.probe {
             if marks {
                 book.count_failure(&att.pid, reason, now);
             }

@@ -4,8 +4,8 @@
 
 use super::Runtime;
 use crate::alerts::{Alerts, Event};
-use crate::book::Book;
 use crate::audit::Audit;
+use crate::book::Book;
 use crate::config::{AlertKind, NamedModels};
 use crate::engine::chain::Candidate;
 use crate::engine::{Millis, ProfileId, Reason};

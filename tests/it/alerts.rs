@@ -471,12 +471,15 @@ async fn the_outbox_gates_claims_and_prunes(target: rota::store::DatabaseTarget)
     assert_eq!(listed, [("a4", "pending", vec![]), ("a3", "failed", vec![None])]);
     let all = store.recent_alerts(50).await.unwrap();
     let a1 = all.iter().find(|a| a.id == "a1").unwrap();
-    assert_eq!(a1.deliveries.iter().map(|d| (d.instance.as_str(), d.status)).collect::<Vec<_>>(), [
-        ("two", None),
-        ("one", None),
-        ("two", Some(204))
-    ]);
-    assert_eq!((a1.delivered_at, a1.attempts), (Some(t + 2_001), 2), "two's attempt without the claim counts no attempt");
+    assert_eq!(
+        a1.deliveries.iter().map(|d| (d.instance.as_str(), d.status)).collect::<Vec<_>>(),
+        [("two", None), ("one", None), ("two", Some(204))]
+    );
+    assert_eq!(
+        (a1.delivered_at, a1.attempts),
+        (Some(t + 2_001), 2),
+        "two's attempt without the claim counts no attempt"
+    );
     // a4 stays pending; its claim ran out, so anyone may take it again.
     let retaken = store.claim_alerts("one", t + 70_000, t + 130_000, 16).await.unwrap();
     assert_eq!(retaken.iter().map(|a| a.id.as_str()).collect::<Vec<_>>(), ["a4"]);
@@ -570,7 +573,10 @@ format = "slack"
     assert_eq!(receiver.by_kind(), BTreeMap::from([(("paid".to_string(), "openai:k1".to_string()), 1)]));
     let (_, actions) = rota.api("GET", "/api/v1/admin-actions", admin, None).await;
     let paid = actions.as_array().unwrap().iter().find(|a| a["action"] == "profile.paid").expect("recorded");
-    assert_eq!((&paid["target"], &paid["before"]["paid"], &paid["after"]["paid"]), (&json!("openai:k1"), &json!(false), &json!(true)));
+    assert_eq!(
+        (&paid["target"], &paid["before"]["paid"], &paid["after"]["paid"]),
+        (&json!("openai:k1"), &json!(false), &json!(true))
+    );
 
     let (status, view) = rota.api("GET", "/api/v1/alerts", admin, None).await;
     assert_eq!(status, 200, "{view}");
@@ -607,6 +613,7 @@ format = "slack"
     let test = view["alerts"].as_array().unwrap().iter().find(|a| a["kind"] == "test").unwrap();
     assert_eq!((&test["deliveries"][0]["status"], &test["deliveries"][0]["error"]), (&json!(204), &Value::Null));
     let (_, actions) = rota.api("GET", "/api/v1/admin-actions", admin, None).await;
-    let tested: Vec<&Value> = actions.as_array().unwrap().iter().filter(|a| a["action"] == "alert.test").map(|a| &a["target"]).collect();
+    let tested: Vec<&Value> =
+        actions.as_array().unwrap().iter().filter(|a| a["action"] == "alert.test").map(|a| &a["target"]).collect();
     assert_eq!(tested, [&json!("chat"), &json!("ops")], "newest first");
 }

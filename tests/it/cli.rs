@@ -790,7 +790,9 @@ fn cli_changes_are_recorded_as_the_os_users() {
     assert_eq!(json[0]["paid"], true);
     assert_ok(&env.run(&["profiles", "paid", "openai:work", "off"]));
     let refused = env.run(&["profiles", "paid", "openai:work", "maybe"]);
-    assert!(!refused.status.success() && String::from_utf8_lossy(&refused.stderr).contains("[possible values: on, off]"));
+    assert!(
+        !refused.status.success() && String::from_utf8_lossy(&refused.stderr).contains("[possible values: on, off]")
+    );
     assert_ok(&env.run(&["profiles", "order", "openai", "openai:work"]));
     assert_ok(&env.run(&["agents", "create", "planner"]));
     assert_ok(&env.run(&["agents", "revoke", "planner"]));

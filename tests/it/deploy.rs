@@ -35,8 +35,10 @@ fn the_systemd_unit_verifies_and_its_command_line_serves_and_stops_on_sigterm() 
     std::fs::write(&config, "[server]\nlisten = \"127.0.0.1:0\"\n[providers.openai]\npreset = \"openai\"\n").unwrap();
     let words = exec_start();
     assert_eq!(words[0], "/usr/local/bin/rota");
-    let args: Vec<String> =
-        words[1..].iter().map(|w| if w == "/etc/rota/rota.toml" { config.display().to_string() } else { w.clone() }).collect();
+    let args: Vec<String> = words[1..]
+        .iter()
+        .map(|w| if w == "/etc/rota/rota.toml" { config.display().to_string() } else { w.clone() })
+        .collect();
     let mut child = support::rota_command()
         .args(&args)
         .current_dir(dir.path())
@@ -65,11 +67,20 @@ async fn run_the_deploy_md_script(admin: &str, db: &str, role: &str, create_on_s
     let script = if create_on_schema { script } else { script.replace("USAGE, CREATE ON SCHEMA", "USAGE ON SCHEMA") };
     let (on_server, on_database) = script.split_once("\\c rota").expect("the script connects to the database");
     let mut url = url::Url::parse(admin).unwrap();
-    for (part, target) in [(on_server, admin.to_string()), (on_database, { url.set_path(db); url.to_string() })] {
+    for (part, target) in [
+        (on_server, admin.to_string()),
+        (on_database, {
+            url.set_path(db);
+            url.to_string()
+        }),
+    ] {
         let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&target).await.unwrap();
         for sql in part.lines().filter(|l| !l.starts_with("--") && !l.starts_with("CREATE DATABASE")).map(str::trim) {
             if !sql.is_empty() {
-                sqlx::query(sqlx::AssertSqlSafe(sql.to_string())).execute(&mut conn).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+                sqlx::query(sqlx::AssertSqlSafe(sql.to_string()))
+                    .execute(&mut conn)
+                    .await
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"));
             }
         }
     }

@@ -26,7 +26,11 @@ fn rota(dir: &Path, args: &[&str]) -> Command {
 fn seeded() -> (tempfile::TempDir, String) {
     let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     std::fs::write(dir.path().join("rota.toml"), CONFIG).unwrap();
-    let mut add = rota(dir.path(), &["profiles", "add", "openai", "--name", "work"]).stdin(Stdio::piped()).stdout(Stdio::null()).spawn().unwrap();
+    let mut add = rota(dir.path(), &["profiles", "add", "openai", "--name", "work"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
     std::io::Write::write_all(&mut add.stdin.take().unwrap(), b"sk-files-test-0001").unwrap();
     assert!(add.wait().unwrap().success());
     let created = rota(dir.path(), &["agents", "create", "ops", "--admin"]).output().unwrap();
@@ -38,13 +42,16 @@ fn root() -> bool {
     nix::unistd::geteuid().is_root()
 }
 
+/// Runs rota with these arguments, as some user.
+type Runner = dyn Fn(&[&str]) -> std::process::Output;
+
 #[test]
 fn another_users_database_is_refused_in_one_message_naming_the_owner_and_the_fix() {
     let (dir, _) = seeded();
     let db = dir.path().join("rota.db");
     // As another user when the tests run as root (root writes any file), else a database whose
     // mode forbids its owner to write.
-    let (run_as, expect): (Box<dyn Fn(&[&str]) -> std::process::Output>, &str) = if root() {
+    let (run_as, expect): (Box<Runner>, &str) = if root() {
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         std::fs::set_permissions(dir.path().join("rota.toml"), std::fs::Permissions::from_mode(0o644)).unwrap();
         let bin = env!("CARGO_BIN_EXE_rota");
@@ -109,7 +116,8 @@ async fn a_shm_made_immutable_under_a_running_server_is_logged_shown_and_refused
     let log = dir.path().join("serve.log");
     let serve = || {
         let err = std::fs::File::create(&log).unwrap();
-        let mut child = rota(dir.path(), &["serve"]).stdout(Stdio::piped()).stderr(err).env("ROTA_LOG", "info").spawn().unwrap();
+        let mut child =
+            rota(dir.path(), &["serve"]).stdout(Stdio::piped()).stderr(err).env("ROTA_LOG", "info").spawn().unwrap();
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
         let addr = line.trim().strip_prefix("rota listening on ").map(str::to_string);

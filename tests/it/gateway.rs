@@ -1,8 +1,12 @@
 //! The gateway end to end: a real HTTP client, rota in-process on a real SQLite file, and a
 //! fault-injecting upstream that answers per API key.
 
-use crate::support::{self, ANTHROPIC_KEY, Db, KEYS, Mock, Reply, Rota, Scenario, Writes, recorded, row, spawn};
+use crate::support::{
+    self, ANTHROPIC_KEY, Db, KEYS, Mock, Reply, Rota, Scenario, Skewed, Writes, recorded, row, spawn,
+};
 use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
 
 /// The base config with its fallback and the `anthropic` provider, and short timeouts; `extra`
 /// goes last, in `[timeouts]` until it opens a table.
@@ -155,8 +159,14 @@ async fn retry_after_7_cools_that_profile_exactly_7_seconds_and_it_is_skipped() 
 #[tokio::test]
 async fn all_profiles_429_falls_back_to_the_next_model() {
     let (mock, base) = Mock::started().await;
-    let rota =
-        spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0], KEYS[1], KEYS[3]], ..Scenario::default() }).await;
+    let clock = Arc::new(Skewed::default());
+    let rota = spawn(Scenario {
+        config: &config(&base, ""),
+        keys: &[KEYS[0], KEYS[1], KEYS[3]],
+        clock: Some(clock.clone()),
+        ..Scenario::default()
+    })
+    .await;
     let limited = || Reply::Status(429, vec![], r#"{"error":{"message":"Too many requests"}}"#.into());
     mock.script(KEYS[0].1, vec![limited()]);
     mock.script(KEYS[1].1, vec![limited()]);
@@ -172,21 +182,26 @@ async fn all_profiles_429_falls_back_to_the_next_model() {
             row("fallback", "backup/gpt-4.1-mini", Some("backup:b1"), "success", None, Some(200)),
         ]
     );
-    // Next request: openai is all cooled and within 2 minutes of its end, so the primary is
-    // probed once (it fails again); the request after that is within the 30 s probe throttle
-    // and skips openai without a call.
+    // Right after, openai is all cooled and the failure is fresh evidence: skipped without a
+    // call. 30 s on, within 2 minutes of its end, the primary is probed once (it fails again,
+    // and a probe is one call); the request after that is within the 30 s of that failure and
+    // skips openai again.
     mock.script(KEYS[0].1, vec![limited()]);
+    assert_eq!(rota.chat(chat(), &[]).await.status(), 200);
+    clock.advance(Duration::from_secs(30));
     assert_eq!(rota.chat(chat(), &[]).await.status(), 200);
     assert_eq!(rota.chat(chat(), &[]).await.status(), 200);
     let attempts = rota.attempts().await;
+    assert_eq!(attempts[3], row("skipped", "openai/gpt-4.1", None, "skipped", Some("rate_limit"), None));
+    assert_eq!(attempts[4].kind, "fallback");
     assert_eq!(
-        attempts[3],
+        attempts[5],
         row("probe", "openai/gpt-4.1", Some("openai:k1"), "failure", Some("rate_limit"), Some(429))
     );
-    assert_eq!(attempts[4].kind, "fallback");
-    assert_eq!(attempts[5], row("skipped", "openai/gpt-4.1", None, "skipped", Some("rate_limit"), None));
-    assert_eq!(mock.seen().len(), 6);
-    assert_eq!(rota.scalar("SELECT COUNT(*) FROM requests WHERE served_model = 'backup/gpt-4.1-mini'").await, Some(3));
+    assert_eq!(attempts[6].kind, "fallback");
+    assert_eq!(attempts[7], row("skipped", "openai/gpt-4.1", None, "skipped", Some("rate_limit"), None));
+    assert_eq!(mock.seen().len(), 7);
+    assert_eq!(rota.scalar("SELECT COUNT(*) FROM requests WHERE served_model = 'backup/gpt-4.1-mini'").await, Some(4));
 }
 
 #[tokio::test]
@@ -253,8 +268,14 @@ async fn format_and_context_overflow_stop_after_one_call_without_cooldown() {
 #[tokio::test]
 async fn model_not_found_goes_to_the_next_model_and_cools_the_model_not_the_profile() {
     let (mock, base) = Mock::started().await;
-    let rota =
-        spawn(Scenario { config: &config(&base, ""), keys: &[KEYS[0], KEYS[1], KEYS[3]], ..Scenario::default() }).await;
+    let clock = Arc::new(Skewed::default());
+    let rota = spawn(Scenario {
+        config: &config(&base, ""),
+        keys: &[KEYS[0], KEYS[1], KEYS[3]],
+        clock: Some(clock.clone()),
+        ..Scenario::default()
+    })
+    .await;
     let gone = r#"{"error":{"message":"The model `gpt-4.1` does not exist or you do not have access to it.","code":"model_not_found"}}"#;
     mock.script(KEYS[0].1, vec![Reply::Status(404, vec![], gone.into())]);
     let r = rota.chat(chat(), &[]).await;
@@ -273,9 +294,10 @@ async fn model_not_found_goes_to_the_next_model_and_cools_the_model_not_the_prof
         .await,
         Some(11)
     );
-    // The model cools for 1 minute, so the next request probes it (still gone), and the one
-    // after that, inside the probe throttle, skips it without a call.
+    // The model cools for 1 minute: 30 s on, a request probes it (still gone), and the one
+    // after that, inside the 30 s of that failure, skips it without a call.
     mock.script(KEYS[1].1, vec![Reply::Status(404, vec![], gone.into())]);
+    clock.advance(Duration::from_secs(30));
     assert_eq!(rota.chat(chat(), &[]).await.status(), 200);
     assert_eq!(rota.chat(chat(), &[]).await.status(), 200);
     let a = rota.attempts().await;
@@ -283,6 +305,48 @@ async fn model_not_found_goes_to_the_next_model_and_cools_the_model_not_the_prof
     assert_eq!(a[4], row("skipped", "openai/gpt-4.1", None, "skipped", Some("model_not_found"), None));
     assert_eq!(mock.seen().len(), 5);
     assert_eq!(rota.scalar("SELECT error_count FROM model_cooldowns").await, Some(2));
+}
+
+/// The demo's `smart`: an overloaded first model falls back. The next request, right after,
+/// skips it without a call (the failure is fresh); a probe, 30 s on, is one call, not three.
+#[tokio::test]
+async fn a_fallback_is_not_undone_by_the_next_request_and_a_probe_is_one_call() {
+    let (mock, base) = Mock::started().await;
+    let clock = Arc::new(Skewed::default());
+    let rota = spawn(Scenario {
+        config: &config(&base, ""),
+        keys: &[KEYS[0], KEYS[3]],
+        clock: Some(clock.clone()),
+        ..Scenario::default()
+    })
+    .await;
+    let busy = || Reply::Status(503, vec![], r#"{"error":{"message":"The engine is currently overloaded"}}"#.into());
+    mock.script(KEYS[0].1, vec![busy(); 10]);
+    let r = rota.chat(chat(), &[]).await;
+    assert_eq!((r.status().as_u16(), r.headers()["x-rota-model"].to_str().unwrap()), (200, "gpt-4.1-mini"));
+    let r = rota.chat(chat(), &[]).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-rota-attempts"], "2", "a skip and the fallback");
+    assert!(r.headers()["x-rota-tried"].to_str().unwrap().contains("skipped:overloaded"));
+    clock.advance(Duration::from_secs(30));
+    assert_eq!(rota.chat(chat(), &[]).await.status(), 200);
+    let kinds: Vec<(String, Option<String>)> = rota.attempts().await.into_iter().map(|r| (r.kind, r.profile)).collect();
+    let k1 = || Some("openai:k1".to_string());
+    let b1 = || Some("backup:b1".to_string());
+    assert_eq!(
+        kinds,
+        [
+            ("primary".into(), k1()),
+            ("retry".into(), k1()),
+            ("retry".into(), k1()),
+            ("fallback".into(), b1()),
+            ("skipped".into(), None),
+            ("fallback".into(), b1()),
+            ("probe".into(), k1()),
+            ("fallback".into(), b1()),
+        ]
+    );
+    assert_eq!(mock.keys().iter().filter(|k| *k == KEYS[0].1).count(), 4, "3 calls, then 1 probe");
 }
 
 #[tokio::test]
@@ -846,10 +910,11 @@ async fn secrets_never_reach_the_logs_of_the_binary() {
     // 1: both providers answer 401 (echoing the key): the aggregated error.
     let all_failed = post(vec![]).await;
     assert_eq!(all_failed.0, 502, "{all_failed:?}");
-    // 2: the cooling primary is probed and answers a 400 that echoes the key: returned as is.
-    let stopped = post(vec![]).await;
+    // 2: the cooling primary, pinned, answers a 400 that echoes the key: returned as is.
+    let stopped = post(vec![("x-rota-profile", "openai:k1"), ("x-rota-fallbacks", "none")]).await;
     assert_eq!(stopped.0, 400, "{stopped:?} {:?}", mock.seen());
-    // 3: the primary is skipped (probe throttled), the cooling last candidate serves: a fallback.
+    // 3: the primary is skipped (its failure is fresh), the cooling last candidate serves: a
+    // fallback.
     let served = post(vec![]).await;
     assert_eq!(served.0, 200, "{served:?} {:?}", mock.seen());
     // 4: a pinned profile is used even while it cools.

@@ -31,28 +31,40 @@ pub enum Gate {
     },
 }
 
-/// Last probe time per (agent, provider), bounded: 24 h TTL, 256 keys.
+/// Last probe time per (agent, provider), and the last failure that opened a window per
+/// provider, bounded: 24 h TTL, 256 keys each.
 #[derive(Debug)]
 pub struct ProbeThrottle {
     last: Recent<(String, String), ()>,
+    failed: Recent<String, ()>,
 }
 
 impl Default for ProbeThrottle {
     fn default() -> Self {
-        ProbeThrottle { last: Recent::new(PROBE_TTL, PROBE_KEYS) }
+        ProbeThrottle { last: Recent::new(PROBE_TTL, PROBE_KEYS), failed: Recent::new(PROBE_TTL, PROBE_KEYS) }
     }
 }
 
 impl ProbeThrottle {
-    /// Claims the probe for `(agent, provider)` if none ran in the last 30 s. The check and
-    /// the claim are one step, so among concurrent requests exactly one wins.
+    /// Claims the probe for `(agent, provider)` if none ran in the last 30 s and no call to the
+    /// provider failed in that time (that failure is the freshest evidence there is). The check
+    /// and the claim are one step, so among concurrent requests exactly one wins.
     pub fn try_claim(&mut self, agent: &str, provider: &str, now: Millis) -> bool {
+        let fresh = |at: Millis| (0..PROBE_INTERVAL).contains(&(now - at));
+        if self.failed.get(&provider.to_string(), now).is_some_and(|(_, at)| fresh(at)) {
+            return false;
+        }
         let key = (agent.to_string(), provider.to_string());
         if self.last.get(&key, now).is_some_and(|(_, at)| now - at < PROBE_INTERVAL) {
             return false;
         }
         self.last.insert(key, (), now);
         true
+    }
+
+    /// A call to `provider` failed at `now` and opened a window: no probe of it for 30 s.
+    pub fn failed(&mut self, provider: &str, now: Millis) {
+        self.failed.insert(provider.to_string(), (), now);
     }
 
     pub fn len(&self) -> usize {
@@ -147,6 +159,23 @@ mod tests {
         let other_agent = Position { agent: "writer", ..pos(0, 2) };
         assert_eq!(gate(other_agent, c, &mut p, NOW + 1), Gate::Probe);
         assert_eq!(gate(pos(0, 2), c, &mut p, NOW + PROBE_INTERVAL), Gate::Probe);
+    }
+
+    #[test]
+    fn a_failure_that_opened_a_window_holds_the_provider_s_probe_for_30_seconds() {
+        let mut p = ProbeThrottle::default();
+        let c = cooled(NOW + 60_000);
+        p.failed("anthropic", NOW);
+        assert!(matches!(gate(pos(0, 2), c, &mut p, NOW + 1), Gate::Skip { .. }), "right after the failure");
+        let other_agent = Position { agent: "writer", ..pos(0, 2) };
+        assert!(matches!(gate(other_agent, c, &mut p, NOW + PROBE_INTERVAL - 1), Gate::Skip { .. }), "any agent");
+        let other_provider = Position { provider: "openai", ..pos(0, 2) };
+        assert_eq!(gate(other_provider, c, &mut p, NOW + 1), Gate::Probe);
+        assert_eq!(gate(pos(0, 2), c, &mut p, NOW + PROBE_INTERVAL), Gate::Probe, "30 s on");
+        // A clock that stepped back does not hold the probe for longer than 30 s of its own.
+        let mut p = ProbeThrottle::default();
+        p.failed("anthropic", NOW + 3_600_000);
+        assert_eq!(gate(pos(0, 2), c, &mut p, NOW), Gate::Probe);
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! `/api/v1/agents`: list (with each agent's limits and its use of them), create (the key is
 //! shown once), change the limits of, revoke agent keys, and each agent's setup lines.
 
-use crate::agents::{Agent, Limits, setup};
 use super::Params;
+use crate::agents::{Agent, Limits};
+use crate::api::setup;
 use crate::api::{Admin, ApiError, ApiState, Body, Viewer};
 use crate::config::Config;
 use crate::status::time;

@@ -160,6 +160,13 @@ async fn test_rule(
         return Err(ApiError::Conflict("a later test of this rule is on record (has the clock stepped back?)".into()));
     };
     tracing::info!(rule = %rule, "test alert sent through the admin API");
-    state.record(&actor, "alert.test", Some(&rule), (None, Some(serde_json::json!({"id": id, "kind": AlertKind::Test.as_str()})))).await?;
+    state
+        .record(
+            &actor,
+            "alert.test",
+            Some(&rule),
+            (None, Some(serde_json::json!({"id": id, "kind": AlertKind::Test.as_str()}))),
+        )
+        .await?;
     Ok((StatusCode::ACCEPTED, Json(TestSent { id })))
 }

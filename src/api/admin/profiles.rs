@@ -191,7 +191,9 @@ async fn patch_profile(
     let id = profile_id(&id)?;
     let declared = state.runtime.settings().config.auth.profiles.get(&id).is_some_and(|p| p.paid);
     if declared && !patch.paid {
-        return Err(ApiError::Conflict(format!("profile {id} is declared `paid = true` in the config file; change it there")));
+        return Err(ApiError::Conflict(format!(
+            "profile {id} is declared `paid = true` in the config file; change it there"
+        )));
     }
     let before = summary(&one(&state, &id)?.0);
     changes(&state).set_paid(&id, patch.paid).await?;

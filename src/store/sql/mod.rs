@@ -22,9 +22,9 @@ mod sessions;
 mod stats;
 
 use super::{
-    AdminAction, AgentUsage, AlertDelivery, AlertNext, AlertRecord, Applied, AttemptRecord, AuditQuery, FailureWindow, FeedEntry,
-    LimitsPatch, NewAlert, OutboxAlert, ProfileUsage, Pruned, RequestRecord, SeriesRows, SessionBinding, Snapshot,
-    ProfileFlag, Store, StoreError, StoredProfile,
+    AdminAction, AgentUsage, AlertDelivery, AlertNext, AlertRecord, Applied, AttemptRecord, AuditQuery, FailureWindow,
+    FeedEntry, LimitsPatch, NewAlert, OutboxAlert, ProfileFlag, ProfileUsage, Pruned, RequestRecord, SeriesRows,
+    SessionBinding, Snapshot, Store, StoreError, StoredProfile,
 };
 use crate::agents::{Agent, Limits};
 use crate::engine::{Change, CooldownPolicy, Millis, ModelChange, ModelCooldown, ProfileId, UsageStats};

@@ -64,7 +64,7 @@ where
         let mut conn = self.store.read_tx().await?;
         let mut snap = Snapshot { head: Self::head(&mut conn).await?, ..Snapshot::default() };
         for row in sqlx::query(
-"SELECT id, type, source, enabled, paid, email, expires_at, created_at, oauth_subject FROM profiles
+            "SELECT id, type, source, enabled, paid, email, expires_at, created_at, oauth_subject FROM profiles
              ORDER BY created_at, id",
         )
         .fetch_all(&mut *conn)
@@ -221,12 +221,7 @@ where
             ProfileFlag::Enabled => "UPDATE profiles SET enabled = $1, updated_at = $2 WHERE id = $3",
             ProfileFlag::Paid => "UPDATE profiles SET paid = $1, updated_at = $2 WHERE id = $3",
         };
-        let done = sqlx::query(sql)
-            .bind(on)
-            .bind(now())
-            .bind(id.as_str())
-            .execute(&mut *tx)
-            .await?;
+        let done = sqlx::query(sql).bind(on).bind(now()).bind(id.as_str()).execute(&mut *tx).await?;
         if done.rows_affected() == 0 {
             return Err(StoreError::NotFound(id.clone()));
         }

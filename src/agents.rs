@@ -1,8 +1,6 @@
 //! Agent keys: the credentials internal clients present to rota (`rk_…`). Only a SHA-256
 //! digest is stored; the key itself is shown once, when it is created.
 
-pub mod setup;
-
 use crate::engine::Millis;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;

@@ -43,7 +43,7 @@ pub fn base_or(config: &Config, given: Option<&str>) -> Result<String, String> {
 
 /// The model the lines name: the first the agent may ask for (`Config::agent_models`), else the
 /// default chain's primary.
-pub fn model(config: &Config, agent: &super::Agent) -> Option<String> {
+pub fn model(config: &Config, agent: &crate::agents::Agent) -> Option<String> {
     config.agent_models(agent).and_then(|m| m.first().cloned()).or_else(|| config.models.primary.clone())
 }
 
@@ -54,7 +54,9 @@ pub fn lines(base: &str, model: Option<&str>) -> Vec<Setup> {
     // A JSON string is a TOML basic string and a Python literal as well: the same escapes.
     let quoted = serde_json::Value::String(model.to_string()).to_string();
     let (toml, py) = (&quoted, &quoted);
-    let openai = shell_word(&format!("import openai; print(openai.OpenAI().responses.create(model={py}, input=\"hi\").output_text)"));
+    let openai = shell_word(&format!(
+        "import openai; print(openai.OpenAI().responses.create(model={py}, input=\"hi\").output_text)"
+    ));
     let anthropic = shell_word(&format!(
         "import anthropic; print(anthropic.Anthropic().messages.create(model={py}, max_tokens=256, \
          messages=[{{\"role\": \"user\", \"content\": \"hi\"}}]).content[0].text)"
@@ -79,16 +81,12 @@ pub fn lines(base: &str, model: Option<&str>) -> Vec<Setup> {
         Setup {
             client: "openai-sdk",
             title: "OpenAI SDKs (Python, Node) and the Agents SDK",
-            text: format!(
-                "export OPENAI_BASE_URL={base}/v1 OPENAI_API_KEY=\"${KEY_VAR}\"\npython3 -c {openai}"
-            ),
+            text: format!("export OPENAI_BASE_URL={base}/v1 OPENAI_API_KEY=\"${KEY_VAR}\"\npython3 -c {openai}"),
         },
         Setup {
             client: "anthropic-sdk",
             title: "Anthropic SDKs (Python, TypeScript)",
-            text: format!(
-                "export ANTHROPIC_BASE_URL={base} ANTHROPIC_API_KEY=\"${KEY_VAR}\"\npython3 -c {anthropic}"
-            ),
+            text: format!("export ANTHROPIC_BASE_URL={base} ANTHROPIC_API_KEY=\"${KEY_VAR}\"\npython3 -c {anthropic}"),
         },
     ]
 }
