@@ -39,7 +39,7 @@ ROUTES: dict[str, set[str]] = {
     "/api/v1/leases": {"POST"},
     "/api/v1/leases/{id}/report": {"POST"},
     "/api/v1/profiles": {"GET", "POST"},
-    "/api/v1/profiles/{id}": {"GET", "DELETE"},
+    "/api/v1/profiles/{id}": {"GET", "PATCH", "DELETE"},
     "/api/v1/profiles/{id}/enable": {"POST"},
     "/api/v1/profiles/{id}/disable": {"POST"},
     "/api/v1/profiles/{id}/clear": {"POST"},
@@ -49,6 +49,9 @@ ROUTES: dict[str, set[str]] = {
     "/api/v1/models/clear": {"POST"},
     "/api/v1/agents": {"GET", "POST"},
     "/api/v1/agents/{name}": {"DELETE", "PATCH"},
+    "/api/v1/agents/{name}/setup": {"GET"},
+    "/api/v1/alerts": {"GET"},
+    "/api/v1/alerts/{rule}/test": {"POST"},
     "/api/v1/usage": {"GET"},
     "/api/v1/usage/series": {"GET"},
     "/api/v1/attempts": {"GET"},
@@ -62,7 +65,7 @@ ROUTES: dict[str, set[str]] = {
     "/api/v1/oauth/flows/{id}": {"GET"},
 }
 # Path parameters that harm no fixture state: no such profile, agent or lease; a known provider.
-HARMLESS = {"id": "openai:nope", "name": "nobody", "provider": "openai"}
+HARMLESS = {"id": "openai:nope", "name": "nobody", "provider": "openai", "rule": "nobody"}
 HARMLESS_REPORT_ID = "not-a-uuid"
 
 
