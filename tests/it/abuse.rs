@@ -182,7 +182,10 @@ async fn abuse_keeps_memory_metrics_and_the_database_bounded() {
          longest model kept {longest} bytes; {cooled} model cooldowns"
     );
     let peak = peak_names.max(peak_bodies);
-    assert!(peak - idle <= 64.0, "peak {peak:.1} MB, idle {idle:.1} MB");
+    // Four 4 MiB bodies in flight, each buffer with its last doubling, and what the allocator's
+    // threads hold of them until they hand pages back: 45 to 72 MB over idle on 2 cores, the
+    // spread being when that happens. 160 MiB were sent.
+    assert!(peak - idle <= 80.0, "peak {peak:.1} MB, idle {idle:.1} MB");
     // What the bodies took goes back: rota returns to its idle size within 5 MB.
     assert!(after_names - idle <= 5.0, "kept after the names: idle {idle:.1}, after {after_names:.1}");
     assert!(after_bodies - idle <= 5.0, "kept after the bodies: idle {idle:.1}, after {after_bodies:.1}");
