@@ -34,9 +34,10 @@ pub enum GatewayError {
     #[error("{0}")]
     ModelNotAllowed(String),
     /// The walk ended without an answer: every candidate failed or is cooling (429 with
-    /// `Retry-After`, 502, 503…), or the upstream's last failure (its status).
+    /// `Retry-After`, 502, 503…), or the upstream's last failure (its status). `tried`: the
+    /// `x-rota-tried` value of the calls and skips it made.
     #[error("{message}")]
-    Failed { status: u16, message: String, retry_after: Option<u64> },
+    Failed { status: u16, message: String, retry_after: Option<u64>, tried: Option<String> },
     /// 504: the request's deadline (`timeouts.total`) passed.
     #[error("{0}")]
     TimedOut(String),
@@ -81,7 +82,8 @@ impl GatewayError {
         }
     }
 
-    /// The answer: this error in `api`'s format, with the request id and `Retry-After`.
+    /// The answer: this error in `api`'s format, with the request id, `Retry-After` and what
+    /// the walk tried (`x-rota-tried`).
     pub fn answer(&self, api: Api, request_id: &str) -> Response {
         let code = self.status_code();
         let mut resp = (code, axum::Json(api.error_body(code.as_u16(), &self.to_string()))).into_response();
@@ -89,6 +91,11 @@ impl GatewayError {
         h.insert("x-request-id", HeaderValue::from_str(request_id).expect("uuid is a valid header"));
         if let Some(secs) = self.retry_after() {
             h.insert("retry-after", HeaderValue::from(secs));
+        }
+        if let GatewayError::Failed { tried: Some(tried), .. } = self
+            && let Ok(tried) = HeaderValue::from_str(tried)
+        {
+            h.insert(HeaderName::from_static("x-rota-tried"), tried);
         }
         resp
     }

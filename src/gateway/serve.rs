@@ -104,7 +104,7 @@ impl Drop for InFlight {
 fn stopped(walk: &Walk) -> GatewayError {
     let message = format!("{STOPPING}: try again");
     walk.trail.refuse(503, &message);
-    GatewayError::Failed { status: 503, message, retry_after: None }
+    GatewayError::Failed { status: 503, message, retry_after: None, tried: walk.trail.passed() }
 }
 
 impl Gateway {
@@ -197,7 +197,7 @@ impl Gateway {
                 tracing::warn!(status = out.status, "{}", out.message);
                 walk.trail.finish(out.status, None, Spent::default());
                 let (status, message, retry_after) = (out.status, out.message, out.retry_after_secs);
-                return Err(GatewayError::Failed { status, message, retry_after });
+                return Err(GatewayError::Failed { status, message, retry_after, tried: walk.trail.passed() });
             }
         };
         match self.runtime.ready(walk, config, att).await {
@@ -205,7 +205,7 @@ impl Gateway {
             Err((Verdict::Stop, message)) => {
                 self.runtime.durable(walk).await;
                 walk.trail.refuse(502, &message);
-                Err(GatewayError::Failed { status: 502, message, retry_after: None })
+                Err(GatewayError::Failed { status: 502, message, retry_after: None, tried: walk.trail.passed() })
             }
             Err(_) => Ok(None),
         }
@@ -317,7 +317,8 @@ impl Gateway {
         walk.trail.finish(code, None, Spent::default());
         match body {
             Some(body) if status.is_some() && !plan.translates() => answer::upstream_answer(code, body),
-            _ => GatewayError::Failed { status: code, message, retry_after: None }.answer(inc.api, &inc.request_id),
+            _ => GatewayError::Failed { status: code, message, retry_after: None, tried: None }
+                .answer(inc.api, &inc.request_id),
         }
     }
 

@@ -191,9 +191,9 @@ impl Trail {
         self.passed.0.push(line.chars().map(|c| if c.is_ascii_graphic() || c == ' ' { c } else { '?' }).collect());
     }
 
-    /// The `x-rota-tried` value: the calls that failed and the candidates skipped before the one
-    /// that served, comma-separated, with the count of those past `TRIED_MAX`; `None` when there
-    /// were none.
+    /// The `x-rota-tried` value: the calls that failed and the candidates skipped (before the
+    /// one that served, when one did), comma-separated, with the count of those past
+    /// `TRIED_MAX`; `None` when there were none.
     pub fn passed(&self) -> Option<String> {
         let (lines, more) = &self.passed;
         if lines.is_empty() {

@@ -219,6 +219,11 @@ async fn every_candidate_failing_gives_the_aggregated_error_with_retry_after() {
     let r = rota.chat(chat(), &[]).await;
     assert_eq!(r.status(), 429);
     assert_eq!(r.headers()["retry-after"], "12");
+    assert_eq!(
+        r.headers()["x-rota-tried"],
+        "openai:k1 openai/gpt-4.1 429 rate_limit, backup:b1 backup/gpt-4.1-mini 429 rate_limit",
+        "every call the error answer follows"
+    );
     let v: Value = r.json().await.unwrap();
     assert_eq!(
         v["error"]["message"],
