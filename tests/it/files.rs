@@ -24,7 +24,12 @@ fn rota(dir: &Path, args: &[&str]) -> Command {
 /// A folder with a config and a database holding one stored key and an admin agent; the
 /// agent's key. On the repository's file system (not a tmpfs: `chattr` needs ext4 or the like).
 fn seeded() -> (tempfile::TempDir, String) {
-    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    seeded_in(Path::new(env!("CARGO_TARGET_TMPDIR")))
+}
+
+/// `seeded`, in a folder of `parent`.
+fn seeded_in(parent: &Path) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir_in(parent).unwrap();
     std::fs::write(dir.path().join("rota.toml"), CONFIG).unwrap();
     let mut add = rota(dir.path(), &["profiles", "add", "openai", "--name", "work"])
         .stdin(Stdio::piped())
@@ -47,20 +52,26 @@ type Runner = dyn Fn(&[&str]) -> std::process::Output;
 
 #[test]
 fn another_users_database_is_refused_in_one_message_naming_the_owner_and_the_fix() {
-    let (dir, _) = seeded();
+    // Another user must reach the folder and the binary: both in the system's temporary folder,
+    // whatever the path of the checkout (a `mktemp -d` clone is 0700).
+    let (dir, _) = if root() { seeded_in(&std::env::temp_dir()) } else { seeded() };
     let db = dir.path().join("rota.db");
     // As another user when the tests run as root (root writes any file), else a database whose
     // mode forbids its owner to write.
     let (run_as, expect): (Box<Runner>, &str) = if root() {
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         std::fs::set_permissions(dir.path().join("rota.toml"), std::fs::Permissions::from_mode(0o644)).unwrap();
-        let bin = env!("CARGO_BIN_EXE_rota");
+        let bin = dir.path().join("rota-bin");
+        std::fs::copy(env!("CARGO_BIN_EXE_rota"), &bin).unwrap();
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
         let config = dir.path().join("rota.toml");
         let d = dir.path().to_path_buf();
         (
             Box::new(move |args: &[&str]| {
                 Command::new("runuser")
-                    .args(["-u", "nobody", "--", bin, "--config"])
+                    .args(["-u", "nobody", "--"])
+                    .arg(&bin)
+                    .arg("--config")
                     .arg(&config)
                     .args(args)
                     .current_dir(&d)
@@ -106,7 +117,7 @@ fn doctor_reports_a_database_readable_by_others_and_leaves_its_mode() {
 /// `chattr` as root on the file; false when it cannot be done here (not root, a file system
 /// without the attribute).
 fn chattr(flag: &str, file: &Path) -> bool {
-    root() && Command::new("chattr").arg(flag).arg(file).status().is_ok_and(|s| s.success())
+    root() && Command::new("chattr").arg(flag).arg(file).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
 }
 
 #[tokio::test]
